@@ -1,0 +1,27 @@
+"""ortstate: run OpenVINO stateful models (ReadValue/Assign) in ONNX Runtime."""
+
+from .convert import convert
+from .errors import (
+    ConversionError,
+    IRError,
+    OrtStateError,
+    RunError,
+    StateError,
+    UnsupportedOpsError,
+)
+from .runtime import InferRequest, StatefulSession, VariableState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConversionError",
+    "IRError",
+    "InferRequest",
+    "OrtStateError",
+    "RunError",
+    "StateError",
+    "StatefulSession",
+    "UnsupportedOpsError",
+    "VariableState",
+    "convert",
+]

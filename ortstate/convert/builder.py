@@ -1,0 +1,124 @@
+"""A tape that records ONNX nodes, initializers and graph I/O, handing out unique value names."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+__all__ = ["GraphBuilder", "Names"]
+
+
+class Names:
+    """Unique value names shared by a graph and all its subgraphs (ONNX scoping forbids shadowing)."""
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+
+    def reserve(self, name: str) -> str:
+        """Claim ``name`` exactly; callers check availability with :meth:`taken` first."""
+        self._used.add(name)
+        return name
+
+    def taken(self, name: str) -> bool:
+        return name in self._used
+
+    def fresh(self, hint: str) -> str:
+        base = hint or "v"
+        name, i = base, 1
+        while name in self._used:
+            name = f"{base}_{i}"
+            i += 1
+        self._used.add(name)
+        return name
+
+
+class GraphBuilder:
+    """Records one ONNX graph. ``op`` returns the new value name(s); ``sub`` opens a subgraph."""
+
+    def __init__(self, name: str, names: Names | None = None, hint: str = "") -> None:
+        self.name = name
+        self.names = names or Names()
+        self.hint = hint  # prefix for value names made by op(): the layer being translated
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self.domains: set[str] = set()
+        self._const_cache: dict[tuple[str, tuple[int, ...], bytes], str] = {}
+
+    def op(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        attrs: dict[str, Any] | None = None,
+        *,
+        outputs: int = 1,
+        domain: str = "",
+        names: Sequence[str] | None = None,
+    ) -> Any:
+        """Append a node; returns its output name, or a list of names when ``outputs != 1``."""
+        outs = list(names) if names is not None else [self.names.fresh(f"{self.hint or op_type}:{op_type}") for _ in range(outputs)]
+        node_name = self.names.fresh(f"{self.hint or op_type}/{op_type}")
+        node = helper.make_node(op_type, list(inputs), outs, name=node_name, domain=domain or None, **(attrs or {}))
+        self.nodes.append(node)
+        if domain:
+            self.domains.add(domain)
+        return outs[0] if outputs == 1 and names is None else outs
+
+    def const(self, value: Any, dtype: Any = None, hint: str = "const") -> str:
+        """An initializer holding ``value``; identical small constants are shared."""
+        arr = np.asarray(value, dtype=dtype)
+        key = (arr.dtype.str, arr.shape, arr.tobytes()) if arr.size <= 64 else None
+        if key is not None and key in self._const_cache:
+            return self._const_cache[key]
+        name = self.names.fresh(hint)
+        self.initializers.append(numpy_helper.from_array(arr, name))
+        if key is not None:
+            self._const_cache[key] = name
+        return name
+
+    def add_input(self, name: str, elem_type: int, shape: Sequence[int | str | None] | None) -> None:
+        self.inputs.append(helper.make_tensor_value_info(name, elem_type, None if shape is None else list(shape)))
+
+    def add_output(self, name: str, elem_type: int, shape: Sequence[int | str | None] | None) -> None:
+        self.outputs.append(helper.make_tensor_value_info(name, elem_type, None if shape is None else list(shape)))
+
+    def sub(self, name: str) -> GraphBuilder:
+        """A builder for a subgraph (If/Loop body) sharing this graph's names."""
+        child = GraphBuilder(name, self.names, self.hint)
+        child._const_cache = {}
+        return child
+
+    def graph(self) -> onnx.GraphProto:
+        return helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.initializers)
+
+    def rename(self, old: str, new: str) -> None:
+        """Rename a value produced by one of this graph's nodes, everywhere it is used."""
+        _rename_in_nodes(self.nodes, old, new)
+
+
+def _rename_in_nodes(nodes: list[onnx.NodeProto], old: str, new: str) -> None:
+    for node in nodes:
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = new
+        for i, name in enumerate(node.output):
+            if name == old:
+                node.output[i] = new
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _rename_in_graph(attr.g, old, new)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _rename_in_graph(g, old, new)
+
+
+def _rename_in_graph(graph: onnx.GraphProto, old: str, new: str) -> None:
+    _rename_in_nodes(list(graph.node), old, new)
+    for out in graph.output:
+        if out.name == old:
+            out.name = new

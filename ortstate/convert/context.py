@@ -1,0 +1,179 @@
+"""What a translator sees: the layer with its ONNX input values, and the builder to write into."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import ConversionError
+from ..ir import ElementType, Graph, Layer, PartialShape, element_type
+from .builder import GraphBuilder
+from .dtypes import onnx_type
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["Context", "Node", "OPSET"]
+
+OPSET = 21
+_MISSING: Any = object()
+
+
+@dataclass
+class Node:
+    """One layer being translated. ``inputs`` are ONNX value names, one per input port."""
+
+    layer: Layer
+    inputs: list[str]
+    graph: Graph
+
+    @property
+    def where(self) -> str:
+        return f"{self.graph.source}: {self.layer.describe()}"
+
+    def error(self, message: str) -> ConversionError:
+        return ConversionError(f"{self.where}: {message}")
+
+    # -- attributes -------------------------------------------------------------------------
+    def attr(self, name: str, default: Any = _MISSING) -> str:
+        value = self.layer.attrs.get(name)
+        if value is None:
+            if default is _MISSING:
+                raise self.error(f"missing attribute '{name}'")
+            return default
+        return value
+
+    def attr_int(self, name: str, default: Any = _MISSING) -> int:
+        raw = self.attr(name, None)
+        if raw is None:
+            if default is _MISSING:
+                raise self.error(f"missing attribute '{name}'")
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise self.error(f"attribute '{name}' expected an integer, got {raw!r}") from None
+
+    def attr_float(self, name: str, default: Any = _MISSING) -> float:
+        raw = self.attr(name, None)
+        if raw is None:
+            if default is _MISSING:
+                raise self.error(f"missing attribute '{name}'")
+            return default
+        try:
+            return float(raw)
+        except ValueError:
+            raise self.error(f"attribute '{name}' expected a number, got {raw!r}") from None
+
+    def attr_bool(self, name: str, default: Any = _MISSING) -> bool:
+        raw = self.attr(name, None)
+        if raw is None:
+            if default is _MISSING:
+                raise self.error(f"missing attribute '{name}'")
+            return default
+        low = raw.strip().lower()
+        if low in ("true", "1"):
+            return True
+        if low in ("false", "0"):
+            return False
+        raise self.error(f"attribute '{name}' expected true/false, got {raw!r}")
+
+    def attr_ints(self, name: str, default: Any = _MISSING) -> list[int]:
+        raw = self.attr(name, None)
+        if raw is None:
+            if default is _MISSING:
+                raise self.error(f"missing attribute '{name}'")
+            return default
+        try:
+            return [int(x) for x in raw.split(",") if x.strip()]
+        except ValueError:
+            raise self.error(f"attribute '{name}' expected integers, got {raw!r}") from None
+
+    def attr_choice(self, name: str, choices: Sequence[str], default: Any = _MISSING) -> str:
+        value = self.attr(name, default).strip().lower()
+        if value not in choices:
+            raise self.error(f"attribute '{name}' expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def attr_type(self, name: str) -> ElementType:
+        raw = self.attr(name)
+        try:
+            return element_type(raw)
+        except KeyError:
+            raise self.error(f"attribute '{name}': unknown element type {raw!r}") from None
+
+    # -- ports --------------------------------------------------------------------------------
+    def input_type(self, i: int) -> ElementType:
+        etype = self.layer.inputs[i].element_type or self.graph.producer(self.layer, i)[1].element_type
+        if etype is None:
+            raise self.error(f"input {i} has no element type")
+        return etype
+
+    def output_type(self, i: int = 0) -> ElementType:
+        etype = self.layer.outputs[i].element_type
+        if etype is None:
+            raise self.error(f"output {i} has no element type")
+        return etype
+
+    def onnx_input_type(self, i: int) -> int:
+        return onnx_type(self.input_type(i), self.where)
+
+    def onnx_output_type(self, i: int = 0) -> int:
+        return onnx_type(self.output_type(i), self.where)
+
+    def input_shape(self, i: int) -> PartialShape:
+        return self.layer.inputs[i].shape
+
+    def input_rank(self, i: int) -> int:
+        """The rank of input ``i``. Ports cannot tell scalars from dynamic ranks; see :class:`Port`."""
+        producer, port = self.graph.producer(self.layer, i)
+        if producer.type == "Parameter":
+            from ..ir import parse_partial_shape
+
+            rank = parse_partial_shape(producer.attrs.get("shape", "")).rank
+            if rank is None:
+                raise self.error(f"input {i} has a dynamic rank, which this op needs to know")
+            return rank
+        if producer.type == "Const":
+            return self.graph.constant(producer).ndim
+        return len(self.layer.inputs[i].shape.dims or ())
+
+    def const(self, i: int) -> np.ndarray | None:
+        """Input ``i``'s value when it is a constant (a Const, possibly through Convert)."""
+        return constant_value(self.graph, *self.graph.producer(self.layer, i)[:1])
+
+    def const_ints(self, i: int, what: str) -> list[int]:
+        value = self.const(i)
+        if value is None:
+            raise self.error(f"input {i} ({what}) must be a constant")
+        return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def constant_value(graph: Graph, layer: Layer) -> np.ndarray | None:
+    """Fold Const and Convert(Const) chains (how weight decompression is written)."""
+    if layer.type == "Const":
+        return graph.constant(layer)
+    if layer.type == "Convert" and layer.inputs:
+        src = constant_value(graph, graph.producer(layer, 0)[0])
+        if src is None:
+            return None
+        target = element_type(layer.attrs.get("destination_type", "f32"))
+        if target.dtype is None:
+            return None
+        return np.asarray(src).astype(target.dtype)
+    return None
+
+
+class Context:
+    """Translation state: the graph being read and the builder being written (swapped for subgraphs)."""
+
+    def __init__(self, graph: Graph, builder: GraphBuilder) -> None:
+        self.graph = graph
+        self.b = builder
+        self.opset = OPSET
+
+    def node(self, layer: Layer, inputs: list[str]) -> Node:
+        return Node(layer, inputs, self.graph)

@@ -1,0 +1,183 @@
+"""The conversion driver: walk the IR in topological order and write one ONNX model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+from onnx import helper
+
+from ..errors import ConversionError, UnsupportedOpsError
+from ..ir import Graph, Layer, parse_partial_shape, read_ir
+from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, write_meta
+from . import ops  # noqa: F401  (registers the translators)
+from .builder import GraphBuilder
+from .context import OPSET, Context
+from .dtypes import onnx_type
+from .registry import lookup
+from .state import CONTRIB_DOMAIN, REQUEST_INPUT, StateWriter, collect_variables, plan_inits
+
+__all__ = ["convert", "convert_graph", "unsupported_ops"]
+
+_STRUCTURAL = frozenset({"Parameter", "Result", "ReadValue", "Assign"})
+ONNX_IR_VERSION = 10  # onnx writes 14 by default; onnxruntime 1.31 reads at most 13
+
+
+def convert(
+    xml: str | os.PathLike[str],
+    onnx_path: str | os.PathLike[str] | None = None,
+    *,
+    explicit_state: bool = False,
+    bin_path: str | os.PathLike[str] | None = None,
+) -> onnx.ModelProto:
+    """Convert an OpenVINO IR to ONNX; write it to ``onnx_path`` when given.
+
+    Args:
+        xml: the IR's ``.xml``; its ``.bin`` is read from beside it unless ``bin_path`` is given.
+        onnx_path: where to save the model (external data is used above 2 GB).
+        explicit_state: make every variable a graph input/output pair (no custom ops) instead of
+            ReadValue/Assign custom ops.
+
+    Raises:
+        IRError, UnsupportedOpsError, ConversionError, StateError (all ``OrtStateError``).
+    """
+    graph = read_ir(xml, bin_path)
+    model = convert_graph(graph, explicit_state=explicit_state)
+    if onnx_path is not None:
+        save(model, onnx_path)
+    return model
+
+
+def save(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
+    path = Path(path)
+    large = model.ByteSize() > 2_000_000_000 if hasattr(model, "ByteSize") else False
+    onnx.save_model(model, str(path), save_as_external_data=large, location=path.name + ".data" if large else None)
+
+
+def unsupported_ops(graph: Graph) -> dict[str, list[str]]:
+    """``{"Type-N": [layer descriptions]}`` for every layer no translator handles (bodies too)."""
+    missing: dict[str, list[str]] = {}
+
+    def visit(g: Graph) -> None:
+        for layer in g.layers.values():
+            if layer.type not in _STRUCTURAL and lookup(layer.type, layer.op_version) is None:
+                missing.setdefault(layer.op_name, []).append(f"'{layer.name}' id {layer.id}")
+            if layer.body is not None:
+                visit(layer.body)
+
+    visit(graph)
+    return missing
+
+
+def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelProto:
+    """Convert a graph read by :func:`ortstate.ir.read_ir`."""
+    missing = unsupported_ops(graph)
+    if missing:
+        raise UnsupportedOpsError(missing, graph.source)
+    variables = collect_variables(graph)
+    plan_inits(graph, variables, explicit_state)
+
+    b = GraphBuilder(graph.name or "ortstate")
+    values: dict[tuple[int, int], str] = {}
+    _add_inputs(graph, b, values)
+    state = StateWriter(graph, variables, b, explicit_state)
+    ctx = Context(graph, b)
+
+    def value_of(layer: Layer, index: int) -> str:
+        src, port = graph.producer(layer, index)
+        return values[(src.id, port.id)]
+
+    def translate(layers: list[Layer], builder: GraphBuilder) -> None:
+        saved, ctx.b = ctx.b, builder
+        try:
+            for layer in layers:
+                _translate(layer, ctx, values, value_of)
+        finally:
+            ctx.b = saved
+
+    skipped = state.skipped_layers()
+    for layer in graph.topological():
+        if layer.id in skipped or layer.type in ("Parameter", "Result"):
+            continue
+        if layer.type == "ReadValue":
+            values[(layer.id, layer.outputs[0].id)] = state.read(layer, value_of, translate)
+        elif layer.type == "Assign":
+            out = state.assign(layer, value_of(layer, 0))
+            for port in layer.outputs:
+                values[(layer.id, port.id)] = out
+        else:
+            _translate(layer, ctx, values, value_of)
+    _add_outputs(graph, b, value_of)
+    state.finish()
+
+    opsets = [helper.make_opsetid("", OPSET)]
+    if CONTRIB_DOMAIN in b.domains:
+        opsets.append(helper.make_opsetid(CONTRIB_DOMAIN, 1))
+    model = helper.make_model(b.graph(), opset_imports=opsets, producer_name="ortstate", ir_version=ONNX_IR_VERSION)
+    meta = ModelMeta(
+        form=EXPLICIT if explicit_state else CUSTOM_OP,
+        variables=tuple(state.meta[v.id] for v in variables),
+        request_input=REQUEST_INPUT if variables and not explicit_state else None,
+        source=Path(graph.source).name,
+    )
+    write_meta(model, meta)
+    return model
+
+
+def _translate(layer: Layer, ctx: Context, values: dict[tuple[int, int], str], value_of) -> None:  # noqa: ANN001
+    fn = lookup(layer.type, layer.op_version)
+    assert fn is not None  # unsupported_ops() ran first
+    ctx.b.hint = layer.name
+    node = ctx.node(layer, [value_of(layer, i) for i in range(len(layer.inputs))])
+    outs = fn(node, ctx)
+    if len(outs) != len(layer.outputs):
+        raise ConversionError(f"{node.where}: translator produced {len(outs)} outputs, expected {len(layer.outputs)}")
+    for port, name in zip(layer.outputs, outs):
+        values[(layer.id, port.id)] = name
+
+
+def _tensor_name(layer: Layer, port_index: int = 0) -> str:
+    """What OpenVINO's ``get_any_name()`` returns: the smallest tensor name, else the layer name."""
+    names = layer.outputs[port_index].names if layer.outputs else ()
+    return min(names) if names else layer.name
+
+
+def _add_inputs(graph: Graph, b: GraphBuilder, values: dict[tuple[int, int], str]) -> None:
+    for layer in graph.parameters:
+        name = _tensor_name(layer)
+        if b.names.taken(name):
+            raise ConversionError(f"{graph.source}: {layer.describe()}: input name '{name}' is used twice")
+        b.names.reserve(name)
+        etype = layer.outputs[0].element_type
+        shape = parse_partial_shape(layer.attrs.get("shape", "..."))
+        dims = None if shape.dims is None else [d.lo if d.is_static else f"{name}_d{i}" for i, d in enumerate(shape.dims)]
+        b.add_input(name, onnx_type(etype, f"{graph.source}: {layer.describe()}"), dims)
+        values[(layer.id, layer.outputs[0].id)] = name
+
+
+def _add_outputs(graph: Graph, b: GraphBuilder, value_of) -> None:  # noqa: ANN001
+    """Name outputs as OpenVINO does, renaming the producing value where we can, else via Identity."""
+    produced = {out for node in b.nodes for out in node.output}
+    renamed: dict[str, str] = {}
+    outputs: set[str] = set()
+    for layer in graph.results:
+        _, port = graph.producer(layer, 0)
+        value = value_of(layer, 0)
+        value = renamed.get(value, value)
+        name = min(port.names) if port.names else layer.name
+        can_rename = value in produced and value not in renamed.values() and not b.names.taken(name)
+        if value == name and name not in outputs:
+            pass
+        elif can_rename:
+            b.names.reserve(name)
+            b.rename(value, name)
+            renamed[value] = name
+        else:
+            name = b.names.fresh(name) if b.names.taken(name) else b.names.reserve(name)
+            b.op("Identity", [value], names=[name])
+        outputs.add(name)
+        etype = port.element_type or layer.inputs[0].element_type
+        # onnx.checker wants a shape on graph outputs; IR ports give the rank, -1 where dynamic.
+        dims = [d.lo if d.is_static else f"{name}_d{i}" for i, d in enumerate(layer.inputs[0].shape.dims or ())]
+        b.add_output(name, onnx_type(etype, f"{graph.source}: {layer.describe()}"), dims)

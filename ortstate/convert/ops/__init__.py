@@ -1,0 +1,7 @@
+"""Translators, one module per op family. Importing this package registers them all."""
+
+from . import (  # noqa: F401
+    broadcast,
+    constants,
+    elementwise,
+)

@@ -1,0 +1,299 @@
+"""ReadValue/Assign: pair and validate variables, plan their init subgraphs, write their ONNX form.
+
+Custom-op form: ``ReadValue(init, request) -> value`` and ``Assign(value, request)`` in the
+``ai.onnx.contrib`` domain; the runtime's Python ops read committed values and stage writes.
+Explicit form: the value arrives as a graph input and leaves as a graph output.
+
+A computed init is guarded by ``If(init_flag)`` when it is worth skipping (custom-op form) or
+always (explicit form, where the ``If`` also selects between the init and the fed value); the
+runtime sets the flag only on a variable's first run and after a reset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from onnx import TensorProto
+
+from ..errors import StateError
+from ..ir import ElementType, Graph, Layer, PartialShape, element_type, parse_partial_shape
+from ..model_meta import VariableMeta
+from .builder import GraphBuilder
+from .context import constant_value
+from .dtypes import numpy_type, onnx_type
+
+__all__ = ["CONTRIB_DOMAIN", "REQUEST_INPUT", "Variable", "collect_variables", "StateWriter"]
+
+CONTRIB_DOMAIN = "ai.onnx.contrib"
+REQUEST_INPUT = "ortstate.request"
+# Init-only layers of these types are cheap enough to run every step instead of paying for an If.
+_CHEAP_INIT_OPS = frozenset(
+    "Const Convert ShapeOf Gather Concat Broadcast Reshape Squeeze Unsqueeze Slice StridedSlice Range".split()
+)
+# PyOps cannot carry f16/bf16 (the process aborts): such variables cross the boundary as f32.
+_CARRIED_AS_F32 = frozenset({"f16", "bf16"})
+_MAIN = "<main>"
+
+
+@dataclass
+class Variable:
+    id: str
+    read: Layer
+    assign: Layer
+    etype: ElementType
+    shape: PartialShape
+    init: str  # "zeros" | "computed"
+    init_shape: tuple[int, ...]
+    exclusive: set[int] = field(default_factory=set)  # layers only this variable's init needs
+    guarded: bool = False
+
+    @property
+    def carrier_type(self) -> int:
+        return TensorProto.FLOAT if self.etype.name in _CARRIED_AS_F32 else onnx_type(self.etype)
+
+
+def _where(graph: Graph, layer: Layer) -> str:
+    return f"{graph.source}: {layer.describe()}"
+
+
+def _lenient_relaxes(declared: PartialShape, actual: PartialShape) -> bool:
+    """Like ``declared.relaxes(actual)``, reading IR port dims of -1 as unknown (ports lose ranges)."""
+    if declared.dims is None or actual.dims is None or not actual.dims:
+        return True
+    if len(declared.dims) != len(actual.dims):
+        return False
+    return all(a.relaxes(b) or not b.is_static for a, b in zip(declared.dims, actual.dims))
+
+
+def _shape_of_value(graph: Graph, layer: Layer, index: int) -> PartialShape:
+    """The best shape we know for the value on ``layer``'s input ``index``."""
+    producer, port = graph.producer(layer, index)
+    if producer.type == "Const":
+        return PartialShape(tuple(parse_partial_shape(str(d)).dims[0] for d in graph.constant(producer).shape))  # type: ignore[index]
+    if producer.type == "Parameter":
+        return parse_partial_shape(producer.attrs.get("shape", "..."))
+    return port.shape if port.shape.dims else PartialShape(None)
+
+
+def collect_variables(graph: Graph) -> list[Variable]:
+    """Pair every ReadValue with its Assign and check them the way OpenVINO's spec does.
+
+    Raises:
+        StateError: naming the variable and layer: a ReadValue without Assign or the reverse, two
+            of either for one variable, or a type/shape the variable does not admit.
+    """
+    reads: dict[str, Layer] = {}
+    assigns: dict[str, Layer] = {}
+    for layer in graph.topological():
+        if layer.type not in ("ReadValue", "Assign"):
+            continue
+        vid = layer.attrs.get("variable_id", "")
+        if not vid:
+            raise StateError(f"{_where(graph, layer)}: missing attribute 'variable_id'")
+        table = reads if layer.type == "ReadValue" else assigns
+        if vid in table:
+            raise StateError(
+                f"{_where(graph, layer)}: variable '{vid}' has two {layer.type} layers "
+                f"('{table[vid].name}' id {table[vid].id} and '{layer.name}' id {layer.id})"
+            )
+        table[vid] = layer
+    for vid, layer in assigns.items():
+        if vid not in reads:
+            raise StateError(f"{_where(graph, layer)}: variable '{vid}' is assigned but never read (no ReadValue)")
+    variables = []
+    for vid, read in reads.items():
+        if vid not in assigns:
+            raise StateError(f"{_where(graph, read)}: variable '{vid}' is read but never assigned (no Assign)")
+        variables.append(_make_variable(graph, vid, read, assigns[vid]))
+    return variables
+
+
+def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variable:
+    where = f"{_where(graph, read)}: variable '{vid}'"
+    has_init = bool(read.inputs)
+    init_type = None
+    init_shape = PartialShape(None)
+    if has_init:
+        init_type = read.inputs[0].element_type or graph.producer(read, 0)[1].element_type
+        init_shape = _shape_of_value(graph, read, 0)
+    declared_type: ElementType | None = None
+    declared_shape = PartialShape(None)
+    if read.op_version is not None and read.op_version >= 6:
+        raw_type = read.attrs.get("variable_type", "dynamic")
+        if raw_type not in ("dynamic", "undefined"):
+            try:
+                declared_type = element_type(raw_type)
+            except KeyError:
+                raise StateError(f"{where}: unknown variable_type {raw_type!r}") from None
+        try:
+            declared_shape = parse_partial_shape(read.attrs.get("variable_shape", "..."))
+        except ValueError as exc:
+            raise StateError(f"{where}: bad variable_shape: {exc}") from None
+        if not has_init and (declared_type is None or declared_shape.dims is None):
+            raise StateError(f"{where}: a ReadValue without init input needs a static variable_type and a variable_shape rank")
+    elif not has_init:
+        raise StateError(f"{where}: ReadValue-3 needs an init input")
+    if declared_type is not None and init_type is not None and declared_type != init_type:
+        raise StateError(f"{where}: variable_type {declared_type.name} does not relax the init value's type {init_type.name}")
+    if not _lenient_relaxes(declared_shape, init_shape):
+        raise StateError(f"{where}: variable_shape {declared_shape} does not relax the init value's shape {init_shape}")
+    etype = declared_type or init_type or read.outputs[0].element_type
+    if etype is None:
+        raise StateError(f"{where}: cannot tell the variable's element type")
+    shape = declared_shape if declared_shape.dims is not None else init_shape
+
+    assign_where = f"{_where(graph, assign)}: variable '{vid}'"
+    assign_type = assign.inputs[0].element_type or graph.producer(assign, 0)[1].element_type
+    if assign_type is not None and assign_type != etype:
+        raise StateError(f"{assign_where}: Assign writes {assign_type.name} but the variable is {etype.name}")
+    if not _lenient_relaxes(shape, _shape_of_value(graph, assign, 0)):
+        raise StateError(f"{assign_where}: Assign writes shape {_shape_of_value(graph, assign, 0)} but the variable is {shape}")
+
+    init_kind, zero_shape = "computed", tuple(d.lo if d.is_static else 0 for d in shape.dims or ())
+    if not has_init:
+        init_kind = "zeros"
+    else:
+        value = constant_value(graph, graph.producer(read, 0)[0])
+        if value is not None and not np.any(value):
+            init_kind, zero_shape = "zeros", tuple(value.shape)
+    return Variable(vid, read, assign, etype, shape, init_kind, zero_shape)
+
+
+def plan_inits(graph: Graph, variables: list[Variable], explicit: bool) -> None:
+    """Find each computed init's exclusive layers and decide which inits an ``If`` guards."""
+    by_read = {v.read.id: v for v in variables}
+    owner: dict[int, str] = {}
+    for layer in reversed(graph.topological()):
+        if layer.type in ("Parameter", "ReadValue", "Assign", "Result"):
+            owner[layer.id] = _MAIN
+            continue
+        owners = set()
+        for index in range(len(layer.outputs)):
+            for dst, _ in graph.consumers(layer, index):
+                owners.add(by_read[dst.id].id if dst.id in by_read else owner[dst.id])
+        owner[layer.id] = owners.pop() if len(owners) == 1 else _MAIN
+    for var in variables:
+        if var.init != "computed":
+            continue
+        var.exclusive = {lid for lid, o in owner.items() if o == var.id}
+        expensive = any(graph.layers[lid].type not in _CHEAP_INIT_OPS for lid in var.exclusive)
+        var.guarded = explicit or expensive
+
+
+TranslateFn = Callable[[list[Layer], GraphBuilder], None]
+ValueFn = Callable[[Layer, int], str]
+
+
+class StateWriter:
+    """Writes the ONNX form of every variable into the main graph as the driver reaches it."""
+
+    def __init__(self, graph: Graph, variables: list[Variable], builder: GraphBuilder, explicit: bool) -> None:
+        self.graph = graph
+        self.variables = {v.id: v for v in variables}
+        self.b = builder
+        self.explicit = explicit
+        self.meta: dict[str, VariableMeta] = {}
+        self._flags: dict[str, str] = {}
+        self._state_in: dict[str, str] = {}
+        for var in variables:
+            if var.guarded:
+                self._flags[var.id] = builder.names.reserve(f"ortstate.init.{var.id}")
+                builder.add_input(self._flags[var.id], TensorProto.BOOL, [])
+            if explicit:
+                self._state_in[var.id] = builder.names.reserve(f"ortstate.in.{var.id}")
+                builder.add_input(self._state_in[var.id], onnx_type(var.etype), _onnx_dims(var.shape, f"{var.id}_d"))
+        if variables and not explicit:
+            builder.names.reserve(REQUEST_INPUT)
+            builder.add_input(REQUEST_INPUT, TensorProto.INT64, [])
+
+    def skipped_layers(self) -> set[int]:
+        """Layers the driver must not translate in the main graph (they go into If branches)."""
+        return {lid for v in self.variables.values() if v.guarded for lid in v.exclusive}
+
+    def read(self, layer: Layer, value_of: ValueFn, translate: TranslateFn) -> str:
+        var = self.variables[layer.attrs["variable_id"]]
+        b = self.b
+        b.hint = layer.name
+        etype = onnx_type(var.etype)
+        if var.guarded:
+            init_branch = b.sub(f"init_{var.id}")
+            translate([self.graph.layers[i] for i in self.graph.order if i in var.exclusive], init_branch)
+            init = value_of(layer, 0)
+            if not self.explicit and var.carrier_type != etype:
+                init = init_branch.op("Cast", [init], {"to": var.carrier_type})
+            init_out = init_branch.op("Identity", [init])
+            init_branch.add_output(init_out, etype if self.explicit else var.carrier_type, None)
+            other = b.sub(f"skip_init_{var.id}")
+            if self.explicit:
+                skip = other.op("Identity", [self._state_in[var.id]])
+                other.add_output(skip, etype, None)
+            else:
+                empty = np.zeros([0] * max(1, len(var.init_shape)), dtype=numpy_type(var.carrier_type))
+                skip = other.op("Identity", [other.const(empty, hint=f"{var.id}_empty")])
+                other.add_output(skip, var.carrier_type, None)
+            init = b.op("If", [self._flags[var.id]], {"then_branch": init_branch.graph(), "else_branch": other.graph()})
+            if self.explicit:
+                return self._record(var, init)
+        elif self.explicit:
+            if var.init == "zeros":
+                return self._record(var, self._state_in[var.id])
+            raise AssertionError("explicit computed inits are always guarded")
+        elif var.init == "zeros":
+            init = b.const(np.zeros(var.init_shape, dtype=numpy_type(var.carrier_type)), hint=f"{var.id}_zeros")
+        else:
+            init = value_of(layer, 0)
+            if var.carrier_type != etype:
+                init = b.op("Cast", [init], {"to": var.carrier_type})
+        value = b.op("ReadValue", [init, REQUEST_INPUT], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
+        if var.carrier_type != etype:
+            value = b.op("Cast", [value], {"to": etype})
+        return self._record(var, value)
+
+    def assign(self, layer: Layer, value: str) -> str:
+        var = self.variables[layer.attrs["variable_id"]]
+        b = self.b
+        b.hint = layer.name
+        if self.explicit:
+            out = b.names.reserve(f"ortstate.out.{var.id}")
+            b.op("Identity", [value], names=[out])
+            self.meta[var.id] = replace(self.meta[var.id], state_output=out)
+            return value
+        carried = value if var.carrier_type == onnx_type(var.etype) else b.op("Cast", [value], {"to": var.carrier_type})
+        b.op("Assign", [carried, REQUEST_INPUT], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
+        return value
+
+    def finish(self) -> None:
+        """Declare the explicit form's state outputs, after the model's own outputs."""
+        for var in self.variables.values():
+            out = self.meta[var.id].state_output
+            if out:
+                self.b.add_output(out, onnx_type(var.etype), _onnx_dims(var.shape, f"{var.id}_d"))
+
+    def _record(self, var: Variable, value: str) -> str:
+        self.meta[var.id] = VariableMeta(
+            id=var.id,
+            element_type=var.etype.name,
+            dtype=numpy_type(onnx_type(var.etype)).name,
+            shape=_meta_shape(var.shape),
+            init=var.init,
+            init_shape=list(var.init_shape),
+            init_flag=self._flags.get(var.id),
+            state_input=self._state_in.get(var.id),
+            carrier=None if self.explicit else numpy_type(var.carrier_type).name,
+        )
+        return value
+
+
+def _meta_shape(shape: PartialShape) -> list[int | list[int | None]] | None:
+    if shape.dims is None:
+        return None
+    return [d.lo if d.is_static else [d.lo, d.hi] for d in shape.dims]
+
+
+def _onnx_dims(shape: PartialShape, prefix: str) -> list[int | str] | None:
+    if shape.dims is None:
+        return None
+    return [d.lo if d.is_static else f"{prefix}{i}" for i, d in enumerate(shape.dims)]
+

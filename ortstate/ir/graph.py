@@ -1,0 +1,131 @@
+"""An immutable OpenVINO graph: layers, ports, edges and decoded constants."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from .shapes import PartialShape
+from .types import ElementType
+
+__all__ = ["Edge", "Graph", "Layer", "Port"]
+
+
+@dataclass(frozen=True)
+class Port:
+    """A layer's input or output port. ``element_type`` is None where the IR gives no precision.
+
+    IR ports write no dims for both scalars and dynamic-rank tensors; ``shape`` then reads as a
+    scalar, so translators needing the rank should look at producers they know (Parameter, Const).
+    """
+
+    id: int
+    element_type: ElementType | None
+    shape: PartialShape
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Edge:
+    from_layer: int
+    from_port: int
+    to_layer: int
+    to_port: int
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One ``<layer>``. ``version`` is the opset name (``opset8``); ``op_version`` its number."""
+
+    id: int
+    name: str
+    type: str
+    version: str
+    attrs: Mapping[str, str]
+    inputs: tuple[Port, ...]
+    outputs: tuple[Port, ...]
+    rt_info: Mapping[str, str] = field(default_factory=dict)
+    body: Graph | None = None
+    port_map: tuple[Mapping[str, str], ...] = ()
+    back_edges: tuple[Edge, ...] = ()
+
+    @property
+    def op_version(self) -> int | None:
+        digits = self.version[5:] if self.version.startswith("opset") else ""
+        return int(digits) if digits.isdigit() else None
+
+    @property
+    def op_name(self) -> str:
+        """``Type-N`` as OpenVINO's docs name versioned ops."""
+        return f"{self.type}-{self.op_version if self.op_version is not None else self.version}"
+
+    def describe(self) -> str:
+        return f"layer '{self.name}' (id {self.id}, {self.op_name})"
+
+    def input_port(self, port_id: int) -> Port | None:
+        return next((p for p in self.inputs if p.id == port_id), None)
+
+    def output_port(self, port_id: int) -> Port | None:
+        return next((p for p in self.outputs if p.id == port_id), None)
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """A validated graph. Layers keep the XML's order; ``order`` is a topological order."""
+
+    source: str
+    layers: Mapping[int, Layer]
+    edges: tuple[Edge, ...]
+    constants: Mapping[int, np.ndarray]
+    order: tuple[int, ...]
+    version: int = 11
+    name: str = ""
+    rt_info: Mapping[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def _producers(self) -> dict[tuple[int, int], tuple[int, int]]:
+        return {(e.to_layer, e.to_port): (e.from_layer, e.from_port) for e in self.edges}
+
+    @cached_property
+    def _consumers(self) -> dict[tuple[int, int], list[tuple[int, int]]]:
+        out: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for e in self.edges:
+            out.setdefault((e.from_layer, e.from_port), []).append((e.to_layer, e.to_port))
+        return out
+
+    def producer(self, layer: Layer, input_index: int) -> tuple[Layer, Port]:
+        """The layer and output port feeding ``layer``'s ``input_index``-th input port."""
+        from_layer, from_port = self._producers[(layer.id, layer.inputs[input_index].id)]
+        src = self.layers[from_layer]
+        port = src.output_port(from_port)
+        assert port is not None  # the reader validated every edge
+        return src, port
+
+    def consumers(self, layer: Layer, output_index: int) -> list[tuple[Layer, int]]:
+        """(layer, input index) pairs reading ``layer``'s ``output_index``-th output port."""
+        result = []
+        for to_layer, to_port in self._consumers.get((layer.id, layer.outputs[output_index].id), []):
+            dst = self.layers[to_layer]
+            index = next(i for i, p in enumerate(dst.inputs) if p.id == to_port)
+            result.append((dst, index))
+        return result
+
+    def topological(self) -> list[Layer]:
+        return [self.layers[i] for i in self.order]
+
+    def of_type(self, *types: str) -> list[Layer]:
+        return [layer for layer in self.layers.values() if layer.type in types]
+
+    @property
+    def parameters(self) -> list[Layer]:
+        return self.of_type("Parameter")
+
+    @property
+    def results(self) -> list[Layer]:
+        return self.of_type("Result")
+
+    def constant(self, layer: Layer) -> np.ndarray:
+        return self.constants[layer.id]

@@ -1,0 +1,109 @@
+"""One request's variables: committed values, the writes a run stages, and errors ops recorded."""
+
+from __future__ import annotations
+
+import ml_dtypes  # noqa: F401  (makes np.dtype("bfloat16") resolvable)
+import numpy as np
+
+from ..errors import RunError, StateError
+from ..model_meta import VariableMeta
+
+__all__ = ["StateStore", "shape_admits"]
+
+
+def shape_admits(shape: list | None, actual: tuple[int, ...]) -> bool:
+    """True if a concrete shape fits a metadata partial shape (see ``VariableMeta.shape``)."""
+    if shape is None:
+        return True
+    if len(shape) != len(actual):
+        return False
+    for dim, n in zip(shape, actual):
+        if isinstance(dim, int):
+            if dim != n:
+                return False
+        else:
+            lo, hi = dim
+            if n < lo or (hi is not None and n > hi):
+                return False
+    return True
+
+
+def _show(shape: list | None) -> str:
+    if shape is None:
+        return "[...]"
+    return "[" + ",".join(str(d) if isinstance(d, int) else f"{d[0] or ''}..{'' if d[1] is None else d[1]}" for d in shape) + "]"
+
+
+class StateStore:
+    """Values live in the carrier dtype (what the model's state ops exchange); users see ``dtype``.
+
+    Not thread-safe by itself: the owning request serialises runs and state access.
+    """
+
+    def __init__(self, variables: tuple[VariableMeta, ...], carried: bool) -> None:
+        self.meta = {v.id: v for v in variables}
+        self._dtype = {v.id: np.dtype(v.dtype) for v in variables}
+        self._carrier = {v.id: np.dtype(v.carrier if carried and v.carrier else v.dtype) for v in variables}
+        self.values: dict[str, np.ndarray] = {}
+        self.pending: dict[str, np.ndarray] = {}
+        self.errors: list[str] = []
+
+    # -- what the ops and the runner call during a run ------------------------------------------
+    def read(self, var_id: str, init: np.ndarray) -> np.ndarray:
+        value = self.values.get(var_id)
+        return init if value is None else value
+
+    def stage(self, var_id: str, value: np.ndarray) -> None:
+        self.pending[var_id] = value
+
+    def fail(self, message: str) -> None:
+        self.errors.append(message)
+
+    def begin(self) -> None:
+        self.pending.clear()
+        self.errors.clear()
+
+    def commit(self) -> None:
+        """Apply the run's writes, all or none (the run's error is raised, state untouched)."""
+        try:
+            if self.errors:
+                raise RunError(f"run failed inside a state op: {self.errors[0]}; no variable was changed")
+            missing = [v for v in self.meta if v not in self.pending]
+            if missing:
+                raise RunError(f"run did not write variable(s) {', '.join(missing)}; no variable was changed")
+            for var_id, value in self.pending.items():
+                self._check(var_id, value, self._carrier[var_id], "the model's Assign wrote")
+            self.values.update(self.pending)
+        finally:
+            self.pending.clear()
+            self.errors.clear()
+
+    def initialized(self, var_id: str) -> bool:
+        return var_id in self.values
+
+    # -- the state API ------------------------------------------------------------------------
+    def get(self, var_id: str) -> np.ndarray:
+        """A copy in the variable's dtype; zeros (dynamic dims 0) while uninitialised."""
+        value = self.values.get(var_id)
+        if value is None:
+            return np.zeros(self.meta[var_id].init_shape, dtype=self._dtype[var_id])
+        return value.astype(self._dtype[var_id], copy=True)
+
+    def set(self, var_id: str, value: object) -> None:
+        arr = np.asarray(value)
+        self._check(var_id, arr, self._dtype[var_id], "cannot set state:")
+        self.values[var_id] = np.ascontiguousarray(arr.astype(self._carrier[var_id], copy=True))
+
+    def reset(self, var_id: str | None = None) -> None:
+        if var_id is None:
+            self.values.clear()
+        else:
+            self.values.pop(var_id, None)
+
+    def _check(self, var_id: str, arr: np.ndarray, dtype: np.dtype, what: str) -> None:
+        meta = self.meta[var_id]
+        error = RunError if what.startswith("the model") else StateError
+        if arr.dtype != dtype:
+            raise error(f"variable '{var_id}': {what} dtype {arr.dtype}, expected {dtype}")
+        if not shape_admits(meta.shape, arr.shape):
+            raise error(f"variable '{var_id}': {what} shape {list(arr.shape)}, expected {_show(meta.shape)}")
