@@ -151,7 +151,8 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
     if not _lenient_relaxes(shape, _shape_of_value(graph, assign, 0)):
         raise StateError(f"{assign_where}: Assign writes shape {_shape_of_value(graph, assign, 0)} but the variable is {shape}")
 
-    init_kind, zero_shape = "computed", tuple(d.lo if d.is_static else 0 for d in shape.dims or ())
+    # Uninitialised variables read (and show) zeros with each dynamic dim at its lower bound, 0 if unbounded.
+    init_kind, zero_shape = "computed", tuple(d.lo for d in shape.dims or ())
     if not has_init:
         init_kind = "zeros"
     else:

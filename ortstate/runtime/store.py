@@ -29,9 +29,17 @@ def shape_admits(shape: list | None, actual: tuple[int, ...]) -> bool:
 
 
 def _show(shape: list | None) -> str:
+    """A metadata shape as OpenVINO writes it: ``[1,?,2..8]``."""
     if shape is None:
         return "[...]"
-    return "[" + ",".join(str(d) if isinstance(d, int) else f"{d[0] or ''}..{'' if d[1] is None else d[1]}" for d in shape) + "]"
+
+    def dim(d: int | list) -> str:
+        if isinstance(d, int):
+            return str(d)
+        lo, hi = d
+        return "?" if not lo and hi is None else f"{lo or ''}..{'' if hi is None else hi}"
+
+    return "[" + ",".join(dim(d) for d in shape) + "]"
 
 
 class StateStore:
