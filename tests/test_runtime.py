@@ -1,0 +1,137 @@
+"""The runtime on its own: loading, requests across threads, op failures, freeing state."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+import pytest
+from openvino import opset6
+from openvino.op.util import Variable, VariableInfo
+from oracle import save_ir
+
+import ortstate
+from ortstate.runtime import pyops
+
+
+@pytest.fixture(scope="module")
+def acc_xml(tmp_path_factory):
+    x = ops.parameter([1, 4], np.float32, name="x")
+    info = VariableInfo()
+    info.data_shape = ov.PartialShape([1, 4])
+    info.data_type = ov.Type.f32
+    info.variable_id = "acc"
+    var = Variable(info)
+    rv = opset6.read_value(var)
+    add = ops.add(rv, x)
+    model = ov.Model([ops.result(add)], [opset6.assign(add, var)], [x], "acc")
+    return save_ir(model, tmp_path_factory.mktemp("acc"), "acc")
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_loads_path_bytes_and_proto(acc_xml, tmp_path, explicit):
+    onnx_path = tmp_path / "m.onnx"
+    proto = ortstate.convert(acc_xml, onnx_path, explicit_state=explicit)
+    ones = {"x": np.ones((1, 4), np.float32)}
+    for model in (onnx_path, str(onnx_path), onnx_path.read_bytes(), proto):
+        session = ortstate.StatefulSession(model)
+        assert session.form == ("explicit" if explicit else "custom-op")
+        assert [i.name for i in session.get_inputs()] == ["x"]
+        session.run(None, ones)
+        assert session.run(None, ones)[0].tolist() == [[2, 2, 2, 2]]
+
+
+def test_explicit_model_runs_in_plain_onnxruntime(acc_xml):
+    import onnxruntime as ort
+
+    model = ortstate.convert(acc_xml, explicit_state=True)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x", "ortstate.in.acc"]
+    out, state = session.run(None, {"x": np.ones((1, 4), np.float32), "ortstate.in.acc": np.full((1, 4), 2, np.float32)})
+    assert out.tolist() == state.tolist() == [[3, 3, 3, 3]]
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_threads_on_distinct_requests_match_sequential(acc_xml, explicit):
+    session = ortstate.StatefulSession(ortstate.convert(acc_xml, explicit_state=explicit))
+    requests = [session.create_infer_request() for _ in range(8)]
+    steps = 50
+
+    def work(index: int) -> None:
+        for _ in range(steps):
+            requests[index].run(None, {"x": np.full((1, 4), index, np.float32)})
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for index, request in enumerate(requests):
+        assert request.query_state()[0].state.tolist() == [[index * steps] * 4]
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_one_request_from_two_threads_is_serialised(acc_xml, explicit):
+    session = ortstate.StatefulSession(ortstate.convert(acc_xml, explicit_state=explicit))
+    request = session.create_infer_request()
+
+    def work() -> None:
+        for _ in range(100):
+            request.run(None, {"x": np.ones((1, 4), np.float32)})
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert request.query_state()[0].state.tolist() == [[400] * 4]
+
+
+def test_error_inside_a_state_op_is_raised_after_the_run(acc_xml, monkeypatch):
+    session = ortstate.StatefulSession(ortstate.convert(acc_xml))
+    ones = {"x": np.ones((1, 4), np.float32)}
+    session.run(None, ones)
+    store = session._default._store
+
+    def broken(var_id, value):
+        raise ValueError("disk on fire")
+
+    monkeypatch.setattr(store, "stage", broken)
+    with pytest.raises(ortstate.RunError, match=r"run failed inside a state op: Assign 'acc': disk on fire; no variable was changed"):
+        session.run(None, ones)
+    monkeypatch.undo()
+    assert session.query_state()[0].state.tolist() == [[1] * 4]
+    assert session.run(None, ones)[0].tolist() == [[2] * 4]
+
+
+def test_request_state_is_freed_with_the_request(acc_xml):
+    session = ortstate.StatefulSession(ortstate.convert(acc_xml))
+    gc.collect()
+    before = len(pyops._stores)
+    request = session.create_infer_request()
+    request.run(None, {"x": np.ones((1, 4), np.float32)})
+    assert len(pyops._stores) == before + 1
+    del request  # no gc.collect(): plain reference counting frees it
+    assert len(pyops._stores) == before
+
+
+def test_run_errors_name_the_problem(acc_xml):
+    session = ortstate.StatefulSession(ortstate.convert(acc_xml))
+    with pytest.raises(ortstate.RunError, match=r"^missing input\(s\) x; unknown input\(s\) y \(inputs: x\)$"):
+        session.run(None, {"y": np.ones((1, 4), np.float32)})
+    with pytest.raises(ortstate.RunError, match=r"^unknown output\(s\) nope"):
+        session.run(["nope"], {"x": np.ones((1, 4), np.float32)})
+    with pytest.raises(ortstate.RunError, match=r"^run failed, no variable was changed: .*x"):
+        session.run(None, {"x": np.ones((1, 4), np.float64)})
+
+
+def test_not_an_onnx_model(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00garbage")
+    with pytest.raises(ortstate.OrtStateError, match="bad.onnx: not a readable ONNX model"):
+        ortstate.StatefulSession(bad)
+    with pytest.raises(ortstate.OrtStateError, match="missing.onnx: no such file"):
+        ortstate.StatefulSession(tmp_path / "missing.onnx")
