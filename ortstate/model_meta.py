@@ -36,7 +36,8 @@ class VariableMeta:
         init_flag: name of the bool graph input telling the model to compute the init value this
             run (computed inits guarded by an ``If``), else None.
         state_input / state_output: explicit form only: graph input and output carrying the value.
-        carrier: numpy dtype name the custom ops carry the value as (f16/bf16 travel as float32).
+        carrier: numpy dtype name of the value as the model exchanges it (custom ops carry f16 and
+            bf16 as float32; both forms carry bf16 as float32); ``dtype`` is what users see.
     """
 
     id: str

@@ -276,13 +276,13 @@ class StateWriter:
         self.meta[var.id] = VariableMeta(
             id=var.id,
             element_type=var.etype.name,
-            dtype=numpy_type(onnx_type(var.etype)).name,
+            dtype=np.dtype(var.etype.dtype).name,
             shape=_meta_shape(var.shape),
             init=var.init,
             init_shape=list(var.init_shape),
             init_flag=self._flags.get(var.id),
             state_input=self._state_in.get(var.id),
-            carrier=None if self.explicit else numpy_type(var.carrier_type).name,
+            carrier=numpy_type(onnx_type(var.etype) if self.explicit else var.carrier_type).name,
         )
         return value
 

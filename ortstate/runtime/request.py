@@ -60,7 +60,7 @@ class InferRequest:
         self._session = session
         meta = session._meta
         self._explicit = meta.form == EXPLICIT
-        self._store = StateStore(meta.variables, carried=not self._explicit)
+        self._store = StateStore(meta.variables)
         self._lock = threading.RLock()
         self._fixed: dict[str, np.ndarray] = {}
         if meta.variables and not self._explicit:
@@ -89,7 +89,7 @@ class InferRequest:
                 if v.init_flag:
                     feeds[v.init_flag] = _FALSE if initialized else _TRUE
                 if v.state_input:
-                    feeds[v.state_input] = store.values[v.id] if initialized else store.get(v.id)
+                    feeds[v.state_input] = store.carried(v.id)
             store.begin()
             try:
                 results = session._ort.run(names + self._state_outputs, feeds, run_options)

@@ -48,10 +48,10 @@ class StateStore:
     Not thread-safe by itself: the owning request serialises runs and state access.
     """
 
-    def __init__(self, variables: tuple[VariableMeta, ...], carried: bool) -> None:
+    def __init__(self, variables: tuple[VariableMeta, ...]) -> None:
         self.meta = {v.id: v for v in variables}
         self._dtype = {v.id: np.dtype(v.dtype) for v in variables}
-        self._carrier = {v.id: np.dtype(v.carrier if carried and v.carrier else v.dtype) for v in variables}
+        self._carrier = {v.id: np.dtype(v.carrier or v.dtype) for v in variables}
         self.values: dict[str, np.ndarray] = {}
         self.pending: dict[str, np.ndarray] = {}
         self.errors: list[str] = []
@@ -88,6 +88,13 @@ class StateStore:
 
     def initialized(self, var_id: str) -> bool:
         return var_id in self.values
+
+    def carried(self, var_id: str) -> np.ndarray:
+        """The value to feed the model (carrier dtype): committed, else the zero init."""
+        value = self.values.get(var_id)
+        if value is None:
+            return np.zeros(self.meta[var_id].init_shape, dtype=self._carrier[var_id])
+        return value
 
     # -- the state API ------------------------------------------------------------------------
     def get(self, var_id: str) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from onnx import TensorProto
 
 from ...ir import element_type
 from ..context import Context, Node
@@ -20,6 +21,13 @@ def const_v1(node: Node, ctx: Context) -> list[str]:
 
 @translator("Convert", 1)
 def convert_v1(node: Node, ctx: Context) -> list[str]:
-    """Convert-1 -> Cast (OpenVINO ``destination_type`` -> ONNX ``to``)."""
-    target = onnx_type(node.attr_type("destination_type"), node.where)
+    """Convert-1 -> Cast (OpenVINO ``destination_type`` -> ONNX ``to``).
+
+    bf16 is carried as f32 (see dtypes), so a conversion to bf16 rounds through a BFLOAT16 Cast.
+    """
+    destination = node.attr_type("destination_type")
+    target = onnx_type(destination, node.where)
+    if destination.name == "bf16":
+        rounded = ctx.b.op("Cast", [node.inputs[0]], {"to": TensorProto.BFLOAT16})
+        return [ctx.b.op("Cast", [rounded], {"to": target})]
     return [ctx.b.op("Cast", [node.inputs[0]], {"to": target})]
