@@ -177,3 +177,16 @@ class Context:
 
     def node(self, layer: Layer, inputs: list[str]) -> Node:
         return Node(layer, inputs, self.graph)
+
+    def translate_body(self, body: Graph, builder: GraphBuilder, params: dict[int, str]) -> dict[int, str]:
+        """Translate a TensorIterator/Loop body into ``builder``.
+
+        Args:
+            params: ONNX value name for each body Parameter (by layer id).
+
+        Returns:
+            The ONNX value feeding each body Result (by layer id).
+        """
+        from .driver import translate_body  # the driver owns the walk; imported late to avoid a cycle
+
+        return translate_body(body, builder, params)

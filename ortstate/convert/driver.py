@@ -125,6 +125,27 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
     return model
 
 
+def translate_body(body: Graph, builder: GraphBuilder, params: dict[int, str]) -> dict[int, str]:
+    """Translate a loop body (see :meth:`Context.translate_body`). Bodies cannot hold variables."""
+    values: dict[tuple[int, int], str] = {}
+    ctx = Context(body, builder)
+
+    def value_of(layer: Layer, index: int) -> str:
+        src, port = body.producer(layer, index)
+        return values[(src.id, port.id)]
+
+    for layer in body.topological():
+        if layer.type == "Parameter":
+            if layer.id not in params:
+                raise ConversionError(f"{body.source}: body {layer.describe()} is not connected by the port map")
+            values[(layer.id, layer.outputs[0].id)] = params[layer.id]
+        elif layer.type in ("ReadValue", "Assign"):
+            raise ConversionError(f"{body.source}: {layer.describe()}: variables inside loop bodies are not supported")
+        elif layer.type != "Result":
+            _translate(layer, ctx, values, value_of)
+    return {layer.id: value_of(layer, 0) for layer in body.results}
+
+
 def _translate(layer: Layer, ctx: Context, values: dict[tuple[int, int], str], value_of) -> None:  # noqa: ANN001
     fn = lookup(layer.type, layer.op_version)
     assert fn is not None  # unsupported_ops() ran first
