@@ -29,7 +29,10 @@ def kv_model(tmp_path, compress: bool, state_type=ov.Type.f32):
     past = ops.gather(read, beam_idx, ops.constant(np.int64(0)))
     w = ops.constant(RNG.standard_normal((HIDDEN, HEADS * DIM)).astype(np.float32))
     proj = ops.matmul(x, w, False, False)
-    heads = ops.transpose(ops.reshape(proj, ops.constant(np.array([0, -1, HEADS, DIM], np.int64)), True), ops.constant(np.array([0, 2, 1, 3], np.int64)))
+    heads = ops.transpose(
+        ops.reshape(proj, ops.constant(np.array([0, -1, HEADS, DIM], np.int64)), True),
+        ops.constant(np.array([0, 2, 1, 3], np.int64)),
+    )
     if state_type != ov.Type.f32:
         heads = ops.convert(heads, state_type)
     cache = ops.concat([past, heads], 2)
@@ -40,9 +43,19 @@ def kv_model(tmp_path, compress: bool, state_type=ov.Type.f32):
 
 
 def steps_for(batch: int, prefill: int, decode: int) -> list[dict[str, np.ndarray]]:
-    steps = [{"x": RNG.standard_normal((batch, prefill, HIDDEN)).astype(np.float32), "beam_idx": np.arange(batch, dtype=np.int32)}]
+    steps = [
+        {
+            "x": RNG.standard_normal((batch, prefill, HIDDEN)).astype(np.float32),
+            "beam_idx": np.arange(batch, dtype=np.int32),
+        }
+    ]
     for _ in range(decode):
-        steps.append({"x": RNG.standard_normal((batch, 1, HIDDEN)).astype(np.float32), "beam_idx": RNG.permutation(batch).astype(np.int32)})
+        steps.append(
+            {
+                "x": RNG.standard_normal((batch, 1, HIDDEN)).astype(np.float32),
+                "beam_idx": RNG.permutation(batch).astype(np.int32),
+            }
+        )
     return steps
 
 

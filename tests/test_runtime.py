@@ -50,7 +50,9 @@ def test_explicit_model_runs_in_plain_onnxruntime(acc_xml):
     model = ortstate.convert(acc_xml, explicit_state=True)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["x", "ortstate.in.acc"]
-    out, state = session.run(None, {"x": np.ones((1, 4), np.float32), "ortstate.in.acc": np.full((1, 4), 2, np.float32)})
+    out, state = session.run(
+        None, {"x": np.ones((1, 4), np.float32), "ortstate.in.acc": np.full((1, 4), 2, np.float32)}
+    )
     assert out.tolist() == state.tolist() == [[3, 3, 3, 3]]
 
 
@@ -100,7 +102,9 @@ def test_error_inside_a_state_op_is_raised_after_the_run(acc_xml, monkeypatch):
         raise ValueError("disk on fire")
 
     monkeypatch.setattr(store, "stage", broken)
-    with pytest.raises(ortstate.RunError, match=r"run failed inside a state op: Assign 'acc': disk on fire; no variable was changed"):
+    with pytest.raises(
+        ortstate.RunError, match=r"run failed inside a state op: Assign 'acc': disk on fire; no variable was changed"
+    ):
         session.run(None, ones)
     monkeypatch.undo()
     assert session.query_state()[0].state.tolist() == [[1] * 4]

@@ -102,7 +102,10 @@ def test_init_is_the_parameter_itself(tmp_path):
     rv = opset6.read_value(h0, var)
     new = ops.tanh(ops.add(rv, x)) if hasattr(ops, "tanh") else ops.add(rv, x)
     xml = model(tmp_path, [new], [opset6.assign(new, var)], [h0, x])
-    steps = [{"h0": RNG.standard_normal((1, 4)).astype(np.float32), "x": RNG.standard_normal((1, 4)).astype(np.float32)} for _ in range(6)]
+    steps = [
+        {"h0": RNG.standard_normal((1, 4)).astype(np.float32), "x": RNG.standard_normal((1, 4)).astype(np.float32)}
+        for _ in range(6)
+    ]
     check_steps(xml, [*steps[:3], RESET, *steps[3:]])
 
 
@@ -170,7 +173,13 @@ def test_expensive_init_is_guarded_and_correct(tmp_path):
     rv = opset6.read_value(ops.matmul(enc, w, False, False), var)
     new = ops.add(rv, x)
     xml = model(tmp_path, [new], [opset6.assign(new, var)], [enc, x])
-    steps = [{"enc": RNG.standard_normal((1, 4, 8)).astype(np.float32), "x": RNG.standard_normal((1, 4, 8)).astype(np.float32)} for _ in range(5)]
+    steps = [
+        {
+            "enc": RNG.standard_normal((1, 4, 8)).astype(np.float32),
+            "x": RNG.standard_normal((1, 4, 8)).astype(np.float32),
+        }
+        for _ in range(5)
+    ]
     check_steps(xml, [*steps[:2], RESET, *steps[2:]], rtol=1e-4, atol=1e-4)
     for explicit in (False, True):
         graph = ortstate.convert(xml, explicit_state=explicit).graph
@@ -240,7 +249,9 @@ def test_state_setter_validates(tmp_path):
     assert state.state.shape == (1, 0)
     with pytest.raises(ortstate.StateError, match=r"variable 'acc': cannot set state: dtype float64, expected float32"):
         state.state = np.zeros((1, 2))
-    with pytest.raises(ortstate.StateError, match=r"variable 'acc': cannot set state: shape \[2, 2\], expected \[1,\?\]"):
+    with pytest.raises(
+        ortstate.StateError, match=r"variable 'acc': cannot set state: shape \[2, 2\], expected \[1,\?\]"
+    ):
         state.state = np.zeros((2, 2), np.float32)
     state.state = np.full((1, 2), 3, np.float32)
     assert session.run(None, {"x": np.ones((1, 2), np.float32)})[0].tolist() == [[4, 4]]
@@ -257,7 +268,14 @@ def test_metadata_describes_variables(tmp_path):
     from ortstate.model_meta import read_meta
 
     (v,) = read_meta(m).variables
-    assert (v.id, v.element_type, v.dtype, v.shape, v.init, v.carrier) == ("acc", "f16", "float16", [1, [1, 10]], "computed", "float32")
+    assert (v.id, v.element_type, v.dtype, v.shape, v.init, v.carrier) == (
+        "acc",
+        "f16",
+        "float16",
+        [1, [1, 10]],
+        "computed",
+        "float32",
+    )
     # OpenVINO cannot query a bounded dynamic variable before it is written, so no RESET step here.
     check_steps(xml, [{"x": np.ones((1, 3), np.float16)}, {"x": np.full((1, 3), 2, np.float16)}])
     session = ortstate.StatefulSession(m)

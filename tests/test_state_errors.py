@@ -47,7 +47,11 @@ def test_read_without_assign(base_xml):
     _edit(base_xml, r'(type="Assign" version="opset6">\s*<data variable_id=)"acc"', r'\1"other"')
     with pytest.raises(ortstate.StateError) as err:
         ortstate.convert(base_xml)
-    assert str(err.value) == f"{base_xml}: layer '{name}' (id {lid}, Assign-6): variable 'other' is assigned but never read (no ReadValue)"
+    assert (
+        str(err.value)
+        == f"{base_xml}: layer '{name}' (id {lid}, Assign-6): "
+        "variable 'other' is assigned but never read (no ReadValue)"
+    )
 
 
 def test_assign_without_read(base_xml):
@@ -57,12 +61,20 @@ def test_assign_without_read(base_xml):
         ortstate.convert(base_xml)
     # The Assign of 'acc' is reported first: it has no ReadValue now.
     alid, aname = _layer(base_xml, "Assign")
-    assert str(err.value) == f"{base_xml}: layer '{aname}' (id {alid}, Assign-6): variable 'acc' is assigned but never read (no ReadValue)"
+    assert (
+        str(err.value)
+        == f"{base_xml}: layer '{aname}' (id {alid}, Assign-6): "
+        "variable 'acc' is assigned but never read (no ReadValue)"
+    )
 
 
 def test_assign_type_mismatch(base_xml):
     lid, name = _layer(base_xml, "ReadValue")
-    _edit(base_xml, r'(name="rv" type="ReadValue" version="opset6">\s*<data variable_id="acc" variable_type=)"f32"', r'\1"i32"')
+    _edit(
+        base_xml,
+        r'(name="rv" type="ReadValue" version="opset6">\s*<data variable_id="acc" variable_type=)"f32"',
+        r'\1"i32"',
+    )
     with pytest.raises(ortstate.StateError) as err:
         ortstate.convert(base_xml)
     assert str(err.value) == (
@@ -88,11 +100,14 @@ def test_two_assigns(base_xml):
     text = base_xml.read_text()
     layer = re.search(r'(\t\t<layer id="\d+" name="[^"]+" type="Assign".*?</layer>\n)', text, re.S).group(1)
     copy = re.sub(r'id="\d+" name="[^"]+"', 'id="900" name="asg2"', layer, count=1)
-    edge = re.search(r'(\t\t<edge from-layer="\d+" from-port="\d+" to-layer="' + asg + r'" to-port="0" />\n)', text).group(1)
+    edge = re.search(
+        r'(\t\t<edge from-layer="\d+" from-port="\d+" to-layer="' + asg + r'" to-port="0" />\n)', text
+    ).group(1)
     text = text.replace(layer, layer + copy).replace(edge, edge + re.sub(r'to-layer="\d+"', 'to-layer="900"', edge))
     base_xml.write_text(text)
     with pytest.raises(ortstate.StateError) as err:
         ortstate.convert(base_xml)
     assert str(err.value) == (
-        f"{base_xml}: layer 'asg2' (id 900, Assign-6): variable 'acc' has two Assign layers ('{name}' id {asg} and 'asg2' id 900)"
+        f"{base_xml}: layer 'asg2' (id 900, Assign-6): "
+        f"variable 'acc' has two Assign layers ('{name}' id {asg} and 'asg2' id 900)"
     )

@@ -61,7 +61,11 @@ class GraphBuilder:
         names: Sequence[str] | None = None,
     ) -> Any:
         """Append a node; returns its output name, or a list of names when ``outputs != 1``."""
-        outs = list(names) if names is not None else [self.names.fresh(f"{self.hint or op_type}:{op_type}") for _ in range(outputs)]
+        outs = (
+            list(names)
+            if names is not None
+            else [self.names.fresh(f"{self.hint or op_type}:{op_type}") for _ in range(outputs)]
+        )
         node_name = self.names.fresh(f"{self.hint or op_type}/{op_type}")
         node = helper.make_node(op_type, list(inputs), outs, name=node_name, domain=domain or None, **(attrs or {}))
         self.nodes.append(node)

@@ -172,7 +172,9 @@ def _add_inputs(graph: Graph, b: GraphBuilder, values: dict[tuple[int, int], str
         b.names.reserve(name)
         etype = layer.outputs[0].element_type
         shape = parse_partial_shape(layer.attrs.get("shape", "..."))
-        dims = None if shape.dims is None else [d.lo if d.is_static else f"{name}_d{i}" for i, d in enumerate(shape.dims)]
+        dims = (
+            None if shape.dims is None else [d.lo if d.is_static else f"{name}_d{i}" for i, d in enumerate(shape.dims)]
+        )
         b.add_input(name, onnx_type(etype, f"{graph.source}: {layer.describe()}"), dims)
         values[(layer.id, layer.outputs[0].id)] = name
 

@@ -132,11 +132,15 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
         except ValueError as exc:
             raise StateError(f"{where}: bad variable_shape: {exc}") from None
         if not has_init and (declared_type is None or declared_shape.dims is None):
-            raise StateError(f"{where}: a ReadValue without init input needs a static variable_type and a variable_shape rank")
+            raise StateError(
+                f"{where}: a ReadValue without init input needs a static variable_type and a variable_shape rank"
+            )
     elif not has_init:
         raise StateError(f"{where}: ReadValue-3 needs an init input")
     if declared_type is not None and init_type is not None and declared_type != init_type:
-        raise StateError(f"{where}: variable_type {declared_type.name} does not relax the init value's type {init_type.name}")
+        raise StateError(
+            f"{where}: variable_type {declared_type.name} does not relax the init value's type {init_type.name}"
+        )
     if not _lenient_relaxes(declared_shape, init_shape):
         raise StateError(f"{where}: variable_shape {declared_shape} does not relax the init value's shape {init_shape}")
     etype = declared_type or init_type or read.outputs[0].element_type
@@ -149,7 +153,9 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
     if assign_type is not None and assign_type != etype:
         raise StateError(f"{assign_where}: Assign writes {assign_type.name} but the variable is {etype.name}")
     if not _lenient_relaxes(shape, _shape_of_value(graph, assign, 0)):
-        raise StateError(f"{assign_where}: Assign writes shape {_shape_of_value(graph, assign, 0)} but the variable is {shape}")
+        raise StateError(
+            f"{assign_where}: Assign writes shape {_shape_of_value(graph, assign, 0)} but the variable is {shape}"
+        )
 
     # Uninitialised variables read (and show) zeros with each dynamic dim at its lower bound, 0 if unbounded.
     init_kind, zero_shape = "computed", tuple(d.lo for d in shape.dims or ())
@@ -297,4 +303,3 @@ def _onnx_dims(shape: PartialShape, prefix: str) -> list[int | str] | None:
     if shape.dims is None:
         return None
     return [d.lo if d.is_static else f"{prefix}{i}" for i, d in enumerate(shape.dims)]
-

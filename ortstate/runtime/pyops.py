@@ -14,8 +14,7 @@ import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
-from onnxruntime_extensions import PyCustomOpDef, get_library_path
-from onnxruntime_extensions import _ocos
+from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path
 
 if TYPE_CHECKING:
     from .store import StateStore

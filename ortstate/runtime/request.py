@@ -97,7 +97,7 @@ class InferRequest:
                 store.begin()
                 raise RunError(f"run failed, no variable was changed: {_first_line(exc)}") from None
             if self._explicit:
-                for v, value in zip(session._meta.variables, results[len(names):]):
+                for v, value in zip(session._meta.variables, results[len(names) :]):
                     store.stage(v.id, value)
             store.commit()
             return results[: len(names)]

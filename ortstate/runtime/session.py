@@ -66,7 +66,9 @@ class StatefulSession:
         if self._meta.form != EXPLICIT and self._meta.variables:
             options.register_custom_ops_library(pyops.library_path())
         try:
-            self._ort = ort.InferenceSession(proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"]))
+            self._ort = ort.InferenceSession(
+                proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])
+            )
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
             raise OrtStateError(f"onnxruntime cannot load the model: {exc}") from None
         hidden_in, hidden_out = self._meta.hidden_inputs, self._meta.hidden_outputs
@@ -95,7 +97,9 @@ class StatefulSession:
     def variables(self) -> list[str]:
         return [v.id for v in self._meta.variables]
 
-    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None) -> list[np.ndarray]:
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None
+    ) -> list[np.ndarray]:
         return self._default.run(output_names, input_feed, run_options)
 
     # -- state ---------------------------------------------------------------------------------
