@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import openvino as ov
 
@@ -33,7 +34,13 @@ def ov_run(request: ov.InferRequest, feeds: dict[str, np.ndarray]) -> list[np.nd
 
 
 def ov_states(request: ov.InferRequest) -> dict[str, np.ndarray]:
-    return {s.name: np.array(s.state.data) for s in request.query_state()}
+    states = {}
+    for s in request.query_state():
+        data = np.array(s.state.data)
+        if s.state.element_type == ov.Type.bf16:  # OpenVINO hands bf16 bits back typed as float16
+            data = data.view(np.uint16).view(ml_dtypes.bfloat16)
+        states[s.name] = data
+    return states
 
 
 def ort_states(runner: Any) -> dict[str, np.ndarray]:

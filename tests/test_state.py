@@ -84,6 +84,15 @@ def test_no_init_zeros(tmp_path, dtype):
     check_steps(xml, [*steps[:3], RESET, *steps[3:]], rtol=tol, atol=tol)
 
 
+def test_bf16_variable_rounds_like_openvino(tmp_path):
+    x = ops.parameter([4], np.float32, name="x")
+    var = variable("v", [4], ov.Type.bf16)
+    new = ops.add(opset6.read_value(var), ops.convert(x, "bf16"))
+    xml = model(tmp_path, [ops.convert(new, "f32")], [opset6.assign(new, var)], [x])
+    step = {"x": np.array([1.001, 3.3, 1e-3, 100.7], np.float32)}
+    check_steps(xml, [step, step, step, RESET, step], rtol=0, atol=0)
+
+
 def test_bool_variable_toggles(tmp_path):
     x = ops.parameter([4], bool, name="x")
     var = variable("flags", [4], ov.Type.boolean)

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import onnx
-from onnx import helper
+from onnx import TensorProto, helper
 
 from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Graph, Layer, parse_partial_shape, read_ir
@@ -21,6 +21,26 @@ from .state import CONTRIB_DOMAIN, REQUEST_INPUT, StateWriter, collect_variables
 __all__ = ["convert", "convert_graph", "unsupported_ops"]
 
 _STRUCTURAL = frozenset({"Parameter", "Result", "ReadValue", "Assign"})
+# Ops whose bf16 outputs are already bf16-exact (they move or round values themselves).
+_EXACT_BF16 = frozenset(
+    {
+        "Const",
+        "Convert",
+        "Concat",
+        "Gather",
+        "Reshape",
+        "Squeeze",
+        "Unsqueeze",
+        "Transpose",
+        "Slice",
+        "StridedSlice",
+        "Split",
+        "VariadicSplit",
+        "Broadcast",
+        "Select",
+        "ShapeOf",
+    }
+)
 ONNX_IR_VERSION = 10  # onnx writes 14 by default; onnxruntime 1.31 reads at most 13
 
 
@@ -155,6 +175,9 @@ def _translate(layer: Layer, ctx: Context, values: dict[tuple[int, int], str], v
     if len(outs) != len(layer.outputs):
         raise ConversionError(f"{node.where}: translator produced {len(outs)} outputs, expected {len(layer.outputs)}")
     for port, name in zip(layer.outputs, outs):
+        if port.element_type is not None and port.element_type.name == "bf16" and layer.type not in _EXACT_BF16:
+            # bf16 travels as f32 (see dtypes): round each result as OpenVINO's bf16 math does.
+            name = ctx.b.op("Cast", [ctx.b.op("Cast", [name], {"to": TensorProto.BFLOAT16})], {"to": TensorProto.FLOAT})
         values[(layer.id, port.id)] = name
 
 
