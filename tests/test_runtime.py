@@ -139,3 +139,52 @@ def test_not_an_onnx_model(tmp_path):
         ortstate.StatefulSession(bad)
     with pytest.raises(ortstate.OrtStateError, match="missing.onnx: no such file"):
         ortstate.StatefulSession(tmp_path / "missing.onnx")
+
+
+@pytest.mark.parametrize(("save_explicit", "load_explicit"), [(False, True), (True, False), (False, False)])
+def test_snapshot_round_trip_across_forms(acc_xml, tmp_path, save_explicit, load_explicit):
+    source = ortstate.StatefulSession(ortstate.convert(acc_xml, explicit_state=save_explicit))
+    for _ in range(3):
+        source.run(None, {"x": np.arange(4, dtype=np.float32).reshape(1, 4)})
+    path = tmp_path / "state.npz"
+    source.save_state(path)
+    target = ortstate.StatefulSession(ortstate.convert(acc_xml, explicit_state=load_explicit)).create_infer_request()
+    target.load_state(path)
+    want = source.run(None, {"x": np.ones((1, 4), np.float32)})[0]
+    assert target.run(None, {"x": np.ones((1, 4), np.float32)})[0].tolist() == want.tolist() == [[1, 4, 7, 10]]
+
+
+def test_snapshot_of_an_uninitialised_request_keeps_it_so(acc_xml, tmp_path):
+    session = ortstate.StatefulSession(ortstate.convert(acc_xml))
+    session.save_state(tmp_path / "empty.npz")
+    session.run(None, {"x": np.ones((1, 4), np.float32)})
+    session.load_state(tmp_path / "empty.npz")
+    assert session.run(None, {"x": np.ones((1, 4), np.float32)})[0].tolist() == [[1] * 4]
+
+
+def test_snapshot_refusals_change_nothing(acc_xml, tmp_path):
+    session = ortstate.StatefulSession(ortstate.convert(acc_xml))
+    session.run(None, {"x": np.ones((1, 4), np.float32)})
+    good = tmp_path / "good.npz"
+    session.save_state(good)
+    corrupt = tmp_path / "corrupt.npz"
+    corrupt.write_bytes(good.read_bytes()[:100])
+    with pytest.raises(ortstate.StateError, match=r"corrupt.npz: not a readable ortstate state snapshot"):
+        session.load_state(corrupt)
+    with pytest.raises(ortstate.StateError, match=r"missing.npz: no such file"):
+        session.load_state(tmp_path / "missing.npz")
+    other = tmp_path / "other.npz"
+    x = ops.parameter([1, 4], np.float32, name="x")
+    info = VariableInfo()
+    info.data_shape = ov.PartialShape([1, 4])
+    info.data_type = ov.Type.f32
+    info.variable_id = "different"
+    var = Variable(info)
+    add = ops.add(opset6.read_value(var), x)
+    xml = save_ir(ov.Model([ops.result(add)], [opset6.assign(add, var)], [x], "o"), tmp_path, "o")
+    stranger = ortstate.StatefulSession(ortstate.convert(xml))
+    stranger.run(None, {"x": np.ones((1, 4), np.float32)})
+    stranger.save_state(other)
+    with pytest.raises(ortstate.StateError, match=r"other.npz: snapshot is from a model with other variables"):
+        session.load_state(other)
+    assert session.query_state()[0].state.tolist() == [[1] * 4]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -11,7 +12,7 @@ import numpy as np
 
 from ..errors import RunError, StateError
 from ..model_meta import EXPLICIT
-from . import pyops
+from . import pyops, snapshot
 from .store import StateStore
 
 if TYPE_CHECKING:
@@ -114,6 +115,20 @@ class InferRequest:
 
     def query_state(self) -> list[VariableState]:
         return [VariableState(self, v.id) for v in self._session._meta.variables]
+
+    def save_state(self, path: str | os.PathLike[str]) -> None:
+        """Write this request's variables to an ``.npz`` snapshot (see :mod:`.snapshot`)."""
+        with self._lock:
+            snapshot.save_state(self._store, self._session._meta.variables, path)
+
+    def load_state(self, path: str | os.PathLike[str]) -> None:
+        """Restore variables from a snapshot of a model with the same variables (either form).
+
+        Raises:
+            StateError: missing or corrupted file, or another model's snapshot; nothing changes.
+        """
+        with self._lock:
+            snapshot.load_state(self._store, self._session._meta.variables, path)
 
     def variable(self, name: str) -> VariableState:
         if name not in self._store.meta:

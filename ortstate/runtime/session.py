@@ -109,6 +109,12 @@ class StatefulSession:
     def query_state(self) -> list[VariableState]:
         return self._default.query_state()
 
+    def save_state(self, path: str | os.PathLike[str]) -> None:
+        self._default.save_state(path)
+
+    def load_state(self, path: str | os.PathLike[str]) -> None:
+        self._default.load_state(path)
+
     def create_infer_request(self) -> InferRequest:
         return InferRequest(self)
 
