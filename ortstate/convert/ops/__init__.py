@@ -4,4 +4,5 @@ from . import (  # noqa: F401
     broadcast,
     constants,
     elementwise,
+    shape,
 )
