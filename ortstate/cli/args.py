@@ -1,0 +1,73 @@
+"""Reading what the command line names: files, ``NAME=FILE.npy`` inputs, ``NAME=1,3`` shapes."""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["UsageError", "existing_file", "load_npy", "parse_inputs", "parse_shapes", "split_assignment"]
+
+
+class UsageError(Exception):
+    """The command line is wrong or names a missing/unreadable file (exit code 2)."""
+
+
+def existing_file(path: str | Path, what: str = "") -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{p}: no such file")
+    if not p.is_file():
+        raise UsageError(f"{p}: not a file{f' ({what})' if what else ''}")
+    return p
+
+
+def split_assignment(text: str, option: str, example: str) -> tuple[str, str]:
+    """``NAME=VALUE`` -> (NAME, VALUE), split at the first ``=``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise UsageError(f"{option} expects NAME=VALUE, e.g. {option} {example}; got {text!r}")
+    return name, value
+
+
+def load_npy(path: str | Path, name: str) -> np.ndarray:
+    """A ``.npy`` file as an array (no pickles)."""
+    p = existing_file(path)
+    try:
+        value = np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        # numpy says "pickled data" about any file without the .npy magic
+        why = "not in .npy format" if "pickle" in str(exc) else " ".join(str(exc).split())
+        raise UsageError(f"{p}: input '{name}': not a readable .npy file ({why})") from None
+    if not isinstance(value, np.ndarray):
+        value.close()
+        raise UsageError(f"{p}: holds several arrays (.npz); input '{name}' needs one array saved with numpy.save")
+    return value
+
+
+def parse_inputs(items: Sequence[str] | None) -> dict[str, np.ndarray]:
+    """``--input NAME=FILE.npy`` options -> {name: array}."""
+    feeds: dict[str, np.ndarray] = {}
+    for item in items or ():
+        name, path = split_assignment(item, "--input", "x=x.npy")
+        if name in feeds:
+            raise UsageError(f"--input {name} is given twice")
+        feeds[name] = load_npy(path, name)
+    return feeds
+
+
+def parse_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
+    """``--shape NAME=1,3`` options -> {name: (1, 3)}; ``NAME=`` is not allowed, a scalar is ``NAME=scalar``."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items or ():
+        name, text = split_assignment(item, "--shape", "x=1,3")
+        try:
+            dims = () if text == "scalar" else tuple(int(d) for d in text.strip("[]").split(","))
+        except ValueError:
+            raise UsageError(f"--shape {item}: dims must be integers separated by commas, e.g. {name}=1,3") from None
+        if any(d < 0 for d in dims):
+            raise UsageError(f"--shape {item}: dims must not be negative")
+        shapes[name] = dims
+    return shapes

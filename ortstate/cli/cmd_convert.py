@@ -1,0 +1,70 @@
+"""``ortstate convert``: IR -> ONNX file."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from ..convert import convert_graph, save
+from ..ir import read_ir
+from ..model_meta import read_meta
+from .args import UsageError, existing_file
+from .command import EXIT_OK, Command
+from .report import progress
+
+DESCRIPTION = """\
+Convert an OpenVINO IR (model.xml + model.bin) to an ONNX model that ortstate.StatefulSession runs.
+By default every ReadValue/Assign pair becomes a pair of custom ops (ai.onnx.contrib domain) and the
+variables live in the session; --explicit-state makes each variable a graph input/output pair
+instead (plain ONNX, no custom ops; the session feeds the values back). Unsupported ops are
+reported together, in one error.
+
+examples:
+  ortstate convert model.xml                        # -> model.onnx beside model.xml
+  ortstate convert model.xml -o out/lstm.onnx
+  ortstate convert model.xml --explicit-state       # -> model.explicit.onnx
+  ortstate convert model.xml --bin weights/model.bin"""
+
+
+def default_output(xml: Path, explicit: bool) -> Path:
+    return xml.with_suffix(".explicit.onnx" if explicit else ".onnx")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL.xml", help="the IR's .xml (its .bin is read from beside it)")
+    p.add_argument("-o", "--output", metavar="OUT.onnx", help="where to write (default: beside MODEL.xml)")
+    p.add_argument("--explicit-state", action="store_true", help="variables as graph inputs/outputs, no custom ops")
+    p.add_argument("--bin", metavar="MODEL.bin", help="the weights file, if not beside MODEL.xml")
+
+
+def run(args: argparse.Namespace) -> int:
+    xml = existing_file(args.model)
+    if xml.suffix.lower() != ".xml":
+        raise UsageError(f"{xml}: convert takes an OpenVINO IR .xml file")
+    bin_path = existing_file(args.bin) if args.bin else None
+    out = Path(args.output) if args.output else default_output(xml, args.explicit_state)
+    if out.is_dir():
+        out = out / default_output(Path(xml.name), args.explicit_state)
+    if not out.parent.is_dir():
+        raise UsageError(f"{out.parent}: no such directory")
+    start = time.perf_counter()
+    progress(f"converting {xml}")
+    graph = read_ir(xml, bin_path)
+    model = convert_graph(graph, explicit_state=args.explicit_state)
+    save(model, out)
+    seconds = time.perf_counter() - start
+    meta = read_meta(model)
+    variables = [v.id for v in meta.variables] if meta else []
+    shown = ", ".join(variables[:4]) + (", ..." if len(variables) > 4 else "")
+    var_text = f"{len(variables)} variable{'s' * (len(variables) != 1)}" + (f" ({shown})" if variables else "")
+    form = meta.form if meta else "?"
+    layers = sum(1 for layer in graph.layers.values() if layer.type not in ("Parameter", "Result"))
+    print(
+        f"{xml} -> {out}: {layers} IR ops -> {len(model.graph.node)} ONNX nodes, {var_text}, "
+        f"{form} form, {seconds:.2f} s"
+    )
+    return EXIT_OK
+
+
+COMMAND = Command("convert", "convert an OpenVINO IR (.xml + .bin) to ONNX", DESCRIPTION, configure, run)

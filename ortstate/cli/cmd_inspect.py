@@ -1,0 +1,163 @@
+"""``ortstate inspect``: what a model takes, gives and keeps (.xml or .onnx)."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+
+from ..convert import unsupported_ops
+from ..convert.state import collect_variables
+from ..errors import StateError
+from ..ir import Graph, read_ir
+from ..model_meta import read_meta
+from .args import UsageError, existing_file
+from .command import EXIT_OK, Command
+from .report import format_dims, table
+
+DESCRIPTION = """\
+Show a model's inputs and outputs (name, dtype, shape), its variables (id, element type, shape,
+how the initial value is made) and its op types. For an IR (.xml) it also lists the ops ortstate
+cannot convert yet, without failing. For an ONNX model converted by ortstate it shows the form
+(custom-op or explicit) and, for the explicit form, the graph inputs/outputs carrying each variable.
+
+examples:
+  ortstate inspect model.xml
+  ortstate inspect model.onnx"""
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="an OpenVINO IR .xml or an ONNX model")
+    p.add_argument("--bin", metavar="MODEL.bin", help="the IR's weights file, if not beside MODEL.xml")
+
+
+def run(args: argparse.Namespace) -> int:
+    path = existing_file(args.model)
+    if path.suffix.lower() == ".xml":
+        print(_inspect_ir(read_ir(path, existing_file(args.bin) if args.bin else None)))
+    else:
+        print(_inspect_onnx(path))
+    return EXIT_OK
+
+
+def _section(title: str, header: list[str], rows: list[list[str]]) -> str:
+    return f"\n{title}\n" + (table(header, rows) if rows else "  (none)")
+
+
+def _all_layers(graph: Graph) -> Iterator:  # -> Iterator[Layer]
+    for layer in graph.layers.values():
+        yield layer
+        if layer.body is not None:
+            yield from _all_layers(layer.body)
+
+
+def _inspect_ir(graph: Graph) -> str:
+    layers = list(_all_layers(graph))
+    name = f" '{graph.name}'" if graph.name else ""
+    out = [f"{graph.source}: OpenVINO IR v{graph.version}{name}, {len(layers)} layers"]
+    inputs = []
+    for layer in graph.parameters:
+        port = layer.outputs[0]
+        etype = port.element_type
+        shape = layer.attrs.get("shape", "")
+        inputs.append([min(port.names) if port.names else layer.name, _dtype(etype), f"[{shape}]".replace(" ", "")])
+    out.append(_section("inputs", ["name", "dtype", "shape"], inputs))
+    outputs = []
+    for layer in graph.results:
+        _, port = graph.producer(layer, 0)
+        etype = port.element_type or layer.inputs[0].element_type
+        outputs.append([min(port.names) if port.names else layer.name, _dtype(etype), str(port.shape)])
+    out.append(_section("outputs", ["name", "dtype", "shape"], outputs))
+    try:
+        variables = [[v.id, v.etype.name, str(v.shape), v.init] for v in collect_variables(graph)]
+    except StateError as exc:
+        variables = [[layer.attrs.get("variable_id", "?"), "?", "?", "?"] for layer in graph.of_type("ReadValue")]
+        out.append(f"\nproblem: {exc}")
+    out.append(_section("variables", ["id", "type", "shape", "init"], variables))
+    counts = Counter(layer.op_name for layer in layers)
+    out.append(_section("ops", ["op", "count"], [[op, str(n)] for op, n in _by_count(counts)]))
+    missing = unsupported_ops(graph)
+    if missing:
+        rows = [[op, str(len(at)), ", ".join(at[:3]) + ", ..." * (len(at) > 3)] for op, at in sorted(missing.items())]
+        title = "unsupported ops (ortstate cannot convert this model yet)"
+        out.append(_section(title, ["op", "layers", "where"], rows))
+    else:
+        out.append("\nunsupported ops: none")
+    return "\n".join(out)
+
+
+def _inspect_onnx(path: Path) -> str:
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:  # noqa: BLE001 - protobuf raises several types
+        raise UsageError(f"{path}: not a readable ONNX model (nor an IR .xml): {exc}") from None
+    try:
+        meta = read_meta(model)
+    except ValueError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+    head = f"{path}: ONNX ir_version {model.ir_version} ({opsets})"
+    head += f", ortstate {meta.form} form of {meta.source or '?'}" if meta else ", no ortstate metadata (no variables)"
+    out = [head]
+    hidden_in = meta.hidden_inputs if meta else set()
+    hidden_out = meta.hidden_outputs if meta else set()
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [_value_row(v) for v in model.graph.input if v.name not in hidden_in | initializers]
+    out.append(_section("inputs", ["name", "dtype", "shape"], inputs))
+    outputs = [_value_row(v) for v in model.graph.output if v.name not in hidden_out]
+    out.append(_section("outputs", ["name", "dtype", "shape"], outputs))
+    variables = []
+    for v in meta.variables if meta else ():
+        shape = None if v.shape is None else [d if isinstance(d, int) else _range(d) for d in v.shape]
+        row = [v.id, v.element_type, format_dims(shape).replace("'", ""), v.init]
+        if meta and meta.form == "explicit":
+            row.append(f"{v.state_input} -> {v.state_output}")
+        variables.append(row)
+    header = ["id", "type", "shape", "init"] + (["graph input -> output"] if meta and meta.form == "explicit" else [])
+    out.append(_section("variables", header, variables))
+    counts = Counter(_node_ops(model.graph))
+    out.append(_section("ops", ["op", "count"], [[op, str(n)] for op, n in _by_count(counts)]))
+    return "\n".join(out)
+
+
+def _node_ops(graph: onnx.GraphProto) -> Iterator[str]:
+    for node in graph.node:
+        yield f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _node_ops(attr.g)
+            for g in attr.graphs:
+                yield from _node_ops(g)
+
+
+def _by_count(counts: Counter) -> list[tuple[str, int]]:
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _range(dim: list) -> str:
+    lo, hi = dim
+    return "?" if not lo and hi is None else f"{lo or ''}..{'' if hi is None else hi}"
+
+
+def _dtype(etype: object) -> str:
+    dtype = getattr(etype, "dtype", None)
+    return str(dtype) if dtype is not None else str(getattr(etype, "name", "?"))
+
+
+def _value_row(value: onnx.ValueInfoProto) -> list[str]:
+    ttype = value.type.tensor_type
+    try:
+        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type))
+    except (KeyError, ValueError):
+        dtype = onnx.TensorProto.DataType.Name(ttype.elem_type).lower()
+    dims = None
+    if ttype.HasField("shape"):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim]
+    return [value.name, dtype, format_dims(dims)]
+
+
+SUMMARY = "show a model's inputs, outputs, variables and ops (.xml or .onnx)"
+COMMAND = Command("inspect", SUMMARY, DESCRIPTION, configure, run)

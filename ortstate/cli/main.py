@@ -1,0 +1,113 @@
+"""``ortstate`` command line: argument parsing, the subcommand registry and error reporting."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from typing import NoReturn
+
+from ..errors import OrtStateError
+from ..verify import InputError, OpenVINOUnavailable
+from . import cmd_convert, cmd_inspect, cmd_run, cmd_verify
+from .args import UsageError
+from .command import EXIT_FAILURE, EXIT_USAGE, Command
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+# Subcommands in the order ``--help`` lists them. To add one, write a module defining a Command
+# and add it here.
+COMMANDS: dict[str, Command] = {
+    c.name: c for c in (cmd_convert.COMMAND, cmd_inspect.COMMAND, cmd_run.COMMAND, cmd_verify.COMMAND)
+}
+
+DESCRIPTION = """\
+Run OpenVINO stateful models (ReadValue/Assign: LSTM states, LLM KV caches) in ONNX Runtime.
+Convert an IR (model.xml + model.bin) to ONNX, look inside it, run it step by step keeping its
+variables, and check it against OpenVINO."""
+
+EPILOG = """\
+examples:
+  ortstate convert model.xml                    # writes model.onnx beside model.xml
+  ortstate convert model.xml --explicit-state   # variables as graph inputs/outputs (model.explicit.onnx)
+  ortstate inspect model.xml                    # inputs, outputs, variables, ops, unsupported ops
+  ortstate run model.onnx --input x=x.npy --steps 5
+  ortstate verify model.xml --both              # both ONNX forms against OpenVINO, through a reset
+  ortstate COMMAND --help                       # the options and examples of one command
+
+exit codes: 0 success; 1 the model could not be converted or run, or did not match OpenVINO;
+2 a bad command line or a missing/unreadable input file. Errors are one line on stderr."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Reports command-line mistakes as one ``ortstate: error:`` line (see :func:`main`)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _version() -> str:
+    parts = []
+    for dist in ("onnxruntime", "onnxruntime-extensions", "onnx", "openvino"):
+        try:
+            parts.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dist} not installed")
+    from .. import __version__
+
+    return f"ortstate {__version__} ({', '.join(parts)})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="ortstate",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
+    for command in COMMANDS.values():
+        p = sub.add_parser(
+            command.name,
+            help=command.summary,
+            description=command.description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.configure(p)
+    return parser
+
+
+def _fail(message: object, code: int) -> int:
+    text = " ".join(str(message).split()) or "unknown error"
+    print(f"ortstate: error: {text}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``ortstate`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            raise UsageError(f"no command given; commands: {', '.join(COMMANDS)} (see 'ortstate --help')")
+        return COMMANDS[args.command].run(args)
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+    except (UsageError, InputError, OpenVINOUnavailable) as exc:
+        return _fail(exc, EXIT_USAGE)
+    except FileNotFoundError as exc:
+        return _fail(f"{exc.filename}: no such file" if exc.filename else exc, EXIT_USAGE)
+    except OrtStateError as exc:
+        return _fail(exc, EXIT_FAILURE)
+    except OSError as exc:
+        return _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else exc, EXIT_FAILURE)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except Exception as exc:  # noqa: BLE001 - a bug: one line unless asked for the traceback
+        if os.environ.get("ORTSTATE_TRACEBACK"):
+            raise
+        message = f"internal error: {type(exc).__name__}: {exc} (set ORTSTATE_TRACEBACK=1 to see where)"
+        return _fail(message, EXIT_FAILURE)
