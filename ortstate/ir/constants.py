@@ -1,56 +1,91 @@
-"""Decode ``Const`` layers from the ``.bin``: bounds and size checks before any allocation."""
+"""Decode ``Const`` layers from the ``.bin``: bounds and size checks before any allocation.
+
+Constants of byte-sized types are read-only views into the one ``bytes`` object the ``.bin`` was
+read into (no copy); sub-byte, boolean-with-junk and string constants are unpacked into new arrays.
+"""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..errors import IRError
 from .graph import Layer
+from .packing import decode_strings, packed_size, unpack
 from .shapes import parse_static_shape
-from .types import ElementType
+from .types import element_type
 
 __all__ = ["decode_constant"]
 
 
-def decode_constant(layer: Layer, etype: ElementType, weights: bytes, where: str) -> np.ndarray:
-    """The value of a Const layer as numpy (sub-byte integers unpacked to one per byte)."""
-    try:
-        shape = parse_static_shape(layer.attrs.get("shape", ""))
-        offset = int(layer.attrs.get("offset", "0"))
-        size = int(layer.attrs.get("size", "0"))
-    except ValueError as exc:
-        raise IRError(f"{where}: bad Const attribute: {exc}") from None
-    if offset < 0 or size < 0:
-        raise IRError(f"{where}: negative offset/size ({offset}/{size})")
+def decode_constant(layer: Layer, weights: bytes, where: str, bin_name: str) -> np.ndarray:
+    """The value of a Const layer as a read-only numpy array (sub-byte values unpacked one per byte).
+
+    Args:
+        layer: the Const; its ``element_type`` and ``shape`` were validated by the layer parser.
+        weights: the whole ``.bin``.
+        where: how errors name the layer (``<xml>: layer 'NAME' (id N)``).
+        bin_name: the ``.bin`` path, for errors.
+
+    Raises:
+        IRError: a missing/non-integer/negative offset or size, data outside the ``.bin``, a shape
+            needing more bytes than the ``.bin`` holds, a size that does not match the shape, or
+            data that cannot be decoded (malformed strings, a type without a numpy equivalent).
+    """
+    etype = element_type(layer.attrs["element_type"])
+    shape = parse_static_shape(layer.attrs["shape"])
+    offset = _int(layer, "offset", where)
+    size = _int(layer, "size", where)
     if offset + size > len(weights):
-        raise IRError(f"{where}: data at offset {offset} size {size} is outside the weights file ({len(weights)} bytes)")
+        raise IRError(
+            f"{where}: data at offset {offset} size {size} is outside the weights file {bin_name} "
+            f"({len(weights)} bytes)"
+        )
+    count = math.prod(shape)  # Python ints: an absurd shape cannot overflow into a small number
+    if etype.name == "string":
+        try:
+            strings = decode_strings(memoryview(weights)[offset : offset + size], count)
+        except ValueError as exc:
+            raise IRError(f"{where}: cannot decode string data: {exc}") from None
+        return _frozen(strings.reshape(shape))
     if etype.dtype is None:
-        raise IRError(f"{where}: constants of element type {etype.name} are not supported")
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    needed = (count * etype.bits + 7) // 8
+        raise IRError(f"{where}: constants of element type {etype.name} cannot be decoded")
+    needed = packed_size(etype, count)
+    if needed > len(weights):
+        raise IRError(
+            f"{where}: shape {list(shape)} of {etype.name} needs {needed} bytes, "
+            f"more than the weights file {bin_name} holds ({len(weights)} bytes)"
+        )
     # An empty constant is written with size 0 or 1; anything else must match the shape exactly.
     if size != needed and not (count == 0 and size <= 1):
         raise IRError(f"{where}: size {size} does not match shape {list(shape)} of {etype.name} ({needed} bytes)")
+    if count == 0:
+        try:
+            return _frozen(np.empty(shape, dtype=etype.dtype))
+        except ValueError:  # numpy refuses shapes whose non-zero dims overflow, even when empty
+            raise IRError(f"{where}: empty shape {list(shape)} is too large for numpy") from None
     raw = np.frombuffer(weights, dtype=np.uint8, count=needed, offset=offset)
-    if etype.bits >= 8:
-        value = raw.view(etype.dtype)
-    else:
-        value = _unpack_bits(raw, etype, count)
-    return value.reshape(shape)
+    if etype.bits < 8:
+        return _frozen(unpack(raw, etype, count).reshape(shape))
+    if etype.dtype == np.bool_ and raw.max() > 1:
+        return _frozen((raw != 0).reshape(shape))  # any non-zero byte is true, as in OpenVINO
+    return raw.view(etype.dtype).reshape(shape)
 
 
-def _unpack_bits(raw: np.ndarray, etype: ElementType, count: int) -> np.ndarray:
-    if etype.bits == 4:
-        # Two elements a byte, the first in the low nibble.
-        nibbles = np.stack([raw & 0x0F, raw >> 4], axis=-1).reshape(-1)[:count]
-        if etype.name == "i4":
-            return ((nibbles.astype(np.int8) ^ 8) - 8).astype(np.int8)
-        return nibbles.astype(np.uint8)
-    if etype.bits == 2:
-        # Four elements a byte, the first in the lowest bits.
-        parts = np.stack([(raw >> s) & 0x03 for s in (0, 2, 4, 6)], axis=-1).reshape(-1)[:count]
-        return parts.astype(np.uint8)
-    if etype.bits == 1:
-        # Eight elements a byte, the first in the highest bit.
-        return np.unpackbits(raw, bitorder="big")[:count].astype(np.uint8)
-    raise IRError(f"cannot unpack {etype.name}")
+def _int(layer: Layer, key: str, where: str) -> int:
+    raw = layer.attrs.get(key)
+    if raw is None:
+        raise IRError(f"{where}: missing attribute '{key}'")
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise IRError(f"{where}: attribute '{key}' is not an integer: {raw!r}") from None
+    if value < 0:
+        raise IRError(f"{where}: negative {key} {value}")
+    return value
+
+
+def _frozen(value: np.ndarray) -> np.ndarray:
+    value.flags.writeable = False
+    return value

@@ -74,7 +74,12 @@ class Layer:
 
 @dataclass(frozen=True, eq=False)
 class Graph:
-    """A validated graph. Layers keep the XML's order; ``order`` is a topological order."""
+    """A validated graph. Layers keep the XML's order; ``order`` is a topological order.
+
+    ``constants`` maps each Const layer id to its read-only value. ``rt_info`` is the model's
+    ``<rt_info>`` flattened: ``<info name="N" value="V"/>`` as ``N``, ``<a><b value="V"/></a>`` as
+    ``a/b`` (how ``Model.set_rt_info(["a", "b"])`` is written).
+    """
 
     source: str
     layers: Mapping[int, Layer]
@@ -97,7 +102,12 @@ class Graph:
         return out
 
     def producer(self, layer: Layer, input_index: int) -> tuple[Layer, Port]:
-        """The layer and output port feeding ``layer``'s ``input_index``-th input port."""
+        """The layer and output port feeding ``layer``'s ``input_index``-th input port.
+
+        Raises:
+            IndexError: ``layer`` has no ``input_index``-th input.
+            KeyError: ``layer`` is not in this graph.
+        """
         from_layer, from_port = self._producers[(layer.id, layer.inputs[input_index].id)]
         src = self.layers[from_layer]
         port = src.output_port(from_port)
@@ -128,4 +138,9 @@ class Graph:
         return self.of_type("Result")
 
     def constant(self, layer: Layer) -> np.ndarray:
+        """The decoded value of a Const layer (read-only; sub-byte types unpacked one per byte).
+
+        Raises:
+            KeyError: ``layer`` is not a Const of this graph.
+        """
         return self.constants[layer.id]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-__all__ = ["Dim", "PartialShape", "parse_partial_shape", "parse_static_shape"]
+__all__ = ["MAX_DIM", "Dim", "PartialShape", "parse_dim", "parse_partial_shape", "parse_static_shape"]
 
 
 @dataclass(frozen=True)
@@ -70,39 +71,64 @@ class PartialShape:
 
 DYNAMIC = PartialShape(None)
 
+# OpenVINO dimensions are int64; anything larger cannot come from a real model.
+MAX_DIM = 2**63 - 1
 
-def _parse_dim(text: str) -> Dim:
+
+def _bound(text: str, whole: str) -> int:
     text = text.strip()
-    if text in ("?", "-1"):
-        return Dim()
-    if ".." in text:
-        lo_s, hi_s = text.split("..", 1)
-        lo = int(lo_s) if lo_s.strip() else 0
-        hi = int(hi_s) if hi_s.strip() else None
-        if lo < 0 or (hi is not None and (hi < lo)):
-            raise ValueError(f"bad dimension range {text!r}")
-        return Dim(lo, hi)
+    if not whole.strip():
+        raise ValueError("empty dimension")
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise ValueError(f"{whole.strip()!r} is not a dimension")
     value = int(text)
     if value < 0:
-        raise ValueError(f"negative dimension {text!r}")
-    return Dim(value, value)
+        raise ValueError(f"negative dimension {value}")
+    if value > MAX_DIM:
+        raise ValueError(f"dimension {value} is larger than int64")
+    return value
+
+
+def parse_dim(text: str) -> Dim:
+    """Parse one dimension: ``3``, ``?``, ``-1``, ``1..10``, ``..10``, ``3..``. Raises ValueError."""
+    stripped = text.strip()
+    if stripped in ("?", "-1"):
+        return Dim()
+    if ".." not in stripped:
+        value = _bound(stripped, text)
+        return Dim(value, value)
+    lo_s, hi_s = stripped.split("..", 1)
+    # OpenVINO writes -1 for a missing bound in some places ("-1..5", "1..-1").
+    lo = 0 if lo_s.strip() in ("", "-1") else _bound(lo_s, text)
+    hi = None if hi_s.strip() in ("", "-1") else _bound(hi_s, text)
+    if hi is not None and hi < lo:
+        raise ValueError(f"empty dimension range {stripped!r}")
+    return Dim(lo, hi)
 
 
 def parse_partial_shape(text: str) -> PartialShape:
-    """Parse a shape attribute. Empty means a scalar, ``...`` a dynamic rank. Raises ValueError."""
+    """Parse a shape attribute. Empty means a scalar, ``...`` a dynamic rank.
+
+    Raises:
+        ValueError: a part is not a dimension, is negative, larger than int64 or an empty range.
+    """
     text = text.strip()
-    if text in ("...", "?..."):
+    if text == "...":
         return DYNAMIC
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1].strip()
     if not text:
         return PartialShape(())
-    return PartialShape(tuple(_parse_dim(part) for part in text.split(",")))
+    return PartialShape(tuple(parse_dim(part) for part in text.split(",")))
 
 
 def parse_static_shape(text: str) -> tuple[int, ...]:
-    """Parse a shape that must be static (a Const's). Raises ValueError."""
+    """Parse a shape that must be static (a Const's).
+
+    Raises:
+        ValueError: the shape is malformed (see :func:`parse_partial_shape`) or not static.
+    """
     shape = parse_partial_shape(text)
     if not shape.is_static:
-        raise ValueError(f"shape {text!r} is not static")
+        raise ValueError(f"shape {shape} is not static")
     return tuple(d.lo for d in shape.dims or ())

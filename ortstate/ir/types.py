@@ -14,9 +14,11 @@ __all__ = ["ElementType", "ELEMENT_TYPES", "element_type", "element_type_of_prec
 class ElementType:
     """One OpenVINO element type.
 
-    ``dtype`` is what a decoded constant becomes in numpy; sub-byte integer types decode to
-    (u)int8 and ``bits`` says how they are packed in the ``.bin``. ``dtype`` is None for types we
-    can parse but not decode (nf4, string).
+    ``dtype`` is what a decoded constant becomes in numpy: sub-byte integer types decode to
+    (u)int8, ``nf4`` to float32 (its 16 code values), ``f4e2m1`` to ml_dtypes' one-byte type and
+    ``string`` to Python strings (object arrays). ``bits`` says how the type is packed in the
+    ``.bin`` (0 for strings, which are length-prefixed). ``dtype`` None would mark a type we can
+    parse but not decode; constants of such a type raise :class:`~ortstate.errors.IRError`.
     """
 
     name: str
@@ -42,8 +44,8 @@ ELEMENT_TYPES: dict[str, ElementType] = {
         _t("f8e4m3", 8, ml_dtypes.float8_e4m3fn),
         _t("f8e5m2", 8, ml_dtypes.float8_e5m2),
         _t("f8e8m0", 8, ml_dtypes.float8_e8m0fnu),
-        _t("f4e2m1", 4, None),
-        _t("nf4", 4, None),
+        _t("f4e2m1", 4, ml_dtypes.float4_e2m1fn),
+        _t("nf4", 4, np.float32),
         _t("i64", 64, np.int64),
         _t("i32", 32, np.int32),
         _t("i16", 16, np.int16),
@@ -53,13 +55,13 @@ ELEMENT_TYPES: dict[str, ElementType] = {
         _t("u32", 32, np.uint32),
         _t("u16", 16, np.uint16),
         _t("u8", 8, np.uint8),
-        _t("u6", 6, None),
+        _t("u6", 6, np.uint8),
         _t("u4", 4, np.uint8),
-        _t("u3", 3, None),
+        _t("u3", 3, np.uint8),
         _t("u2", 2, np.uint8),
         _t("u1", 1, np.uint8),
         _t("boolean", 8, np.bool_),
-        _t("string", 0, None),
+        _t("string", 0, object),
     )
 }
 
@@ -74,17 +76,29 @@ _PRECISIONS = {
 }  # fmt: skip
 
 _ALIASES = {"bool": "boolean", "f8e4m3fn": "f8e4m3"}
+# Port precisions OpenVINO writes where a port's type is not known yet; such ports have no type.
+_UNTYPED = frozenset({"DYNAMIC", "UNSPECIFIED", "UNDEFINED"})
 
 
 def element_type(name: str) -> ElementType:
-    """The element type an IR attribute names (``f32``, ``boolean``, ...). Raises KeyError."""
+    """The element type an IR attribute names (``f32``, ``boolean``, ...).
+
+    Raises:
+        KeyError: ``name`` is not an OpenVINO element type.
+    """
     key = name.strip().lower()
     return ELEMENT_TYPES[_ALIASES.get(key, key)]
 
 
-def element_type_of_precision(precision: str) -> ElementType:
-    """The element type of a port ``precision`` attribute (``FP32``, ``I64``, ...). Raises KeyError."""
+def element_type_of_precision(precision: str) -> ElementType | None:
+    """The element type of a port ``precision`` attribute (``FP32``, ``I64``, ...); None for ``DYNAMIC``.
+
+    Raises:
+        KeyError: ``precision`` names no OpenVINO element type.
+    """
     key = precision.strip().upper()
+    if key in _UNTYPED:
+        return None
     if key in _PRECISIONS:
         return ELEMENT_TYPES[_PRECISIONS[key]]
     return element_type(key)
