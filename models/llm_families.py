@@ -1,0 +1,182 @@
+"""Tiny random configs of the LLM families exported by ``make_llm_models.py``.
+
+Each entry: the ``transformers`` config class and its keyword arguments, the venv (transformers pin)
+that can export it with optimum-intel 2.2, the export task, the weight format, and how the decoder is
+fed (see ``llm_reference.py``). Sizes stay tiny (hidden 64, 2 layers, vocab 256) so every folder is
+well under 1 MB in fp32; ``tie_word_embeddings=False`` keeps greedy decoding from echoing the prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# transformers pins (optimum-intel 2.2's MIN/MAX_TRANSFORMERS_VERSION per architecture)
+PINS = {"main": "5.5.4", "52": "5.2.0", "457": "4.57.6"}
+VENVS = {"main": "/work/venv-llm", "52": "/work/venv-llm-52", "457": "/work/venv-llm-457"}
+
+VOCAB = 256
+COMMON: dict[str, Any] = {
+    "vocab_size": VOCAB,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "tie_word_embeddings": False,
+    "initializer_range": 0.1,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    config_class: str
+    config: dict[str, Any]
+    pin: str = "main"
+    kind: str = "decoder"  # decoder | whisper | t5
+    task: str = "text-generation-with-past"
+    weight_format: str = "fp32"
+    export_args: tuple[str, ...] = ()
+    decoding: dict[str, Any] = field(default_factory=dict)
+    model_class: str = "AutoModelForCausalLM"
+
+
+def _common(**overrides: Any) -> dict[str, Any]:
+    return {**COMMON, **overrides}
+
+
+_LLAMA = _common()
+_MAMBA_DECODING = {"attention_mask": "current", "cache_position": "conv_kernel"}
+_HYBRID_DECODING = {"attention_mask": "full", "cache_position": "conv_kernel"}
+
+FAMILIES: list[Family] = [
+    Family("llama", "LlamaConfig", _LLAMA),
+    Family(
+        "gpt2",
+        "GPT2Config",
+        {
+            "vocab_size": VOCAB, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_inner": 128, "n_positions": 128,
+            "tie_word_embeddings": False, "initializer_range": 0.1, "bos_token_id": 1, "eos_token_id": 2,
+        },
+    ),
+    Family("qwen2", "Qwen2Config", _common()),
+    Family("llama_fp16", "LlamaConfig", _LLAMA, weight_format="fp16"),
+    Family("llama_int8", "LlamaConfig", _LLAMA, weight_format="int8"),
+    Family("llama_int4", "LlamaConfig", _LLAMA, weight_format="int4", export_args=("--group-size", "16", "--ratio", "1.0")),
+    Family(
+        "whisper",
+        "WhisperConfig",
+        {
+            "vocab_size": VOCAB, "num_mel_bins": 16, "d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
+            "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
+            "decoder_ffn_dim": 128, "max_source_positions": 16, "max_target_positions": 64,
+            "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1,
+            "suppress_tokens": [], "begin_suppress_tokens": [], "tie_word_embeddings": False, "init_std": 0.1,
+        },
+        kind="whisper",
+        task="automatic-speech-recognition-with-past",
+        model_class="AutoModelForSpeechSeq2Seq",
+    ),
+    Family(
+        "t5",
+        "T5Config",
+        {
+            "vocab_size": VOCAB, "d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 2, "num_decoder_layers": 2,
+            "num_heads": 4, "relative_attention_num_buckets": 8, "relative_attention_max_distance": 32,
+            "decoder_start_token_id": 0, "pad_token_id": 0, "eos_token_id": 1, "tie_word_embeddings": False,
+            "initializer_factor": 1.0,
+        },
+        kind="t5",
+        task="text2text-generation-with-past",
+        model_class="AutoModelForSeq2SeqLM",
+    ),
+    Family("mixtral", "MixtralConfig", _common(num_local_experts=4, num_experts_per_tok=2)),
+    Family("phi3", "Phi3Config", _common(pad_token_id=0)),
+    Family("mistral", "MistralConfig", _common(sliding_window=None)),
+    Family("qwen3", "Qwen3Config", _common(head_dim=16)),
+    Family("gemma2", "Gemma2Config", _common(head_dim=16, query_pre_attn_scalar=16), pin="457"),
+    Family(
+        "mamba",
+        "MambaConfig",
+        {
+            "vocab_size": VOCAB, "hidden_size": 64, "state_size": 8, "num_hidden_layers": 2, "expand": 2,
+            "conv_kernel": 4, "time_step_rank": 8, "tie_word_embeddings": False, "initializer_range": 0.1,
+            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+        },
+        pin="52",
+        decoding={**_MAMBA_DECODING, "conv_kernel": 4},
+    ),
+    Family(
+        "falcon_mamba",
+        "FalconMambaConfig",
+        {
+            "vocab_size": VOCAB, "hidden_size": 64, "state_size": 8, "num_hidden_layers": 2, "expand": 2,
+            "conv_kernel": 4, "time_step_rank": 8, "tie_word_embeddings": False, "initializer_range": 0.1,
+            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+        },
+        pin="52",
+        decoding={**_MAMBA_DECODING, "conv_kernel": 4},
+    ),
+    Family(
+        "lfm2",
+        "Lfm2Config",
+        _common(
+            layer_types=["conv", "full_attention"], conv_L_cache=3, block_ff_dim=128, block_auto_adjust_ff_dim=False,
+            full_attn_idxs=None,
+        ),
+        pin="52",
+        decoding={**_HYBRID_DECODING, "conv_kernel": 3},
+    ),
+    Family(
+        "zamba2",
+        "Zamba2Config",
+        _common(
+            mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=1, mamba_headdim=16, n_mamba_heads=8,
+            num_hidden_layers=2, hybrid_layer_ids=[1], layers_block_type=["mamba", "hybrid"],
+            num_mem_blocks=1, use_shared_attention_adapter=False, use_mem_rope=True, attention_head_dim=16,
+            adapter_rank=8,
+        ),
+        pin="457",
+        decoding={**_MAMBA_DECODING, "conv_kernel": 4},
+    ),
+    Family(
+        "granitemoehybrid",
+        "GraniteMoeHybridConfig",
+        _common(
+            layer_types=["mamba", "attention"], mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_n_groups=1,
+            mamba_n_heads=8, mamba_d_head=16, mamba_chunk_size=16, num_local_experts=4, num_experts_per_tok=2,
+            shared_intermediate_size=128, position_embedding_type="rope",
+        ),
+        decoding={**_HYBRID_DECODING, "conv_kernel": 4},
+    ),
+    Family(
+        "qwen3_next",
+        "Qwen3NextConfig",
+        _common(
+            head_dim=16, layer_types=["linear_attention", "full_attention"], full_attention_interval=2,
+            linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+            linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+            shared_expert_intermediate_size=64, decoder_sparse_step=1, mlp_only_layers=[],
+        ),
+        pin="457",
+        decoding={**_HYBRID_DECODING, "conv_kernel": 4},
+    ),
+    Family(
+        "qwen3_5",
+        "Qwen3_5TextConfig",
+        _common(
+            head_dim=16, layer_types=["linear_attention", "full_attention"], full_attention_interval=2,
+            linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+            linear_num_value_heads=4,
+        ),
+        pin="52",
+        decoding={**_HYBRID_DECODING, "conv_kernel": 4},
+    ),
+]
+
+BY_NAME = {f.name: f for f in FAMILIES}
