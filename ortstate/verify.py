@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .errors import OrtStateError
+from .errors import OrtStateError, RunError
 from .ir import Graph, Layer, parse_partial_shape, read_ir
 from .model_meta import CUSTOM_OP, EXPLICIT
 
@@ -75,21 +75,16 @@ class InputSpec:
 
     def shape(self, batch: int, override: Sequence[int] | None = None) -> tuple[int, ...]:
         """Concrete shape: ``override``, else dynamic dims as ``batch`` (first) or ``DEFAULT_DIM``."""
+        dims = self.dims
         if override is not None:
-            shape = tuple(override)
-            if self.dims is not None and (len(shape) != len(self.dims) or any(
-                d is not None and d != n for d, n in zip(self.dims, shape)
-            )):
-                raise InputError(f"input '{self.name}': shape {list(shape)} does not fit {self.show_dims()}")
-            return shape
-        if self.dims is None:
+            fits = dims is None or (len(override) == len(dims) and all(d in (None, n) for d, n in zip(dims, override)))
+            if not fits:
+                shown = "[" + ",".join("?" if d is None else str(d) for d in dims or ()) + "]"
+                raise InputError(f"input '{self.name}': shape {list(override)} does not fit {shown}")
+            return tuple(override)
+        if dims is None:
             raise InputError(f"input '{self.name}' has a dynamic rank: give a shape (--shape {self.name}=D0,D1,...)")
-        return tuple(d if d is not None else (batch if i == 0 else DEFAULT_DIM) for i, d in enumerate(self.dims))
-
-    def show_dims(self) -> str:
-        if self.dims is None:
-            return "[...]"
-        return "[" + ",".join("?" if d is None else str(d) for d in self.dims) + "]"
+        return tuple(d if d is not None else (batch if i == 0 else DEFAULT_DIM) for i, d in enumerate(dims))
 
 
 def _tensor_name(layer: Layer) -> str:
@@ -186,7 +181,7 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> tuple[float, bool,
     diff = np.where(both_nan, 0.0, np.abs(g - w))
     diff = np.where(np.isnan(diff), np.inf, diff)
     error = float(diff.max())
-    exact = want.dtype.kind not in "fc"
+    exact = want.dtype.kind in "biu"  # bfloat16 & co. (ml_dtypes) have kind "V": compared as floats
     ok = error == 0.0 if exact else bool(np.all(diff <= atol + rtol * np.abs(np.where(both_nan, 0.0, w))))
     return error, ok, ""
 
@@ -258,7 +253,7 @@ def verify(
     bin_file = Path(bin_path) if bin_path is not None else None
     feeds = _make_feeds(input_specs(read_ir(xml, bin_file)), 2 * steps, seed, batch, shapes, inputs or {})
 
-    say(f"running OpenVINO {ov.get_version()} on {xml.name}")
+    say(f"running OpenVINO {ov.get_version().split('-')[0]} on {xml.name}")
     reference = _Reference(ov, xml, bin_file)
     trajectory = []
     for phase in range(2):
@@ -319,7 +314,11 @@ def _run_form(
         phase, step = divmod(index, steps)
         if index == steps:
             session.reset_state()
-        got_out = session.run(None, step_feeds)
+        try:
+            got_out = session.run(None, step_feeds)
+        except RunError as exc:
+            when = f"step {step + 1} {'after' if phase else 'before'} the reset"
+            raise RunError(f"ortstate ({session.form} form), {when}: {exc}") from None
         for name, got, i in zip(names, got_out, order):
             result.checks.append(Check(phase, step + 1, "output", name, *compare(got, want_out[i], rtol, atol)))
         got_states = {v.name: v.state for v in session.query_state()}
