@@ -126,7 +126,7 @@ FAMILIES: list[Family] = [
         "lfm2",
         "Lfm2Config",
         _common(
-            layer_types=["conv", "full_attention"], conv_L_cache=3, block_ff_dim=128, block_auto_adjust_ff_dim=False,
+            layer_types=["conv", "full_attention"], conv_L_cache=3, block_auto_adjust_ff_dim=False,
             full_attn_idxs=None,
         ),
         pin="52",
@@ -136,10 +136,9 @@ FAMILIES: list[Family] = [
         "zamba2",
         "Zamba2Config",
         _common(
-            mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=1, mamba_headdim=16, n_mamba_heads=8,
-            num_hidden_layers=2, hybrid_layer_ids=[1], layers_block_type=["mamba", "hybrid"],
-            num_mem_blocks=1, use_shared_attention_adapter=False, use_mem_rope=True, attention_head_dim=16,
-            adapter_rank=8,
+            mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=1, n_mamba_heads=8, chunk_size=16,
+            layers_block_type=["mamba", "hybrid"], num_mem_blocks=1, use_shared_attention_adapter=False,
+            use_mem_rope=True, adapter_rank=8,
         ),
         pin="457",
         decoding={**_MAMBA_DECODING, "conv_kernel": 4},

@@ -1,0 +1,92 @@
+"""Write ``models/llm/README.md`` from the ``reference.json`` files (stdlib only).
+
+Failures recorded by hand live in ``models/llm/FAILURES.md`` and are copied in verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+SIZE_KEYS = (
+    "hidden_size", "n_embd", "d_model", "intermediate_size", "n_inner", "d_ff", "num_hidden_layers", "n_layer",
+    "num_layers", "num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "vocab_size",
+)
+CORE = {"Const", "Parameter", "Result"}
+
+HEADER = """# Tiny optimum-intel stateful LLM IRs
+
+Made by `models/make_llm_models.py` (random tiny configs from `models/llm_families.py`, no hub download;
+optimum-intel 2.2.0, OpenVINO {ov}). Each folder holds the IR(s), `config.json`, `reference.json` (prompt,
+OpenVINO greedy tokens, inputs, variables, feeding conventions, OpenVINO config), `logits.npy`
+(last-position logits of every step, `[steps, batch, vocab]`), `states.npz` (all variables after the
+last step) and, for encoder-decoders, `encoder_input.npy` / `encoder_output.npy`.
+`tests/test_llm_models_reference.py` replays every reference with OpenVINO alone.
+
+References use `{{"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}}`, plus
+`"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"` for int8/int4 weights. Prompt: 5 ids (encoder-decoders: the
+decoder start token + 4 ids), 8 new tokens, batch 1. `min margin` is the smallest top-1/top-2 logit gap
+seen while decoding: a converter within 1e-3 must reproduce the tokens.
+"""
+
+
+def _sizes(config: dict) -> str:
+    return ", ".join(f"{k}={config[k]}" for k in SIZE_KEYS if k in config)
+
+
+def _feeds(ref: dict) -> str:
+    names = [i["name"] for i in ref["inputs"]]
+    notes = []
+    if "attention_mask" in names:
+        notes.append(f"mask {ref['decoding']['attention_mask']}")
+    if "cache_position" in names:
+        notes.append(f"cache_position {ref['decoding']['cache_position']}")
+    return ", ".join(names) + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def write_readme(llm_dir: Path) -> None:
+    refs = [json.loads(p.read_text()) for p in sorted(llm_dir.glob("*/reference.json"))]
+    ov_version = refs[0]["versions"]["openvino"] if refs else "?"
+    lines = [HEADER.format(ov=ov_version), "## Models\n"]
+    lines.append("| folder | model_type | transformers | config | weights | variables | size | min margin |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    total = 0
+    all_ops: Counter[str] = Counter()
+    used_in: dict[str, set[str]] = {}
+    for ref in refs:
+        variables = [v for info in ref["irs"].values() for v in info["variables"]]
+        shapes = Counter(v["shape"] for v in variables)
+        var_text = f"{len(variables)}: " + ", ".join(f"{n}× `{s}`" for s, n in shapes.items())
+        total += ref["size_bytes"]
+        lines.append(
+            f"| `{ref['family']}` | {ref['model_type']} | {ref['versions']['transformers']} | {_sizes(ref['config'])} "
+            f"| {ref['weight_format']} | {var_text} | {ref['size_bytes'] / 1024:.0f} KiB | {ref['min_top2_margin']:.3f} |"
+        )
+        for info in ref["irs"].values():
+            all_ops.update(info["ops"])
+            for op in info["ops"]:
+                used_in.setdefault(op, set()).add(ref["family"])
+    lines.append(f"\nTotal: {total / 1024:.0f} KiB in {len(refs)} folders.\n")
+    lines.append("## Decoder inputs per family\n")
+    lines.append("| folder | decoder IR inputs (feeding) | outputs |")
+    lines.append("| --- | --- | --- |")
+    for ref in refs:
+        outs = ", ".join(o["name"] for o in ref["outputs"])
+        lines.append(f"| `{ref['family']}` | {_feeds(ref)} | {outs} |")
+    lines.append("\n## Ops per IR (type-version: count, from the XML, loop bodies included)\n")
+    for ref in refs:
+        for xml, info in ref["irs"].items():
+            ops = ", ".join(f"{k} {v}" for k, v in info["ops"].items() if k.split("-")[0] not in CORE)
+            lines.append(f"- `{ref['family']}/{xml}`: {ops}")
+    lines.append("\n## All op types across the IRs\n")
+    lines.append("| op | layers | folders |")
+    lines.append("| --- | --- | --- |")
+    for op in sorted(all_ops):
+        fams = sorted(used_in[op])
+        where = "all" if len(fams) == len(refs) else ", ".join(fams)
+        lines.append(f"| {op} | {all_ops[op]} | {where} |")
+    failures = llm_dir / "FAILURES.md"
+    if failures.exists():
+        lines.append("\n" + failures.read_text().strip())
+    (llm_dir / "README.md").write_text("\n".join(lines) + "\n")
