@@ -4,5 +4,6 @@ from . import (  # noqa: F401
     broadcast,
     constants,
     elementwise,
+    loops,
     shape,
 )
