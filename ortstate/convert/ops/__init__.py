@@ -4,6 +4,8 @@ from . import (  # noqa: F401
     broadcast,
     constants,
     elementwise,
+    rnn,
+    rnn_cells,
     loops,
     shape,
 )
