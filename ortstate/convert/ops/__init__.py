@@ -4,8 +4,8 @@ from . import (  # noqa: F401
     broadcast,
     constants,
     elementwise,
+    loops,
     rnn,
     rnn_cells,
-    loops,
     shape,
 )
