@@ -126,3 +126,36 @@ def _rename_in_graph(graph: onnx.GraphProto, old: str, new: str) -> None:
     for out in graph.output:
         if out.name == old:
             out.name = new
+
+
+def prune(graph: onnx.GraphProto, side_effect_domains: frozenset[str]) -> None:
+    """Drop nodes nothing needs and initializers nothing reads (ONNX Runtime runs dead nodes).
+
+    Nodes of ``side_effect_domains`` (our state ops) are always kept. Only the top-level graph is
+    pruned; a subgraph's reads of outer values count as uses.
+    """
+    needed = {out.name for out in graph.output}
+    kept: list[onnx.NodeProto] = []
+    for node in reversed(graph.node):
+        if node.domain in side_effect_domains or any(out in needed for out in node.output):
+            kept.append(node)
+            needed.update(node.input)
+            needed.update(_subgraph_reads(node))
+    kept.reverse()
+    if len(kept) != len(graph.node):
+        del graph.node[:]
+        graph.node.extend(kept)
+    unused = [init for init in graph.initializer if init.name not in needed]
+    for init in unused:
+        graph.initializer.remove(init)
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    names: set[str] = set()
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for g in graphs:
+            for inner in g.node:
+                names.update(inner.input)
+                names.update(_subgraph_reads(inner))
+    return names

@@ -12,7 +12,7 @@ from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Graph, Layer, parse_partial_shape, read_ir
 from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, write_meta
 from . import ops  # noqa: F401  (registers the translators)
-from .builder import GraphBuilder
+from .builder import GraphBuilder, prune
 from .context import OPSET, Context
 from .dtypes import onnx_type
 from .registry import lookup
@@ -134,7 +134,9 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
     opsets = [helper.make_opsetid("", OPSET)]
     if CONTRIB_DOMAIN in b.domains:
         opsets.append(helper.make_opsetid(CONTRIB_DOMAIN, 1))
-    model = helper.make_model(b.graph(), opset_imports=opsets, producer_name="ortstate", ir_version=ONNX_IR_VERSION)
+    graph_proto = b.graph()
+    prune(graph_proto, frozenset({CONTRIB_DOMAIN}))
+    model = helper.make_model(graph_proto, opset_imports=opsets, producer_name="ortstate", ir_version=ONNX_IR_VERSION)
     meta = ModelMeta(
         form=EXPLICIT if explicit_state else CUSTOM_OP,
         variables=tuple(state.meta[v.id] for v in variables),
