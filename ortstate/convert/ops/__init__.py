@@ -4,6 +4,7 @@ from . import (  # noqa: F401
     broadcast,
     constants,
     elementwise,
+    indexing,
     loops,
     rnn,
     rnn_cells,
