@@ -72,9 +72,10 @@ FAMILIES: list[Family] = [
         "whisper",
         "WhisperConfig",
         {
-            "vocab_size": VOCAB, "num_mel_bins": 16, "d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
-            "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
-            "decoder_ffn_dim": 128, "max_source_positions": 16, "max_target_positions": 64,
+            # optimum's dummy audio is 3000 frames, so the encoder keeps Whisper's 1500 positions
+            "vocab_size": VOCAB, "num_mel_bins": 16, "d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
+            "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 64,
+            "decoder_ffn_dim": 64, "max_source_positions": 1500, "max_target_positions": 64,
             "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1,
             "suppress_tokens": [], "begin_suppress_tokens": [], "tie_word_embeddings": False, "init_std": 0.1,
         },
@@ -91,13 +92,14 @@ FAMILIES: list[Family] = [
             "decoder_start_token_id": 0, "pad_token_id": 0, "eos_token_id": 1, "tie_word_embeddings": False,
             "initializer_factor": 1.0,
         },
+        pin="457",  # transformers 5 always ties T5's lm_head to the embeddings (echoes the last token)
         kind="t5",
         task="text2text-generation-with-past",
         model_class="AutoModelForSeq2SeqLM",
     ),
     Family("mixtral", "MixtralConfig", _common(num_local_experts=4, num_experts_per_tok=2)),
     Family("phi3", "Phi3Config", _common(pad_token_id=0)),
-    Family("mistral", "MistralConfig", _common(sliding_window=None)),
+    Family("mistral", "MistralConfig", _common(sliding_window=4)),  # window < prompt + new tokens
     Family("qwen3", "Qwen3Config", _common(head_dim=16)),
     Family("gemma2", "Gemma2Config", _common(head_dim=16, query_pre_attn_scalar=16), pin="457"),
     Family(
@@ -138,7 +140,7 @@ FAMILIES: list[Family] = [
         _common(
             mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=1, n_mamba_heads=8, chunk_size=16,
             layers_block_type=["mamba", "hybrid"], num_mem_blocks=1, use_shared_attention_adapter=False,
-            use_mem_rope=True, adapter_rank=8,
+            use_mem_rope=True, adapter_rank=8, num_key_value_heads=4,  # optimum's dummy cache assumes no GQA
         ),
         pin="457",
         decoding={**_MAMBA_DECODING, "conv_kernel": 4},

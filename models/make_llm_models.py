@@ -23,7 +23,7 @@ Usage (each family with the venv of its pin; families of another pin are skipped
 
 Each ``models/llm/<name>/`` gets the IR(s), ``config.json``, ``generation_config.json``,
 ``reference.json``, ``logits.npy`` (last-position logits of every greedy step, ``[steps, batch, vocab]``),
-``states.npz`` (every variable after the last step) and, for encoder-decoders, ``encoder_input.npy`` /
+``states.npz`` (every variable after the last step; f16 when over 16384 elements) and, for encoder-decoders, ``encoder_input.npy`` /
 ``encoder_output.npy``.
 """
 
@@ -49,11 +49,12 @@ SEED = 20240607
 NEW_TOKENS = 8
 PROMPT_LEN = 5
 MIN_MARGIN = 0.02  # retry another prompt when two logits are closer than this (argmax too fragile)
+BIG_STATE = 16384  # elements
 OUT = HERE / "llm"
 KEEP = ("config.json", "generation_config.json")
 
 
-def _build_hf(fam: Family, hf_dir: Path) -> None:
+def _build_hf(fam: Family, hf_dir: Path):
     import torch
     import transformers
 
@@ -62,6 +63,25 @@ def _build_hf(fam: Family, hf_dir: Path) -> None:
     model = getattr(transformers, fam.model_class).from_config(config)
     model.eval()
     model.save_pretrained(hf_dir)
+    return model
+
+
+def _hf_check(fam: Family, model, folder: Path, ref: dict) -> float:
+    """Max |logits| difference between the torch model (no cache, whole sequence) and OpenVINO's steps."""
+    import torch
+
+    prompt = ref["prompt_ids"]
+    seq = torch.tensor([row + toks[:-1] for row, toks in zip(prompt, ref["new_tokens"])])
+    with torch.no_grad():
+        if fam.kind == "decoder":
+            logits = model(input_ids=seq).logits
+        else:
+            enc = torch.from_numpy(np.load(folder / "encoder_input.npy").astype(np.float32 if fam.kind == "whisper" else np.int64))
+            key = "input_features" if fam.kind == "whisper" else "input_ids"
+            logits = model(**{key: enc}, decoder_input_ids=seq).logits
+    ours = np.load(folder / "logits.npy")  # [steps, batch, vocab]
+    theirs = logits[:, len(prompt[0]) - 1 :, :].permute(1, 0, 2).float().numpy()
+    return float(np.max(np.abs(ours - theirs)))
 
 
 def _export(fam: Family, hf_dir: Path, out_dir: Path) -> None:
@@ -95,14 +115,16 @@ def _reference(fam: Family, folder: Path) -> dict:
         rng = np.random.default_rng(SEED)
         if fam.kind == "whisper":
             frames = 2 * fam.config["max_source_positions"]
-            feats = rng.standard_normal((1, fam.config["num_mel_bins"], frames)).astype(np.float32)
+            # stored as f16 (half the bytes); the values fed are exactly those f16 values in f32
+            feats = rng.standard_normal((1, fam.config["num_mel_bins"], frames)).astype(np.float16)
             enc_inputs = {"input_features": feats}
         else:
             ids = rng.integers(3, fam.config["vocab_size"], size=(1, 6)).astype(np.int64)
             enc_inputs = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
             extra["encoder_attention_mask"] = np.ones_like(ids)
         enc_inputs = {k: v for k, v in enc_inputs.items() if k in {p.get_any_name() for p in enc.inputs}}
-        hidden = np.array(enc.create_infer_request().infer(enc_inputs)["last_hidden_state"], dtype=np.float32)
+        typed = {p.get_any_name(): enc_inputs[p.get_any_name()].astype(p.get_element_type().to_dtype()) for p in enc.inputs}
+        hidden = np.array(enc.create_infer_request().infer(typed)["last_hidden_state"], dtype=np.float32)
         extra["encoder_hidden_states"] = hidden
         np.save(folder / "encoder_input.npy", next(iter(enc_inputs.values())))
         np.save(folder / "encoder_output.npy", hidden)
@@ -124,7 +146,8 @@ def _reference(fam: Family, folder: Path) -> dict:
         if run["min_margin"] >= MIN_MARGIN:
             break
     np.save(folder / "logits.npy", run["logits"])
-    np.savez(folder / "states.npz", **run["states"])
+    # big states (Whisper's cross-attention K/V over 1500 frames) are stored as f16 to keep folders small
+    np.savez(folder / "states.npz", **{k: v.astype(np.float16) if v.size > BIG_STATE else v for k, v in run["states"].items()})
     from importlib.metadata import version
 
     return {
@@ -160,7 +183,7 @@ def make(fam: Family) -> None:
     folder = OUT / fam.name
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir, ov_dir = Path(tmp) / "hf", Path(tmp) / "ov"
-        _build_hf(fam, hf_dir)
+        model = _build_hf(fam, hf_dir)
         _export(fam, hf_dir, ov_dir)
         if folder.exists():
             shutil.rmtree(folder)
@@ -169,11 +192,18 @@ def make(fam: Family) -> None:
             if path.suffix in (".xml", ".bin") or path.name in KEEP:
                 shutil.copy2(path, folder / path.name)
     ref = _reference(fam, folder)
+    try:
+        ref["torch_max_abs_diff"] = _hf_check(fam, model, folder, ref)
+    except Exception as exc:  # the torch cross-check is advisory; the reference is OpenVINO's
+        ref["torch_max_abs_diff"] = f"not computed: {type(exc).__name__}: {exc}"[:300]
     ref["size_bytes"] = sum(p.stat().st_size for p in folder.iterdir()) + 0
     (folder / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
     ref["size_bytes"] = sum(p.stat().st_size for p in folder.iterdir())
     (folder / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
-    print(f"{fam.name}: tokens {ref['new_tokens']} margin {ref['min_top2_margin']:.4f} size {ref['size_bytes']}")
+    print(
+        f"{fam.name}: tokens {ref['new_tokens']} margin {ref['min_top2_margin']:.4f} size {ref['size_bytes']} "
+        f"torch diff {ref['torch_max_abs_diff']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 OpenVINO and numpy only: each IR is compiled with the recorded config, the encoder (if any) re-run on
 the stored input, then greedy decoding replayed with the recorded prompt and feeding conventions.
-Tokens must match exactly, logits and final states within 1e-4.
+Tokens must match exactly, logits and final states within 1e-4 (states stored as f16: 1e-3 relative).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def test_reference_reproduces(ref_path: Path) -> None:
         enc_input = np.load(folder / enc_ref["input_file"])
         feeds = {enc_ref["input_name"]: enc_input}
         feeds.update({name: np.ones_like(enc_input) for name in enc_ref["extra_inputs"]})
+        feeds = {p.get_any_name(): feeds[p.get_any_name()].astype(p.get_element_type().to_dtype()) for p in enc.inputs}
         hidden = np.array(enc.create_infer_request().infer(feeds)["last_hidden_state"])
         np.testing.assert_allclose(hidden, np.load(folder / enc_ref["output_file"]), atol=1e-4, rtol=0)
         extra["encoder_hidden_states"] = hidden
@@ -53,7 +54,11 @@ def test_reference_reproduces(ref_path: Path) -> None:
     stored = np.load(folder / ref["states_file"])
     assert sorted(run["states"]) == sorted(stored.files)
     for name, value in run["states"].items():
-        np.testing.assert_allclose(value, stored[name], atol=1e-4, rtol=0, err_msg=name)
+        expected = stored[name]
+        if expected.dtype == np.float16:  # big states are stored rounded to f16
+            np.testing.assert_allclose(value, expected.astype(np.float32), atol=1e-3, rtol=1e-3, err_msg=name)
+        else:
+            np.testing.assert_allclose(value, expected, atol=1e-4, rtol=0, err_msg=name)
 
 
 @pytest.mark.parametrize("ref_path", REFERENCES, ids=[p.parent.name for p in REFERENCES])
