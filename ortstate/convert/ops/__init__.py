@@ -6,6 +6,8 @@ from . import (  # noqa: F401
     elementwise,
     indexing,
     loops,
+    matmul,
+    ranges,
     rnn,
     rnn_cells,
     shape,
