@@ -1,6 +1,7 @@
 """Translators, one module per op family. Importing this package registers them all."""
 
 from . import (  # noqa: F401
+    activations,
     broadcast,
     constants,
     elementwise,
@@ -11,4 +12,6 @@ from . import (  # noqa: F401
     rnn,
     rnn_cells,
     shape,
+    softmax,
+    unary,
 )

@@ -49,8 +49,9 @@ def computed_in(ctx: Context, values: list[str], etype: int, kernels: frozenset[
     """``build(values, type)`` in ``etype`` when ORT has a kernel for it, else in a type that has one.
 
     Integers widen to int32/int64 when the kernel has them, everything else goes through float32.
-    A float result cast back to an integer type is first rounded half to even, which is what the
-    OpenVINO CPU plugin does when it runs float math (Exp, Sigmoid, ...) on integer tensors.
+    Results cast back to an integer type saturate to its range, and float ones are first rounded
+    half to even: that is what the OpenVINO CPU plugin does when it computes integer tensors in a
+    wider type (Exp, Sigmoid, ... in f32; 8-bit sums in i32), and ONNX Cast leaves overflow undefined.
     """
     if etype in kernels:
         return build(values, etype)
@@ -58,9 +59,24 @@ def computed_in(ctx: Context, values: list[str], etype: int, kernels: frozenset[
     if wide not in kernels:
         wide = T.INT64 if T.INT64 in kernels and etype not in FLOAT_TYPES else T.FLOAT
     out = build([ctx.b.op("Cast", [v], {"to": wide}) for v in values], wide)
-    if wide in FLOAT_TYPES and etype not in FLOAT_TYPES:
-        out = ctx.b.op("Round", [out])
+    if etype not in FLOAT_TYPES:
+        out = _saturate(ctx, ctx.b.op("Round", [out]) if wide in FLOAT_TYPES else out, wide, etype)
     return ctx.b.op("Cast", [out], {"to": etype})
+
+
+def _saturate(ctx: Context, value: str, wide: int, etype: int) -> str:
+    """Clip ``value`` (of type ``wide``) to the values of integer type ``etype`` that ``wide`` can hold."""
+    wide_np, info = numpy_type(wide), np.iinfo(numpy_type(etype))
+    if wide_np.kind == "f":
+        low, high = wide_np.type(info.min), wide_np.type(info.max)
+        if int(high) > info.max:  # float(2**31 - 1) rounds up to 2**31: step down to a value that fits
+            high = np.nextafter(high, wide_np.type(0))
+    else:
+        wide_info = np.iinfo(wide_np)
+        if info.min <= wide_info.min and info.max >= wide_info.max:
+            return value
+        low, high = max(info.min, wide_info.min), min(info.max, wide_info.max)
+    return ctx.b.op("Clip", [value, scalar(ctx, low, wide), scalar(ctx, high, wide)])
 
 
 # OpenVINO type -> ONNX op, for ops that map one to one.
