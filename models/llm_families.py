@@ -67,7 +67,9 @@ FAMILIES: list[Family] = [
     Family("qwen2", "Qwen2Config", _common()),
     Family("llama_fp16", "LlamaConfig", _LLAMA, weight_format="fp16"),
     Family("llama_int8", "LlamaConfig", _LLAMA, weight_format="int8"),
-    Family("llama_int4", "LlamaConfig", _LLAMA, weight_format="int4", export_args=("--group-size", "16", "--ratio", "1.0")),
+    Family(
+        "llama_int4", "LlamaConfig", _LLAMA, weight_format="int4", export_args=("--group-size", "16", "--ratio", "1.0")
+    ),
     Family(
         "whisper",
         "WhisperConfig",
@@ -101,7 +103,7 @@ FAMILIES: list[Family] = [
     Family("phi3", "Phi3Config", _common(pad_token_id=0)),
     Family("mistral", "MistralConfig", _common(sliding_window=4)),  # window < prompt + new tokens
     Family("qwen3", "Qwen3Config", _common(head_dim=16)),
-    Family("gemma2", "Gemma2Config", _common(head_dim=16, query_pre_attn_scalar=16), pin="457"),
+    Family("gemma2", "Gemma2Config", _common(head_dim=16, query_pre_attn_scalar=16, sliding_window=4), pin="457"),
     Family(
         "mamba",
         "MambaConfig",
@@ -179,5 +181,26 @@ FAMILIES: list[Family] = [
         decoding={**_HYBRID_DECODING, "conv_kernel": 4},
     ),
 ]
+
+# A VLM's language model (inputs_embeds instead of input_ids); the text-only prompt goes through the
+# exported text-embeddings IR. Text vocab 257 keeps the image token (256) out of the random prompts.
+FAMILIES.append(
+    Family(
+        "llava",
+        "LlavaConfig",
+        {
+            "text_config": {**_common(vocab_size=VOCAB + 1), "model_type": "llama"},
+            "vision_config": {
+                "model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 16, "patch_size": 8,
+                "projection_dim": 32,
+            },
+            "image_token_index": VOCAB, "vision_feature_layer": -1, "tie_word_embeddings": False,
+        },
+        kind="vlm",
+        task="image-text-to-text",
+        model_class="LlavaForConditionalGeneration",
+    )
+)
 
 BY_NAME = {f.name: f for f in FAMILIES}

@@ -61,7 +61,8 @@ def write_readme(llm_dir: Path) -> None:
         total += ref["size_bytes"]
         lines.append(
             f"| `{ref['family']}` | {ref['model_type']} | {ref['versions']['transformers']} | {_sizes(ref['config'])} "
-            f"| {ref['weight_format']} | {var_text} | {ref['size_bytes'] / 1024:.0f} KiB | {ref['min_top2_margin']:.3f} |"
+            f"| {ref['weight_format']} | {var_text} | {ref['size_bytes'] / 1024:.0f} KiB "
+            f"| {ref['min_top2_margin']:.3f} |"
         )
         for info in ref["irs"].values():
             all_ops.update(info["ops"])

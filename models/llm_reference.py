@@ -13,12 +13,14 @@ Shared by ``make_llm_models.py`` (which writes ``reference.json``) and
 - ``cache_position``: ``"conv_kernel"`` = ``arange(conv_kernel)`` at prefill then ``[past]``
   (mamba-family, as optimum does); ``"arange"`` = ``arange(past, past + n)``.
 - ``beam_idx``: ``arange(batch)`` (i32).
+- ``inputs_embeds`` (VLM language models): the prompt/step ids through the text-embeddings IR.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,8 @@ def decoder_feeds(
             feeds[name] = extra[name].astype(dtype)
         elif name == "input_ids":
             feeds[name] = ids.astype(dtype)
+        elif name == "inputs_embeds":
+            raise ValueError("inputs_embeds needs an embed function (the VLM's text-embeddings IR)")
         elif name == "attention_mask":
             width = n if (decoding.get("attention_mask") == "current" and past > 0) else past + n
             feeds[name] = np.ones((batch, width), dtype)
@@ -82,14 +86,23 @@ def decoder_feeds(
     return feeds
 
 
+def embedder(model: ov.CompiledModel) -> Callable[[np.ndarray], np.ndarray]:
+    """``ids -> inputs_embeds`` through a VLM's text-embeddings IR."""
+    request = model.create_infer_request()
+    return lambda ids: np.array(request.infer({0: ids.astype(np.int64)})[0])
+
+
 def greedy(
     model: ov.CompiledModel,
     decoding: dict[str, Any],
     prompt_ids: list[list[int]],
     new_tokens: int,
     extra: dict[str, np.ndarray] | None = None,
+    embed: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Prefill with the prompt, then feed back the argmax one token per step.
+
+    ``embed`` (VLM language models) turns the step's ids into the ``inputs_embeds`` input.
 
     Returns the new tokens, the last-position logits of every step (``[steps, batch, vocab]``), the
     states after the last step, and the minimum top-1/top-2 logit gap (how robust the argmax is).
@@ -102,7 +115,10 @@ def greedy(
     logits_steps: list[np.ndarray] = []
     margins: list[float] = []
     for _ in range(new_tokens):
-        request.infer(decoder_feeds(model, decoding, ids, past, extra))
+        step_extra = dict(extra or {})
+        if embed is not None:
+            step_extra["inputs_embeds"] = embed(ids)
+        request.infer(decoder_feeds(model, decoding, ids, past, step_extra))
         logits = np.array(request.get_tensor("logits").data[:, -1, :], dtype=np.float32)
         past += ids.shape[1]
         top2 = np.sort(logits, axis=-1)[:, -2:]

@@ -23,8 +23,8 @@ Usage (each family with the venv of its pin; families of another pin are skipped
 
 Each ``models/llm/<name>/`` gets the IR(s), ``config.json``, ``generation_config.json``,
 ``reference.json``, ``logits.npy`` (last-position logits of every greedy step, ``[steps, batch, vocab]``),
-``states.npz`` (every variable after the last step; f16 when over 16384 elements) and, for encoder-decoders, ``encoder_input.npy`` /
-``encoder_output.npy``.
+``states.npz`` (every variable after the last step; f16 when over 16384 elements) and, for
+encoder-decoders, ``encoder_input.npy`` / ``encoder_output.npy``.
 """
 
 from __future__ import annotations
@@ -73,10 +73,11 @@ def _hf_check(fam: Family, model, folder: Path, ref: dict) -> float:
     prompt = ref["prompt_ids"]
     seq = torch.tensor([row + toks[:-1] for row, toks in zip(prompt, ref["new_tokens"])])
     with torch.no_grad():
-        if fam.kind == "decoder":
+        if fam.kind in ("decoder", "vlm"):
             logits = model(input_ids=seq).logits
         else:
-            enc = torch.from_numpy(np.load(folder / "encoder_input.npy").astype(np.float32 if fam.kind == "whisper" else np.int64))
+            dtype = np.float32 if fam.kind == "whisper" else np.int64
+            enc = torch.from_numpy(np.load(folder / "encoder_input.npy").astype(dtype))
             key = "input_features" if fam.kind == "whisper" else "input_ids"
             logits = model(**{key: enc}, decoder_input_ids=seq).logits
     ours = np.load(folder / "logits.npy")  # [steps, batch, vocab]
@@ -99,9 +100,19 @@ def _prompts(fam: Family, attempt: int, length: int) -> list[list[int]]:
     return [rng.integers(3, fam.config.get("vocab_size", 256), size=length).tolist()]
 
 
+def _port_dtype(port) -> np.dtype:
+    return port.get_element_type().to_dtype()
+
+
+def _ir_summary(xml: Path) -> dict:
+    from llm_reference import ir_ops, ir_variables
+
+    return {"ops": dict(sorted(ir_ops(xml).items())), "variables": ir_variables(xml)}
+
+
 def _reference(fam: Family, folder: Path) -> dict:
     import openvino as ov
-    from llm_reference import greedy, ir_ops, ir_variables, ov_config_for, ports
+    from llm_reference import embedder, greedy, ov_config_for, ports
 
     core = ov.Core()
     config = ov_config_for(fam.weight_format)
@@ -109,7 +120,7 @@ def _reference(fam: Family, folder: Path) -> dict:
     extra: dict[str, np.ndarray] = {}
     encoder: dict = {}
     decoder_xml = "openvino_model.xml"
-    if fam.kind != "decoder":
+    if fam.kind in ("whisper", "t5"):
         decoder_xml = "openvino_decoder_model.xml"
         enc = core.compile_model(folder / "openvino_encoder_model.xml", "CPU", config)
         rng = np.random.default_rng(SEED)
@@ -123,7 +134,7 @@ def _reference(fam: Family, folder: Path) -> dict:
             enc_inputs = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
             extra["encoder_attention_mask"] = np.ones_like(ids)
         enc_inputs = {k: v for k, v in enc_inputs.items() if k in {p.get_any_name() for p in enc.inputs}}
-        typed = {p.get_any_name(): enc_inputs[p.get_any_name()].astype(p.get_element_type().to_dtype()) for p in enc.inputs}
+        typed = {p.get_any_name(): enc_inputs[p.get_any_name()].astype(_port_dtype(p)) for p in enc.inputs}
         hidden = np.array(enc.create_infer_request().infer(typed)["last_hidden_state"], dtype=np.float32)
         extra["encoder_hidden_states"] = hidden
         np.save(folder / "encoder_input.npy", next(iter(enc_inputs.values())))
@@ -137,17 +148,23 @@ def _reference(fam: Family, folder: Path) -> dict:
             "inputs": ports(enc, "inputs"),
             "outputs": ports(enc, "outputs"),
         }
+    embed = None
+    embeddings_xml = ""
+    if fam.kind == "vlm":
+        decoder_xml, embeddings_xml = "openvino_language_model.xml", "openvino_text_embeddings_model.xml"
+        embed = embedder(core.compile_model(folder / embeddings_xml, "CPU", config))
     dec = core.compile_model(folder / decoder_xml, "CPU", config)
     decoding = {"attention_mask": "full", "cache_position": "arange", **fam.decoding}
-    start = [int(fam.config["decoder_start_token_id"])] if fam.kind != "decoder" else []
+    start = [int(fam.config["decoder_start_token_id"])] if fam.kind in ("whisper", "t5") else []
     for attempt in range(8):
         prompt = [start + row for row in _prompts(fam, attempt, PROMPT_LEN - len(start))]
-        run = greedy(dec, decoding, prompt, NEW_TOKENS, extra)
+        run = greedy(dec, decoding, prompt, NEW_TOKENS, extra, embed)
         if run["min_margin"] >= MIN_MARGIN:
             break
     np.save(folder / "logits.npy", run["logits"])
     # big states (Whisper's cross-attention K/V over 1500 frames) are stored as f16 to keep folders small
-    np.savez(folder / "states.npz", **{k: v.astype(np.float16) if v.size > BIG_STATE else v for k, v in run["states"].items()})
+    states = {k: v.astype(np.float16) if v.size > BIG_STATE else v for k, v in run["states"].items()}
+    np.savez(folder / "states.npz", **states)
     from importlib.metadata import version
 
     return {
@@ -164,8 +181,9 @@ def _reference(fam: Family, folder: Path) -> dict:
             "openvino": version("openvino"),
         },
         "ov_config": config,
-        "irs": {x: {"ops": dict(sorted(ir_ops(folder / x).items())), "variables": ir_variables(folder / x)} for x in xmls},
+        "irs": {x: _ir_summary(folder / x) for x in xmls},
         "decoder_ir": decoder_xml,
+        "embeddings_ir": embeddings_xml,
         "inputs": ports(dec, "inputs"),
         "outputs": ports(dec, "outputs"),
         "decoding": decoding,

@@ -19,7 +19,7 @@ ov = pytest.importorskip("openvino")
 LLM_DIR = Path(__file__).resolve().parents[1] / "models" / "llm"
 sys.path.insert(0, str(LLM_DIR.parent))
 
-from llm_reference import greedy, ir_ops, ir_variables, ports  # noqa: E402
+from llm_reference import embedder, greedy, ir_ops, ir_variables, ports  # noqa: E402
 
 REFERENCES = sorted(LLM_DIR.glob("*/reference.json"))
 
@@ -48,7 +48,10 @@ def test_reference_reproduces(ref_path: Path) -> None:
             extra["encoder_attention_mask"] = np.ones_like(enc_input)
     dec = core.compile_model(folder / ref["decoder_ir"], "CPU", ref["ov_config"])
     assert ports(dec, "inputs") == ref["inputs"]
-    run = greedy(dec, ref["decoding"], ref["prompt_ids"], len(ref["new_tokens"][0]), extra)
+    embed = None
+    if ref.get("embeddings_ir"):
+        embed = embedder(core.compile_model(folder / ref["embeddings_ir"], "CPU", ref["ov_config"]))
+    run = greedy(dec, ref["decoding"], ref["prompt_ids"], len(ref["new_tokens"][0]), extra, embed)
     assert run["tokens"] == ref["new_tokens"]
     np.testing.assert_allclose(run["logits"], np.load(folder / ref["logits_file"]), atol=1e-4, rtol=0)
     stored = np.load(folder / ref["states_file"])
