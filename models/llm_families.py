@@ -199,7 +199,7 @@ FAMILIES.append(
         },
         kind="vlm",
         task="image-text-to-text",
-        model_class="LlavaForConditionalGeneration",
+        model_class="AutoModelForImageTextToText",
     )
 )
 
