@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     ranges,
     rnn,
     rnn_cells,
+    scatter,
     shape,
     softmax,
     unary,
