@@ -4,7 +4,10 @@ Integer inputs to float math (Exp, Sin, Sigmoid, ...) are part of OpenVINO's op 
 computes them in f32 and rounds, which the integer cases pin.
 """
 
+import re
+
 import numpy as np
+import openvino.opset1 as ops1
 import openvino.opset2 as ops2
 import openvino.opset13 as ops
 import pytest
@@ -12,6 +15,7 @@ from oracle import assert_close, check_model, single_op
 from test_ops_elementwise import check_spec
 
 import ortstate
+from ortstate.errors import ConversionError
 
 FLOATS = [np.float32, np.float16, np.float64]
 INTS = [np.int32, np.int64, np.int8, np.uint8, np.int16]
@@ -262,8 +266,6 @@ SOFTMAX_INPUT = (np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 11) * np.flo
 
 @pytest.mark.parametrize("axis", [0, 1, 2])
 def test_softmax_v1(tmp_path, axis):
-    import openvino.opset1 as ops1
-
     run_unary(tmp_path, lambda x: ops1.softmax(x, axis), SOFTMAX_INPUT)
 
 
@@ -273,3 +275,14 @@ def test_softmax_v1(tmp_path, axis):
 def test_softmax(tmp_path, op, axis, dtype):
     rtol = 1e-3 if dtype == np.float16 else 1e-5
     run_unary(tmp_path, lambda x: getattr(ops, op)(x, axis), SOFTMAX_INPUT.astype(dtype), rtol)
+
+
+def test_softmax_v1_rejects_negative_axis(tmp_path):
+    """SoftMax-1's axis is unsigned in OpenVINO; an IR that says -1 is malformed, and the error says where."""
+    x = ops.parameter([2, 3], np.float32, name="x")
+    xml = single_op(tmp_path, ops1.softmax(x, 1, name="sm"), [x])
+    xml.write_text(xml.read_text().replace('<data axis="1" />', '<data axis="-1" />'))
+    layer_id = re.search(r'<layer id="(\d+)" name="sm"', xml.read_text()).group(1)
+    with pytest.raises(ConversionError) as err:
+        ortstate.convert(xml)
+    assert str(err.value) == f"{xml}: layer 'sm' (id {layer_id}, SoftMax-1): axis -1 is out of range [0, 1] for rank 2"

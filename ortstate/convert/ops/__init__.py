@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     loops,
     matmul,
     ranges,
+    reductions,
     rnn,
     rnn_cells,
     scatter,
