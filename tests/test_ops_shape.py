@@ -258,3 +258,42 @@ def test_range_v4_truncates(tmp_path, output_type, start, stop, step):
     xml = single_op(tmp_path, [ops.range(*bounds, output_type), like], [like])
     assert_layer(xml, "Range", "opset4")
     check_model(xml, {"like": np.zeros(1, np.float32)})
+
+
+# -- ShapeOf, Broadcast (broadcast.py) ---------------------------------------------------------
+@pytest.mark.parametrize(("version", "output_type"), [(1, None), (3, "i64"), (3, "i32")])
+@pytest.mark.parametrize("shape", [(2, 3, 4), (5,), (), (0, 2)])
+def test_shape_of(tmp_path, version, output_type, shape):
+    a = ops.parameter([-1] * len(shape), np.float32, name="a")
+    out = ops1.shape_of(a) if version == 1 else ops.shape_of(a, output_type)
+    xml = single_op(tmp_path, out, [a])
+    assert_layer(xml, "ShapeOf", f"opset{version}")
+    check_model(xml, {"a": np.asarray(values(shape, np.float32))})
+
+
+@pytest.mark.parametrize(
+    ("version", "mode"), [(1, "numpy"), (1, "explicit"), (3, "numpy"), (3, "bidirectional"), (3, "explicit")]
+)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("runtime", [False, True])
+def test_broadcast(tmp_path, version, mode, dtype, runtime):
+    """numpy: [3, 1] -> [2, 3, 4]; bidirectional: [3, 1] with [1, 4] -> [3, 4]; explicit: [3, 4] on axes
+    1, 2 of [2, 3, 4]. The target shape is a constant or computed at run time (i32) from ShapeOf."""
+    shape = {"numpy": (3, 1), "bidirectional": (3, 1), "explicit": (3, 4)}[mode]
+    target_value = {"numpy": [2, 3, 4], "bidirectional": [1, 4], "explicit": [2, 3, 4]}[mode]
+    a = ops.parameter(list(shape), dtype, name="a")
+    params = [a]
+    if runtime:
+        like = ops.parameter([-1] * len(target_value), np.float32, name="like")
+        params.append(like)
+        target = ops.shape_of(like, "i32")
+    else:
+        target = ops.constant(np.array(target_value, np.int64))
+    axes = ops.constant(np.array([1, 2], np.int64)) if mode == "explicit" else None
+    out = ops1.broadcast(a, target, axes, mode) if version == 1 else ops.broadcast(a, target, axes, mode)
+    xml = single_op(tmp_path, out, params)
+    assert_layer(xml, "Broadcast", f"opset{version}")
+    feeds = {"a": values(shape, dtype)}
+    if runtime:
+        feeds["like"] = np.zeros(target_value, np.float32)
+    check_model(xml, feeds)

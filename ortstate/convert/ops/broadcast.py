@@ -26,7 +26,8 @@ def shape_of_v3(node: Node, ctx: Context) -> list[str]:
 
 def _broadcast(node: Node, ctx: Context, bidirectional_ok: bool) -> list[str]:
     """OpenVINO ``numpy`` and ``bidirectional`` modes both equal ONNX Expand for valid inputs;
-    ``explicit`` maps input dims onto ``axes_mapping`` (input 2) by reshaping first."""
+    ``explicit`` maps input dims onto ``axes_mapping`` (input 2) by reshaping first; Broadcast-1 writes it
+    as ``none`` in the IR (the same enum value)."""
     mode = node.attr("mode", "numpy").lower()
     b = ctx.b
     target = b.op("Cast", [node.inputs[1]], {"to": TensorProto.INT64})
@@ -34,9 +35,10 @@ def _broadcast(node: Node, ctx: Context, bidirectional_ok: bool) -> list[str]:
         if mode == "pdpd" and node.attr_int("axis", -1) != -1:
             raise node.error("pdpd broadcast with an axis is not supported")
         return [b.op("Expand", [node.inputs[0], target])]
-    if mode == "explicit":
+    if mode in ("explicit", "none"):
         axes = node.const_ints(2, "axes_mapping")
-        out_rank = node.input_shape(1).dims[0].lo if node.input_shape(1).dims else None  # type: ignore[index]
+        dims = node.input_shape(1).dims
+        out_rank = dims[0].lo if dims and dims[0].is_static else None
         if out_rank is None:
             value = node.const(1)
             if value is None:
