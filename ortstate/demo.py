@@ -152,17 +152,27 @@ def _echo(text: str) -> None:
     sys.stdout.flush()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the demo; see the module docstring. Returns the exit code."""
-    parser = argparse.ArgumentParser(prog="ortstate demo", description=__doc__.splitlines()[0])
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the demo's options (shared by ``ortstate demo`` and ``python -m ortstate.demo``)."""
     parser.add_argument("--prompt", default="Beautiful is", help="text fed one character per step")
     parser.add_argument("--chars", type=int, default=120, help="characters to generate per stream")
     parser.add_argument("--explicit-state", action="store_true", help="variables as graph inputs/outputs")
     parser.add_argument("--no-openvino", action="store_true", help="skip the side-by-side OpenVINO run")
     parser.add_argument("--seed", type=int, default=None, help=f"sample at temperature {TEMPERATURE} (default greedy)")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; see the module docstring. Returns the exit code."""
+    parser = argparse.ArgumentParser(prog="ortstate demo", description=__doc__.splitlines()[0])
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The demo with parsed options. Returns the exit code."""
     if args.chars < 1:
-        parser.error("--chars must be at least 1")
+        _err("ortstate demo: --chars must be at least 1")
+        return 2
     xml = DEMO_DIR / "char_lstm.xml"
     vocab = Vocab.load(DEMO_DIR / "vocab.json")
     second = SECOND_PROMPT if args.prompt != SECOND_PROMPT else "Beautiful is"

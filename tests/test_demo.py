@@ -96,3 +96,13 @@ def test_unknown_prompt_characters(capsys: pytest.CaptureFixture[str]) -> None:
 def test_demo_files_are_packaged() -> None:
     assert demo.DEMO_DIR == Path(demo.__file__).parent / "_demo"
     assert {p.name for p in demo.DEMO_DIR.iterdir()} >= {"char_lstm.xml", "char_lstm.bin", "vocab.json"}
+
+
+def test_cli_runs_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    from ortstate.cli import main
+
+    assert main(["demo", "--chars", "30", "--no-openvino"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("Beautiful is better than ugly.")
+    assert "reset_state(), same prompt again: same text" in captured.err
+    assert main(["demo", "--chars", "0"]) == 2

@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from ..errors import OrtStateError
 from ..verify import InputError, OpenVINOUnavailable
-from . import cmd_convert, cmd_inspect, cmd_run, cmd_verify
+from . import cmd_convert, cmd_demo, cmd_inspect, cmd_run, cmd_verify
 from .args import UsageError
 from .command import EXIT_FAILURE, EXIT_USAGE, Command
 
@@ -20,7 +20,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 # Subcommands in the order ``--help`` lists them. To add one, write a module defining a Command
 # and add it here.
 COMMANDS: dict[str, Command] = {
-    c.name: c for c in (cmd_convert.COMMAND, cmd_inspect.COMMAND, cmd_run.COMMAND, cmd_verify.COMMAND)
+    c.name: c for c in (cmd_demo.COMMAND, cmd_convert.COMMAND, cmd_inspect.COMMAND, cmd_run.COMMAND, cmd_verify.COMMAND)
 }
 
 DESCRIPTION = """\
@@ -30,6 +30,7 @@ variables, and check it against OpenVINO."""
 
 EPILOG = """\
 examples:
+  ortstate demo                                 # a stateful char-LSTM streaming text, next to OpenVINO
   ortstate convert model.xml                    # writes model.onnx beside model.xml
   ortstate convert model.xml --explicit-state   # variables as graph inputs/outputs (model.explicit.onnx)
   ortstate inspect model.xml                    # inputs, outputs, variables, ops, unsupported ops
