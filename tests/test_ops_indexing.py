@@ -1,8 +1,5 @@
 """Indexing translators: Gather*, Slice, StridedSlice, Select, OneHot; Scatter*, TopK, CumSum."""
 
-from pathlib import Path
-from xml.etree import ElementTree
-
 import numpy as np
 import openvino.opset1 as ops1
 import openvino.opset3 as ops3
@@ -16,6 +13,7 @@ import openvino.opset13 as ops
 import openvino.opset15 as ops15
 import pytest
 from oracle import check_model, ov_request, ov_run, single_op
+from test_ops_shape import assert_layer, drop_input, op_types
 
 import ortstate
 
@@ -24,31 +22,7 @@ DTYPES = [np.float32, np.int32, np.int64]
 
 
 def values(shape, dtype):
-    return (RNG.standard_normal(shape) * 10).astype(dtype)
-
-
-def assert_layer(xml: Path, op_type: str, version: str) -> None:
-    """The saved IR holds the op under test (OpenVINO did not fold or rewrite it away)."""
-    found = {(e.get("type"), e.get("version")) for e in ElementTree.parse(xml).iter("layer")}
-    assert (op_type, version) in found, f"{op_type} {version} not in {sorted(found)}"
-
-
-def drop_input(xml: Path, op_type: str, port_index: int) -> None:
-    """Rewrite the IR without an optional input (OpenVINO's Python builders always add it) and its Const."""
-    tree = ElementTree.parse(xml)
-    layer = next(e for e in tree.iter("layer") if e.get("type") == op_type)
-    port = layer.find("input").findall("port")[port_index]
-    edges = tree.getroot().find("edges")
-    edge = next(e for e in edges if e.get("to-layer") == layer.get("id") and e.get("to-port") == port.get("id"))
-    edges.remove(edge)
-    layer.find("input").remove(port)
-    layers = tree.getroot().find("layers")
-    layers.remove(next(e for e in layers if e.get("id") == edge.get("from-layer")))
-    tree.write(xml)
-
-
-def op_types(xml: Path) -> list[str]:
-    return [n.op_type for n in ortstate.convert(xml).graph.node]
+    return np.asarray(RNG.standard_normal(shape) * 10).astype(dtype)
 
 
 # -- Gather ------------------------------------------------------------------------------------
