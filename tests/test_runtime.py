@@ -188,3 +188,37 @@ def test_snapshot_refusals_change_nothing(acc_xml, tmp_path):
     with pytest.raises(ortstate.StateError, match=r"other.npz: snapshot is from a model with other variables"):
         session.load_state(other)
     assert session.query_state()[0].state.tolist() == [[1] * 4]
+
+
+def test_explicit_fast_path_follows_every_state_change(acc_xml):
+    """The ping-pong fast path engages on steady shapes and hands back to the general path on
+    set_state, reset, load, a new input signature or a failing run, never losing a step."""
+    session = ortstate.StatefulSession(ortstate.convert(acc_xml, explicit_state=True))
+    runner = session._default._runner
+    want = np.zeros((1, 4), np.float32)
+
+    def step(x):
+        nonlocal want
+        want = want + x
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
+        np.testing.assert_array_equal(session.query_state()[0].state, want)
+
+    for i in range(4):
+        step(np.full((1, 4), i, np.float32))
+    assert runner.fast is not None
+    session.query_state()[0].state = np.full((1, 4), 100, np.float32)
+    want = np.full((1, 4), 100, np.float32)
+    for i in range(4):
+        step(np.full((1, 4), i, np.float32))
+    assert runner.fast is not None
+    session.reset_state()
+    want = np.zeros((1, 4), np.float32)
+    step(np.ones((1, 4), np.float32))
+    with pytest.raises(ortstate.RunError, match="no variable was changed"):
+        session.run(None, {"x": np.ones((1, 4), np.float64)})
+    for _ in range(3):
+        step(np.ones((1, 4), np.float32))
+    step(np.ones((1, 4), np.float32)[:, ::-1].copy())
+    session.query_state()[0].reset()
+    want = np.zeros((1, 4), np.float32)
+    step(np.full((1, 4), 7, np.float32))

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import RunError, StateError
+from ..errors import StateError
 from ..model_meta import EXPLICIT
-from . import pyops, snapshot
+from . import snapshot
+from .runners import ExplicitRunner, PyOpRunner, Runner
 from .store import StateStore
 
 if TYPE_CHECKING:
     from .session import StatefulSession
 
 __all__ = ["InferRequest", "VariableState"]
-
-_TRUE = np.array(True)
-_FALSE = np.array(False)
 
 
 class VariableState:
@@ -59,18 +56,16 @@ class InferRequest:
 
     def __init__(self, session: StatefulSession) -> None:
         self._session = session
-        meta = session._meta
-        self._explicit = meta.form == EXPLICIT
-        self._store = StateStore(meta.variables)
-        self._lock = threading.RLock()
-        self._fixed: dict[str, np.ndarray] = {}
-        if meta.variables and not self._explicit:
-            key = pyops.register_store(self._store)
-            self._fixed[meta.request_input or ""] = np.array(key, dtype=np.int64)
-            self._finalizer = weakref.finalize(self, pyops.unregister_store, key)
-        self._state_outputs = [v.state_output for v in meta.variables if v.state_output]
+        self._store = StateStore(session._meta.variables)
+        self._lock = threading.Lock()
+        self._runner: Runner
+        if session._meta.form == EXPLICIT:
+            self._runner = ExplicitRunner(session, self._store)
+        elif session._meta.variables:
+            self._runner = PyOpRunner(session, self._store, self)
+        else:
+            self._runner = Runner(session, self._store)
 
-    # -- running ------------------------------------------------------------------------------
     def run(
         self,
         output_names: Sequence[str] | None,
@@ -79,29 +74,10 @@ class InferRequest:
     ) -> list[np.ndarray]:
         """Like ``InferenceSession.run``; variables advance only if the run succeeds."""
         session = self._session
-        names = list(output_names) if output_names else session._output_names
+        names = output_names or session._output_names
         session._check_io(names, input_feed)
         with self._lock:
-            feeds = dict(input_feed)
-            feeds.update(self._fixed)
-            store = self._store
-            for v in session._meta.variables:
-                initialized = store.initialized(v.id)
-                if v.init_flag:
-                    feeds[v.init_flag] = _FALSE if initialized else _TRUE
-                if v.state_input:
-                    feeds[v.state_input] = store.carried(v.id)
-            store.begin()
-            try:
-                results = session._ort.run(names + self._state_outputs, feeds, run_options)
-            except Exception as exc:  # onnxruntime raises its own exception types
-                store.begin()
-                raise RunError(f"run failed, no variable was changed: {_first_line(exc)}") from None
-            if self._explicit:
-                for v, value in zip(session._meta.variables, results[len(names) :]):
-                    store.stage(v.id, value)
-            store.commit()
-            return results[: len(names)]
+            return self._runner.run(names, input_feed, run_options)
 
     def infer(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """OpenVINO-style: all outputs, by name."""
@@ -134,10 +110,3 @@ class InferRequest:
         if name not in self._store.meta:
             raise StateError(f"no variable '{name}' (variables: {', '.join(self._store.meta) or 'none'})")
         return VariableState(self, name)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    for prefix in ("[ONNXRuntimeError] : ",):
-        text = text.replace(prefix, "")
-    return text.splitlines()[0] if text else type(exc).__name__

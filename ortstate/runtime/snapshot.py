@@ -87,4 +87,4 @@ def load_state(store: StateStore, variables: tuple[VariableMeta, ...], path: str
             staged.set(var_id, value)  # validates dtype and shape against the variable
     except StateError as exc:
         raise StateError(f"{where}: {exc}") from None
-    store.values = staged.values
+    store.replace(staged.values)

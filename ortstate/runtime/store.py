@@ -55,6 +55,9 @@ class StateStore:
         self.values: dict[str, np.ndarray] = {}
         self.pending: dict[str, np.ndarray] = {}
         self.errors: list[str] = []
+        # Bumped by every change from outside a run (set, reset, load), so a runner caching the
+        # values in buffers of its own knows to re-read them.
+        self.version = 0
 
     # -- what the ops and the runner call during a run ------------------------------------------
     def read(self, var_id: str, init: np.ndarray) -> np.ndarray:
@@ -108,12 +111,19 @@ class StateStore:
         arr = np.asarray(value)
         self._check(var_id, arr, self._dtype[var_id], "cannot set state:")
         self.values[var_id] = np.ascontiguousarray(arr.astype(self._carrier[var_id], copy=True))
+        self.version += 1
+
+    def replace(self, values: dict[str, np.ndarray]) -> None:
+        """Take another store's (validated) values wholesale."""
+        self.values = dict(values)
+        self.version += 1
 
     def reset(self, var_id: str | None = None) -> None:
         if var_id is None:
             self.values.clear()
         else:
             self.values.pop(var_id, None)
+        self.version += 1
 
     def _check(self, var_id: str, arr: np.ndarray, dtype: np.dtype, what: str) -> None:
         meta = self.meta[var_id]

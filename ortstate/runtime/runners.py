@@ -1,0 +1,134 @@
+"""How one run executes: through the Python state ops (custom-op form) or by feeding the variables
+as graph inputs and reading them back as outputs (explicit form). Both commit all or nothing."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import RunError
+from . import pyops
+from .pingpong import PingPong, PingPongMiss
+from .store import StateStore
+
+if TYPE_CHECKING:
+    from .session import StatefulSession
+
+__all__ = ["ExplicitRunner", "PyOpRunner", "Runner", "ort_error"]
+
+_TRUE = np.array(True)
+_FALSE = np.array(False)
+
+
+def ort_error(exc: BaseException) -> RunError:
+    text = str(exc).strip().replace("[ONNXRuntimeError] : ", "")
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return RunError(f"run failed, no variable was changed: {first}")
+
+
+class Runner:
+    """Runs the session for one request; ``run`` returns the requested outputs."""
+
+    def __init__(self, session: StatefulSession, store: StateStore) -> None:
+        self.session = session
+        self.store = store
+        self.variables = session._meta.variables
+
+    def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
+        """A model without variables: a plain run."""
+        try:
+            return self.session._ort.run(names, dict(feeds), run_options)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise ort_error(exc) from None
+
+
+class PyOpRunner(Runner):
+    """Custom-op form: ReadValue/Assign nodes call into this request's store by its key."""
+
+    def __init__(self, session: StatefulSession, store: StateStore, owner: object) -> None:
+        super().__init__(session, store)
+        key = pyops.register_store(store)
+        self.fixed = {session._meta.request_input or "": np.array(key, dtype=np.int64)}
+        self.flags = [(v.id, v.init_flag) for v in self.variables if v.init_flag]
+        weakref.finalize(owner, pyops.unregister_store, key)  # state is freed with its request
+
+    def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
+        full = dict(feeds)
+        full.update(self.fixed)
+        store = self.store
+        for var_id, flag in self.flags:
+            full[flag] = _FALSE if var_id in store.values else _TRUE
+        store.begin()
+        try:
+            results = self.session._ort.run(names, full, run_options)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            store.begin()
+            raise ort_error(exc) from None
+        store.commit()
+        return results
+
+
+class ExplicitRunner(Runner):
+    """Explicit form: variables go in as graph inputs and come back as outputs.
+
+    Runs take the general path (numpy feeds, ``InferenceSession.run``) until the variables'
+    shapes and the input signature stop changing; then a :class:`PingPong` of IOBindings takes
+    over and falls back here whenever that no longer holds.
+    """
+
+    def __init__(self, session: StatefulSession, store: StateStore) -> None:
+        super().__init__(session, store)
+        self.all_outputs = list(session._output_names)
+        self.fetch = self.all_outputs + [v.state_output or "" for v in self.variables]
+        self.fast: PingPong | None = None
+        self._previous: tuple | None = None  # the last general run's signature
+
+    def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
+        if self.fast is not None and run_options is None:
+            try:
+                return self.fast.run(names, feeds)
+            except PingPongMiss:
+                self.fast = None
+        return self._general(names, feeds, run_options)
+
+    def _general(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
+        store = self.store
+        full = dict(feeds)
+        all_initialized = True
+        for v in self.variables:
+            initialized = v.id in store.values
+            all_initialized &= initialized
+            if v.init_flag:
+                full[v.init_flag] = _FALSE if initialized else _TRUE
+            full[v.state_input or ""] = store.carried(v.id)
+        try:
+            results = self.session._ort.run(self.fetch, full, run_options)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise ort_error(exc) from None
+        count = len(self.all_outputs)
+        store.begin()
+        for v, value in zip(self.variables, results[count:]):
+            store.stage(v.id, value)
+        store.commit()
+        by_name = dict(zip(self.all_outputs, results[:count]))
+        self._consider_fast(full, results, all_initialized)
+        return [by_name[n] for n in names]
+
+    def _consider_fast(self, feeds: dict[str, Any], results: list[np.ndarray], all_initialized: bool) -> None:
+        """Switch to ping-pong buffers once two runs in a row had the same shapes everywhere."""
+        if not self.variables or not all_initialized:
+            self._previous = None
+            return
+        inputs = tuple((n, np.shape(a), np.asarray(a).dtype) for n, a in feeds.items())
+        shapes = tuple(r.shape for r in results)
+        states_static = all(
+            np.shape(feeds[v.state_input or ""]) == r.shape
+            for v, r in zip(self.variables, results[len(self.all_outputs) :])
+        )
+        signature = (inputs, shapes)
+        if states_static and signature == self._previous:
+            self.fast = PingPong(self, feeds, results)
+        self._previous = signature if states_static else None
