@@ -10,8 +10,9 @@ checking their dtype and size ourselves (the C++ side copies raw bytes).
 from __future__ import annotations
 
 import itertools
+import json
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path
@@ -79,36 +80,95 @@ def _assign(value: np.ndarray, key: np.ndarray, variable_id: str) -> np.ndarray:
     return _TOKEN
 
 
-# k_id -> (body, output dtypes)
-_OURS: dict[int, tuple[object, tuple[np.dtype, ...]]] = {}
+def _read_values(*args: np.ndarray, variable_ids: str) -> tuple[np.ndarray, ...]:
+    """Fused ReadValue of several variables of one dtype (see :mod:`.fuse`)."""
+    *inits, key = args
+    store = _stores.get(int(key))
+    if store is None:
+        return tuple(inits)
+    ids = _ids(variable_ids)
+    try:
+        values = store.values
+        return tuple(init if (v := values.get(i)) is None else v for i, init in zip(ids, inits))
+    except Exception as exc:  # noqa: BLE001 - raising here would abort the process
+        store.fail(f"ReadValue {', '.join(ids)}: {exc}")
+        return tuple(inits)
+
+
+def _assign_values(*args: np.ndarray, variable_ids: str) -> np.ndarray:
+    """Fused Assign of several variables of one dtype (see :mod:`.fuse`)."""
+    *values, key = args
+    store = _stores.get(int(key))
+    if store is not None:
+        try:
+            store.pending.update(zip(_ids(variable_ids), values))
+        except Exception as exc:  # noqa: BLE001 - raising here would abort the process
+            store.fail(f"Assign {variable_ids}: {exc}")
+    return _TOKEN
+
+
+_ID_LISTS: dict[str, list[str]] = {}
+
+
+def _ids(variable_ids: str) -> list[str]:
+    ids = _ID_LISTS.get(variable_ids)
+    if ids is None:
+        ids = _ID_LISTS[variable_ids] = json.loads(variable_ids)
+    return ids
+
+
+# Fused state ops exist for 2..MAX_FUSED variables of one dtype; larger groups are split.
+MAX_FUSED = 16
+
+# k_id -> (body, attribute name, output dtypes)
+_OURS: dict[int, tuple[Any, str, tuple[np.dtype, ...]]] = {}
+
+
+def _add(body: Any, op_type: str, inputs: list[int], outputs: list[np.dtype], attr: str) -> None:
+    opdef = _ocos.Opdef.create(
+        body,
+        op_type=op_type,
+        inputs=inputs,
+        outputs=[_CARRIERS[o] for o in outputs],
+        attrs={attr: PyCustomOpDef.dt_string},
+    )
+    _OURS[id(opdef)] = (body, attr, tuple(outputs))
 
 
 def _register() -> None:
+    token = np.dtype(np.bool_)
+    key = PyCustomOpDef.dt_int64
     for dtype, dt in _CARRIERS.items():
-        for op_type, body, out in (("ReadValue", _read_value, dtype), ("Assign", _assign, np.dtype(np.bool_))):
-            opdef = _ocos.Opdef.create(
-                body,
-                op_type=op_type,
-                inputs=[dt, PyCustomOpDef.dt_int64],
-                outputs=[_CARRIERS[out]],
-                attrs={"variable_id": PyCustomOpDef.dt_string},
-            )
-            _OURS[id(opdef)] = (body, (out,))
+        _add(_read_value, "ReadValue", [dt, key], [dtype], "variable_id")
+        _add(_assign, "Assign", [dt, key], [token], "variable_id")
+        for n in range(2, MAX_FUSED + 1):
+            _add(_read_values, f"ReadValues{n}", [dt] * n + [key], [dtype] * n, "variable_ids")
+            _add(_assign_values, f"AssignValues{n}", [dt] * n + [key], [token], "variable_ids")
 
 
 _default_hook = _ocos._on_pyop_invocation
 
 
 def _hook(k_id: int, feed: tuple, attributes: dict) -> tuple:
-    """Call our ops without the list round trip; everything else goes the default way."""
+    """Call our ops without the list round trip; everything else goes the default way.
+
+    The C++ side copies each returned array's raw bytes into an output of the returned shape,
+    so every array is made contiguous and of its declared dtype first.
+    """
     entry = _OURS.get(k_id)
     if entry is None:
         return _default_hook(k_id, feed, attributes)
-    body, (dtype,) = entry
-    out = body(*feed, attributes.get("variable_id", ""))  # type: ignore[operator]
-    if out.dtype != dtype or not out.flags.c_contiguous:
-        out = np.ascontiguousarray(out, dtype=dtype)
-    return (k_id, out.shape, out)
+    body, attr, dtypes = entry
+    out = body(*feed, **{attr: attributes.get(attr, "")})
+    if len(dtypes) == 1:
+        out = (out,)
+    result: list[Any] = [k_id]
+    for arr, dtype in zip(out, dtypes):
+        if arr.dtype != dtype or not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr, dtype=dtype)
+        result.append(arr.shape)
+        result.append(arr)
+    return tuple(result)
 
 
 _register()

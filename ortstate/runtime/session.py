@@ -14,6 +14,7 @@ import onnxruntime as ort
 from ..errors import OrtStateError, RunError
 from ..model_meta import EXPLICIT, ModelMeta, read_meta
 from . import pyops
+from .fuse import fuse_state_ops
 from .request import InferRequest, VariableState
 
 __all__ = ["StatefulSession"]
@@ -65,6 +66,7 @@ class StatefulSession:
             options.log_severity_level = 3  # keep ORT's warnings about our graphs away from users
         if self._meta.form != EXPLICIT and self._meta.variables:
             options.register_custom_ops_library(pyops.library_path())
+            proto = fuse_state_ops(proto, self._meta)
         try:
             self._ort = ort.InferenceSession(
                 proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])

@@ -79,12 +79,16 @@ class StateStore:
         try:
             if self.errors:
                 raise RunError(f"run failed inside a state op: {self.errors[0]}; no variable was changed")
-            missing = [v for v in self.meta if v not in self.pending]
-            if missing:
+            pending, values, carrier = self.pending, self.values, self._carrier
+            if len(pending) != len(self.meta):
+                missing = [v for v in self.meta if v not in pending]
                 raise RunError(f"run did not write variable(s) {', '.join(missing)}; no variable was changed")
-            for var_id, value in self.pending.items():
-                self._check(var_id, value, self._carrier[var_id], "the model's Assign wrote")
-            self.values.update(self.pending)
+            for var_id, value in pending.items():
+                previous = values.get(var_id)
+                # A value shaped like the validated one before it needs no new check (the hot path).
+                if previous is None or value.shape != previous.shape or value.dtype != carrier[var_id]:
+                    self._check(var_id, value, carrier[var_id], "the model's Assign wrote")
+            values.update(pending)
         finally:
             self.pending.clear()
             self.errors.clear()
