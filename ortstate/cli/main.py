@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from ..errors import OrtStateError
 from ..verify import InputError, OpenVINOUnavailable
-from . import cmd_convert, cmd_demo, cmd_inspect, cmd_run, cmd_verify
+from . import cmd_convert, cmd_demo, cmd_generate, cmd_inspect, cmd_run, cmd_verify
 from .args import UsageError
 from .command import EXIT_FAILURE, EXIT_USAGE, Command
 
@@ -20,7 +20,15 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 # Subcommands in the order ``--help`` lists them. To add one, write a module defining a Command
 # and add it here.
 COMMANDS: dict[str, Command] = {
-    c.name: c for c in (cmd_demo.COMMAND, cmd_convert.COMMAND, cmd_inspect.COMMAND, cmd_run.COMMAND, cmd_verify.COMMAND)
+    c.name: c
+    for c in (
+        cmd_demo.COMMAND,
+        cmd_convert.COMMAND,
+        cmd_inspect.COMMAND,
+        cmd_run.COMMAND,
+        cmd_generate.COMMAND,
+        cmd_verify.COMMAND,
+    )
 }
 
 DESCRIPTION = """\

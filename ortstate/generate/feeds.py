@@ -1,0 +1,190 @@
+"""The per-step inputs of an optimum-intel stateful decoder, decided from its input names and config.
+
+optimum-intel's generation classes feed these models as follows (and so must we, or the cache is
+read with the wrong positions or masked wrongly):
+
+- ``input_ids`` ``[batch, n]``: the prompt at prefill, then the one token picked in the last step;
+  a VLM's language model takes ``inputs_embeds`` ``[batch, n, hidden]`` (the same ids through its
+  text-embeddings model) instead.
+- ``attention_mask`` ``[batch, width]``: ones over past + current tokens, except for the
+  mamba-family models (``mamba``, ``falcon_mamba``, ``zamba2``: optimum's ``OVModelWithMambaForCausalLM``),
+  whose decode steps get ones over the current tokens only.
+- ``position_ids`` ``[batch, n]`` = ``arange(past, past + n)``; rank 3 (``[sections, batch, n]``,
+  M-RoPE) repeats that row on every section.
+- ``cache_position`` ``[n]``: for a mamba-family model with a convolution kernel (config
+  ``conv_kernel``/``mamba_d_conv``) ``arange(conv_kernel)`` at prefill and ``[past]`` after;
+  otherwise ``arange(past, past + n)``.
+- ``beam_idx`` ``[batch]`` = ``arange(batch)``: greedy decoding never reorders the cache.
+- ``encoder_hidden_states`` (Whisper, T5): the encoder's output, every step; ``encoder_attention_mask``
+  ones over the encoder positions.
+- ``token_type_ids``: zeros.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .model_dir import GenerationError, ModelConfig
+
+__all__ = ["MAMBA_FAMILY", "FeedRules", "InputSpec", "input_specs"]
+
+# Decoders optimum feeds through OVModelWithMambaForCausalLM: the mask covers the current tokens only.
+MAMBA_FAMILY = frozenset({"mamba", "falcon_mamba", "zamba2"})
+
+CONTEXT_INPUTS = ("encoder_hidden_states", "encoder_attention_mask", "inputs_embeds")
+KNOWN_INPUTS = frozenset(
+    {"input_ids", "attention_mask", "position_ids", "cache_position", "beam_idx", "token_type_ids", *CONTEXT_INPUTS}
+)
+
+_NUMPY_OF_ORT = {
+    "float": np.float32, "double": np.float64, "float16": np.float16, "bool": np.bool_,
+    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: its name, numpy dtype and dims (int, or None/str when dynamic; None = any rank)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int | str | None, ...] | None
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+
+def input_specs(node_args: Sequence[Any]) -> list[InputSpec]:
+    """:class:`InputSpec` of onnxruntime ``NodeArg``s (``StatefulSession.get_inputs()``)."""
+    specs = []
+    for arg in node_args:
+        match = re.fullmatch(r"tensor\((\w+)\)", arg.type)
+        dtype = _NUMPY_OF_ORT.get(match.group(1)) if match else None
+        if dtype is None:
+            raise GenerationError(f"input '{arg.name}': unsupported type {arg.type}")
+        shape = None if arg.shape is None else tuple(arg.shape)
+        specs.append(InputSpec(arg.name, np.dtype(dtype), shape))
+    return specs
+
+
+@dataclass(frozen=True)
+class FeedRules:
+    """How to feed one decoder, step by step.
+
+    Attributes:
+        inputs: the decoder's inputs (all must be names listed in :data:`KNOWN_INPUTS`).
+        mask: ``"full"`` (past + current) or ``"current"`` (current tokens only after prefill).
+        cache_position: ``"conv_kernel"`` or ``"arange"``.
+        conv_kernel: the prefill ``cache_position`` length for ``"conv_kernel"``.
+    """
+
+    inputs: tuple[InputSpec, ...]
+    mask: str = "full"
+    cache_position: str = "arange"
+    conv_kernel: int = 0
+
+    @classmethod
+    def for_model(cls, inputs: Sequence[InputSpec], config: ModelConfig) -> FeedRules:
+        """The rules for a decoder with ``inputs`` and ``config``.
+
+        Raises:
+            GenerationError: an input no rule feeds, or neither ``input_ids`` nor ``inputs_embeds``.
+        """
+        names = [i.name for i in inputs]
+        unknown = [n for n in names if n not in KNOWN_INPUTS]
+        if unknown:
+            raise GenerationError(
+                f"no feeding rule for input(s) {', '.join(unknown)} (inputs: {', '.join(names)}; "
+                f"known: {', '.join(sorted(KNOWN_INPUTS))})"
+            )
+        if "input_ids" not in names and "inputs_embeds" not in names:
+            raise GenerationError(f"the model takes neither input_ids nor inputs_embeds (inputs: {', '.join(names)})")
+        mamba = any(t in MAMBA_FAMILY for t in config.model_types)
+        kernel = config.conv_kernel or 0
+        if mamba and "cache_position" in names and kernel <= 0:
+            raise GenerationError(
+                f"a {config.model_type} model takes cache_position: config.json needs conv_kernel (or mamba_d_conv)"
+            )
+        return cls(
+            tuple(inputs),
+            mask="current" if mamba else "full",
+            cache_position="conv_kernel" if mamba and kernel > 0 else "arange",
+            conv_kernel=kernel,
+        )
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs)
+
+    @property
+    def uses_embeddings(self) -> bool:
+        """True when tokens go in as ``inputs_embeds`` (made by a text-embeddings model)."""
+        return "inputs_embeds" in self.names and "input_ids" not in self.names
+
+    @property
+    def needs_encoder(self) -> bool:
+        return "encoder_hidden_states" in self.names
+
+    def feeds(
+        self, ids: np.ndarray, past: int, context: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """The inputs of one step: ``ids`` ``[batch, n]`` new tokens after ``past`` cached ones.
+
+        Args:
+            context: values the rules cannot make: ``inputs_embeds`` for this step,
+                ``encoder_hidden_states``, ``encoder_attention_mask`` (default: ones over the encoder positions).
+
+        Raises:
+            GenerationError: a value ``context`` must supply is missing.
+        """
+        ids = np.asarray(ids)
+        if ids.ndim != 2:
+            raise GenerationError(f"token ids must be [batch, tokens], got shape {list(ids.shape)}")
+        batch, n = ids.shape
+        context = context or {}
+        out: dict[str, np.ndarray] = {}
+        for spec in self.inputs:
+            out[spec.name] = np.ascontiguousarray(self._value(spec, ids, batch, n, past, context), dtype=spec.dtype)
+        return out
+
+    def _value(
+        self, spec: InputSpec, ids: np.ndarray, batch: int, n: int, past: int, context: Mapping[str, np.ndarray]
+    ) -> np.ndarray:
+        name = spec.name
+        if name == "input_ids":
+            return ids
+        if name == "attention_mask":
+            width = n if (self.mask == "current" and past > 0) else past + n
+            return np.ones((batch, width))
+        if name == "position_ids":
+            pos = np.broadcast_to(np.arange(past, past + n), (batch, n))
+            if spec.rank == 3:
+                sections = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else 3
+                pos = np.broadcast_to(pos, (sections, batch, n))
+            return pos
+        if name == "cache_position":
+            if self.cache_position == "conv_kernel":
+                return np.arange(self.conv_kernel) if past == 0 else np.array([past])
+            return np.arange(past, past + n)
+        if name == "beam_idx":
+            return np.arange(batch)
+        if name == "token_type_ids":
+            return np.zeros((batch, n))
+        if name == "encoder_attention_mask" and name not in context:
+            hidden = self._context(context, "encoder_hidden_states")
+            return np.ones(hidden.shape[:2])
+        return self._context(context, name)
+
+    @staticmethod
+    def _context(context: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+        if name not in context:
+            what = "run the encoder first" if name.startswith("encoder") else "embed the tokens first"
+            raise GenerationError(f"input '{name}' has no value: {what}")
+        return np.asarray(context[name])

@@ -1,0 +1,146 @@
+"""What an optimum-intel export folder holds: which IRs play which part, and the token ids of its config.
+
+optimum-intel names the IRs of a folder by their part, so the file names tell the parts apart:
+``openvino_model.xml`` (a decoder-only LLM), ``openvino_language_model.xml`` with
+``openvino_text_embeddings_model.xml`` (the language half of a VLM, fed ``inputs_embeds``), and
+``openvino_encoder_model.xml`` with ``openvino_decoder_model.xml`` (Whisper, T5). The token ids come
+from ``generation_config.json`` first and ``config.json`` second (a VLM keeps them in ``text_config``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import OrtStateError
+
+__all__ = ["GenerationError", "ModelConfig", "ModelFiles", "find_model_files", "read_config"]
+
+DECODER_ONLY = "openvino_model.xml"
+LANGUAGE_MODEL = "openvino_language_model.xml"
+TEXT_EMBEDDINGS = "openvino_text_embeddings_model.xml"
+ENCODER = "openvino_encoder_model.xml"
+DECODER = "openvino_decoder_model.xml"
+
+
+class GenerationError(OrtStateError):
+    """A model folder or a generation request cannot be served (missing IR, unknown input, bad prompt)."""
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """The IRs of one model folder.
+
+    Attributes:
+        decoder: the stateful IR generating tokens.
+        encoder: the encoder IR of an encoder-decoder (Whisper, T5), else None.
+        embeddings: the text-embeddings IR turning ids into ``inputs_embeds`` (VLMs), else None.
+    """
+
+    folder: Path
+    decoder: Path
+    encoder: Path | None = None
+    embeddings: Path | None = None
+
+
+def find_model_files(folder: str | os.PathLike[str]) -> ModelFiles:
+    """Locate the IRs of an optimum-intel export folder.
+
+    Raises:
+        GenerationError: the folder does not exist or holds none of the known IR layouts.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise GenerationError(f"{root}: not a directory")
+
+    def present(name: str) -> Path | None:
+        path = root / name
+        return path if path.is_file() else None
+
+    encoder, decoder = present(ENCODER), present(DECODER)
+    if encoder is not None and decoder is not None:
+        return ModelFiles(root, decoder, encoder=encoder)
+    language = present(LANGUAGE_MODEL)
+    if language is not None:
+        return ModelFiles(root, language, embeddings=present(TEXT_EMBEDDINGS))
+    single = present(DECODER_ONLY)
+    if single is not None:
+        return ModelFiles(root, single)
+    known = f"{DECODER_ONLY}, {LANGUAGE_MODEL}, or {ENCODER} with {DECODER}"
+    raise GenerationError(f"{root}: no OpenVINO IR to generate with (expected {known})")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What generation needs from ``config.json`` / ``generation_config.json``.
+
+    Attributes:
+        model_type: ``config.json``'s ``model_type`` ("" when unknown).
+        text_model_type: the language model's type inside a VLM (``text_config.model_type``), else "".
+        eos_token_ids: generation stops when a row produces one of these.
+        pad_token_id: fed for rows that already stopped (batch > 1).
+        decoder_start_token_id: an encoder-decoder's first decoder token.
+        conv_kernel: the SSM convolution width of mamba-family models (``conv_kernel`` / ``mamba_d_conv``).
+    """
+
+    model_type: str = ""
+    text_model_type: str = ""
+    eos_token_ids: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+    decoder_start_token_id: int | None = None
+    conv_kernel: int | None = None
+
+    @property
+    def model_types(self) -> tuple[str, ...]:
+        return tuple(t for t in (self.model_type, self.text_model_type) if t)
+
+    @classmethod
+    def from_dicts(cls, config: Mapping[str, Any], generation: Mapping[str, Any] | None = None) -> ModelConfig:
+        """Build from parsed ``config.json`` and ``generation_config.json`` (the latter wins)."""
+        text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else {}
+        sources = [generation or {}, config, text]
+
+        def first(*keys: str) -> Any:
+            for source in sources:
+                for key in keys:
+                    if source.get(key) is not None:
+                        return source[key]
+            return None
+
+        eos = first("eos_token_id")
+        eos_ids = tuple(int(e) for e in (eos if isinstance(eos, list) else [] if eos is None else [eos]))
+        pad, start, kernel = (
+            first("pad_token_id"),
+            first("decoder_start_token_id"),
+            first("conv_kernel", "mamba_d_conv"),
+        )
+        return cls(
+            model_type=str(config.get("model_type", "")),
+            text_model_type=str(text.get("model_type", "")),
+            eos_token_ids=eos_ids,
+            pad_token_id=None if pad is None else int(pad),
+            decoder_start_token_id=None if start is None else int(start),
+            conv_kernel=None if kernel is None else int(kernel),
+        )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise GenerationError(f"{path}: not a readable JSON file ({' '.join(str(exc).split())})") from None
+    if not isinstance(value, dict):
+        raise GenerationError(f"{path}: expected a JSON object")
+    return value
+
+
+def read_config(folder: str | os.PathLike[str]) -> ModelConfig:
+    """The folder's :class:`ModelConfig`; missing files give an empty config (no eos, no model type)."""
+    root = Path(folder)
+    config = _read_json(root / "config.json") if (root / "config.json").is_file() else {}
+    generation = _read_json(root / "generation_config.json") if (root / "generation_config.json").is_file() else {}
+    return ModelConfig.from_dicts(config, generation)

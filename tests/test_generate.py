@@ -1,0 +1,341 @@
+"""``ortstate.generate`` and ``ortstate generate``: feeding rules, the Generator API, the CLI and its errors.
+
+The CLI runs in-process on two committed models: ``mamba`` (decoder-only, ``cache_position`` and a
+current-token mask) and ``t5`` (encoder-decoder, ``encoder_attention_mask``). Their reference tokens
+come from ``reference.json`` (OpenVINO greedy decoding).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ortstate.cli import main
+from ortstate.generate import FeedRules, GenerationError, Generator, InputSpec, ModelConfig, read_config
+
+LLM = Path(__file__).resolve().parents[1] / "models" / "llm"
+MAMBA, T5 = LLM / "mamba", LLM / "t5"
+I64, I32, F32 = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.float32)
+
+
+def reference(folder: Path) -> dict:
+    return json.loads((folder / "reference.json").read_text())
+
+
+def ids_arg(ids: list[int]) -> str:
+    return ",".join(map(str, ids))
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(err: str, expected: str) -> None:
+    assert "Traceback" not in err
+    assert err == f"ortstate: error: {expected}\n"
+
+
+def linked_copy(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> Path:
+    """``src``'s files symlinked into ``dst`` (a model folder to add or leave out files)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name not in skip:
+            (dst / f.name).symlink_to(f)
+    return dst
+
+
+# -- feeding rules ------------------------------------------------------------------------------------
+LLAMA_INPUTS = (
+    InputSpec("input_ids", I64, ("b", "s")),
+    InputSpec("attention_mask", I64, ("b", "s")),
+    InputSpec("position_ids", I64, ("b", "s")),
+    InputSpec("beam_idx", I32, ("b",)),
+)
+MAMBA_INPUTS = (
+    InputSpec("input_ids", I64, ("b", "s")),
+    InputSpec("attention_mask", I64, ("b", "s")),
+    InputSpec("cache_position", I64, ("s",)),
+    InputSpec("beam_idx", I32, ("b",)),
+)
+
+
+def test_transformer_feeds_full_mask_and_positions() -> None:
+    rules = FeedRules.for_model(LLAMA_INPUTS, ModelConfig(model_type="llama"))
+    prefill = rules.feeds(np.array([[5, 6, 7], [8, 9, 10]]), past=0)
+    assert prefill["input_ids"].dtype == I64 and prefill["input_ids"].shape == (2, 3)
+    np.testing.assert_array_equal(prefill["attention_mask"], np.ones((2, 3)))
+    np.testing.assert_array_equal(prefill["position_ids"], [[0, 1, 2], [0, 1, 2]])
+    assert prefill["beam_idx"].dtype == I32 and prefill["beam_idx"].tolist() == [0, 1]
+    step = rules.feeds(np.array([[11], [12]]), past=3)
+    np.testing.assert_array_equal(step["attention_mask"], np.ones((2, 4)))
+    np.testing.assert_array_equal(step["position_ids"], [[3], [3]])
+
+
+def test_mamba_feeds_current_mask_and_conv_kernel_cache_position() -> None:
+    rules = FeedRules.for_model(MAMBA_INPUTS, ModelConfig(model_type="mamba", conv_kernel=4))
+    assert (rules.mask, rules.cache_position) == ("current", "conv_kernel")
+    prefill = rules.feeds(np.array([[1, 2, 3, 4, 5]]), past=0)
+    assert prefill["cache_position"].tolist() == [0, 1, 2, 3]
+    assert prefill["attention_mask"].shape == (1, 5)
+    step = rules.feeds(np.array([[6]]), past=5)
+    assert step["cache_position"].tolist() == [5]
+    assert step["attention_mask"].tolist() == [[1]]
+
+
+def test_hybrid_ssm_without_cache_position_keeps_current_mask() -> None:
+    inputs = (MAMBA_INPUTS[0], MAMBA_INPUTS[1], MAMBA_INPUTS[3])
+    rules = FeedRules.for_model(inputs, ModelConfig(model_type="zamba2", conv_kernel=4))
+    assert rules.feeds(np.array([[6]]), past=5)["attention_mask"].shape == (1, 1)
+    granite = FeedRules.for_model(inputs, ModelConfig(model_type="granitemoehybrid", conv_kernel=4))
+    assert granite.feeds(np.array([[6]]), past=5)["attention_mask"].shape == (1, 6)
+
+
+def test_mrope_position_ids_repeat_per_section() -> None:
+    inputs = (LLAMA_INPUTS[0], InputSpec("position_ids", I64, (3, "b", "s")))
+    pos = FeedRules.for_model(inputs, ModelConfig()).feeds(np.array([[1, 2]]), past=4)["position_ids"]
+    assert pos.shape == (3, 1, 2) and pos.tolist() == [[[4, 5]]] * 3
+
+
+def test_encoder_decoder_feeds() -> None:
+    inputs = (
+        InputSpec("encoder_attention_mask", I64, ("b", "e")),
+        InputSpec("input_ids", I64, ("b", "s")),
+        InputSpec("encoder_hidden_states", F32, ("b", "e", 8)),
+        InputSpec("beam_idx", I32, ("b",)),
+    )
+    rules = FeedRules.for_model(inputs, ModelConfig(model_type="t5"))
+    assert rules.needs_encoder
+    hidden = np.zeros((1, 6, 8), np.float32)
+    feeds = rules.feeds(np.array([[0]]), past=0, context={"encoder_hidden_states": hidden})
+    assert feeds["encoder_attention_mask"].shape == (1, 6) and feeds["encoder_attention_mask"].dtype == I64
+    with pytest.raises(GenerationError, match=r"^input 'encoder_hidden_states' has no value: run the encoder first$"):
+        rules.feeds(np.array([[0]]), past=0)
+
+
+def test_unknown_input_is_refused() -> None:
+    inputs = (LLAMA_INPUTS[0], InputSpec("pixel_values", F32, None))
+    with pytest.raises(GenerationError) as info:
+        FeedRules.for_model(inputs, ModelConfig())
+    assert str(info.value) == (
+        "no feeding rule for input(s) pixel_values (inputs: input_ids, pixel_values; known: attention_mask, "
+        "beam_idx, cache_position, encoder_attention_mask, encoder_hidden_states, input_ids, inputs_embeds, "
+        "position_ids, token_type_ids)"
+    )
+
+
+@pytest.mark.parametrize("folder", sorted(p.parent for p in LLM.glob("*/reference.json")), ids=lambda p: p.name)
+def test_rules_agree_with_recorded_conventions(folder: Path) -> None:
+    """Our rules, made from input names and config.json alone, are the ones the references were fed with."""
+    ref = reference(folder)
+    dtypes = {"i64": I64, "i32": I32, "f32": F32}
+    inputs = [InputSpec(i["name"], dtypes[i["type"]], None) for i in ref["inputs"]]
+    rules = FeedRules.for_model(inputs, read_config(folder))
+    assert rules.uses_embeddings == bool(ref["embeddings_ir"])
+    assert rules.needs_encoder == bool(ref["encoder"])
+    if "attention_mask" in rules.names:
+        assert rules.mask == ref["decoding"]["attention_mask"]
+    if "cache_position" in rules.names:
+        assert rules.cache_position == ref["decoding"]["cache_position"]
+        assert rules.conv_kernel == ref["decoding"]["conv_kernel"]
+
+
+def test_config_token_ids() -> None:
+    config = ModelConfig.from_dicts({"eos_token_id": 2, "pad_token_id": 0}, {"eos_token_id": [7, 8]})
+    assert config.eos_token_ids == (7, 8) and config.pad_token_id == 0
+    vlm = ModelConfig.from_dicts({"model_type": "llava", "text_config": {"model_type": "llama", "eos_token_id": 2}})
+    assert vlm.eos_token_ids == (2,) and vlm.model_types == ("llava", "llama")
+    assert read_config(T5).decoder_start_token_id == 0 and read_config(MAMBA).conv_kernel == 4
+
+
+# -- the Generator API ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mamba() -> Generator:
+    return Generator.from_dir(MAMBA)
+
+
+def test_generate_streams_and_times(mamba: Generator) -> None:
+    ref = reference(MAMBA)
+    streamed: list[int] = []
+    tokens = mamba.generate(ref["prompt_ids"][0], 8, stream=streamed.append, stop_at_eos=False)
+    assert tokens == streamed == ref["new_tokens"][0]
+    run = mamba.last_run
+    assert run is not None and len(run.step_seconds) == 8 and len(run.decode_seconds) == 7
+    assert run.prompt_tokens == 5 and run.stop_reason == "max_new_tokens" and run.logits is None
+    assert mamba.past_tokens == 5 + 7
+
+
+def test_generate_stops_at_eos(mamba: Generator) -> None:
+    ref = reference(MAMBA)
+    third = ref["new_tokens"][0][2]
+    stopping = Generator(mamba.session, ModelConfig(model_type="mamba", conv_kernel=4, eos_token_ids=(third,)))
+    assert stopping.generate(ref["prompt_ids"][0], 8) == ref["new_tokens"][0][:3]
+    assert stopping.last_run is not None and stopping.last_run.stop_reason == "eos"
+
+
+def test_generate_batch_rows_match_single_runs(mamba: Generator) -> None:
+    prompts = [reference(MAMBA)["prompt_ids"][0], [9, 8, 7, 6, 5]]
+    singles = [mamba.generate(p, 6, stop_at_eos=False) for p in prompts]
+    rows: list[list[int]] = []
+    assert mamba.generate_batch(prompts, 6, stream=rows.append, stop_at_eos=False) == singles
+    assert [list(r) for r in zip(*rows)] == singles
+
+
+@pytest.mark.parametrize(
+    ("prompts", "message"),
+    [
+        ([[]], "the prompt is empty: give at least one token id"),
+        ([[1, 2], [3]], "prompts of one batch must have one length (no padding), got [2, 1]"),
+        ([[1, 256, -1]], "token id(s) -1, 256 outside the vocabulary (0..255)"),
+    ],
+)
+def test_generate_refuses_bad_prompts(mamba: Generator, prompts: list[list[int]], message: str) -> None:
+    with pytest.raises(GenerationError) as info:
+        mamba.generate_batch(prompts, 2)
+    assert str(info.value) == message
+
+
+def test_encoder_decoder_needs_encoder_input() -> None:
+    generator = Generator.from_dir(T5)
+    with pytest.raises(GenerationError, match=r"^an encoder-decoder needs an encoder input \(encoder_input=\.\.\.\)$"):
+        generator.generate([0], 2)
+
+
+# -- the CLI --------------------------------------------------------------------------------------------
+SUMMARY = re.compile(
+    r"ortstate: (encoder [\d.]+ ms; )?prefill [\d.]+ ms \((\d+) prompt tokens?\); "
+    r"decode (\d+) tokens?: median \d+ µs, p90 \d+ µs per token \((custom-op|explicit) form, (.+)\)\n"
+)
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["custom-op", "explicit"])
+def test_cli_streams_reference_tokens(capsys: pytest.CaptureFixture[str], explicit: bool) -> None:
+    ref = reference(MAMBA)
+    flags = ["--explicit-state"] if explicit else []
+    code, out, err = run_cli(
+        capsys, "generate", MAMBA, "--prompt-ids", ids_arg(ref["prompt_ids"][0]), "-n", 8, "--ignore-eos", *flags
+    )
+    assert code == 0, err
+    assert out == " ".join(map(str, ref["new_tokens"][0])) + "\n"
+    match = SUMMARY.fullmatch(err)
+    assert match, err
+    assert match.group(2, 3, 4, 5) == ("5", "7", "explicit" if explicit else "custom-op", "max new tokens reached")
+
+
+def test_cli_stops_at_eos(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    ref = reference(MAMBA)
+    folder = linked_copy(MAMBA, tmp_path / "m", skip=("generation_config.json",))
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": ref["new_tokens"][0][1]}))
+    code, out, err = run_cli(capsys, "generate", folder, "--prompt-ids", ids_arg(ref["prompt_ids"][0]))
+    assert code == 0, err
+    assert out == " ".join(map(str, ref["new_tokens"][0][:2])) + "\n"
+    assert err.endswith(", stopped at eos)\n")
+
+
+def test_cli_encoder_decoder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    ref = reference(T5)
+    prompt = ids_arg(ref["prompt_ids"][0])
+    code, out, err = run_cli(capsys, "generate", T5, "--prompt-ids", prompt, "-n", 8, "--ignore-eos")
+    assert code == 0, err
+    assert out == " ".join(map(str, ref["new_tokens"][0])) + "\n"
+    note, summary = err.splitlines(keepends=True)
+    assert note == f"ortstate: note: encoder input from {T5 / 'encoder_input.npy'} (--encoder-input to choose)\n"
+    assert SUMMARY.fullmatch(summary) and summary.startswith("ortstate: encoder ")
+    features = tmp_path / "features.npy"
+    np.save(features, np.load(T5 / "encoder_input.npy"))
+    code, out2, err = run_cli(capsys, "generate", T5, "--prompt-ids", prompt, "-n", 8, "--encoder-input", features)
+    assert code == 0 and out2 == out and "note" not in err
+    code, out3, err = run_cli(capsys, "generate", T5, "-n", 3)  # starts from the decoder start token
+    assert code == 0, err
+    assert len(out3.split()) == 3 and "(1 prompt token)" in err
+
+
+# -- the CLI's one-line errors ----------------------------------------------------------------------------
+def test_cli_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cases = [
+        (["generate", tmp_path / "nope", "--prompt-ids", "1"], 2, f"{tmp_path / 'nope'}: no such directory"),
+        (
+            ["generate", tmp_path, "--prompt-ids", "1"],
+            2,
+            f"{tmp_path}: no OpenVINO IR to generate with (expected openvino_model.xml, openvino_language_model.xml,"
+            " or openvino_encoder_model.xml with openvino_decoder_model.xml)",
+        ),
+        (
+            ["generate", MAMBA, "--prompt-ids", "1,x"],
+            2,
+            "--prompt-ids expects comma-separated integers, e.g. --prompt-ids 1,2,3; got '1,x'",
+        ),
+        (["generate", MAMBA, "--prompt-ids", "1", "-n", "0"], 2, "--max-new-tokens must be at least 1, got 0"),
+        (["generate", MAMBA, "--prompt-ids", "1,300"], 2, "prompt token id(s) 300 outside the vocabulary (0..255)"),
+        (
+            ["generate", MAMBA],
+            2,
+            "give the prompt with --prompt-ids 1,2,3 (or --prompt TEXT with a tokenizer.json)",
+        ),
+        (
+            ["generate", MAMBA, "--prompt-ids", "1", "--encoder-input", "x.npy"],
+            2,
+            "--encoder-input applies to encoder-decoder models only (Whisper, T5)",
+        ),
+        (
+            ["generate", MAMBA, "--prompt", "hello"],
+            2,
+            f"{MAMBA / 'tokenizer.json'}: no such file"
+            " (--prompt needs the model's tokenizer; use --prompt-ids instead)",
+        ),
+        (
+            ["generate", MAMBA, "--prompt", "hello", "--prompt-ids", "1"],
+            2,
+            "argument --prompt-ids: not allowed with argument --prompt (see 'ortstate generate --help')",
+        ),
+    ]
+    for argv, code, message in cases:
+        got, out, err = run_cli(capsys, *argv)
+        assert (got, out) == (code, ""), (argv, err)
+        assert_one_line_error(err, message)
+
+
+def test_cli_encoder_input_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = linked_copy(T5, tmp_path / "t5", skip=("encoder_input.npy",))
+    code, _, err = run_cli(capsys, "generate", folder)
+    assert code == 2
+    assert_one_line_error(err, f"{folder} is an encoder-decoder: give its input with --encoder-input FILE.npy")
+    flat = tmp_path / "flat.npy"
+    np.save(flat, np.arange(4))
+    code, _, err = run_cli(capsys, "generate", folder, "--encoder-input", flat)
+    assert code == 2
+    assert_one_line_error(err, f"{flat}: encoder input 'input_ids' has rank 2, the file holds [4]")
+
+
+def test_cli_prompt_without_tokenizers_package(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = linked_copy(MAMBA, tmp_path / "m")
+    (folder / "tokenizer.json").write_text("{}")
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
+    code, out, err = run_cli(capsys, "generate", folder, "--prompt", "hello")
+    assert (code, out) == (2, "")
+    assert_one_line_error(err, "--prompt needs the 'tokenizers' package (pip install tokenizers); or use --prompt-ids")
+
+
+def test_cli_prompt_text_with_a_tokenizer(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A word-level tokenizer whose word ``tN`` is token N: the text round-trips to the reference ids."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import decoders, models, pre_tokenizers
+
+    tokenizer = tokenizers.Tokenizer(models.WordLevel({f"t{i}": i for i in range(256)}, unk_token="t0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    folder = linked_copy(MAMBA, tmp_path / "m")
+    tokenizer.save(str(folder / "tokenizer.json"))
+    ref = reference(MAMBA)
+    text = " ".join(f"t{i}" for i in ref["prompt_ids"][0])
+    code, out, err = run_cli(capsys, "generate", folder, "--prompt", text, "-n", 8, "--ignore-eos")
+    assert code == 0, err
+    assert out == " ".join(f"t{i}" for i in ref["new_tokens"][0]) + "\n"
