@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from ..errors import OrtStateError
 from ..verify import InputError, OpenVINOUnavailable
-from . import cmd_convert, cmd_demo, cmd_generate, cmd_inspect, cmd_run, cmd_verify
+from . import cmd_bench, cmd_convert, cmd_demo, cmd_generate, cmd_inspect, cmd_run, cmd_verify
 from .args import UsageError
 from .command import EXIT_FAILURE, EXIT_USAGE, Command
 
@@ -28,6 +28,7 @@ COMMANDS: dict[str, Command] = {
         cmd_run.COMMAND,
         cmd_generate.COMMAND,
         cmd_verify.COMMAND,
+        cmd_bench.COMMAND,
     )
 }
 

@@ -1,0 +1,139 @@
+"""Many infer requests on one StatefulSession, stepped from worker threads: throughput and memory.
+
+``threads`` here are Python worker threads, each stepping its share of the requests in turn (the
+session itself runs with ``intra_op_num_threads=1``): with 2 workers on 2 cores, ONNX Runtime's
+kernels can overlap while the GIL-holding parts (ortstate's Python, the PyOps) take turns.
+Memory per request (:func:`memory`) is measured in a fresh child process: its RSS grown by
+creating N requests and running each through the workload's prefill and one step, divided by N,
+next to the bytes the request's variables hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import ortstate
+from ortstate.bench import model_workload, session_options
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (Linux ``/proc/self/statm``)."""
+    pages = int(Path("/proc/self/statm").read_text(encoding="utf-8").split()[1])
+    return pages * 4096
+
+
+def run(xml: Path, requests: int, workers: int, steps: int, explicit: bool) -> dict[str, Any]:
+    """Aggregate steps/s of ``requests`` requests stepped ``steps`` times each by ``workers`` threads."""
+    feeds = model_workload(xml, min(steps, 64)).steps
+    session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit), session_options(1))
+    pool = [session.create_infer_request() for _ in range(requests)]
+    for request in pool:
+        request.run(None, feeds[0])
+    start_line = threading.Barrier(workers + 1)
+    errors: list[BaseException] = []
+
+    def work(mine: list[Any]) -> None:
+        start_line.wait()
+        try:
+            for k in range(steps):
+                f = feeds[k % len(feeds)]
+                for request in mine:
+                    request.run(None, f)
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(pool[w::workers],)) for w in range(workers)]
+    for t in threads:
+        t.start()
+    start_line.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return {
+        "form": "explicit" if explicit else "custom-op",
+        "requests": requests,
+        "threads": workers,
+        "steps_per_request": steps,
+        "steps_per_s": round(requests * steps / elapsed, 1),
+    }
+
+
+def sweep(
+    xml: Path, counts: list[int], total_steps: int, progress: Any = None, repeats: int = 3
+) -> list[dict[str, Any]]:
+    """Every (form, requests, threads) point; ``total_steps`` steps are split over the requests.
+
+    Each point is run ``repeats`` times with the thread counts alternating; the best rate is kept
+    (other processes only ever slow a run down).
+    """
+    rows = []
+    for explicit in (False, True):
+        for n in counts:
+            steps = max(4, total_steps // n)
+            best: dict[int, dict[str, Any]] = {}
+            for _ in range(repeats):
+                for workers in (1, 2):
+                    row = run(xml, n, workers, steps, explicit)
+                    if workers not in best or row["steps_per_s"] > best[workers]["steps_per_s"]:
+                        best[workers] = row
+            rows += [best[1], best[2]]
+            if progress:
+                form = "explicit" if explicit else "custom-op"
+                rate = best[2]["steps_per_s"] / best[1]["steps_per_s"]
+                progress(f"concurrency {form} {n} requests: 2 threads / 1 thread = {rate:.2f}")
+    return rows
+
+
+def speedup(rows: list[dict[str, Any]], form: str, requests: int) -> float | None:
+    """steps/s with 2 threads over steps/s with 1 thread at one point."""
+    rate = {r["threads"]: r["steps_per_s"] for r in rows if r["form"] == form and r["requests"] == requests}
+    return rate[2] / rate[1] if 1 in rate and 2 in rate else None
+
+
+def _memory_child(xml: str, requests: int, explicit: bool, position: int) -> dict[str, Any]:
+    workload = model_workload(xml, 1, position)
+    session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit), session_options(1))
+
+    def prime(request: Any) -> None:
+        for feeds in workload.prefill + workload.steps:
+            request.run(None, feeds)
+
+    prime(session)  # the default request: the session's own allocations are made before counting
+    before = rss_bytes()
+    pool = [session.create_infer_request() for _ in range(requests)]
+    for request in pool:
+        prime(request)
+    grown = rss_bytes() - before
+    state = sum(v.state.nbytes for v in pool[0].query_state())
+    return {
+        "position": position if workload.prefill else None,
+        "rss_per_request_kib": round(grown / requests / 1024, 1),
+        "state_kib": round(state / 1024, 1),
+    }
+
+
+def memory(xml: Path, requests: int, explicit: bool, position: int = 16) -> dict[str, Any]:
+    """RSS growth per request in a fresh process, and the bytes its variables hold (KiB)."""
+    args = [sys.executable, __file__, "--memory", str(xml), str(requests), str(int(explicit)), str(position)]
+    root = str(Path(__file__).resolve().parent.parent)  # the child imports this checkout's ortstate
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.run(args, capture_output=True, text=True, check=True, env=env)
+    row = json.loads(child.stdout.strip().splitlines()[-1])
+    form = "explicit" if explicit else "custom-op"
+    return {"model": xml.stem, "form": form, "requests": requests, "position": position} | row
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "--memory":
+        _, _, path, count, explicit_flag, pos = sys.argv
+        print(json.dumps(_memory_child(path, int(count), explicit_flag == "1", int(pos))))

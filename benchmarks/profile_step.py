@@ -1,0 +1,143 @@
+"""Where the time of one step goes, in the custom-op and explicit forms of a model (the demo LSTM).
+
+Three views:
+
+- **Layers by subtraction** (no profiler running): the same step timed as (a) the floor, (b) bare
+  ``InferenceSession.run`` on the explicit graph with states as numpy feeds, (c) bare
+  ``InferenceSession.run`` on the custom-op graph (PyOps included, no StatefulSession), (d)/(e)
+  ``StatefulSession.run`` of each form. (c) - (b) over the PyOp count is the cost of one PyOp
+  call; (d) - (c) and (e) - (b) are the Python in ortstate's ``run()``.
+- **cProfile** of ``StatefulSession.run`` (custom-op form): the Python functions, per step.
+- **ORT's own profiler** (``enable_profiling``): each graph node's kernel time, per step.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import json
+import pstats
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime_extensions import get_library_path
+
+import ortstate
+from ortstate.bench import model_workload, session_options
+from ortstate.bench.runners import Floor
+from ortstate.model_meta import read_meta
+
+
+def _median_us(step: Any, feeds: list[dict[str, np.ndarray]], repeats: int) -> float:
+    """Median µs per call over ``repeats`` passes of ``feeds``; best pass median (noise is one-sided)."""
+    medians = []
+    for _ in range(repeats):
+        times = np.empty(len(feeds))
+        for i, f in enumerate(feeds):
+            start = time.perf_counter_ns()
+            step(f)
+            times[i] = time.perf_counter_ns() - start
+        medians.append(float(np.median(times)) / 1e3)
+    return min(medians)
+
+
+def layers(xml: Path, steps: int = 2000, repeats: int = 5) -> dict[str, Any]:
+    """The subtraction view; all single-threaded, the variants interleaved pass by pass.
+
+    The bare custom-op run feeds a request key no request owns: every PyOp is called and returns
+    at once (ReadValue hands back its init, Assign drops the value), so it prices the calls alone.
+    """
+    feeds = model_workload(xml, steps).steps
+    custom_model = ortstate.convert(xml)
+    explicit_model = ortstate.convert(xml, explicit_state=True)
+    custom = ortstate.StatefulSession(custom_model, session_options(1))
+    explicit = ortstate.StatefulSession(explicit_model, session_options(1))
+    meta, custom_meta = read_meta(explicit_model), read_meta(custom_model)
+    assert meta is not None and custom_meta is not None
+    floor = Floor(explicit_model, 1)
+    bare = ort.InferenceSession(explicit_model.SerializeToString(), session_options(1))
+    options = session_options(1)
+    options.register_custom_ops_library(get_library_path())
+    bare_custom = ort.InferenceSession(custom_model.SerializeToString(), options)
+    states = {v.state_input: np.zeros(v.init_shape, np.float32) for v in meta.variables}
+    flags = {v.init_flag: np.array(False) for v in meta.variables if v.init_flag}
+    no_request = {custom_meta.request_input or "": np.array(0, np.int64)}
+    runs = {
+        "floor (IOBinding)": floor.step,
+        "bare run, explicit graph": lambda f: bare.run(None, {**f, **states, **flags}),
+        "bare run, custom-op graph": lambda f: bare_custom.run(None, {**f, **no_request}),
+        "StatefulSession.run, custom-op": lambda f: custom.run(None, f),
+        "StatefulSession.run, explicit": lambda f: explicit.run(None, f),
+    }
+    for run in runs.values():  # warm up
+        _median_us(run, feeds[:200], 1)
+    best = {name: float("inf") for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            best[name] = min(best[name], _median_us(run, feeds, 1))
+    pyops = 2 * len(meta.variables)
+    return {
+        "us": {k: round(v, 2) for k, v in best.items()},
+        "pyops_per_step": pyops,
+        "per_pyop_us": round((best["bare run, custom-op graph"] - best["bare run, explicit graph"]) / pyops, 2),
+        "explicit_over_floor_us": round(best["StatefulSession.run, explicit"] - best["floor (IOBinding)"], 2),
+        "custom_over_floor_us": round(best["StatefulSession.run, custom-op"] - best["floor (IOBinding)"], 2),
+    }
+
+
+def cprofile(xml: Path, steps: int = 3000, top: int = 14) -> str:
+    """cProfile of ``StatefulSession.run`` on the custom-op form; the top functions by own time."""
+    feeds = model_workload(xml, steps).steps
+    session = ortstate.StatefulSession(ortstate.convert(xml), session_options(1))
+    for f in feeds[:200]:
+        session.run(None, f)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for f in feeds:
+        session.run(None, f)
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    rows = []
+    for (file, line, func), (calls, _, own, cum, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = func if file == "~" else f"{Path(file).name}:{line}({func})"
+        rows.append((own, cum, calls, where))
+    rows.sort(reverse=True)
+    lines = [f"{'own µs/step':>12} {'cum µs/step':>12} {'calls/step':>10}  function", "-" * 78]
+    for own, cum, calls, where in rows[:top]:
+        lines.append(f"{own / steps * 1e6:12.2f} {cum / steps * 1e6:12.2f} {calls / steps:10.2f}  {where[:60]}")
+    return "\n".join(lines)
+
+
+def ort_nodes(xml: Path, steps: int = 1000) -> list[tuple[str, float, float]]:
+    """ORT's profiler on the custom-op form: (node type, µs per step, calls per step), heaviest first."""
+    feeds = model_workload(xml, steps).steps
+    with tempfile.TemporaryDirectory() as tmp:
+        options = session_options(1)
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(tmp) / "step")
+        session = ortstate.StatefulSession(ortstate.convert(xml), options)
+        for f in feeds:
+            session.run(None, f)
+        inner = getattr(session, "_ort", None)  # internals: the runtime's InferenceSession
+        if inner is None:
+            return []
+        trace = json.loads(Path(inner.end_profiling()).read_text(encoding="utf-8"))
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for event in trace:
+        name, args = event.get("name", ""), event.get("args", {})
+        if event.get("cat") == "Node" and name.endswith("_kernel_time"):
+            key = args.get("op_name", "?")
+        elif event.get("cat") == "Session" and name == "model_run":
+            key = "(whole run: model_run)"
+        else:
+            continue
+        totals[key][0] += float(event.get("dur", 0))
+        totals[key][1] += 1
+    rows = [(k, v[0] / steps, v[1] / steps) for k, v in totals.items()]
+    return sorted(rows, key=lambda r: -r[1])

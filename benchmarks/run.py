@@ -1,0 +1,136 @@
+"""Run the ortstate benchmark suite; write benchmarks/results/latest.{md,json}, plots and the README's results.
+
+Usage: ``python benchmarks/run.py [--quick] [--no-readme]``. Progress goes to stderr; the targets'
+PASS/MISS lines to stdout. Timings are informative: the exit code is 0 whatever they say.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import report  # noqa: E402
+import suite  # noqa: E402
+
+from ortstate.bench import BenchResult, machine_info, markdown_table, plot_unavailable  # noqa: E402
+
+RESULTS = HERE / "results"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BenchResult):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _machine_line(machine: dict[str, Any]) -> str:
+    return (
+        f"{machine['cpu']}, {machine['cores']} cores; Python {machine['python']}, onnxruntime "
+        f"{machine['onnxruntime']}, onnxruntime-extensions {machine['onnxruntime-extensions']}, "
+        f"OpenVINO {machine['openvino']}, numpy {machine['numpy']}"
+    )
+
+
+def _markdown(data: dict[str, Any], images: list[str], image_dir: str) -> str:
+    llm = data["llm"]
+    demo: BenchResult = data["demo"]
+    llama_note = (
+        f"`models/llm/llama` has max_position_embeddings={llm['llama_max_positions']}: positions are capped so "
+        f"that position + {data['config']['llm_steps']} decode steps stay within it (its IR computes RoPE at run "
+        f"time and would run further, but the config is what the model was made for)."
+    )
+    llama_skip = {s.skipped for p in llm["llama"] for s in p["result"].runners if s.skipped}
+    if llama_skip:
+        llama_note += " ortstate could not run llama in this run, so the LLM targets use the stand-in."
+    parts = [
+        f"Run {data['started']} ({'--quick' if data['quick'] else 'full suite'}, {data['seconds']:.0f} s); "
+        f"{_machine_line(data['machine'])}. Load average at start/end: {data['load'][0]} / {data['load'][1]} "
+        "(other engineers run tests on this 2-core machine: medians and ratios from one run, alternating "
+        "rounds, are what to read).",
+        "### Targets (batch 1, 1 thread, ratios of p50s from this run)\n\n" + report.targets_table(data["targets"]),
+        f"### Demo char LSTM ({demo.steps} steps × {demo.rounds} rounds)\n\n{markdown_table(demo)}",
+        "### LSTM sweeps (p50 µs per step, 1 thread)\n\nhidden (1 layer, batch 1):\n\n"
+        + report.sweep_table(data["sweeps"]["hidden"], "hidden")
+        + "\n\nlayers (hidden 128, batch 1):\n\n"
+        + report.sweep_table(data["sweeps"]["layers"], "layers")
+        + "\n\nbatch (hidden 128, 1 layer):\n\n"
+        + report.sweep_table(data["sweeps"]["batch"], "batch"),
+        "### Number of variables (each f32 [1,16], `s = 0.5 s + x`)\n\n"
+        + report.sweep_table(data["sweeps"]["variables"], "variables"),
+        "### LLM decode: one token per step vs position\n\nllama (tiny, optimum-intel export): "
+        + llama_note
+        + "\n\n"
+        + report.sweep_table(llm["llama"], "position")
+        + "\n\nKV-cache stand-in (`benchmarks/irs.py:kv_decoder_ir`: llama-sized, 2 layers, KV caches "
+        "[1,2,past,16] in variables as optimum writes them, MatMul/Softmax attention, 4096 positions):\n\n"
+        + report.sweep_table(llm["standin"], "position"),
+        "### Concurrent requests on one session (demo LSTM; threads = Python worker threads, "
+        "sessions intra_op_num_threads=1)\n\n"
+        + report.concurrency_table(data["concurrency"])
+        + "\n\nMemory per request (a fresh process; RSS growth over creating the requests and running "
+        "each through the prefill and one step, divided by their number):\n\n" + report.memory_table(data["memory"]),
+        "### Where the time goes: one step of the demo LSTM\n\n" + report.profile_text(data["profile"]),
+    ]
+    if images:
+        parts.append("### Plots\n\n" + "\n".join(f"![{i}]({image_dir}{i})" for i in images))
+    return "\n\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a short version (a few minutes less)")
+    parser.add_argument("--no-readme", action="store_true", help="leave benchmarks/README.md alone")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where results go (default benchmarks/results)")
+    args = parser.parse_args(argv)
+    cfg = suite.QUICK if args.quick else suite.FULL
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    load_start = os.getloadavg()[0]
+    data: dict[str, Any] = {
+        "schema": "ortstate.bench-suite/1",
+        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "machine": machine_info(),
+        "config": cfg.__dict__,
+    }
+    with tempfile.TemporaryDirectory(prefix="ortstate-bench-") as tmp:
+        data["demo"] = suite.demo(cfg)
+        data["sweeps"] = suite.sweeps(cfg, Path(tmp))
+        data["llm"] = suite.llm(cfg, Path(tmp))
+        data["concurrency"] = suite.concurrent(cfg)
+        data["memory"] = suite.memory(Path(tmp))
+    data["profile"] = suite.profile(cfg)
+    data["targets"] = report.targets(data["demo"], data["llm"], data["concurrency"])
+    data["seconds"] = time.time() - started
+    data["load"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
+    missing = plot_unavailable()
+    images = [] if missing else report.plots(args.out, data["demo"], data["sweeps"], data["llm"], data["concurrency"])
+    if missing:
+        suite.progress(f"no plots: {missing}")
+    (args.out / "latest.json").write_text(json.dumps(_jsonable(data), indent=1) + "\n", encoding="utf-8")
+    (args.out / "latest.md").write_text("# ortstate benchmarks: latest run\n\n" + _markdown(data, images, "") + "\n")
+    if not args.no_readme and args.out.resolve() == RESULTS.resolve():
+        report.rewrite_readme(HERE / "README.md", _markdown(data, images, "results/"))
+    for t in data["targets"]:
+        print(f"{t['status']:4}  {t['target']}: {t['detail']}")
+    suite.progress(f"done in {data['seconds']:.0f} s; wrote {args.out / 'latest.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""Per-step latency of a stateful IR in OpenVINO and in ortstate, side by side (``ortstate bench``).
+
+Runners, each doing one model step per call (ONNX Runtime sessions: ``intra_op_num_threads=T``,
+``inter_op_num_threads=1``; OpenVINO: ``INFERENCE_NUM_THREADS=T``, f32):
+
+- ``openvino``: OpenVINO's own stateful ``InferRequest.infer(feeds)``, as its docs write it.
+- ``openvino-shared``: the same with ``share_inputs=True`` (OpenVINO's fast path; outputs still copied).
+- ``custom-op`` / ``explicit``: :class:`~ortstate.StatefulSession` on each ONNX form.
+- ``floor``: the explicit form's graph in a bare ``InferenceSession`` through IOBinding, the states
+  plain inputs/outputs carried by two ping-pong buffer sets, init flags False after the first run:
+  the same ONNX compute with no state management at all.
+
+Each round resets every runner, runs the workload's prefill untimed, then times each step; the
+runners' order alternates between rounds (ABC, CBA, ...) so drift falls on all of them alike.
+OpenVINO and matplotlib are imported lazily: without OpenVINO its rows are skipped.
+
+Typical use::
+
+    workload = model_workload("model.xml", steps=200)
+    runners, skipped = make_runners(workload, threads=1)
+    result = measure(workload, runners, rounds=5, skipped=skipped)
+    print(markdown_table(result))
+"""
+
+from .measure import BenchResult, RunnerStats, measure
+from .report import document, machine_info, markdown_table, plot_results, plot_unavailable
+from .runners import LABELS, RUNNERS, Runner, make_runners, session_options
+from .workloads import Feeds, Workload, max_positions, model_workload
+
+__all__ = [
+    "LABELS",
+    "RUNNERS",
+    "BenchResult",
+    "Feeds",
+    "Runner",
+    "RunnerStats",
+    "Workload",
+    "document",
+    "machine_info",
+    "make_runners",
+    "markdown_table",
+    "max_positions",
+    "measure",
+    "model_workload",
+    "plot_results",
+    "plot_unavailable",
+    "session_options",
+]

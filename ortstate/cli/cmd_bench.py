@@ -1,0 +1,87 @@
+"""``ortstate bench``: per-step latency of a stateful IR in OpenVINO and ortstate, side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .. import bench
+from .args import UsageError, existing_file
+from .command import EXIT_FAILURE, EXIT_OK, Command
+
+__all__ = ["COMMAND"]
+
+DESCRIPTION = """\
+Time one model step, run after run, in OpenVINO's own stateful InferRequest, in ortstate's
+custom-op and explicit forms, and on the floor: the explicit graph in a bare ONNX Runtime session
+with its states as plain inputs/outputs (IOBinding, two ping-pong buffer sets), i.e. the same
+compute with no state management. Rounds alternate the runners' order to cancel drift; each round
+resets the state first. Prints a markdown table: p50/p90/p99 per step in µs and the p50 ratios to
+the floor and to OpenVINO.
+
+Inputs are generated from the IR's Parameters (ints in [0, 4), floats ~N(0, 0.5), dynamic dims 1).
+A decoder (input_ids + attention_mask: optimum-intel LLMs) is prefilled to --position tokens and
+timed on one-token decode steps from there.
+
+examples:
+  ortstate bench model.xml
+  ortstate bench model.xml --steps 500 --rounds 7 --threads 2
+  ortstate bench openvino_model.xml --position 64 --json out.json --markdown out.md --plot out.png"""
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="the IR's .xml (its .bin beside it)")
+    p.add_argument("--steps", type=int, default=200, metavar="N", help="timed steps per round (default 200)")
+    p.add_argument("--rounds", type=int, default=5, metavar="R", help="rounds per runner (default 5)")
+    p.add_argument("--threads", type=int, default=1, metavar="T", help="intra-op threads (default 1)")
+    p.add_argument("--position", type=int, default=16, metavar="P", help="decoders: KV length when timing starts")
+    p.add_argument("--no-openvino", action="store_true", help="leave OpenVINO's rows out")
+    p.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    p.add_argument("--markdown", metavar="OUT", help="write the table as markdown")
+    p.add_argument("--plot", metavar="OUT.png", help="draw the p50s (needs matplotlib: ortstate[plot])")
+
+
+def _progress(message: str) -> None:
+    print(f"ortstate bench: {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    xml = existing_file(args.model, "an IR .xml")
+    if xml.suffix != ".xml":
+        raise UsageError(f"{xml}: expected an OpenVINO IR .xml")
+    for option in ("steps", "rounds", "threads"):
+        if getattr(args, option) < 1:
+            raise UsageError(f"--{option} must be at least 1, got {getattr(args, option)}")
+    try:
+        workload = bench.model_workload(xml, args.steps, args.position)
+    except ValueError as exc:
+        raise UsageError(f"{xml}: {exc}") from None
+    limit = bench.max_positions(xml)
+    if limit is not None and args.position + args.steps > limit and workload.prefill:
+        _progress(f"note: positions up to {args.position + args.steps} exceed max_position_embeddings={limit}")
+    names = [n for n in bench.RUNNERS if not (args.no_openvino and n.startswith("openvino"))]
+    _progress(f"{xml.name}: converting and loading {len(names)} runners")
+    runners, skipped = bench.make_runners(workload, args.threads, names)
+    if "custom-op" in skipped and "explicit" in skipped:
+        print(f"ortstate: error: {xml}: cannot run in ortstate: {skipped['custom-op']}", file=sys.stderr)
+        return EXIT_FAILURE
+    result = bench.measure(workload, runners, args.rounds, threads=args.threads, skipped=skipped, progress=_progress)
+    table = bench.markdown_table(result)
+    head = f"{xml.name}: {workload.description}; {args.steps} steps × {args.rounds} rounds, {args.threads} thread(s)"
+    print(f"{head}\n\n{table}")
+    if args.markdown:
+        Path(args.markdown).write_text(f"{head}\n\n{table}\n", encoding="utf-8")
+    if args.json:
+        Path(args.json).write_text(json.dumps(bench.document([result]), indent=1) + "\n", encoding="utf-8")
+    if args.plot:
+        missing = bench.plot_unavailable()
+        if missing:
+            print(f"ortstate: --plot skipped: {missing}", file=sys.stderr)
+        else:
+            bench.plot_results([result], args.plot)
+    return EXIT_OK
+
+
+COMMAND = Command("bench", "time steps in OpenVINO and ortstate side by side", DESCRIPTION, configure, run)
