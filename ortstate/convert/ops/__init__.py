@@ -2,12 +2,17 @@
 
 from . import (  # noqa: F401
     activations,
+    attention,
     broadcast,
     constants,
+    convolution,
     elementwise,
     indexing,
     loops,
     matmul,
+    movement,
+    normalization,
+    padding,
     ranges,
     reductions,
     rnn,
