@@ -451,3 +451,23 @@ def test_cum_sum(tmp_path, axis, exclusive, reverse, dtype):
     want = np.cumsum(x[::-1] if reverse else x, axis=0, dtype=dtype)
     want = (want - (x[::-1] if reverse else x)) if exclusive else want
     np.testing.assert_allclose(got, want[::-1] if reverse else want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [bool, np.int16, np.uint16, np.uint64])
+def test_where_types_onnxruntime_lacks(tmp_path, dtype):
+    """onnxruntime has no Where kernel for these: Select and Gather's range check must still work."""
+    cond = ops.parameter([4], bool, name="cond")
+    a = ops.parameter([4], dtype, name="a")
+    c = ops.parameter([4], dtype, name="c")
+    idx = ops.parameter([3], np.int64, name="idx")
+    gathered = ops.gather(a, idx, ops.constant(np.int64(0)))
+    xml = single_op(tmp_path, [ops.select(cond, a, c), gathered], [cond, a, c, idx])
+    check_model(
+        xml,
+        {
+            "cond": np.array([True, False, True, False]),
+            "a": np.array([1, 0, 1, 7]).astype(dtype),  # OpenVINO's CPU plugin narrows u64 values
+            "c": np.array([0, 1, 1, 0]).astype(dtype),
+            "idx": np.array([2, -1, 0], np.int64),
+        },
+    )

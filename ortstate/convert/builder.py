@@ -9,7 +9,15 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["GraphBuilder", "Names"]
+__all__ = ["GraphBuilder", "Names", "prune"]
+
+# Element types onnxruntime's Where lacks -> a type it has that holds every value exactly.
+_WHERE_CARRIER = {
+    onnx.TensorProto.BOOL: onnx.TensorProto.UINT8,
+    onnx.TensorProto.INT16: onnx.TensorProto.INT32,
+    onnx.TensorProto.UINT16: onnx.TensorProto.INT32,
+    onnx.TensorProto.BFLOAT16: onnx.TensorProto.FLOAT,
+}
 
 
 class Names:
@@ -72,6 +80,18 @@ class GraphBuilder:
         if domain:
             self.domains.add(domain)
         return outs[0] if outputs == 1 and names is None else outs
+
+    def where(self, cond: str, x: str, y: str, elem_type: int) -> str:
+        """``Where(cond, x, y)`` for any element type: onnxruntime 1.31 has no Where kernel for
+        bool, int16, uint16, uint64 or bfloat16, so those go through a type it has (exactly)."""
+        if elem_type == onnx.TensorProto.UINT64:  # no exact carrier: y + (x - y) * cond, modulo 2**64
+            pick = self.op("Cast", [cond], {"to": elem_type})
+            return self.op("Add", [y, self.op("Mul", [self.op("Sub", [x, y]), pick])])
+        carrier = _WHERE_CARRIER.get(elem_type)
+        if carrier is None:
+            return self.op("Where", [cond, x, y])
+        wide = self.op("Where", [cond, self.op("Cast", [x], {"to": carrier}), self.op("Cast", [y], {"to": carrier})])
+        return self.op("Cast", [wide], {"to": elem_type})
 
     def const(self, value: Any, dtype: Any = None, hint: str = "const") -> str:
         """An initializer holding ``value``; identical small constants are shared."""

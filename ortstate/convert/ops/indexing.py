@@ -49,7 +49,7 @@ def _gather(node: Node, ctx: Context, batch_dims: int, zero_out_of_range: bool) 
         between = list(range(batch_dims, axis)) + list(range(-1, axis - rank, -1))
         mask = b.op("Unsqueeze", [valid, b.const(np.array(between, np.int64))]) if between else valid
         zero = b.const(np.zeros((), numpy_type(node.onnx_input_type(0))))
-        out = b.op("Where", [mask, out, zero])
+        out = b.where(mask, out, zero, node.onnx_input_type(0))
     return [out]
 
 
@@ -257,7 +257,7 @@ def _strided_runtime(
 def select_v1(node: Node, ctx: Context) -> list[str]:
     """Select-1 (cond, then, else) -> Where; ``auto_broadcast`` numpy is ONNX's broadcast, none needs none."""
     node.attr_choice("auto_broadcast", ("numpy", "none"), "numpy")  # both are Where: "none" has equal shapes
-    return [ctx.b.op("Where", node.inputs[:3])]
+    return [ctx.b.where(*node.inputs[:3], node.onnx_output_type())]
 
 
 @translator("OneHot", 1)
@@ -276,4 +276,4 @@ def one_hot_v1(node: Node, ctx: Context) -> list[str]:
     classes = b.op("Range", [_i64(ctx, 0), depth, _i64(ctx, 1)])
     classes = b.op("Reshape", [classes, _i64(ctx, [-1] + [1] * (rank - axis))])
     hot = b.op("Equal", [indices, classes])
-    return [b.op("Where", [hot, node.inputs[2], node.inputs[3]])]
+    return [b.where(hot, node.inputs[2], node.inputs[3], node.onnx_output_type())]
