@@ -12,6 +12,7 @@ from ..errors import ConversionError
 from ..ir import ElementType, Graph, Layer, PartialShape, element_type
 from .builder import GraphBuilder
 from .dtypes import onnx_type
+from .folding import constant_value
 
 if TYPE_CHECKING:
     pass
@@ -150,21 +151,6 @@ class Node:
         if value is None:
             raise self.error(f"input {i} ({what}) must be a constant")
         return [int(v) for v in np.asarray(value).reshape(-1)]
-
-
-def constant_value(graph: Graph, layer: Layer) -> np.ndarray | None:
-    """Fold Const and Convert(Const) chains (how weight decompression is written)."""
-    if layer.type == "Const":
-        return graph.constant(layer)
-    if layer.type == "Convert" and layer.inputs:
-        src = constant_value(graph, graph.producer(layer, 0)[0])
-        if src is None:
-            return None
-        target = element_type(layer.attrs.get("destination_type", "f32"))
-        if target.dtype is None:
-            return None
-        return np.asarray(src).astype(target.dtype)
-    return None
 
 
 class Context:

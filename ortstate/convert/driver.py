@@ -14,7 +14,8 @@ from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, write_meta
 from . import ops  # noqa: F401  (registers the translators)
 from .builder import GraphBuilder, prune
 from .context import OPSET, Context
-from .dtypes import onnx_type
+from .dtypes import numpy_type, onnx_type
+from .folding import constant_value, feeds_only_folds
 from .registry import lookup
 from .state import CONTRIB_DOMAIN, REQUEST_INPUT, StateWriter, collect_variables, plan_inits
 
@@ -169,9 +170,16 @@ def translate_body(body: Graph, builder: GraphBuilder, params: dict[int, str]) -
 
 
 def _translate(layer: Layer, ctx: Context, values: dict[tuple[int, int], str], value_of) -> None:  # noqa: ANN001
+    if feeds_only_folds(ctx.graph, layer):
+        return  # folded into its consumers' constant
+    ctx.b.hint = layer.name
+    folded = constant_value(ctx.graph, layer) if layer.type != "Const" else None
+    if folded is not None:
+        dtype = numpy_type(onnx_type(layer.outputs[0].element_type, f"{ctx.graph.source}: {layer.describe()}"))
+        values[(layer.id, layer.outputs[0].id)] = ctx.b.const(folded.astype(dtype, copy=False), hint=layer.name)
+        return
     fn = lookup(layer.type, layer.op_version)
     assert fn is not None  # unsupported_ops() ran first
-    ctx.b.hint = layer.name
     node = ctx.node(layer, [value_of(layer, i) for i in range(len(layer.inputs))])
     outs = fn(node, ctx)
     if len(outs) != len(layer.outputs):

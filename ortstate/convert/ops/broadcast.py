@@ -19,7 +19,9 @@ def shape_of_v1(node: Node, ctx: Context) -> list[str]:
 @translator("ShapeOf", 3)
 def shape_of_v3(node: Node, ctx: Context) -> list[str]:
     """ShapeOf-3: ``output_type`` i64 or i32."""
-    out_type = onnx_type(node.attr_type("output_type"), node.where) if "output_type" in node.layer.attrs else TensorProto.INT64
+    out_type = (
+        onnx_type(node.attr_type("output_type"), node.where) if "output_type" in node.layer.attrs else TensorProto.INT64
+    )
     shape = ctx.b.op("Shape", [node.inputs[0]])
     return [shape if out_type == TensorProto.INT64 else ctx.b.op("Cast", [shape], {"to": out_type})]
 
@@ -50,10 +52,18 @@ def _broadcast(node: Node, ctx: Context, bidirectional_ok: bool) -> list[str]:
         mapped = {a: i for i, a in enumerate(axes)}
         for axis in range(out_rank):
             if axis in mapped:
-                pieces.append(b.op("Slice", [in_shape, b.const([mapped[axis]], np.int64), b.const([mapped[axis] + 1], np.int64)]))
+                pieces.append(
+                    b.op("Slice", [in_shape, b.const([mapped[axis]], np.int64), b.const([mapped[axis] + 1], np.int64)])
+                )
             else:
                 pieces.append(b.const([1], np.int64))
-        shape = b.op("Concat", pieces, {"axis": 0}) if len(pieces) > 1 else pieces[0] if pieces else b.const(np.zeros(0, np.int64))
+        shape = (
+            b.op("Concat", pieces, {"axis": 0})
+            if len(pieces) > 1
+            else pieces[0]
+            if pieces
+            else b.const(np.zeros(0, np.int64))
+        )
         reshaped = b.op("Reshape", [node.inputs[0], shape])
         return [b.op("Expand", [reshaped, target])]
     raise node.error(f"unsupported broadcast mode {mode!r}")
