@@ -47,7 +47,9 @@ def test_broadcast_shape_of(tmp_path, mode):
     a = ops.parameter([3], np.float32, name="a")
     like = ops.parameter([2, 3], np.float32, name="like")
     if mode == "explicit":
-        out = ops.broadcast(a, ops.constant(np.array([3, 2], np.int64)), ops.constant(np.array([0], np.int64)), "explicit")
+        out = ops.broadcast(
+            a, ops.constant(np.array([3, 2], np.int64)), ops.constant(np.array([0], np.int64)), "explicit"
+        )
     else:
         out = ops.broadcast(a, ops.shape_of(like), broadcast_spec=mode)
     xml = single_op(tmp_path, out, [a, like])
