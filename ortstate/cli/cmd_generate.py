@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         encoder_input=encoder_input,
         stop_at_eos=not args.ignore_eos,
     )
-    print()
+    print(flush=True)
     assert generator.last_run is not None
     print(latency_summary(generator.last_run, generator.session.form), file=sys.stderr)
     return EXIT_OK
