@@ -3,6 +3,9 @@
 ``threads`` here are Python worker threads, each stepping its share of the requests in turn (the
 session itself runs with ``intra_op_num_threads=1``): with 2 workers on 2 cores, ONNX Runtime's
 kernels can overlap while the GIL-holding parts (ortstate's Python, the PyOps) take turns.
+The ``bare`` rows are the control: the explicit graph through one plain ``InferenceSession`` with
+the states carried by hand, no ortstate at all; if they don't scale either, the machine is the
+limit (other processes, the GIL around ``run``), not ortstate.
 Memory per request (:func:`memory`) is measured in a fresh child process: its RSS grown by
 creating N requests and running each through the workload's prefill and one step, divided by N,
 next to the bytes the request's variables hold.
@@ -19,8 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnxruntime as ort
+
 import ortstate
 from ortstate.bench import model_workload, session_options
+from ortstate.model_meta import read_meta
+
+FORMS = ("custom-op", "explicit", "bare")
 
 
 def rss_bytes() -> int:
@@ -29,11 +38,38 @@ def rss_bytes() -> int:
     return pages * 4096
 
 
-def run(xml: Path, requests: int, workers: int, steps: int, explicit: bool) -> dict[str, Any]:
-    """Aggregate steps/s of ``requests`` requests stepped ``steps`` times each by ``workers`` threads."""
+class _BareRequest:
+    """The control: one shared bare ``InferenceSession`` on the explicit graph, states carried by hand."""
+
+    def __init__(self, session: ort.InferenceSession, meta: Any) -> None:
+        self._session, self._vars = session, meta.variables
+        self._count = len(session.get_outputs()) - len(self._vars)
+        self._state = {v.state_input: np.zeros(v.init_shape, np.dtype(v.carrier or v.dtype)) for v in self._vars}
+        self._state |= {v.init_flag: np.array(False) for v in self._vars if v.init_flag}
+
+    def run(self, names: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        values = self._session.run(None, {**feeds, **self._state})
+        for v, value in zip(self._vars, values[self._count :]):
+            self._state[v.state_input or ""] = value
+        return values[: self._count]
+
+
+def _pool(xml: Path, form: str, requests: int) -> list[Any]:
+    model = ortstate.convert(xml, explicit_state=form != "custom-op")
+    if form == "bare":
+        session = ort.InferenceSession(model.SerializeToString(), session_options(1))
+        return [_BareRequest(session, read_meta(model)) for _ in range(requests)]
+    stateful = ortstate.StatefulSession(model, session_options(1))
+    return [stateful.create_infer_request() for _ in range(requests)]
+
+
+def run(xml: Path, requests: int, workers: int, steps: int, form: str) -> dict[str, Any]:
+    """Aggregate steps/s of ``requests`` requests stepped ``steps`` times each by ``workers`` threads.
+
+    ``form``: ``custom-op``, ``explicit``, or ``bare`` (the control without ortstate).
+    """
     feeds = model_workload(xml, min(steps, 64)).steps
-    session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit), session_options(1))
-    pool = [session.create_infer_request() for _ in range(requests)]
+    pool = _pool(xml, form, requests)
     for request in pool:
         request.run(None, feeds[0])
     start_line = threading.Barrier(workers + 1)
@@ -60,7 +96,8 @@ def run(xml: Path, requests: int, workers: int, steps: int, explicit: bool) -> d
     if errors:
         raise errors[0]
     return {
-        "form": "explicit" if explicit else "custom-op",
+        "model": xml.stem,
+        "form": form,
         "requests": requests,
         "threads": workers,
         "steps_per_request": steps,
@@ -77,26 +114,26 @@ def sweep(
     (other processes only ever slow a run down).
     """
     rows = []
-    for explicit in (False, True):
+    for form in FORMS:
         for n in counts:
             steps = max(4, total_steps // n)
             best: dict[int, dict[str, Any]] = {}
             for _ in range(repeats):
                 for workers in (1, 2):
-                    row = run(xml, n, workers, steps, explicit)
+                    row = run(xml, n, workers, steps, form)
                     if workers not in best or row["steps_per_s"] > best[workers]["steps_per_s"]:
                         best[workers] = row
             rows += [best[1], best[2]]
             if progress:
-                form = "explicit" if explicit else "custom-op"
                 rate = best[2]["steps_per_s"] / best[1]["steps_per_s"]
-                progress(f"concurrency {form} {n} requests: 2 threads / 1 thread = {rate:.2f}")
+                progress(f"concurrency {xml.stem} {form} {n} requests: 2 threads / 1 thread = {rate:.2f}")
     return rows
 
 
-def speedup(rows: list[dict[str, Any]], form: str, requests: int) -> float | None:
+def speedup(rows: list[dict[str, Any]], form: str, requests: int, model: str = "char_lstm") -> float | None:
     """steps/s with 2 threads over steps/s with 1 thread at one point."""
-    rate = {r["threads"]: r["steps_per_s"] for r in rows if r["form"] == form and r["requests"] == requests}
+    mine = [r for r in rows if r["model"] == model and r["form"] == form and r["requests"] == requests]
+    rate = {r["threads"]: r["steps_per_s"] for r in mine}
     return rate[2] / rate[1] if 1 in rate and 2 in rate else None
 
 

@@ -90,8 +90,10 @@ def layers(xml: Path, steps: int = 2000, repeats: int = 5) -> dict[str, Any]:
     }
 
 
-def cprofile(xml: Path, steps: int = 3000, top: int = 14) -> str:
-    """cProfile of ``StatefulSession.run`` on the custom-op form; the top functions by own time."""
+def cprofile(xml: Path, steps: int = 3000, top: int = 14) -> dict[str, Any]:
+    """cProfile of ``StatefulSession.run`` on the custom-op form: the top functions by own time
+    (``text``), and the shares of the step spent in ORT's C++ ``run`` (PyOps excluded), in the
+    PyOps (the onnxruntime-extensions hook, everything under it) and elsewhere (ortstate's Python)."""
     feeds = model_workload(xml, steps).steps
     session = ortstate.StatefulSession(ortstate.convert(xml), session_options(1))
     for f in feeds[:200]:
@@ -111,7 +113,11 @@ def cprofile(xml: Path, steps: int = 3000, top: int = 14) -> str:
     lines = [f"{'own µs/step':>12} {'cum µs/step':>12} {'calls/step':>10}  function", "-" * 78]
     for own, cum, calls, where in rows[:top]:
         lines.append(f"{own / steps * 1e6:12.2f} {cum / steps * 1e6:12.2f} {calls / steps:10.2f}  {where[:60]}")
-    return "\n".join(lines)
+    total = max(cum for _, cum, _, where in rows if where.endswith("(run)") and "request.py" in where)
+    hook = sum(cum for _, cum, _, where in rows if where.endswith("(_hook)"))
+    ort_c = sum(own for own, _, _, where in rows if "onnxruntime_pybind11_state" in where)
+    shares = {"ort_cpp": ort_c / total, "pyops": hook / total, "python": 1 - (ort_c + hook) / total}
+    return {"text": "\n".join(lines), "profiled_us": total / steps * 1e6, "shares": shares}
 
 
 def ort_nodes(xml: Path, steps: int = 1000) -> list[tuple[str, float, float]]:

@@ -56,7 +56,9 @@ def _markdown(data: dict[str, Any], images: list[str], image_dir: str) -> str:
     )
     llama_skip = {s.skipped for p in llm["llama"] for s in p["result"].runners if s.skipped}
     if llama_skip:
-        llama_note += " ortstate could not run llama in this run, so the LLM targets use the stand-in."
+        llama_note += " ortstate could not run llama in this run, so only the stand-in's LLM targets count."
+    else:
+        llama_note += " Positions beyond that are measured on the stand-in below."
     parts = [
         f"Run {data['started']} ({'--quick' if data['quick'] else 'full suite'}, {data['seconds']:.0f} s); "
         f"{_machine_line(data['machine'])}. Load average at start/end: {data['load'][0]} / {data['load'][1]} "
@@ -79,8 +81,8 @@ def _markdown(data: dict[str, Any], images: list[str], image_dir: str) -> str:
         + "\n\nKV-cache stand-in (`benchmarks/irs.py:kv_decoder_ir`: llama-sized, 2 layers, KV caches "
         "[1,2,past,16] in variables as optimum writes them, MatMul/Softmax attention, 4096 positions):\n\n"
         + report.sweep_table(llm["standin"], "position"),
-        "### Concurrent requests on one session (demo LSTM; threads = Python worker threads, "
-        "sessions intra_op_num_threads=1)\n\n"
+        "### Concurrent requests on one session (threads = Python worker threads, sessions "
+        "intra_op_num_threads=1; `lstm_h512`: 1 layer, hidden 512; the targets use the demo LSTM)\n\n"
         + report.concurrency_table(data["concurrency"])
         + "\n\nMemory per request (a fresh process; RSS growth over creating the requests and running "
         "each through the prefill and one step, divided by their number):\n\n" + report.memory_table(data["memory"]),
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         data["demo"] = suite.demo(cfg)
         data["sweeps"] = suite.sweeps(cfg, Path(tmp))
         data["llm"] = suite.llm(cfg, Path(tmp))
-        data["concurrency"] = suite.concurrent(cfg)
+        data["concurrency"] = suite.concurrent(cfg, Path(tmp))
         data["memory"] = suite.memory(Path(tmp))
     data["profile"] = suite.profile(cfg)
     data["targets"] = report.targets(data["demo"], data["llm"], data["concurrency"])

@@ -37,7 +37,7 @@ class Config:
     profile_steps: int = 3000
 
 
-FULL = Config()
+FULL = Config(2000, 11, 500, 7, 32, 15, 8000, 3, 5000)
 QUICK = Config(200, 3, 40, 2, 16, 2, 600, 1, 500)
 HIDDEN = [64, 128, 256, 512, 1024]
 LAYERS = [1, 2, 3, 4]
@@ -115,9 +115,12 @@ def llm(cfg: Config, tmp: Path) -> dict[str, Any]:
     return {"llama": llama, "llama_max_positions": limit, "standin": standin}
 
 
-def concurrent(cfg: Config) -> list[dict[str, Any]]:
+def concurrent(cfg: Config, tmp: Path) -> list[dict[str, Any]]:
+    """The demo LSTM (~20 µs steps: per-call overhead dominates) and a hidden-512 LSTM (~250 µs)."""
     progress("concurrent requests on one session")
-    return concurrency.sweep(DEMO, REQUESTS, cfg.concurrency_steps, progress, cfg.concurrency_repeats)
+    rows = concurrency.sweep(DEMO, REQUESTS, cfg.concurrency_steps, progress, cfg.concurrency_repeats)
+    big = irs.lstm_ir(tmp / "lstm_h512.xml", 512)
+    return rows + concurrency.sweep(big, REQUESTS, cfg.concurrency_steps // 8, progress, cfg.concurrency_repeats)
 
 
 def memory(tmp: Path) -> list[dict[str, Any]]:
