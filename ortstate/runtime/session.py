@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,22 @@ def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.Model
         return onnx.load(str(path))
     except Exception as exc:  # noqa: BLE001
         raise OrtStateError(f"{path}: not a readable ONNX model: {exc}") from None
+
+
+def _layer_behind(proto: onnx.ModelProto, message: str) -> str:
+    """``"layer 'NAME' (id N, Type-v): "`` for the first node onnxruntime's message names, if the
+    converter recorded the layer it came from in the node's doc_string; else ``""``."""
+    named = re.findall(r'[Nn]ode ?\(\s*"?([^",)]+)', message)
+    if not named:
+        return ""
+    docs: dict[str, str] = {}
+    graphs = [proto.graph]
+    while graphs:
+        for node in graphs.pop().node:
+            docs[node.name] = node.doc_string
+            for attr in node.attribute:
+                graphs.extend([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs)
+    return next((f"{docs[n]}: " for n in named if docs.get(n, "").startswith("layer ")), "")
 
 
 class StatefulSession:
@@ -72,7 +89,11 @@ class StatefulSession:
                 proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])
             )
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
-            raise OrtStateError(f"onnxruntime cannot load the model: {exc}") from None
+            # Name the IR it came from: a converted model ORT refuses means that IR is inconsistent.
+            origin = str(model) if isinstance(model, (str, os.PathLike)) else "model"
+            source = f" (converted from {self._meta.source})" if self._meta.source else ""
+            layer = _layer_behind(proto, str(exc))
+            raise OrtStateError(f"{origin}{source}: {layer}onnxruntime cannot load the model: {exc}") from None
         hidden_in, hidden_out = self._meta.hidden_inputs, self._meta.hidden_outputs
         self._inputs = [i for i in self._ort.get_inputs() if i.name not in hidden_in]
         self._outputs = [o for o in self._ort.get_outputs() if o.name not in hidden_out]
