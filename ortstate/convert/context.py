@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,51 +47,29 @@ class Node:
             return default
         return value
 
-    def attr_int(self, name: str, default: Any = _MISSING) -> int:
+    def _parsed(self, name: str, default: Any, parse: Callable[[str], Any], expected: str) -> Any:
+        """The attribute parsed by ``parse`` (ValueError: not ``expected``), or ``default`` if absent."""
         raw = self.attr(name, None)
         if raw is None:
             if default is _MISSING:
                 raise self.error(f"missing attribute '{name}'")
             return default
         try:
-            return int(raw)
+            return parse(raw)
         except ValueError:
-            raise self.error(f"attribute '{name}' expected an integer, got {raw!r}") from None
+            raise self.error(f"attribute '{name}' expected {expected}, got {raw!r}") from None
+
+    def attr_int(self, name: str, default: Any = _MISSING) -> int:
+        return self._parsed(name, default, int, "an integer")
 
     def attr_float(self, name: str, default: Any = _MISSING) -> float:
-        raw = self.attr(name, None)
-        if raw is None:
-            if default is _MISSING:
-                raise self.error(f"missing attribute '{name}'")
-            return default
-        try:
-            return float(raw)
-        except ValueError:
-            raise self.error(f"attribute '{name}' expected a number, got {raw!r}") from None
+        return self._parsed(name, default, float, "a number")
 
     def attr_bool(self, name: str, default: Any = _MISSING) -> bool:
-        raw = self.attr(name, None)
-        if raw is None:
-            if default is _MISSING:
-                raise self.error(f"missing attribute '{name}'")
-            return default
-        low = raw.strip().lower()
-        if low in ("true", "1"):
-            return True
-        if low in ("false", "0"):
-            return False
-        raise self.error(f"attribute '{name}' expected true/false, got {raw!r}")
+        return self._parsed(name, default, _parse_bool, "true/false")
 
     def attr_ints(self, name: str, default: Any = _MISSING) -> list[int]:
-        raw = self.attr(name, None)
-        if raw is None:
-            if default is _MISSING:
-                raise self.error(f"missing attribute '{name}'")
-            return default
-        try:
-            return [int(x) for x in raw.split(",") if x.strip()]
-        except ValueError:
-            raise self.error(f"attribute '{name}' expected integers, got {raw!r}") from None
+        return self._parsed(name, default, lambda raw: [int(x) for x in raw.split(",") if x.strip()], "integers")
 
     def attr_choice(self, name: str, choices: Sequence[str], default: Any = _MISSING) -> str:
         value = self.attr(name, default).strip().lower()
@@ -151,6 +129,15 @@ class Node:
         if value is None:
             raise self.error(f"input {i} ({what}) must be a constant")
         return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def _parse_bool(raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("true", "1"):
+        return True
+    if low in ("false", "0"):
+        return False
+    raise ValueError(raw)
 
 
 class Context:
