@@ -44,32 +44,22 @@ def fuse_state_ops(model: onnx.ModelProto, meta: ModelMeta) -> onnx.ModelProto:
     fused.CopyFrom(model)
     replaced: set[str] = set()
     new_nodes: list[onnx.NodeProto] = []
-    for group in read_groups.values():
-        for chunk in _chunks(group):
-            replaced.update(n.name for n in chunk)
-            new_nodes.append(
-                helper.make_node(
-                    f"ReadValues{len(chunk)}",
-                    [n.input[0] for n in chunk] + [chunk[0].input[1]],
-                    [n.output[0] for n in chunk],
-                    name=f"ortstate_fused_read_{len(new_nodes)}",
-                    domain=_DOMAIN,
-                    variable_ids=json.dumps([_variable_id(n) for n in chunk]),
+    for kind, groups in (("ReadValues", read_groups.values()), ("AssignValues", assign_groups.values())):
+        for group in groups:
+            for chunk in _chunks(group):
+                replaced.update(n.name for n in chunk)
+                name = f"ortstate_fused_{len(new_nodes)}"
+                outputs = [n.output[0] for n in chunk] if kind == "ReadValues" else [name]
+                new_nodes.append(
+                    helper.make_node(
+                        f"{kind}{len(chunk)}",
+                        [n.input[0] for n in chunk] + [chunk[0].input[1]],  # values, then the request key
+                        outputs,
+                        name=name,
+                        domain=_DOMAIN,
+                        variable_ids=json.dumps([_variable_id(n) for n in chunk]),
+                    )
                 )
-            )
-    for group in assign_groups.values():
-        for chunk in _chunks(group):
-            replaced.update(n.name for n in chunk)
-            new_nodes.append(
-                helper.make_node(
-                    f"AssignValues{len(chunk)}",
-                    [n.input[0] for n in chunk] + [chunk[0].input[1]],
-                    [f"ortstate_fused_assign_{len(new_nodes)}"],
-                    name=f"ortstate_fused_assign_{len(new_nodes)}",
-                    domain=_DOMAIN,
-                    variable_ids=json.dumps([_variable_id(n) for n in chunk]),
-                )
-            )
     kept = [n for n in fused.graph.node if n.name not in replaced]
     del fused.graph.node[:]
     # onnxruntime sorts nodes topologically when it loads a graph, so appending is enough.
