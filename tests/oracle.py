@@ -9,12 +9,22 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import openvino as ov
+from openvino.op.util import Variable, VariableInfo
 
 import ortstate
 
 OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
 RESET = "reset"  # a step that resets all variables of both runtimes
 _core = ov.Core()
+
+
+def variable(vid: str, shape: Sequence[Any], dtype: Any = np.float32) -> Variable:
+    """An OpenVINO variable (for opset6 ReadValue/Assign) of ``shape`` and ``dtype`` (numpy or ov.Type)."""
+    info = VariableInfo()
+    info.data_shape = ov.PartialShape(list(shape))
+    info.data_type = dtype if isinstance(dtype, ov.Type) else ov.Type(dtype)
+    info.variable_id = vid
+    return Variable(info)
 
 
 def save_ir(model: ov.Model, directory: Path, name: str = "model", compress: bool = False) -> Path:

@@ -8,22 +8,13 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 from openvino import opset6
-from openvino.op.util import Variable, VariableInfo
-from oracle import RESET, check_steps, save_ir
+from oracle import RESET, check_steps, save_ir, variable
 
 import ortstate
 from ortstate.model_meta import read_meta
 from ortstate.runtime.fuse import fuse_state_ops
 
 RNG = np.random.default_rng(5)
-
-
-def variable(vid, shape, dtype):
-    info = VariableInfo()
-    info.data_shape = ov.PartialShape(shape)
-    info.data_type = ov.Type(dtype)
-    info.variable_id = vid
-    return Variable(info)
 
 
 def contrib_ops(model):

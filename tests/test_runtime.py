@@ -10,8 +10,7 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset6
-from openvino.op.util import Variable, VariableInfo
-from oracle import save_ir
+from oracle import save_ir, variable
 
 import ortstate
 from ortstate.runtime import pyops
@@ -20,11 +19,7 @@ from ortstate.runtime import pyops
 @pytest.fixture(scope="module")
 def acc_xml(tmp_path_factory):
     x = ops.parameter([1, 4], np.float32, name="x")
-    info = VariableInfo()
-    info.data_shape = ov.PartialShape([1, 4])
-    info.data_type = ov.Type.f32
-    info.variable_id = "acc"
-    var = Variable(info)
+    var = variable("acc", [1, 4])
     rv = opset6.read_value(var)
     add = ops.add(rv, x)
     model = ov.Model([ops.result(add)], [opset6.assign(add, var)], [x], "acc")
@@ -175,11 +170,7 @@ def test_snapshot_refusals_change_nothing(acc_xml, tmp_path):
         session.load_state(tmp_path / "missing.npz")
     other = tmp_path / "other.npz"
     x = ops.parameter([1, 4], np.float32, name="x")
-    info = VariableInfo()
-    info.data_shape = ov.PartialShape([1, 4])
-    info.data_type = ov.Type.f32
-    info.variable_id = "different"
-    var = Variable(info)
+    var = variable("different", [1, 4])
     add = ops.add(opset6.read_value(var), x)
     xml = save_ir(ov.Model([ops.result(add)], [opset6.assign(add, var)], [x], "o"), tmp_path, "o")
     stranger = ortstate.StatefulSession(ortstate.convert(xml))

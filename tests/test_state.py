@@ -8,20 +8,11 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset3, opset6
-from openvino.op.util import Variable, VariableInfo
-from oracle import RESET, check_steps, save_ir
+from oracle import RESET, check_steps, save_ir, variable
 
 import ortstate
 
 RNG = np.random.default_rng(7)
-
-
-def variable(vid: str, shape: list, dtype: object = np.float32) -> Variable:
-    info = VariableInfo()
-    info.data_shape = ov.PartialShape(shape)
-    info.data_type = ov.Type(dtype) if not isinstance(dtype, ov.Type) else dtype
-    info.variable_id = vid
-    return Variable(info)
 
 
 def model(tmp_path, results, sinks, params, name="m", compress=False):
