@@ -213,3 +213,10 @@ def test_explicit_fast_path_follows_every_state_change(acc_xml):
     session.query_state()[0].reset()
     want = np.zeros((1, 4), np.float32)
     step(np.full((1, 4), 7, np.float32))
+
+
+def test_an_ir_path_is_converted_to_the_faster_form(acc_xml):
+    session = ortstate.StatefulSession(acc_xml)
+    assert session.form == "explicit"
+    session.run(None, {"x": np.ones((1, 4), np.float32)})
+    assert session.run(None, {"x": np.ones((1, 4), np.float32)})[0].tolist() == [[2] * 4]

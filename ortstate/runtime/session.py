@@ -32,6 +32,11 @@ def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.Model
     path = Path(model)
     if not path.is_file():
         raise OrtStateError(f"{path}: no such file")
+    if path.suffix.lower() == ".xml":
+        # An IR leaves the form to us: the explicit one is the faster (no Python in the graph).
+        from ..convert import convert
+
+        return convert(path, explicit_state=True)
     try:
         return onnx.load(str(path))
     except Exception as exc:  # noqa: BLE001
@@ -58,7 +63,8 @@ class StatefulSession:
     """Run a model converted by ortstate, of either form, keeping its variables between runs.
 
     Args:
-        model: path to a ``.onnx``, its bytes, or an ``onnx.ModelProto``.
+        model: path to a ``.onnx``, its bytes, or an ``onnx.ModelProto``; or an OpenVINO IR
+            ``.xml``, converted here to the explicit form (the faster one).
         sess_options: ``onnxruntime.SessionOptions``; the custom-op library is registered on it.
         providers: execution providers, CPU by default.
 
