@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from ..errors import ConversionError, UnsupportedOpsError
+from ..errors import ConversionError, OrtStateError, UnsupportedOpsError
 from ..ir import Graph, Layer, parse_partial_shape, read_ir
 from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, write_meta
 from . import ops  # noqa: F401  (registers the translators)
@@ -106,8 +106,7 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
     ctx = Context(graph, b)
 
     def value_of(layer: Layer, index: int) -> str:
-        src, port = graph.producer(layer, index)
-        return values[(src.id, port.id)]
+        return _value(graph, values, layer, index)
 
     def translate(layers: list[Layer], builder: GraphBuilder) -> None:
         saved, ctx.b = ctx.b, builder
@@ -121,6 +120,7 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
     for layer in graph.topological():
         if layer.id in skipped or layer.type in ("Parameter", "Result"):
             continue
+        first = len(b.nodes)
         if layer.type == "ReadValue":
             values[(layer.id, layer.outputs[0].id)] = state.read(layer, value_of, translate)
         elif layer.type == "Assign":
@@ -129,6 +129,7 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
                 values[(layer.id, port.id)] = out
         else:
             _translate(layer, ctx, values, value_of)
+        _tag(b.nodes[first:], layer)
     _add_outputs(graph, b, value_of)
     state.finish()
 
@@ -154,8 +155,7 @@ def translate_body(body: Graph, builder: GraphBuilder, params: dict[int, str]) -
     ctx = Context(body, builder)
 
     def value_of(layer: Layer, index: int) -> str:
-        src, port = body.producer(layer, index)
-        return values[(src.id, port.id)]
+        return _value(body, values, layer, index)
 
     for layer in body.topological():
         if layer.type == "Parameter":
@@ -172,6 +172,7 @@ def translate_body(body: Graph, builder: GraphBuilder, params: dict[int, str]) -
 def _translate(layer: Layer, ctx: Context, values: dict[tuple[int, int], str], value_of) -> None:  # noqa: ANN001
     if feeds_only_folds(ctx.graph, layer):
         return  # folded into its consumers' constant
+    _check_shape_constants(ctx.graph, layer)
     ctx.b.hint = layer.name
     folded = constant_value(ctx.graph, layer) if layer.type != "Const" else None
     if folded is not None:
@@ -181,7 +182,15 @@ def _translate(layer: Layer, ctx: Context, values: dict[tuple[int, int], str], v
     fn = lookup(layer.type, layer.op_version)
     assert fn is not None  # unsupported_ops() ran first
     node = ctx.node(layer, [value_of(layer, i) for i in range(len(layer.inputs))])
-    outs = fn(node, ctx)
+    first = len(ctx.b.nodes)
+    try:
+        outs = fn(node, ctx)
+    except OrtStateError:
+        raise
+    except (IndexError, KeyError, ValueError, TypeError, ArithmeticError) as exc:
+        # Translators validate what real IRs get wrong; a layer damaged some other way (too few
+        # inputs, an axis far out of range, a junk constant) must still fail as this layer's error.
+        raise node.error(f"cannot translate the layer as written ({type(exc).__name__}: {exc})") from exc
     if len(outs) != len(layer.outputs):
         raise ConversionError(f"{node.where}: translator produced {len(outs)} outputs, expected {len(layer.outputs)}")
     for port, name in zip(layer.outputs, outs):
@@ -189,6 +198,58 @@ def _translate(layer: Layer, ctx: Context, values: dict[tuple[int, int], str], v
             # bf16 travels as f32 (see dtypes): round each result as OpenVINO's bf16 math does.
             name = ctx.b.op("Cast", [ctx.b.op("Cast", [name], {"to": TensorProto.BFLOAT16})], {"to": TensorProto.FLOAT})
         values[(layer.id, port.id)] = name
+    _tag(ctx.b.nodes[first:], layer)
+
+
+def _tag(nodes: list[onnx.NodeProto], layer: Layer) -> None:
+    """Record the IR layer behind each node, so the runtime can name it when onnxruntime refuses one."""
+    for node in nodes:
+        node.doc_string = node.doc_string or layer.describe()
+
+
+def _value(graph: Graph, values: dict[tuple[int, int], str], layer: Layer, index: int) -> str:
+    """The ONNX value on ``layer``'s input ``index``."""
+    src, port = graph.producer(layer, index)
+    try:
+        return values[(src.id, port.id)]
+    except KeyError:  # only a damaged IR feeds a layer from one that yields nothing (a Result, say)
+        raise ConversionError(
+            f"{graph.source}: {layer.describe()}: input {index} comes from {src.describe()}, which has no value"
+        ) from None
+
+
+def _check_shape_constants(graph: Graph, layer: Layer) -> None:
+    """Refuse a constant dim no tensor can have in a shape input (Broadcast's target, Reshape's shape...).
+
+    Such a dim leaves only empty tensors, and an empty tensor whose other dims multiply past 2**63
+    aborts the process when it reaches a custom op (onnxruntime-extensions builds the numpy array in
+    C++), e.g. a KV-cache init ``Broadcast(0, Concat(batch, HEADS, 0, HEAD_DIM))`` with a junk HEADS.
+    """
+    index = _SHAPE_INPUTS.get(layer.type)
+    if index is None or index >= len(layer.inputs):
+        return
+    stack, seen = [graph.producer(layer, index)[0]], set()
+    while stack:  # back through the ops that carry shape values unchanged
+        src = stack.pop()
+        if src.id in seen:
+            continue
+        seen.add(src.id)
+        if src.type == "Const":
+            value = graph.constant(src)
+            if value.dtype.kind in "iu" and value.size and int(value.max()) > _MAX_DIM:
+                raise ConversionError(
+                    f"{graph.source}: {layer.describe()}: input {index} takes dim {int(value.max())} from "
+                    f"layer '{src.name}' (id {src.id}); no tensor can have a dim above {_MAX_DIM}"
+                )
+        elif src.type in _SHAPE_CARRIERS:
+            carried = _SHAPE_CARRIERS[src.type] or range(len(src.inputs))
+            stack.extend(graph.producer(src, i)[0] for i in carried if i < len(src.inputs))
+
+
+_SHAPE_INPUTS = {"Broadcast": 1, "Reshape": 1, "Tile": 1}
+# Ops passing shape values through unchanged, and which inputs carry them (none listed: all of them).
+_SHAPE_CARRIERS: dict[str, tuple[int, ...]] = {"Concat": (), "Convert": (0,), "Unsqueeze": (0,), "Squeeze": (0,)}
+_MAX_DIM = 1 << 40
 
 
 def _tensor_name(layer: Layer, port_index: int = 0) -> str:

@@ -148,6 +148,19 @@ def _check_declared(op_type: str, attrs: dict[str, str], outputs: tuple[Port, ..
     port = outputs[0]
     if port.element_type is not None and port.element_type != etype:
         raise IRError(f"{where}: element_type {etype.name} but output port {port.id} is {port.element_type.name}")
+    # A Parameter's port without dims is a scalar or a dynamic rank; one with dims must fit the declared
+    # shape (converted inputs get the declared shape, and onnxruntime checks feeds only against that).
+    if op_type == "Parameter" and port.shape.dims and not _fits(shape, port.shape):
+        raise IRError(f"{where}: shape {shape} but output port {port.id} is {port.shape}")
+
+
+def _fits(declared: PartialShape, port: PartialShape) -> bool:
+    """True when the declared shape and the port's agree in rank and no two dims exclude each other."""
+    if declared.dims is None or port.dims is None or len(declared.dims) != len(port.dims):
+        return False
+    return all(
+        (a.hi is None or b.lo <= a.hi) and (b.hi is None or a.lo <= b.hi) for a, b in zip(declared.dims, port.dims)
+    )
 
 
 def _parse_port_map(el: ET.Element | None, layer: Layer, body: Graph, where: str) -> tuple[dict[str, str], ...]:

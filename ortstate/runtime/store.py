@@ -131,8 +131,11 @@ class StateStore:
 
     def _check(self, var_id: str, arr: np.ndarray, dtype: np.dtype, what: str) -> None:
         meta = self.meta[var_id]
-        error = RunError if what.startswith("the model") else StateError
+        run = what.startswith("the model")
+        error = RunError if run else StateError
+        # Every RunError says that the run changed nothing; the caller checks before it changes anything.
+        tail = "; no variable was changed" if run else ""
         if arr.dtype != dtype:
-            raise error(f"variable '{var_id}': {what} dtype {arr.dtype}, expected {dtype}")
+            raise error(f"variable '{var_id}': {what} dtype {arr.dtype}, expected {dtype}{tail}")
         if not shape_admits(meta.shape, arr.shape):
-            raise error(f"variable '{var_id}': {what} shape {list(arr.shape)}, expected {_show(meta.shape)}")
+            raise error(f"variable '{var_id}': {what} shape {list(arr.shape)}, expected {_show(meta.shape)}{tail}")

@@ -110,6 +110,14 @@ for _ov, _onnx in _BINARY.items():
     translator(_ov, 1)(_binary(_onnx))
 
 
+def _check_divisor(node: Node) -> None:
+    """onnxruntime refuses a constant integer divisor holding a zero when it creates the kernel, in a
+    message that names no node; say which layer it is."""
+    divisor = node.const(1)
+    if divisor is not None and np.asarray(divisor).dtype.kind in "iub" and not np.asarray(divisor).all():
+        raise node.error("integer division by a constant divisor that holds a zero")
+
+
 @translator("Divide", 1)
 def divide_v1(node: Node, ctx: Context) -> list[str]:
     """Divide-1 -> Div.
@@ -121,6 +129,7 @@ def divide_v1(node: Node, ctx: Context) -> list[str]:
     and OpenVINO's reference implementation (what constant folding computes).
     """
     check_broadcast(node)
+    _check_divisor(node)
     python_div = node.attr_bool("m_pythondiv", True)
     b = ctx.b
     x, y = node.inputs[:2]
@@ -160,6 +169,7 @@ def floor_mod_v1(node: Node, ctx: Context) -> list[str]:
     differs from the divisor's.
     """
     check_broadcast(node)
+    _check_divisor(node)
     b = ctx.b
     x, y = node.inputs[:2]
     etype = node.onnx_input_type(0)
@@ -177,6 +187,7 @@ def floor_mod_v1(node: Node, ctx: Context) -> list[str]:
 def mod_v1(node: Node, ctx: Context) -> list[str]:
     """Mod-1: truncated remainder with the dividend's sign (C ``fmod``) = ONNX Mod ``fmod=1``."""
     check_broadcast(node)
+    _check_divisor(node)
     return [ctx.b.op("Mod", node.inputs[:2], {"fmod": 1})]
 
 

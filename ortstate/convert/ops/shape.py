@@ -43,7 +43,7 @@ def scalar_const(node: Node, i: int, what: str) -> int:
 def _static_dim(node: Node, i: int, axis: int) -> int | None:
     """Dim ``axis`` (already non-negative) of input ``i`` when the IR port states it, else None."""
     dims = node.input_shape(i).dims
-    if dims is None or axis >= len(dims) or not dims[axis].is_static:
+    if dims is None or not 0 <= axis < len(dims) or not dims[axis].is_static:
         return None
     return dims[axis].lo
 
@@ -150,7 +150,11 @@ def transpose_v1(node: Node, ctx: Context) -> list[str]:
     if not perm:
         return [b.op("Transpose", [node.inputs[0]])]
     rank = len(perm)
-    return [b.op("Transpose", [node.inputs[0]], {"perm": [p + rank if p < 0 else p for p in perm]})]
+    perm = [p + rank if p < 0 else p for p in perm]
+    if sorted(perm) != list(range(rank)):
+        # onnxruntime aborts kernel creation on such a perm without naming the node.
+        raise node.error(f"input_order {[int(v) for v in np.asarray(order).reshape(-1)]} is not a permutation")
+    return [b.op("Transpose", [node.inputs[0]], {"perm": perm})]
 
 
 def _transpose_runtime(node: Node, ctx: Context, rank: int) -> str:
