@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_cli import assert_one_line_error, run_cli
 
-from ortstate.cli import main
 from ortstate.generate import FeedRules, GenerationError, Generator, InputSpec, ModelConfig, read_config
 
 LLM = Path(__file__).resolve().parents[1] / "models" / "llm"
@@ -29,17 +29,6 @@ def reference(folder: Path) -> dict:
 
 def ids_arg(ids: list[int]) -> str:
     return ",".join(map(str, ids))
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(err: str, expected: str) -> None:
-    assert "Traceback" not in err
-    assert err == f"ortstate: error: {expected}\n"
 
 
 def linked_copy(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> Path:
