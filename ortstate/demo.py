@@ -106,25 +106,25 @@ def stream(
     return out
 
 
-def _ortstate_step(xml: Path, vocab: Vocab, explicit: bool) -> tuple[Step, Callable[[], None], float]:
+def _ortstate_step(xml: Path, vocab: Vocab, form: str) -> tuple[Step, Callable[[], None], str, float]:
     import onnxruntime as ort
 
     import ortstate
 
     start = time.perf_counter()
-    model = ortstate.convert(xml, explicit_state=explicit)
+    model = ortstate.convert(xml, explicit_state=form != "custom-op")
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1  # a one-character step is far too small to split across threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    session = ortstate.StatefulSession(model, options)
+    session = ortstate.StatefulSession(model, options, form=form)
     seconds = time.perf_counter() - start
     outputs = [vocab.output_name]
 
     def step(char: int) -> np.ndarray:
         return session.run(outputs, {vocab.input_name: np.array([[char]], np.int64)})[0]
 
-    return step, session.reset_state, seconds
+    return step, session.reset_state, session.form, seconds
 
 
 def _openvino_step(xml: Path, vocab: Vocab) -> tuple[Step, Callable[[], None]]:
@@ -156,7 +156,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the demo's options (shared by ``ortstate demo`` and ``python -m ortstate.demo``)."""
     parser.add_argument("--prompt", default="Beautiful is", help="text fed one character per step")
     parser.add_argument("--chars", type=int, default=120, help="characters to generate per stream")
-    parser.add_argument("--explicit-state", action="store_true", help="variables as graph inputs/outputs")
+    parser.add_argument(
+        "--form",
+        choices=("auto", "custom-op", "explicit"),
+        default="auto",
+        help="how ortstate keeps the variables: auto (default) = explicit, the faster; custom-op = Python state ops",
+    )
     parser.add_argument("--no-openvino", action="store_true", help="skip the side-by-side OpenVINO run")
     parser.add_argument("--seed", type=int, default=None, help=f"sample at temperature {TEMPERATURE} (default greedy)")
 
@@ -182,11 +187,10 @@ def run(args: argparse.Namespace) -> int:
         _err(f"ortstate demo: {exc}")
         return 2
 
-    form = "explicit-state" if args.explicit_state else "custom-op"
     from .errors import OrtStateError
 
     try:
-        step, reset, seconds = _ortstate_step(xml, vocab, args.explicit_state)
+        step, reset, form, seconds = _ortstate_step(xml, vocab, args.form)
     except OrtStateError as exc:
         _err(f"ortstate demo: {exc}")
         return 1

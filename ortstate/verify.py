@@ -21,7 +21,7 @@ import onnx
 
 from .errors import OrtStateError, RunError
 from .ir import Graph, Layer, parse_partial_shape, read_ir
-from .model_meta import CUSTOM_OP, EXPLICIT
+from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -236,7 +236,8 @@ def verify(
     """Compare ortstate with OpenVINO on ``xml`` for ``steps`` steps, a reset and ``steps`` more.
 
     Args:
-        forms: ``custom-op`` and/or ``explicit``; ignored when ``onnx_model`` is given (its own form).
+        forms: ``custom-op`` and/or ``explicit``, each run as itself (a custom-op model through its
+            Python state ops); ignored when ``onnx_model`` is given (run in its own form).
         inputs: fixed values for some inputs (the same every step); the others are random.
         onnx_model: compare this converted model instead of converting ``xml``.
 
@@ -266,7 +267,12 @@ def verify(
         if model is None:
             say(f"converting {xml.name} ({form} form)")
             model = convert(xml, explicit_state=form == EXPLICIT, bin_path=bin_file)
-        session = StatefulSession(model)
+        # Each form runs as itself (a custom-op model through its Python state ops), a given model as written.
+        try:
+            meta = read_meta(model) if form is None else None
+        except ValueError:
+            meta = None  # StatefulSession says what is wrong with it
+        session = StatefulSession(model, form=form or (meta.form if meta and meta.variables else "auto"))
         say(f"running ortstate ({session.form} form)")
         results.append(_run_form(session, reference.output_names, feeds, trajectory, steps, rtol, atol))
     first = {name: (str(value.dtype), tuple(value.shape)) for name, value in feeds[0].items()}

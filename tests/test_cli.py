@@ -146,7 +146,7 @@ def test_run_ir_steps_and_output_dir(capsys, tmp_path):
     lines = out.splitlines()
     assert lines[0].split() == ["step", "output", "dtype", "shape", "min", "max", "mean", "ms"]
     assert lines[3].split()[:7] == ["3", "sum", "float32", "[1,3]", "3", "9", "6"]
-    assert "variables after step 3" in out and "3 steps, custom-op form, " in out
+    assert "variables after step 3" in out and "3 steps, explicit form, " in out
     assert out.rstrip().endswith(f"saved 3 output files to {tmp_path / 'o'}")
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "step3_sum.npy"), [[3.0, 6.0, 9.0]])
 
@@ -161,11 +161,12 @@ def test_run_onnx_per_step(capsys, tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "step3_sum.npy"), frames.sum(0))
 
 
-def test_run_explicit_form(capsys, tmp_path):
+@pytest.mark.parametrize(("form", "runs"), [("auto", "explicit"), ("custom-op", "custom-op"), ("explicit", "explicit")])
+def test_run_forms(capsys, tmp_path, form, runs):
     x = save_npy(tmp_path / "x.npy", np.ones((2, 3), np.float32))
-    code, out, err = run_cli(capsys, "run", COUNTER, "--input", f"x={x}", "--steps", 2, "--explicit-state")
+    code, out, err = run_cli(capsys, "run", COUNTER, "--input", f"x={x}", "--steps", 2, "--form", form)
     assert code == 0, err
-    assert "2 steps, explicit form, " in out
+    assert f"2 steps, {runs} form, " in out
     assert "count   int64    [1]    2    2    2" in out
 
 

@@ -49,7 +49,7 @@ def test_vocab_describes_the_ir() -> None:
     assert (demo.DEMO_DIR / "char_lstm.bin").stat().st_size < 1 << 20
 
 
-@pytest.mark.parametrize("form", [[], ["--explicit-state"]], ids=["custom-op", "explicit"])
+@pytest.mark.parametrize("form", [[], ["--form", "custom-op"]], ids=["auto", "custom-op"])
 def test_demo_streams_zen_and_matches_openvino(capsys: pytest.CaptureFixture[str], form: list[str]) -> None:
     code, out, err = _run(capsys, "--chars", str(CHARS), *form)
     assert code == 0, err
@@ -58,7 +58,7 @@ def test_demo_streams_zen_and_matches_openvino(capsys: pytest.CaptureFixture[str
     assert "different text" in err
     assert "OpenVINO (stateful InferRequest, CPU f32): the same" in err
     assert "max |logit difference|" in err
-    assert "ortstate (" in err and "median" in err and "p90" in err
+    assert f"ortstate ({'custom-op' if form else 'explicit'}): " in err and "median" in err and "p90" in err
 
 
 def test_greedy_text_is_deterministic_and_equals_openvino(capsys: pytest.CaptureFixture[str]) -> None:

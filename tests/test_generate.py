@@ -203,10 +203,10 @@ SUMMARY = re.compile(
 )
 
 
-@pytest.mark.parametrize("explicit", [False, True], ids=["custom-op", "explicit"])
-def test_cli_streams_reference_tokens(capsys: pytest.CaptureFixture[str], explicit: bool) -> None:
+@pytest.mark.parametrize("form", ["auto", "custom-op", "explicit"])
+def test_cli_streams_reference_tokens(capsys: pytest.CaptureFixture[str], form: str) -> None:
     ref = reference(MAMBA)
-    flags = ["--explicit-state"] if explicit else []
+    flags = ["--form", form]
     code, out, err = run_cli(
         capsys, "generate", MAMBA, "--prompt-ids", ids_arg(ref["prompt_ids"][0]), "-n", 8, "--ignore-eos", *flags
     )
@@ -214,7 +214,7 @@ def test_cli_streams_reference_tokens(capsys: pytest.CaptureFixture[str], explic
     assert out == " ".join(map(str, ref["new_tokens"][0])) + "\n"
     match = SUMMARY.fullmatch(err)
     assert match, err
-    assert match.group(2, 3, 4, 5) == ("5", "7", "explicit" if explicit else "custom-op", "max new tokens reached")
+    assert match.group(2, 3, 4, 5) == ("5", "7", "custom-op" if form == "custom-op" else "explicit", "max new tokens reached")
 
 
 def test_cli_stops_at_eos(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

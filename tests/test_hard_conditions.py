@@ -18,7 +18,7 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset6
-from oracle import save_ir, variable
+from oracle import REWRITTEN, open_session, save_ir, variable
 
 import ortstate
 from ortstate.runtime import pyops
@@ -27,12 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 LSTM = ROOT / "models/lstm_1l/model.xml"  # x f32 [1,?,8]; h, c f32 [1,1,16]
 CHAR = ROOT / "ortstate/_demo/char_lstm.xml"  # char i64 [1,1]; two f32 states
 ACC = ROOT / "models/accumulator/model.xml"  # x f32 [1,?]; one state
-FORMS = [pytest.param(False, id="custom-op"), pytest.param(True, id="explicit")]
+FORMS = [pytest.param(False, id="custom-op"), pytest.param(True, id="explicit"), pytest.param(REWRITTEN, id=REWRITTEN)]
 RNG = np.random.default_rng(11)
 
 
 def session_of(xml: Path, explicit: bool) -> ortstate.StatefulSession:
-    return ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit))
+    return open_session(xml, explicit)
 
 
 def states(runner: object) -> dict[str, np.ndarray]:
@@ -306,10 +306,10 @@ def test_requests_and_sessions_do_not_leak() -> None:
 
     def churn(n_sessions: int, n_requests: int) -> float:
         for i in range(n_sessions):
-            session = ortstate.StatefulSession(models[i % 2])
+            session = ortstate.StatefulSession(models[i % 2], form=("custom-op", "explicit")[i % 2])
             session.run(None, feed)
             del session
-        kept = [ortstate.StatefulSession(m) for m in models]
+        kept = [ortstate.StatefulSession(m, form=f) for m, f in zip(models, ("custom-op", "explicit"))]
         for i in range(n_requests):
             request = kept[i % 2].create_infer_request()
             for _ in range(3):  # the third run of the explicit form binds its fast-path buffers

@@ -14,7 +14,7 @@ import openvino.opset13 as ops
 import pytest
 from openvino import opset6
 from openvino.op.util import Variable, VariableInfo
-from oracle import assert_close, ov_request, ov_run, ov_states, save_ir
+from oracle import REWRITTEN, assert_close, open_session, ov_request, ov_run, ov_states, save_ir
 
 import ortstate
 
@@ -87,9 +87,9 @@ def numpy_stream(steps, dtype=np.float32):
         yield cache * dtype(2), cache
 
 
-@pytest.mark.parametrize("explicit", [False, True])
+@pytest.mark.parametrize("explicit", [False, True, REWRITTEN])
 def test_kv_cache_against_numpy(tmp_path, explicit):
-    session = ortstate.StatefulSession(ortstate.convert(kv_model(tmp_path), explicit_state=explicit))
+    session = open_session(kv_model(tmp_path), explicit)
     for steps in STREAMS:
         session.reset_state()
         for index, (step, (want, cache)) in enumerate(zip(steps, numpy_stream(steps))):
@@ -97,14 +97,14 @@ def test_kv_cache_against_numpy(tmp_path, explicit):
             np.testing.assert_allclose(session.query_state()[0].state, cache, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("explicit", [False, True])
+@pytest.mark.parametrize("explicit", [False, True, REWRITTEN])
 @pytest.mark.parametrize(
     ("compress", "state_type", "tol"),
     [(False, ov.Type.f32, 1e-5), (True, ov.Type.f32, 1e-3), (False, ov.Type.f16, 2e-3)],
 )
 def test_kv_cache_against_openvino(tmp_path, explicit, compress, state_type, tol):
     xml = kv_model(tmp_path, compress, state_type, zero_from_seq=True)
-    session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit))
+    session = open_session(xml, explicit)
     for number, steps in enumerate(STREAMS):
         session.reset_state()
         request = ov_request(xml)  # a fresh compile per stream: see the module docstring

@@ -50,7 +50,7 @@ def case(request: pytest.FixtureRequest) -> Case:
     """Convert once per folder and form, and generate the reference's length from its prompt."""
     folder, form = request.param
     ref = json.loads((folder / "reference.json").read_text())
-    generator = Generator.from_dir(folder, explicit_state=form == "explicit")
+    generator = Generator.from_dir(folder, form=form)
     assert generator.session.form == form
     tokens = generator.generate_batch(
         ref["prompt_ids"],

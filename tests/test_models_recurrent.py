@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 import pytest
-from oracle import RESET, check_steps, ov_request
+from oracle import RESET, REWRITTEN, check_steps, open_session, ov_request
 
 import ortstate
 
@@ -89,11 +89,11 @@ def test_variables_match_meta(folder: Path) -> None:
     meta = _meta(folder)
     want = sorted(v["id"] for v in meta["variables"])
     for explicit in (False, True):
-        session = ortstate.StatefulSession(ortstate.convert(folder / "model.xml", explicit_state=explicit))
+        session = open_session(folder / "model.xml", explicit)
         assert sorted(session.variables) == want, f"explicit={explicit}"
 
 
-@pytest.mark.parametrize("explicit", [False, True], ids=["custom-op", "explicit"])
+@pytest.mark.parametrize("explicit", [False, True, REWRITTEN], ids=["custom-op", "explicit", REWRITTEN])
 def test_dynamic_batch_needs_state_set_first(explicit: bool) -> None:
     """The trap: the zero init of a dynamic-batch state is empty, so the first run fails in both runtimes."""
     folder = MODELS_DIR / "lstm_2l_dynbatch"
@@ -101,7 +101,7 @@ def test_dynamic_batch_needs_state_set_first(explicit: bool) -> None:
     x = np.random.default_rng(7).standard_normal(meta["test_feeds"][0]["x"]).astype(np.float32)
     with pytest.raises(RuntimeError):
         ov_request(folder / "model.xml").infer({"x": x})
-    session = ortstate.StatefulSession(ortstate.convert(folder / "model.xml", explicit_state=explicit))
+    session = open_session(folder / "model.xml", explicit)
     with pytest.raises(ortstate.OrtStateError):
         session.run(None, {"x": x})
     # after the failed run the state can still be set, and the model then runs

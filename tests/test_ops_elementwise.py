@@ -14,7 +14,7 @@ import openvino as ov
 import openvino.opset13 as ops
 import openvino.opset15 as ops15
 import pytest
-from oracle import assert_close, check_model, ov_request, ov_run, single_op
+from oracle import assert_close, check_model, open_session, ov_request, ov_run, single_op
 
 import ortstate
 from ortstate.errors import ConversionError
@@ -54,7 +54,7 @@ def check_spec(tmp_path: Path, make, *arrays: np.ndarray, want: np.ndarray) -> N
     node = make(*params)
     xml = single_op(tmp_path, node, params, "spec")
     for explicit in (False, True):
-        got = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit)).run(None, feeds)[0]
+        got = open_session(xml, explicit).run(None, feeds)[0]
         assert_close(got, want, f"explicit_state={explicit}")
     if node.get_output_partial_shape(0).is_dynamic:
         return

@@ -12,7 +12,7 @@ import openvino.opset12 as ops12
 import openvino.opset13 as ops
 import openvino.opset15 as ops15
 import pytest
-from oracle import check_model, ov_request, ov_run, single_op
+from oracle import check_model, open_session, ov_request, ov_run, single_op
 from test_ops_shape import assert_layer, drop_input, op_types
 
 import ortstate
@@ -218,7 +218,7 @@ def test_strided_slice_ignores_mask_bits_past_spec(tmp_path, runtime):
     xml = single_op(tmp_path, out, [data, begin] if runtime else [data])
     x = values((4, 5, 6), np.float32)
     feeds = {"data": x, "begin": np.array([1, 2], np.int64)} if runtime else {"data": x}
-    got = ortstate.StatefulSession(ortstate.convert(xml)).run(None, feeds)[0]
+    got = open_session(xml).run(None, feeds)[0]
     np.testing.assert_array_equal(got, x[1:, :4])
 
 
@@ -415,7 +415,7 @@ def test_top_k_ties(tmp_path, version, mode, sort, k):
         check_model(xml, feeds)
         return
     want_values, _ = ov_run(ov_request(xml), feeds)
-    got_values, got_indices = ortstate.StatefulSession(ortstate.convert(xml)).run(None, feeds)
+    got_values, got_indices = open_session(xml).run(None, feeds)
     np.testing.assert_array_equal(got_values, want_values)
     np.testing.assert_array_equal(np.take_along_axis(TOPK_TIES, got_indices, -1), got_values)
     key = got_indices if sort == "index" else np.where(mode == "max", -got_values, got_values) * 100 + got_indices
@@ -447,7 +447,7 @@ def test_cum_sum(tmp_path, axis, exclusive, reverse, dtype):
         return
     # OpenVINO 2026.4 cannot read a CumSum without its axis input, so numpy checks the default axis 0.
     drop_input(xml, "CumSum", 1)
-    got = ortstate.StatefulSession(ortstate.convert(xml)).run(None, {"data": x})[0]
+    got = open_session(xml).run(None, {"data": x})[0]
     want = np.cumsum(x[::-1] if reverse else x, axis=0, dtype=dtype)
     want = (want - (x[::-1] if reverse else x)) if exclusive else want
     np.testing.assert_allclose(got, want[::-1] if reverse else want, rtol=1e-5, atol=1e-4)

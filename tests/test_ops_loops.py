@@ -6,7 +6,7 @@ import openvino as ov
 import openvino.opset8 as ops
 import pytest
 from openvino.passes import LowLatency2, Manager
-from oracle import RESET, assert_close, check_model, check_steps, single_op
+from oracle import RESET, assert_close, check_model, check_steps, open_session, single_op
 
 import ortstate
 from ortstate.errors import ConversionError
@@ -142,7 +142,7 @@ def test_tensor_iterator_start_end(tmp_path, start, end, stride, chunks):
     xml = single_op(tmp_path, ti.get_concatenated_slices(r.output(0), 0, 1, 1, -1, 1), [x])
     feeds = {"x": _rand(2, 6)}
     for explicit in (False, True):
-        got = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit)).run(None, feeds)[0]
+        got = open_session(xml, explicit).run(None, feeds)[0]
         assert_close(got, feeds["x"][:, chunks], f"explicit={explicit}")
 
 
@@ -223,7 +223,7 @@ def test_loop_data_dependent_condition(tmp_path, trip):
     steps = [_loop_feeds(1.0, 20.0), _loop_feeds(0.5, 3.0), _loop_feeds(1.0, 1e6)]
     check_steps(xml, steps, check_states=False)
     for step in steps:
-        got = ortstate.StatefulSession(ortstate.convert(xml)).run(None, step)
+        got = open_session(xml).run(None, step)
         ref = _loop_reference(step, trip if trip > 0 else 10**9, True)
         for g, r in zip(got, ref):
             assert_close(g, np.asarray(r, np.float32), "ortstate vs numpy")

@@ -14,7 +14,7 @@ import openvino.opset4 as ops4
 import openvino.opset5 as ops5
 import pytest
 from openvino.utils.node_factory import NodeFactory
-from oracle import check_model, single_op
+from oracle import check_model, open_session, single_op
 
 import ortstate
 from ortstate.convert.ops.rnn_layout import GRU, LSTM, RNN, gate_order, onnx_bias_array, reorder_gates
@@ -311,7 +311,7 @@ def test_hardsigmoid_against_numpy(tmp_path):
     for t in range(feeds["X"].shape[1]):
         h = np.clip(0.3 * (feeds["X"][:, t] @ w.T + h @ r.T + b) + 0.4, 0, 1)
         ys.append(h)
-    y, ho = ortstate.StatefulSession(ortstate.convert(xml)).run(None, feeds)
+    y, ho = open_session(xml).run(None, feeds)
     np.testing.assert_allclose(y[:, 0], np.stack(ys, 1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ho[:, 0], h, rtol=1e-5, atol=1e-6)
 

@@ -8,7 +8,7 @@ import openvino.opset1 as ops1
 import openvino.opset13 as ops
 import openvino.opset15 as ops15
 import pytest
-from oracle import check_model, single_op
+from oracle import check_model, open_session, single_op
 
 import ortstate
 
@@ -127,7 +127,7 @@ def test_squeeze_v15_dynamic(tmp_path, allow_axis_skip):
         check_model(xml, {"a": values((1, 3, 1), np.float32)})
         return
     # OpenVINO's CPU plugin refuses the dynamic output rank this makes, so numpy is the oracle here.
-    session = ortstate.StatefulSession(ortstate.convert(xml))
+    session = open_session(xml)
     for shape, want in [((1, 3, 1), (3,)), ((2, 3, 1), (2, 3)), ((1, 3, 5), (3, 5)), ((2, 3, 5), (2, 3, 5))]:
         x = values(shape, np.float32)
         got = session.run(None, {"a": x})[0]
@@ -139,7 +139,7 @@ def test_squeeze_runtime_axes(tmp_path):
     a = ops.parameter([1, 3, 1, 2], np.float32, name="a")
     axes = ops.parameter([2], np.int64, name="axes")
     xml = single_op(tmp_path, ops1.squeeze(a, axes), [a, axes])
-    session = ortstate.StatefulSession(ortstate.convert(xml))
+    session = open_session(xml)
     x = values((1, 3, 1, 2), np.float32)
     for axes_value, want in [([0, 2], (3, 2)), ([-2, 0], (3, 2)), ([1, 2], (1, 3, 2))]:
         got = session.run(None, {"a": x, "axes": np.array(axes_value, np.int64)})[0]

@@ -11,7 +11,7 @@ import openvino.opset1 as ops1
 import openvino.opset2 as ops2
 import openvino.opset13 as ops
 import pytest
-from oracle import assert_close, check_model, single_op
+from oracle import assert_close, check_model, open_session, single_op
 from test_ops_elementwise import check_spec
 
 import ortstate
@@ -198,7 +198,7 @@ def test_prelu_dynamic_channels(tmp_path, slope_len, channels):
     xml = single_op(tmp_path, ops.prelu(x, ops.constant(slope)), [x])
     values = (np.arange(8 * channels, dtype=np.float32) - 4 * channels).reshape(2, channels, 4)
     for explicit in (False, True):
-        session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit))
+        session = open_session(xml, explicit)
         assert_close(session.run(None, {"x": values})[0], prelu_spec(values, slope), f"explicit_state={explicit}")
 
 

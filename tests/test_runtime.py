@@ -6,11 +6,12 @@ import gc
 import threading
 
 import numpy as np
+import onnx
 import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset6
-from oracle import save_ir, variable
+from oracle import open_session, save_ir, variable
 
 import ortstate
 from ortstate.runtime import pyops
@@ -31,12 +32,37 @@ def test_loads_path_bytes_and_proto(acc_xml, tmp_path, explicit):
     onnx_path = tmp_path / "m.onnx"
     proto = ortstate.convert(acc_xml, onnx_path, explicit_state=explicit)
     ones = {"x": np.ones((1, 4), np.float32)}
+    model_form = "explicit" if explicit else "custom-op"
     for model in (onnx_path, str(onnx_path), onnx_path.read_bytes(), proto):
-        session = ortstate.StatefulSession(model)
-        assert session.form == ("explicit" if explicit else "custom-op")
-        assert [i.name for i in session.get_inputs()] == ["x"]
-        session.run(None, ones)
-        assert session.run(None, ones)[0].tolist() == [[2, 2, 2, 2]]
+        for form, runs in (("auto", "explicit"), (model_form, model_form)):
+            session = ortstate.StatefulSession(model, form=form)
+            assert (session.model_form, session.form) == (model_form, runs)
+            assert [i.name for i in session.get_inputs()] == ["x"]
+            session.run(None, ones)
+            assert session.run(None, ones)[0].tolist() == [[2, 2, 2, 2]]
+
+
+def test_form_choices_and_refusals(acc_xml):
+    custom = ortstate.convert(acc_xml)
+    explicit = ortstate.convert(acc_xml, explicit_state=True)
+    assert ortstate.StatefulSession(custom, form="explicit").form == "explicit"
+    assert ortstate.StatefulSession(acc_xml, form="custom-op").form == "custom-op"  # an IR converts to the form
+    assert ortstate.StatefulSession(acc_xml).form == "explicit"
+    with pytest.raises(ortstate.OrtStateError, match="form 'fast': expected one of auto, custom-op, explicit"):
+        ortstate.StatefulSession(custom, form="fast")
+    with pytest.raises(ortstate.OrtStateError, match="explicit-form model has no custom state ops"):
+        ortstate.StatefulSession(explicit, form="custom-op")
+    # State ops laid out unlike the converter's (here: a second ReadValue of the variable) are
+    # not rewritten: "auto" runs them as they are, "explicit" refuses.
+    odd = onnx.ModelProto()
+    odd.CopyFrom(custom)
+    read = next(n for n in odd.graph.node if n.op_type == "ReadValue")
+    twin = odd.graph.node.add()
+    twin.CopyFrom(read)
+    twin.name, twin.output[0] = "twin", "twin_out"
+    assert ortstate.StatefulSession(odd).form == "custom-op"
+    with pytest.raises(ortstate.OrtStateError, match="not laid out as ortstate writes them"):
+        ortstate.StatefulSession(odd, form="explicit")
 
 
 def test_explicit_model_runs_in_plain_onnxruntime(acc_xml):
@@ -53,7 +79,7 @@ def test_explicit_model_runs_in_plain_onnxruntime(acc_xml):
 
 @pytest.mark.parametrize("explicit", [False, True])
 def test_threads_on_distinct_requests_match_sequential(acc_xml, explicit):
-    session = ortstate.StatefulSession(ortstate.convert(acc_xml, explicit_state=explicit))
+    session = open_session(acc_xml, explicit)
     requests = [session.create_infer_request() for _ in range(8)]
     steps = 50
 
@@ -72,7 +98,7 @@ def test_threads_on_distinct_requests_match_sequential(acc_xml, explicit):
 
 @pytest.mark.parametrize("explicit", [False, True])
 def test_one_request_from_two_threads_is_serialised(acc_xml, explicit):
-    session = ortstate.StatefulSession(ortstate.convert(acc_xml, explicit_state=explicit))
+    session = open_session(acc_xml, explicit)
     request = session.create_infer_request()
 
     def work() -> None:
@@ -88,7 +114,7 @@ def test_one_request_from_two_threads_is_serialised(acc_xml, explicit):
 
 
 def test_error_inside_a_state_op_is_raised_after_the_run(acc_xml, monkeypatch):
-    session = ortstate.StatefulSession(ortstate.convert(acc_xml))
+    session = open_session(acc_xml)
     ones = {"x": np.ones((1, 4), np.float32)}
     session.run(None, ones)
     store = session._default._store
@@ -107,7 +133,7 @@ def test_error_inside_a_state_op_is_raised_after_the_run(acc_xml, monkeypatch):
 
 
 def test_request_state_is_freed_with_the_request(acc_xml):
-    session = ortstate.StatefulSession(ortstate.convert(acc_xml))
+    session = open_session(acc_xml)
     gc.collect()
     before = len(pyops._stores)
     request = session.create_infer_request()
@@ -118,7 +144,7 @@ def test_request_state_is_freed_with_the_request(acc_xml):
 
 
 def test_run_errors_name_the_problem(acc_xml):
-    session = ortstate.StatefulSession(ortstate.convert(acc_xml))
+    session = open_session(acc_xml)
     with pytest.raises(ortstate.RunError, match=r"^missing input\(s\) x; unknown input\(s\) y \(inputs: x\)$"):
         session.run(None, {"y": np.ones((1, 4), np.float32)})
     with pytest.raises(ortstate.RunError, match=r"^unknown output\(s\) nope"):
@@ -138,19 +164,19 @@ def test_not_an_onnx_model(tmp_path):
 
 @pytest.mark.parametrize(("save_explicit", "load_explicit"), [(False, True), (True, False), (False, False)])
 def test_snapshot_round_trip_across_forms(acc_xml, tmp_path, save_explicit, load_explicit):
-    source = ortstate.StatefulSession(ortstate.convert(acc_xml, explicit_state=save_explicit))
+    source = open_session(acc_xml, save_explicit)
     for _ in range(3):
         source.run(None, {"x": np.arange(4, dtype=np.float32).reshape(1, 4)})
     path = tmp_path / "state.npz"
     source.save_state(path)
-    target = ortstate.StatefulSession(ortstate.convert(acc_xml, explicit_state=load_explicit)).create_infer_request()
+    target = open_session(acc_xml, load_explicit).create_infer_request()
     target.load_state(path)
     want = source.run(None, {"x": np.ones((1, 4), np.float32)})[0]
     assert target.run(None, {"x": np.ones((1, 4), np.float32)})[0].tolist() == want.tolist() == [[1, 4, 7, 10]]
 
 
 def test_snapshot_of_an_uninitialised_request_keeps_it_so(acc_xml, tmp_path):
-    session = ortstate.StatefulSession(ortstate.convert(acc_xml))
+    session = open_session(acc_xml)
     session.save_state(tmp_path / "empty.npz")
     session.run(None, {"x": np.ones((1, 4), np.float32)})
     session.load_state(tmp_path / "empty.npz")
@@ -158,7 +184,7 @@ def test_snapshot_of_an_uninitialised_request_keeps_it_so(acc_xml, tmp_path):
 
 
 def test_snapshot_refusals_change_nothing(acc_xml, tmp_path):
-    session = ortstate.StatefulSession(ortstate.convert(acc_xml))
+    session = open_session(acc_xml)
     session.run(None, {"x": np.ones((1, 4), np.float32)})
     good = tmp_path / "good.npz"
     session.save_state(good)
@@ -173,7 +199,7 @@ def test_snapshot_refusals_change_nothing(acc_xml, tmp_path):
     var = variable("different", [1, 4])
     add = ops.add(opset6.read_value(var), x)
     xml = save_ir(ov.Model([ops.result(add)], [opset6.assign(add, var)], [x], "o"), tmp_path, "o")
-    stranger = ortstate.StatefulSession(ortstate.convert(xml))
+    stranger = open_session(xml)
     stranger.run(None, {"x": np.ones((1, 4), np.float32)})
     stranger.save_state(other)
     with pytest.raises(ortstate.StateError, match=r"other.npz: snapshot is from a model with other variables"):

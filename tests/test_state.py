@@ -8,7 +8,7 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset3, opset6
-from oracle import RESET, check_steps, save_ir, variable
+from oracle import RESET, check_steps, open_session, save_ir, variable
 
 import ortstate
 
@@ -131,7 +131,7 @@ def test_assign_independent_of_read(tmp_path, explicit):
     var = variable("last", [3])
     rv = opset6.read_value(var)
     xml = model(tmp_path, [ops.add(rv, ops.constant(np.float32(0)))], [opset6.assign(x, var)], [x])
-    session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit))
+    session = open_session(xml, explicit)
     previous = np.zeros(3, np.float32)
     for step in range(5):
         if step == 3:
@@ -199,7 +199,7 @@ def test_interleaved_requests_are_independent(tmp_path):
     core = ov.Core()
     compiled = core.compile_model(core.read_model(str(xml)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     for explicit in (False, True):
-        session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit))
+        session = open_session(xml, explicit)
         ov_reqs = [compiled.create_infer_request() for _ in range(2)]
         our_reqs = [session.create_infer_request() for _ in range(2)]
         for step in range(6):
@@ -225,7 +225,7 @@ def test_failed_run_changes_no_variable(tmp_path):
     out = ops.add(add, ops.convert(n, "f32"))
     xml = model(tmp_path, [out], [opset6.assign(add, var)], [x, n])
     for explicit in (False, True):
-        session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit))
+        session = open_session(xml, explicit)
         good = {"x": np.ones(3, np.float32), "n": np.array(0, np.int64)}
         session.run(None, good)
         before = session.query_state()[0].state
@@ -244,7 +244,7 @@ def test_state_setter_validates(tmp_path):
     rv = opset6.read_value(var)
     add = ops.add(rv, x)
     xml = model(tmp_path, [add], [opset6.assign(add, var)], [x])
-    session = ortstate.StatefulSession(ortstate.convert(xml))
+    session = open_session(xml)
     state = session.query_state()[0]
     assert state.state.shape == (1, 0)
     with pytest.raises(ortstate.StateError, match=r"variable 'acc': cannot set state: dtype float64, expected float32"):

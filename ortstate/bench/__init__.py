@@ -5,7 +5,10 @@ Runners, each doing one model step per call (ONNX Runtime sessions: ``intra_op_n
 
 - ``openvino``: OpenVINO's own stateful ``InferRequest.infer(feeds)``, as its docs write it.
 - ``openvino-shared``: the same with ``share_inputs=True`` (OpenVINO's fast path; outputs still copied).
-- ``custom-op`` / ``explicit``: :class:`~ortstate.StatefulSession` on each ONNX form.
+- ``custom-op``: :class:`~ortstate.StatefulSession` running the custom-op form's Python state ops.
+- ``auto``: the same custom-op model with the session's default ``form="auto"``: rewritten on load
+  into the explicit form (what a user gets without asking).
+- ``explicit``: :class:`~ortstate.StatefulSession` on the explicit form.
 - ``floor``: the explicit form's graph in a bare ``InferenceSession`` through IOBinding, the states
   plain inputs/outputs carried by two ping-pong buffer sets, init flags False after the first run:
   the same ONNX compute with no state management at all.

@@ -19,12 +19,15 @@ __all__ = ["LABELS", "RUNNERS", "Runner", "make_runners", "session_options"]
 LABELS = {
     "openvino": "OpenVINO `infer(feeds)`",
     "openvino-shared": "OpenVINO `infer(feeds, share_inputs=True)`",
-    "custom-op": "ortstate custom-op form",
+    "custom-op": "ortstate custom-op form (Python state ops)",
+    "auto": "ortstate custom-op model, `form=\"auto\"` (rewritten to explicit on load)",
     "explicit": "ortstate explicit form",
     "floor": "floor: bare ORT + IOBinding, no state management",
     "torch": "PyTorch eager",
 }
-RUNNERS = ("openvino", "openvino-shared", "custom-op", "explicit", "floor")
+RUNNERS = ("openvino", "openvino-shared", "custom-op", "auto", "explicit", "floor")
+# the model each ortstate runner loads (True: the explicit conversion) and the form it asks for
+_FORMS = {"custom-op": (False, "custom-op"), "auto": (False, "auto"), "explicit": (True, "explicit"), "floor": (True, "")}
 
 
 class Runner(Protocol):
@@ -63,11 +66,11 @@ class _OpenVINO:
 
 
 class _Session:
-    def __init__(self, name: str, model: onnx.ModelProto, threads: int) -> None:
+    def __init__(self, name: str, model: onnx.ModelProto, threads: int, form: str) -> None:
         from ..runtime import StatefulSession
 
         self.name = name
-        self._session = StatefulSession(model, session_options(threads))
+        self._session = StatefulSession(model, session_options(threads), form=form)
 
     def reset(self) -> None:
         self._session.reset_state()
@@ -231,12 +234,13 @@ def make_runners(
             except ImportError:
                 skipped[name] = "openvino is not installed"
             continue
-        model = models[name != "custom-op"]
+        explicit, form = _FORMS[name]
+        model = models[explicit]
         if isinstance(model, str):
             skipped[name] = f"conversion failed: {model}"
             continue
         try:
-            runners.append(Floor(model, threads) if name == "floor" else _Session(name, model, threads))
+            runners.append(Floor(model, threads) if name == "floor" else _Session(name, model, threads, form))
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
             text = " ".join(str(exc).split()).replace("[ONNXRuntimeError] : ", "")
             skipped[name] = text if text.startswith("onnxruntime") else f"onnxruntime cannot load it: {text}"

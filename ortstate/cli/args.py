@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["UsageError", "existing_file", "load_npy", "parse_inputs", "parse_shapes", "split_assignment"]
+FORM_HELP = (
+    "how the variables are kept: auto (default) = the explicit form, the fastest; a custom-op .onnx "
+    "is rewritten into it on load; custom-op = run the Python state ops (an IR is converted to that "
+    "form); explicit = like auto, but refuse a model that can't be rewritten"
+)
+
+
+def add_form_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--form", choices=("auto", "custom-op", "explicit"), default="auto", help=FORM_HELP)
+
+__all__ = ["UsageError", "add_form_option", "existing_file", "load_npy", "parse_inputs", "parse_shapes", "split_assignment"]
 
 
 class UsageError(Exception):

@@ -15,7 +15,7 @@ same IR runs in OpenVINO side by side and the demo reports whether both produced
 examples:
   ortstate demo
   ortstate demo --prompt "Errors should" --chars 200
-  ortstate demo --explicit-state --no-openvino
+  ortstate demo --form custom-op --no-openvino   # through the Python state ops
   ortstate demo --seed 3          # sample instead of greedy decoding"""
 
 COMMAND = Command(

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..generate import GenerationError, GenerationRun, Generator, find_model_files
-from .args import UsageError, load_npy
+from .args import UsageError, add_form_option, load_npy
 from .command import EXIT_OK, Command
 from .report import progress
 
@@ -27,7 +27,7 @@ encoder_input.npy) and start from the decoder start token unless --prompt-ids sa
 
 examples:
   ortstate generate models/llm/llama --prompt-ids 18,152,24,240,209
-  ortstate generate models/llm/mamba --prompt-ids 163,36,172 --max-new-tokens 32 --explicit-state
+  ortstate generate models/llm/mamba --prompt-ids 163,36,172 --max-new-tokens 32 --form custom-op
   ortstate generate models/llm/whisper --encoder-input features.npy
   ortstate generate path/to/export --prompt "Once upon a time" --ignore-eos"""
 
@@ -41,7 +41,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     prompt.add_argument("--prompt-ids", metavar="IDS", help="the prompt's token ids, comma-separated: 1,2,3")
     prompt.add_argument("--prompt", metavar="TEXT", help="the prompt as text (needs MODEL_DIR/tokenizer.json)")
     p.add_argument("--max-new-tokens", "-n", type=int, default=16, metavar="N", help="at most N new tokens (16)")
-    p.add_argument("--explicit-state", action="store_true", help="convert to the explicit form (no custom ops)")
+    add_form_option(p)
     p.add_argument("--encoder-input", metavar="FILE.npy", help="the encoder's input (Whisper/T5)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at the end-of-sequence token")
 
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     tokenizer = load_tokenizer(model_dir) if args.prompt is not None else None
     progress(f"converting {model_dir}")
-    generator = Generator.from_dir(model_dir, explicit_state=args.explicit_state)
+    generator = Generator.from_dir(model_dir, form=args.form)
     encoder_input = _encoder_input(args, model_dir, generator)
     prompt = _prompt(args, generator, tokenizer)
     generator.generate(

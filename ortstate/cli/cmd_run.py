@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import StatefulSession, convert
-from .args import UsageError, existing_file, parse_inputs
+from .args import UsageError, add_form_option, existing_file, parse_inputs
 from .command import EXIT_OK, Command
 from .report import array_summary, progress, table
 
@@ -34,9 +34,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", "-i", action="append", metavar="NAME=FILE.npy", help="an input's value (one per input)")
     p.add_argument("--steps", "-n", type=int, default=1, metavar="N", help="how many runs (default 1)")
     p.add_argument("--per-step", action="store_true", help="slice inputs with a leading axis of length N, one per step")
-    p.add_argument("--explicit-state", action="store_true", help="for an .xml: convert to the explicit form")
     p.add_argument("--output-dir", "-o", metavar="DIR", help="save every step's outputs there as .npy files")
     p.add_argument("--bin", metavar="MODEL.bin", help="the IR's weights file, if not beside MODEL.xml")
+    add_form_option(p)
 
 
 _NUMPY_OF_ORT = {
@@ -79,12 +79,13 @@ def _file_name(step: int, output: str) -> str:
 
 def _session(args: argparse.Namespace, path: Path) -> StatefulSession:
     if path.suffix.lower() != ".xml":
-        if args.explicit_state or args.bin:
-            raise UsageError("--explicit-state and --bin apply to an IR .xml only")
-        return StatefulSession(path)
+        if args.bin:
+            raise UsageError("--bin applies to an IR .xml only")
+        return StatefulSession(path, form=args.form)
     bin_path = existing_file(args.bin) if args.bin else None
     progress(f"converting {path}")
-    return StatefulSession(convert(path, explicit_state=args.explicit_state, bin_path=bin_path))
+    model = convert(path, explicit_state=args.form != "custom-op", bin_path=bin_path)
+    return StatefulSession(model, form=args.form)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 
-from ..convert import convert
 from ..runtime import StatefulSession
 from .feeds import InputSpec, input_specs
 from .model_dir import GenerationError
@@ -43,8 +42,8 @@ class Encoder:
         self.last_seconds = 0.0
 
     @classmethod
-    def from_ir(cls, xml: str | os.PathLike[str], explicit_state: bool = False) -> Encoder:
-        return cls(StatefulSession(convert(xml, explicit_state=explicit_state)))
+    def from_ir(cls, xml: str | os.PathLike[str], form: str = "auto") -> Encoder:
+        return cls(StatefulSession(xml, form=form))
 
     def __call__(self, value: np.ndarray) -> np.ndarray:
         """The hidden states ``[batch, positions, hidden]`` of ``value`` (cast to the main input's type).
@@ -76,8 +75,8 @@ class TextEmbedder:
         self.spec = specs[0]
 
     @classmethod
-    def from_ir(cls, xml: str | os.PathLike[str], explicit_state: bool = False) -> TextEmbedder:
-        return cls(StatefulSession(convert(xml, explicit_state=explicit_state)))
+    def from_ir(cls, xml: str | os.PathLike[str], form: str = "auto") -> TextEmbedder:
+        return cls(StatefulSession(xml, form=form))
 
     def __call__(self, ids: np.ndarray) -> np.ndarray:
         return self.session.run(None, {self.spec.name: np.ascontiguousarray(ids, dtype=self.spec.dtype)})[0]

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..convert import convert
 from ..runtime import StatefulSession
 from .encoder_decoder import Encoder, TextEmbedder
 from .feeds import FeedRules, input_specs
@@ -86,17 +85,18 @@ class Generator:
         self.last_run: GenerationRun | None = None
 
     @classmethod
-    def from_dir(cls, model_dir: str | os.PathLike[str], explicit_state: bool = False) -> Generator:
-        """Convert the IRs of an optimum-intel export folder (see :mod:`~ortstate.generate.model_dir`).
+    def from_dir(cls, model_dir: str | os.PathLike[str], form: str = "auto") -> Generator:
+        """Convert the IRs of an optimum-intel export folder (see :mod:`~ortstate.generate.model_dir`)
+        to ``form`` (see :class:`~ortstate.StatefulSession`).
 
         Raises:
             GenerationError, and any conversion error (all ``OrtStateError``).
         """
         files = find_model_files(model_dir)
         config = read_config(files.folder)
-        session = StatefulSession(convert(files.decoder, explicit_state=explicit_state))
-        encoder = Encoder.from_ir(files.encoder, explicit_state) if files.encoder else None
-        embedder = TextEmbedder.from_ir(files.embeddings, explicit_state) if files.embeddings else None
+        session = StatefulSession(files.decoder, form=form)
+        encoder = Encoder.from_ir(files.encoder, form) if files.encoder else None
+        embedder = TextEmbedder.from_ir(files.embeddings, form) if files.embeddings else None
         return cls(session, config, encoder=encoder, embedder=embedder)
 
     # -- state --------------------------------------------------------------------------------------

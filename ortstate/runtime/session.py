@@ -13,15 +13,18 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import OrtStateError, RunError
-from ..model_meta import EXPLICIT, ModelMeta, read_meta
+from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
 from . import pyops
 from .fuse import fuse_state_ops
 from .request import InferRequest, VariableState
+from .to_explicit import to_explicit
 
-__all__ = ["StatefulSession"]
+__all__ = ["FORMS", "StatefulSession"]
+
+FORMS = ("auto", CUSTOM_OP, EXPLICIT)
 
 
-def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
+def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (bytes, bytearray)):
@@ -36,7 +39,7 @@ def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.Model
         # An IR leaves the form to us: the explicit one is the faster (no Python in the graph).
         from ..convert import convert
 
-        return convert(path, explicit_state=True)
+        return convert(path, explicit_state=form != CUSTOM_OP)
     try:
         return onnx.load(str(path))
     except Exception as exc:  # noqa: BLE001
@@ -64,9 +67,17 @@ class StatefulSession:
 
     Args:
         model: path to a ``.onnx``, its bytes, or an ``onnx.ModelProto``; or an OpenVINO IR
-            ``.xml``, converted here to the explicit form (the faster one).
-        sess_options: ``onnxruntime.SessionOptions``; the custom-op library is registered on it.
+            ``.xml``, converted here.
+        sess_options: ``onnxruntime.SessionOptions``; the custom-op library is registered on it
+            when the custom ops run.
         providers: execution providers, CPU by default.
+        form: how the variables are kept, the same semantics either way:
+            ``"auto"`` (default) the faster: the explicit form; a custom-op model is rewritten
+            into it on load (its file is not changed), unless its state ops are not laid out as
+            the converter writes them, then its custom ops run;
+            ``"explicit"`` the same, but such a model is an error;
+            ``"custom-op"`` run a custom-op model's Python state ops as written (an IR is
+            converted to that form; an explicit-form model is an error).
 
     The session holds a default request (``run``, ``reset_state``, ``query_state``);
     ``create_infer_request()`` makes more, each with its own variables.
@@ -77,13 +88,26 @@ class StatefulSession:
         model: str | os.PathLike[str] | bytes | onnx.ModelProto,
         sess_options: ort.SessionOptions | None = None,
         providers: Sequence[str] | None = None,
+        form: str = "auto",
     ) -> None:
-        proto = _load(model)
+        if form not in FORMS:
+            raise OrtStateError(f"form {form!r}: expected one of {', '.join(FORMS)}")
+        proto = _load(model, form)
+        origin = str(model) if isinstance(model, (str, os.PathLike)) else "model"
         try:
             meta = read_meta(proto)
         except ValueError as exc:
-            raise OrtStateError(f"{model if isinstance(model, (str, os.PathLike)) else 'model'}: {exc}") from None
+            raise OrtStateError(f"{origin}: {exc}") from None
         self._meta = meta or ModelMeta(form=EXPLICIT, variables=())
+        self._model_form = self._meta.form
+        if self._meta.form == EXPLICIT and form == CUSTOM_OP and self._meta.variables:
+            raise OrtStateError(f"{origin}: an explicit-form model has no custom state ops to run (form='custom-op')")
+        if self._meta.form != EXPLICIT and self._meta.variables and form != CUSTOM_OP:
+            rewritten = to_explicit(proto, self._meta)
+            if rewritten is not None:
+                proto, self._meta = rewritten
+            elif form == EXPLICIT:
+                raise OrtStateError(f"{origin}: its state ops are not laid out as ortstate writes them (form='explicit')")
         options = sess_options or ort.SessionOptions()
         if sess_options is None:
             options.log_severity_level = 3  # keep ORT's warnings about our graphs away from users
@@ -96,7 +120,6 @@ class StatefulSession:
             )
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
             # Name the IR it came from: a converted model ORT refuses means that IR is inconsistent.
-            origin = str(model) if isinstance(model, (str, os.PathLike)) else "model"
             source = f" (converted from {self._meta.source})" if self._meta.source else ""
             layer = _layer_behind(proto, str(exc))
             raise OrtStateError(f"{origin}{source}: {layer}onnxruntime cannot load the model: {exc}") from None
@@ -120,8 +143,13 @@ class StatefulSession:
 
     @property
     def form(self) -> str:
-        """``custom-op`` or ``explicit``."""
+        """The form the variables are kept in: ``custom-op`` or ``explicit``."""
         return self._meta.form
+
+    @property
+    def model_form(self) -> str:
+        """The form of the model given (a custom-op model may run in the explicit form)."""
+        return self._model_form
 
     @property
     def variables(self) -> list[str]:
