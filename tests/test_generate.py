@@ -214,7 +214,8 @@ def test_cli_streams_reference_tokens(capsys: pytest.CaptureFixture[str], form: 
     assert out == " ".join(map(str, ref["new_tokens"][0])) + "\n"
     match = SUMMARY.fullmatch(err)
     assert match, err
-    assert match.group(2, 3, 4, 5) == ("5", "7", "custom-op" if form == "custom-op" else "explicit", "max new tokens reached")
+    runs = "custom-op" if form == "custom-op" else "explicit"
+    assert match.group(2, 3, 4, 5) == ("5", "7", runs, "max new tokens reached")
 
 
 def test_cli_stops_at_eos(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

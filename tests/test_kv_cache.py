@@ -16,8 +16,6 @@ from openvino import opset6
 from openvino.op.util import Variable, VariableInfo
 from oracle import REWRITTEN, assert_close, open_session, ov_request, ov_run, ov_states, save_ir
 
-import ortstate
-
 RNG = np.random.default_rng(11)
 HEADS, DIM, HIDDEN = 2, 4, 8
 W = RNG.standard_normal((HIDDEN, HEADS * DIM)).astype(np.float32)

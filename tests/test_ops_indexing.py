@@ -15,8 +15,6 @@ import pytest
 from oracle import check_model, open_session, ov_request, ov_run, single_op
 from test_ops_shape import assert_layer, drop_input, op_types
 
-import ortstate
-
 RNG = np.random.default_rng(0)
 DTYPES = [np.float32, np.int32, np.int64]
 

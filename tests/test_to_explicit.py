@@ -50,6 +50,7 @@ def test_rewritten_model_equals_its_python_state_ops(xml: Path) -> None:
     assert rewritten.variables == pyops.variables
 
     work = model_workload(xml, steps=3, position=4)
+    first: dict[str, np.ndarray] = {}
     for round_ in range(2):
         for session in (pyops, rewritten):
             session.reset_state()

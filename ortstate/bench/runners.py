@@ -27,7 +27,12 @@ LABELS = {
 }
 RUNNERS = ("openvino", "openvino-shared", "custom-op", "auto", "explicit", "floor")
 # the model each ortstate runner loads (True: the explicit conversion) and the form it asks for
-_FORMS = {"custom-op": (False, "custom-op"), "auto": (False, "auto"), "explicit": (True, "explicit"), "floor": (True, "")}
+_FORMS = {
+    "custom-op": (False, "custom-op"),
+    "auto": (False, "auto"),
+    "explicit": (True, "explicit"),
+    "floor": (True, ""),
+}
 
 
 class Runner(Protocol):

@@ -19,7 +19,15 @@ FORM_HELP = (
 def add_form_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--form", choices=("auto", "custom-op", "explicit"), default="auto", help=FORM_HELP)
 
-__all__ = ["UsageError", "add_form_option", "existing_file", "load_npy", "parse_inputs", "parse_shapes", "split_assignment"]
+__all__ = [
+    "UsageError",
+    "add_form_option",
+    "existing_file",
+    "load_npy",
+    "parse_inputs",
+    "parse_shapes",
+    "split_assignment",
+]
 
 
 class UsageError(Exception):

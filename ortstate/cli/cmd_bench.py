@@ -14,13 +14,13 @@ from .command import EXIT_FAILURE, EXIT_OK, Command
 __all__ = ["COMMAND"]
 
 DESCRIPTION = """\
-Time one model step, run after run, in OpenVINO's own stateful InferRequest, in ortstate's
-custom-op form (through its Python state ops), the same model with StatefulSession's default
-form="auto" (rewritten into the explicit form on load), the explicit form, and on the floor: the explicit graph in a bare ONNX Runtime session
-with its states as plain inputs/outputs (IOBinding, two ping-pong buffer sets), i.e. the same
-compute with no state management. Rounds alternate the runners' order to cancel drift; each round
-resets the state first. Prints a markdown table: p50/p90/p99 per step in µs and the p50 ratios to
-the floor and to OpenVINO.
+Time one model step, run after run, in OpenVINO's own stateful InferRequest, in ortstate's custom-op
+form (through its Python state ops), the same model with StatefulSession's default form="auto"
+(rewritten into the explicit form on load), the explicit form, and on the floor: the explicit graph
+in a bare ONNX Runtime session with its states as plain inputs/outputs (IOBinding, two ping-pong
+buffer sets), i.e. the same compute with no state management. Rounds alternate the runners' order to
+cancel drift; each round resets the state first. Prints a markdown table: p50/p90/p99 per step in µs
+and the p50 ratios to the floor and to OpenVINO.
 
 Inputs are generated from the IR's Parameters (ints in [0, 4), floats ~N(0, 0.5), dynamic dims 1).
 A decoder (input_ids + attention_mask: optimum-intel LLMs) is prefilled to --position tokens and

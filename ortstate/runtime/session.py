@@ -107,7 +107,8 @@ class StatefulSession:
             if rewritten is not None:
                 proto, self._meta = rewritten
             elif form == EXPLICIT:
-                raise OrtStateError(f"{origin}: its state ops are not laid out as ortstate writes them (form='explicit')")
+                why = "its state ops are not laid out as ortstate writes them"
+                raise OrtStateError(f"{origin}: {why} (form='explicit')")
         options = sess_options or ort.SessionOptions()
         if sess_options is None:
             options.log_severity_level = 3  # keep ORT's warnings about our graphs away from users

@@ -54,7 +54,9 @@ def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> tuple[onnx.ModelProt
     variables: list[VariableMeta] = []
     for var in meta.variables:
         carrier = helper.np_dtype_to_tensor_dtype(np.dtype(var.carrier or var.dtype))
-        dims = None if var.shape is None else [d if isinstance(d, int) else f"{var.id}_d{i}" for i, d in enumerate(var.shape)]
+        dims = None
+        if var.shape is not None:
+            dims = [d if isinstance(d, int) else f"{var.id}_d{i}" for i, d in enumerate(var.shape)]
         state_in = _fresh(taken, f"ortstate.in.{var.id}")
         state_out = _fresh(taken, f"ortstate.out.{var.id}")
         g.input.append(helper.make_tensor_value_info(state_in, carrier, dims))
