@@ -41,8 +41,8 @@ def _worst(points: list[dict[str, Any]], runner: str, lo: int, hi: int) -> tuple
 # StatefulSession, by default (auto: rewritten into the explicit form on load) and with its Python
 # state ops forced.
 RUNNER_TARGET = {
-    "auto": "custom-op model, default `form=\"auto\"`",
-    "custom-op": "custom-op form, Python state ops (`form=\"custom-op\"`)",
+    "auto": 'custom-op model, default `form="auto"`',
+    "custom-op": 'custom-op form, Python state ops (`form="custom-op"`)',
     "explicit": "explicit",
 }
 

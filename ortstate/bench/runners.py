@@ -20,7 +20,7 @@ LABELS = {
     "openvino": "OpenVINO `infer(feeds)`",
     "openvino-shared": "OpenVINO `infer(feeds, share_inputs=True)`",
     "custom-op": "ortstate custom-op form (Python state ops)",
-    "auto": "ortstate custom-op model, `form=\"auto\"` (rewritten to explicit on load)",
+    "auto": 'ortstate custom-op model, `form="auto"` (rewritten to explicit on load)',
     "explicit": "ortstate explicit form",
     "floor": "floor: bare ORT + IOBinding, no state management",
     "torch": "PyTorch eager",

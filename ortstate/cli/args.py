@@ -19,6 +19,7 @@ FORM_HELP = (
 def add_form_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--form", choices=("auto", "custom-op", "explicit"), default="auto", help=FORM_HELP)
 
+
 __all__ = [
     "UsageError",
     "add_form_option",

@@ -163,4 +163,3 @@ def _else_reads(guard: onnx.NodeProto, state_in: str, elem_type: int) -> None:
             attr.g.CopyFrom(_passthrough(f"{guard.name or 'guard'}_state", state_in, elem_type))
             return
     raise AssertionError("an If node has an else_branch")
-
