@@ -59,7 +59,7 @@ def _pool(xml: Path, form: str, requests: int) -> list[Any]:
     if form == "bare":
         session = ort.InferenceSession(model.SerializeToString(), session_options(1))
         return [_BareRequest(session, read_meta(model)) for _ in range(requests)]
-    stateful = ortstate.StatefulSession(model, session_options(1))
+    stateful = ortstate.StatefulSession(model, session_options(1), form=form)
     return [stateful.create_infer_request() for _ in range(requests)]
 
 
@@ -139,7 +139,8 @@ def speedup(rows: list[dict[str, Any]], form: str, requests: int, model: str = "
 
 def _memory_child(xml: str, requests: int, explicit: bool, position: int) -> dict[str, Any]:
     workload = model_workload(xml, 1, position)
-    session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit), session_options(1))
+    form = "explicit" if explicit else "custom-op"
+    session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit), session_options(1), form=form)
 
     def prime(request: Any) -> None:
         for feeds in workload.prefill + workload.steps:

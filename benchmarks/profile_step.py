@@ -55,7 +55,7 @@ def layers(xml: Path, steps: int = 2000, repeats: int = 5) -> dict[str, Any]:
     feeds = model_workload(xml, steps).steps
     custom_model = ortstate.convert(xml)
     explicit_model = ortstate.convert(xml, explicit_state=True)
-    custom = ortstate.StatefulSession(custom_model, session_options(1))
+    custom = ortstate.StatefulSession(custom_model, session_options(1), form="custom-op")
     explicit = ortstate.StatefulSession(explicit_model, session_options(1))
     meta, custom_meta = read_meta(explicit_model), read_meta(custom_model)
     assert meta is not None and custom_meta is not None
@@ -95,7 +95,7 @@ def cprofile(xml: Path, steps: int = 3000, top: int = 14) -> dict[str, Any]:
     (``text``), and the shares of the step spent in ORT's C++ ``run`` (PyOps excluded), in the
     PyOps (the onnxruntime-extensions hook, everything under it) and elsewhere (ortstate's Python)."""
     feeds = model_workload(xml, steps).steps
-    session = ortstate.StatefulSession(ortstate.convert(xml), session_options(1))
+    session = ortstate.StatefulSession(ortstate.convert(xml), session_options(1), form="custom-op")
     for f in feeds[:200]:
         session.run(None, f)
     profiler = cProfile.Profile()
@@ -127,7 +127,7 @@ def ort_nodes(xml: Path, steps: int = 1000) -> list[tuple[str, float, float]]:
         options = session_options(1)
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(tmp) / "step")
-        session = ortstate.StatefulSession(ortstate.convert(xml), options)
+        session = ortstate.StatefulSession(ortstate.convert(xml), options, form="custom-op")
         for f in feeds:
             session.run(None, f)
         inner = getattr(session, "_ort", None)  # internals: the runtime's InferenceSession

@@ -65,7 +65,7 @@ def evaluate(xml: str, explicit: bool, seed: int) -> dict[str, Any]:
     try:
         model = ortstate.convert(xml, explicit_state=explicit)
         stage = "load"
-        session = ortstate.StatefulSession(model, options)
+        session = ortstate.StatefulSession(model, options, form="explicit" if explicit else "custom-op")
         stage = "feeds"
         feeds = _feeds(session.get_inputs(), seed)
         if feeds is None:

@@ -80,7 +80,7 @@ def test_no_openvino_leaves_its_rows_out(capsys):
     code, out, err = run_cli(capsys, "bench", DEMO, "--steps", 3, "--rounds", 1, "--no-openvino")
     assert code == 0, err
     assert "OpenVINO `infer" not in out
-    assert "| ortstate custom-op form |" in out
+    assert "| ortstate custom-op form (Python state ops) |" in out
     assert out.splitlines()[-1].endswith("|  |")  # no OpenVINO to compare with: the ratio cell is empty
 
 
