@@ -5,7 +5,9 @@ session itself runs with ``intra_op_num_threads=1``): with 2 workers on 2 cores,
 kernels can overlap while the GIL-holding parts (ortstate's Python, the PyOps) take turns.
 The ``bare`` rows are the control: the explicit graph through one plain ``InferenceSession`` with
 the states carried by hand, no ortstate at all; if they don't scale either, the machine is the
-limit (other processes, the GIL around ``run``), not ortstate.
+limit (other processes, the GIL around ``run``), not ortstate. The ``bare-processes`` rows (16
+requests only) split the same bare requests over 1 or 2 worker *processes*, each with its own
+session: no GIL between them, so they show what the machine's cores allow.
 Memory per request (:func:`memory`) is measured in a fresh child process: its RSS grown by
 creating N requests and running each through the workload's prefill and one step, divided by N,
 next to the bytes the request's variables hold.
@@ -14,6 +16,7 @@ next to the bytes the request's variables hold.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -29,7 +32,8 @@ import ortstate
 from ortstate.bench import model_workload, session_options
 from ortstate.model_meta import read_meta
 
-FORMS = ("custom-op", "explicit", "bare")
+FORMS = ("custom-op", "explicit", "bare", "bare-processes")
+PROCESS_REQUESTS = 16  # the only request count the process control runs at
 
 
 def rss_bytes() -> int:
@@ -63,11 +67,45 @@ def _pool(xml: Path, form: str, requests: int) -> list[Any]:
     return [stateful.create_infer_request() for _ in range(requests)]
 
 
+def _process_worker(xml: str, requests: int, steps: int, start: Any, results: Any) -> None:
+    """One worker process of the process control: its own session and requests, timed from ``start``."""
+    pool = _pool(Path(xml), "bare", requests)
+    feeds = model_workload(xml, min(steps, 64)).steps
+    for request in pool:
+        request.run(None, feeds[0])
+    start.wait()
+    began = time.perf_counter()
+    for k in range(steps):
+        for request in pool:
+            request.run(None, feeds[k % len(feeds)])
+    results.put(time.perf_counter() - began)
+
+
+def _run_processes(xml: Path, requests: int, workers: int, steps: int) -> float:
+    """Elapsed seconds until the last of ``workers`` processes stepped its share of the requests."""
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding OpenVINO's threads
+    start, results = context.Barrier(workers), context.Queue()
+    share = requests // workers
+    children = [
+        context.Process(target=_process_worker, args=(str(xml), share, steps, start, results)) for _ in range(workers)
+    ]
+    for child in children:
+        child.start()
+    elapsed = max(results.get(timeout=600) for _ in children)
+    for child in children:
+        child.join()
+    return elapsed
+
+
 def run(xml: Path, requests: int, workers: int, steps: int, form: str) -> dict[str, Any]:
     """Aggregate steps/s of ``requests`` requests stepped ``steps`` times each by ``workers`` threads.
 
-    ``form``: ``custom-op``, ``explicit``, or ``bare`` (the control without ortstate).
+    ``form``: ``custom-op``, ``explicit``, ``bare`` (the control without ortstate), or
+    ``bare-processes`` (the bare requests split over ``workers`` processes).
     """
+    row = {"model": xml.stem, "form": form, "requests": requests, "threads": workers, "steps_per_request": steps}
+    if form == "bare-processes":
+        return row | {"steps_per_s": round(requests * steps / _run_processes(xml, requests, workers, steps), 1)}
     feeds = model_workload(xml, min(steps, 64)).steps
     pool = _pool(xml, form, requests)
     for request in pool:
@@ -95,14 +133,7 @@ def run(xml: Path, requests: int, workers: int, steps: int, form: str) -> dict[s
     elapsed = time.perf_counter() - start
     if errors:
         raise errors[0]
-    return {
-        "model": xml.stem,
-        "form": form,
-        "requests": requests,
-        "threads": workers,
-        "steps_per_request": steps,
-        "steps_per_s": round(requests * steps / elapsed, 1),
-    }
+    return row | {"steps_per_s": round(requests * steps / elapsed, 1)}
 
 
 def sweep(
@@ -115,7 +146,7 @@ def sweep(
     """
     rows = []
     for form in FORMS:
-        for n in counts:
+        for n in counts if form != "bare-processes" else [c for c in counts if c == PROCESS_REQUESTS]:
             steps = max(4, total_steps // n)
             best: dict[int, dict[str, Any]] = {}
             for _ in range(repeats):
