@@ -87,6 +87,7 @@ class ExplicitRunner(Runner):
         self.all_outputs = list(session._output_names)
         self.fetch = self.all_outputs + [v.state_output or "" for v in self.variables]
         self.ids = [v.id for v in self.variables]
+        self.plan = [(v.id, v.init_flag, v.state_input or "") for v in self.variables]
         self.fast: PingPong | None = None
         self._previous: tuple | None = None  # the last general run's signature
 
@@ -100,14 +101,17 @@ class ExplicitRunner(Runner):
 
     def _general(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         store = self.store
+        values = store.values
         full = dict(feeds)
         all_initialized = True
-        for v in self.variables:
-            initialized = v.id in store.values
-            all_initialized &= initialized
-            if v.init_flag:
-                full[v.init_flag] = _FALSE if initialized else _TRUE
-            full[v.state_input or ""] = store.carried(v.id)
+        for var_id, flag, state_in in self.plan:
+            value = values.get(var_id)
+            if flag:
+                full[flag] = _TRUE if value is None else _FALSE
+            if value is None:
+                all_initialized = False
+                value = store.carried(var_id)
+            full[state_in] = value
         try:
             results = self.ort_run(self.fetch, full, run_options)
         except Exception as exc:  # onnxruntime raises its own exception types

@@ -28,6 +28,34 @@ def shape_admits(shape: list | None, actual: tuple[int, ...]) -> bool:
     return True
 
 
+class _ShapeRule:
+    """``shape_admits`` for one metadata shape, compiled once: run-time checks of every state a
+    model writes (KV caches change shape every step) must cost little."""
+
+    __slots__ = ("bounds", "rank", "statics")
+
+    def __init__(self, shape: list | None) -> None:
+        self.rank = None if shape is None else len(shape)
+        self.statics = tuple((i, d) for i, d in enumerate(shape or []) if isinstance(d, int))
+        # [lo, hi] dims that restrict anything (``[0, None]`` admits every size)
+        self.bounds = tuple(
+            (i, d[0], d[1]) for i, d in enumerate(shape or []) if not isinstance(d, int) and (d[0] or d[1] is not None)
+        )
+
+    def admits(self, actual: tuple[int, ...]) -> bool:
+        if self.rank is None:
+            return True
+        if len(actual) != self.rank:
+            return False
+        for i, d in self.statics:
+            if actual[i] != d:
+                return False
+        for i, lo, hi in self.bounds:
+            if actual[i] < lo or (hi is not None and actual[i] > hi):
+                return False
+        return True
+
+
 def _show(shape: list | None) -> str:
     """A metadata shape as OpenVINO writes it: ``[1,?,2..8]``."""
     if shape is None:
@@ -52,6 +80,7 @@ class StateStore:
         self.meta = {v.id: v for v in variables}
         self._dtype = {v.id: np.dtype(v.dtype) for v in variables}
         self._carrier = {v.id: np.dtype(v.carrier or v.dtype) for v in variables}
+        self._rules = {v.id: _ShapeRule(v.shape) for v in variables}
         self.values: dict[str, np.ndarray] = {}
         self.pending: dict[str, np.ndarray] = {}
         self.errors: list[str] = []
@@ -79,15 +108,18 @@ class StateStore:
         try:
             if self.errors:
                 raise RunError(f"run failed inside a state op: {self.errors[0]}; no variable was changed")
-            pending, values, carrier = self.pending, self.values, self._carrier
+            pending, values, carrier, rules = self.pending, self.values, self._carrier, self._rules
             if len(pending) != len(self.meta):
                 missing = [v for v in self.meta if v not in pending]
                 raise RunError(f"run did not write variable(s) {', '.join(missing)}; no variable was changed")
             for var_id, value in pending.items():
                 previous = values.get(var_id)
-                # A value shaped like the validated one before it needs no new check (the hot path).
+                # A value shaped like the validated one before it needs no new check (the hot path);
+                # a growing one (a KV cache) gets the compiled check, and the full one only to word
+                # the error.
                 if previous is None or value.shape != previous.shape or value.dtype != carrier[var_id]:
-                    self._check(var_id, value, carrier[var_id], "the model's Assign wrote")
+                    if value.dtype != carrier[var_id] or not rules[var_id].admits(value.shape):
+                        self._check(var_id, value, carrier[var_id], "the model's Assign wrote")
             values.update(pending)
         finally:
             self.pending.clear()
