@@ -326,7 +326,8 @@ _ALLOC = re.compile(r"bad_alloc|[Ff]ailed to allocate|out of memory", re.IGNOREC
 def verdict(m: Mutant | None, xml: str, result: dict[str, Any]) -> str:
     """The outcome, with acceptable-looking ones checked further: those in :data:`ACCEPTABLE` are fine;
     anything else (``crash``, ``hang``, ``memory``, ``exception``, ``unnamed_file``, ``unlocated``,
-    ``wrong_error``) is a bug."""
+    ``wrong_error``, ``rewrite_failed``, ``rewrite_mismatch``: the custom-op model ran but its
+    explicit rewrite did not, or gave other outputs) is a bug."""
     outcome = result["outcome"]
     message = result.get("message", "")
     if outcome == "run_error" and _ALLOC.search(message):

@@ -71,11 +71,24 @@ def evaluate(xml: str, explicit: bool, seed: int) -> dict[str, Any]:
         if feeds is None:
             return {"outcome": "too_large", "stage": stage}
         stage = "run"
-        session.run(None, feeds)
+        outputs = session.run(None, feeds)
+        if not explicit:
+            # StatefulSession's default runs the same model rewritten into the explicit form: it
+            # must load and give the same outputs as the Python state ops.
+            stage = "rewrite"
+            rewritten = ortstate.StatefulSession(model, options)
+            stage = "rewrite-run"
+            again = rewritten.run(None, feeds)
+            if not all(_same(a, b) for a, b in zip(outputs, again)) or len(outputs) != len(again):
+                return {"outcome": "rewrite_mismatch", "stage": stage, "message": "rewritten outputs differ"}
         return {"outcome": "ok", "stage": stage}
     except MemoryError:
         return {"outcome": "memory", "stage": stage}
     except ortstate.OrtStateError as exc:
+        if stage.startswith("rewrite"):
+            # the Python state ops ran this model: its rewritten form must load and run as well
+            error = {"error": type(exc).__name__, "message": str(exc)[:2000]}
+            return {"outcome": "rewrite_failed", "stage": stage} | error
         outcome = "run_error" if stage == "run" else "rejected"
         if stage == "run" and not isinstance(exc, ortstate.RunError):
             outcome = "wrong_error"
@@ -85,6 +98,12 @@ def evaluate(xml: str, explicit: bool, seed: int) -> dict[str, Any]:
 
         tail = "".join(traceback.format_exception(exc)[-4:])[-1500:]
         return {"outcome": "exception", "stage": stage, "error": type(exc).__name__, "message": tail}
+
+
+def _same(a: Any, b: Any) -> bool:
+    import numpy as np
+
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
 
 
 def _probe(kind: str) -> dict[str, Any]:
