@@ -8,29 +8,12 @@ import numpy as np
 from ..errors import RunError, StateError
 from ..model_meta import VariableMeta
 
-__all__ = ["StateStore", "shape_admits"]
+__all__ = ["ShapeRule", "StateStore"]
 
 
-def shape_admits(shape: list | None, actual: tuple[int, ...]) -> bool:
-    """True if a concrete shape fits a metadata partial shape (see ``VariableMeta.shape``)."""
-    if shape is None:
-        return True
-    if len(shape) != len(actual):
-        return False
-    for dim, n in zip(shape, actual):
-        if isinstance(dim, int):
-            if dim != n:
-                return False
-        else:
-            lo, hi = dim
-            if n < lo or (hi is not None and n > hi):
-                return False
-    return True
-
-
-class _ShapeRule:
-    """``shape_admits`` for one metadata shape, compiled once: run-time checks of every state a
-    model writes (KV caches change shape every step) must cost little."""
+class ShapeRule:
+    """Which concrete shapes a metadata partial shape (see ``VariableMeta.shape``) admits, compiled
+    once: every state a model writes is checked, and KV caches change shape every step."""
 
     __slots__ = ("bounds", "rank", "statics")
 
@@ -80,7 +63,7 @@ class StateStore:
         self.meta = {v.id: v for v in variables}
         self._dtype = {v.id: np.dtype(v.dtype) for v in variables}
         self._carrier = {v.id: np.dtype(v.carrier or v.dtype) for v in variables}
-        self._rules = {v.id: _ShapeRule(v.shape) for v in variables}
+        self._rules = {v.id: ShapeRule(v.shape) for v in variables}
         self.values: dict[str, np.ndarray] = {}
         self.pending: dict[str, np.ndarray] = {}
         self.errors: list[str] = []
@@ -169,5 +152,5 @@ class StateStore:
         tail = "; no variable was changed" if run else ""
         if arr.dtype != dtype:
             raise error(f"variable '{var_id}': {what} dtype {arr.dtype}, expected {dtype}{tail}")
-        if not shape_admits(meta.shape, arr.shape):
+        if not self._rules[var_id].admits(arr.shape):
             raise error(f"variable '{var_id}': {what} shape {list(arr.shape)}, expected {_show(meta.shape)}{tail}")
