@@ -61,9 +61,9 @@ class _BareRequest:
 def _pool(xml: Path, form: str, requests: int) -> list[Any]:
     model = ortstate.convert(xml, explicit_state=form != "custom-op")
     if form == "bare":
-        session = ort.InferenceSession(model.SerializeToString(), session_options(1))
+        session = ort.InferenceSession(model.SerializeToString(), session_options(1, model))
         return [_BareRequest(session, read_meta(model)) for _ in range(requests)]
-    stateful = ortstate.StatefulSession(model, session_options(1), form=form)
+    stateful = ortstate.StatefulSession(model, session_options(1, model), form=form)
     return [stateful.create_infer_request() for _ in range(requests)]
 
 
@@ -171,7 +171,8 @@ def speedup(rows: list[dict[str, Any]], form: str, requests: int, model: str = "
 def _memory_child(xml: str, requests: int, explicit: bool, position: int) -> dict[str, Any]:
     workload = model_workload(xml, 1, position)
     form = "explicit" if explicit else "custom-op"
-    session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit), session_options(1), form=form)
+    model = ortstate.convert(xml, explicit_state=explicit)
+    session = ortstate.StatefulSession(model, session_options(1, model), form=form)
 
     def prime(request: Any) -> None:
         for feeds in workload.prefill + workload.steps:

@@ -55,13 +55,13 @@ def layers(xml: Path, steps: int = 2000, repeats: int = 5) -> dict[str, Any]:
     feeds = model_workload(xml, steps).steps
     custom_model = ortstate.convert(xml)
     explicit_model = ortstate.convert(xml, explicit_state=True)
-    custom = ortstate.StatefulSession(custom_model, session_options(1), form="custom-op")
-    explicit = ortstate.StatefulSession(explicit_model, session_options(1))
+    custom = ortstate.StatefulSession(custom_model, session_options(1, custom_model), form="custom-op")
+    explicit = ortstate.StatefulSession(explicit_model, session_options(1, explicit_model))
     meta, custom_meta = read_meta(explicit_model), read_meta(custom_model)
     assert meta is not None and custom_meta is not None
     floor = Floor(explicit_model, 1)
-    bare = ort.InferenceSession(explicit_model.SerializeToString(), session_options(1))
-    options = session_options(1)
+    bare = ort.InferenceSession(explicit_model.SerializeToString(), session_options(1, explicit_model))
+    options = session_options(1, custom_model)
     options.register_custom_ops_library(get_library_path())
     bare_custom = ort.InferenceSession(custom_model.SerializeToString(), options)
     states = {v.state_input: np.zeros(v.init_shape, np.float32) for v in meta.variables}
@@ -95,7 +95,8 @@ def cprofile(xml: Path, steps: int = 3000, top: int = 14) -> dict[str, Any]:
     (``text``), and the shares of the step spent in ORT's C++ ``run`` (PyOps excluded), in the
     PyOps (the onnxruntime-extensions hook, everything under it) and elsewhere (ortstate's Python)."""
     feeds = model_workload(xml, steps).steps
-    session = ortstate.StatefulSession(ortstate.convert(xml), session_options(1), form="custom-op")
+    model = ortstate.convert(xml)
+    session = ortstate.StatefulSession(model, session_options(1, model), form="custom-op")
     for f in feeds[:200]:
         session.run(None, f)
     profiler = cProfile.Profile()
@@ -124,10 +125,11 @@ def ort_nodes(xml: Path, steps: int = 1000) -> list[tuple[str, float, float]]:
     """ORT's profiler on the custom-op form: (node type, µs per step, calls per step), heaviest first."""
     feeds = model_workload(xml, steps).steps
     with tempfile.TemporaryDirectory() as tmp:
-        options = session_options(1)
+        model = ortstate.convert(xml)
+        options = session_options(1, model)
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(tmp) / "step")
-        session = ortstate.StatefulSession(ortstate.convert(xml), options, form="custom-op")
+        session = ortstate.StatefulSession(model, options, form="custom-op")
         for f in feeds:
             session.run(None, f)
         inner = getattr(session, "_ort", None)  # internals: the runtime's InferenceSession

@@ -107,16 +107,15 @@ def stream(
 
 
 def _ortstate_step(xml: Path, vocab: Vocab, form: str) -> tuple[Step, Callable[[], None], str, float]:
-    import onnxruntime as ort
-
     import ortstate
+    from ortstate.model_meta import read_meta
+    from ortstate.runtime.options import default_session_options
 
     start = time.perf_counter()
     model = ortstate.convert(xml, explicit_state=form != "custom-op")
-    options = ort.SessionOptions()
+    options = default_session_options(read_meta(model))  # type: ignore[arg-type]
     options.intra_op_num_threads = 1  # a one-character step is far too small to split across threads
     options.inter_op_num_threads = 1
-    options.log_severity_level = 3
     session = ortstate.StatefulSession(model, options, form=form)
     seconds = time.perf_counter() - start
     outputs = [vocab.output_name]

@@ -12,6 +12,7 @@ import onnxruntime as ort
 
 from ..errors import OrtStateError
 from ..model_meta import EXPLICIT, read_meta
+from ..runtime.options import tune_session_options
 from .workloads import Feeds, Workload
 
 __all__ = ["LABELS", "RUNNERS", "Runner", "make_runners", "session_options"]
@@ -45,13 +46,16 @@ class Runner(Protocol):
     def step(self, feeds: Feeds) -> object: ...
 
 
-def session_options(threads: int) -> ort.SessionOptions:
-    """What every ORT session of a benchmark uses: ``threads`` intra-op, 1 inter-op, quiet."""
+def session_options(threads: int, model: onnx.ModelProto | None = None) -> ort.SessionOptions:
+    """What every ORT session of a benchmark uses: ``threads`` intra-op, 1 inter-op, quiet; and,
+    given the model, ortstate's own choices for it (the ones ``StatefulSession`` makes when given no
+    options), so that ortstate and the floor run the same ONNX Runtime configuration."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    return options
+    meta = read_meta(model) if model is not None else None
+    return tune_session_options(options, meta) if meta is not None else options
 
 
 class _OpenVINO:
@@ -75,7 +79,7 @@ class _Session:
         from ..runtime import StatefulSession
 
         self.name = name
-        self._session = StatefulSession(model, session_options(threads), form=form)
+        self._session = StatefulSession(model, session_options(threads, model), form=form)
 
     def reset(self) -> None:
         self._session.reset_state()
@@ -100,7 +104,7 @@ class Floor:
         meta = read_meta(model)
         if meta is None or meta.form != EXPLICIT:
             raise OrtStateError("the floor runner needs the explicit form")
-        options = session_options(threads)
+        options = session_options(threads, model)
         options.log_severity_level = 4  # a changed output shape is expected and handled in step()
         self._session = ort.InferenceSession(model.SerializeToString(), options)
         self._vars = meta.variables

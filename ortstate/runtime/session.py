@@ -16,6 +16,7 @@ from ..errors import OrtStateError, RunError
 from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
 from . import pyops
 from .fuse import fuse_state_ops
+from .options import default_session_options
 from .request import InferRequest, VariableState
 from .to_explicit import to_explicit
 
@@ -68,8 +69,11 @@ class StatefulSession:
     Args:
         model: path to a ``.onnx``, its bytes, or an ``onnx.ModelProto``; or an OpenVINO IR
             ``.xml``, converted here.
-        sess_options: ``onnxruntime.SessionOptions``; the custom-op library is registered on it
-            when the custom ops run.
+        sess_options: ``onnxruntime.SessionOptions``, used as given (the custom-op library is
+            registered on it when the custom ops run); without them, ortstate's
+            (:func:`~ortstate.runtime.options.default_session_options`: quiet, and no CPU memory
+            arena for models whose variables all have static shapes, which lets requests on
+            several threads run in parallel).
         providers: execution providers, CPU by default.
         form: how the variables are kept, the same semantics either way:
             ``"auto"`` (default) the faster: the explicit form; a custom-op model is rewritten
@@ -109,9 +113,7 @@ class StatefulSession:
             elif form == EXPLICIT:
                 why = "its state ops are not laid out as ortstate writes them"
                 raise OrtStateError(f"{origin}: {why} (form='explicit')")
-        options = sess_options or ort.SessionOptions()
-        if sess_options is None:
-            options.log_severity_level = 3  # keep ORT's warnings about our graphs away from users
+        options = sess_options or default_session_options(self._meta)
         if self._meta.form != EXPLICIT and self._meta.variables:
             options.register_custom_ops_library(pyops.library_path())
             proto = fuse_state_ops(proto, self._meta)
