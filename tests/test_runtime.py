@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -40,6 +41,18 @@ def test_loads_path_bytes_and_proto(acc_xml, tmp_path, explicit):
             assert [i.name for i in session.get_inputs()] == ["x"]
             session.run(None, ones)
             assert session.run(None, ones)[0].tolist() == [[2, 2, 2, 2]]
+
+
+@pytest.mark.parametrize(
+    ("folder", "arena"),
+    [("lstm_1l", False), ("gru_1l", False), ("kv_cache_toy", True), ("lstm_2l_dynbatch", True)],
+)
+def test_default_options_drop_the_arena_only_for_static_states(folder, arena):
+    from ortstate.model_meta import read_meta
+    from ortstate.runtime.options import default_session_options
+
+    model = ortstate.convert(Path(__file__).resolve().parent.parent / "models" / folder / "model.xml")
+    assert default_session_options(read_meta(model)).enable_cpu_mem_arena is arena
 
 
 def test_form_choices_and_refusals(acc_xml):
