@@ -237,7 +237,8 @@ def verify(
 
     Args:
         forms: ``custom-op`` and/or ``explicit``, each run as itself (a custom-op model through its
-            Python state ops); ignored when ``onnx_model`` is given (run in its own form).
+            Python state ops); ignored when ``onnx_model`` is given: it runs as written and, a
+            custom-op model, also rewritten into the explicit form (``StatefulSession``'s default).
         inputs: fixed values for some inputs (the same every step); the others are random.
         onnx_model: compare this converted model instead of converting ``xml``.
 
@@ -261,20 +262,26 @@ def verify(
         request = reference.request()  # a fresh compile is OpenVINO's reset (see the module docstring)
         trajectory.extend(reference.step(request, f) for f in feeds[phase * steps : (phase + 1) * steps])
 
+    # Each converted form runs as itself (a custom-op model through its Python state ops). A given
+    # model runs as written and, if it is a custom-op model, also as StatefulSession runs it by
+    # default: rewritten into the explicit form.
+    runs: list[tuple[onnx.ModelProto | None, str]] = [(None, f) for f in forms]
+    if onnx_model is not None:
+        try:
+            meta = read_meta(onnx_model)
+        except ValueError:
+            meta = None  # StatefulSession says what is wrong with it
+        own = meta.form if meta and meta.variables else "auto"
+        runs = [(onnx_model, own)] + ([(onnx_model, "auto")] if own == CUSTOM_OP else [])
     results = []
-    for form in [None] if onnx_model is not None else forms:
-        model = onnx_model
+    for model, form in runs:
         if model is None:
             say(f"converting {xml.name} ({form} form)")
             model = convert(xml, explicit_state=form == EXPLICIT, bin_path=bin_file)
-        # Each form runs as itself (a custom-op model through its Python state ops), a given model as written.
-        try:
-            meta = read_meta(model) if form is None else None
-        except ValueError:
-            meta = None  # StatefulSession says what is wrong with it
-        session = StatefulSession(model, form=form or (meta.form if meta and meta.variables else "auto"))
-        say(f"running ortstate ({session.form} form)")
-        results.append(_run_form(session, reference.output_names, feeds, trajectory, steps, rtol, atol))
+        session = StatefulSession(model, form=form)
+        label = session.form if session.form == session.model_form else f"{session.form} (rewritten)"
+        say(f"running ortstate ({label} form)")
+        results.append(_run_form(session, label, reference.output_names, feeds, trajectory, steps, rtol, atol))
     first = {name: (str(value.dtype), tuple(value.shape)) for name, value in feeds[0].items()}
     return VerifyResult(str(xml), ov.get_version(), steps, first, results, rtol, atol)
 
@@ -306,6 +313,7 @@ def _make_feeds(
 
 def _run_form(
     session: Any,
+    label: str,
     ov_names: list[str],
     feeds: list[dict[str, np.ndarray]],
     trajectory: list[tuple[list[np.ndarray], dict[str, np.ndarray]]],
@@ -313,7 +321,7 @@ def _run_form(
     rtol: float,
     atol: float,
 ) -> FormResult:
-    result = FormResult(session.form)
+    result = FormResult(label)
     names = [o.name for o in session.get_outputs()]
     order = _pair_outputs(names, ov_names)
     for index, (step_feeds, (want_out, want_states)) in enumerate(zip(feeds, trajectory)):
@@ -324,7 +332,7 @@ def _run_form(
             got_out = session.run(None, step_feeds)
         except RunError as exc:
             when = f"step {step + 1} {'after' if phase else 'before'} the reset"
-            raise RunError(f"ortstate ({session.form} form), {when}: {exc}") from None
+            raise RunError(f"ortstate ({label} form), {when}: {exc}") from None
         for name, got, i in zip(names, got_out, order):
             result.checks.append(Check(phase, step + 1, "output", name, *compare(got, want_out[i], rtol, atol)))
         got_states = {v.name: v.state for v in session.query_state()}

@@ -40,7 +40,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     forms = p.add_mutually_exclusive_group()
     forms.add_argument("--explicit-state", action="store_true", help="check the explicit form instead of custom-op")
     forms.add_argument("--both", action="store_true", help="check both forms")
-    forms.add_argument("--onnx", metavar="FILE.onnx", help="check this converted model instead of converting")
+    forms.add_argument(
+        "--onnx",
+        metavar="FILE.onnx",
+        help="check this converted model instead of converting (a custom-op one as written, and rewritten "
+        "into the explicit form as StatefulSession runs it by default)",
+    )
     p.add_argument("--rtol", type=float, default=DEFAULT_RTOL, metavar="R", help=f"(default {DEFAULT_RTOL:g})")
     p.add_argument("--atol", type=float, default=DEFAULT_ATOL, metavar="A", help=f"(default {DEFAULT_ATOL:g})")
     p.add_argument("--batch", type=int, default=2, metavar="B", help="size of dynamic first dims (default 2)")
