@@ -9,6 +9,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..protosize import tensor_bytes
+
 __all__ = ["GraphBuilder", "Names", "prune"]
 
 # Element types onnxruntime's Where lacks -> a type it has that holds every value exactly.
@@ -118,11 +120,29 @@ class GraphBuilder:
         return child
 
     def graph(self) -> onnx.GraphProto:
-        return helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.initializers)
+        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs)
+        for tensor in self.initializers:
+            _append_tensor(graph, tensor)
+        return graph
 
     def rename(self, old: str, new: str) -> None:
         """Rename a value produced by one of this graph's nodes, everywhere it is used."""
         _rename_in_nodes(self.nodes, old, new)
+
+
+# protobuf copies a message into a repeated field by serialising it, which fails past 2 GB: a
+# tensor that large is rebuilt in place field by field.
+COPY_LIMIT = 1 << 30
+
+
+def _append_tensor(graph: onnx.GraphProto, tensor: onnx.TensorProto) -> None:
+    if tensor_bytes(tensor) < COPY_LIMIT or not tensor.HasField("raw_data"):
+        graph.initializer.append(tensor)
+        return
+    new = graph.initializer.add()
+    new.name, new.data_type = tensor.name, tensor.data_type
+    new.dims.extend(tensor.dims)
+    new.raw_data = tensor.raw_data
 
 
 def _rename_in_nodes(nodes: list[onnx.NodeProto], old: str, new: str) -> None:
@@ -165,9 +185,10 @@ def prune(graph: onnx.GraphProto, side_effect_domains: frozenset[str]) -> None:
     if len(kept) != len(graph.node):
         del graph.node[:]
         graph.node.extend(kept)
-    unused = [init for init in graph.initializer if init.name not in needed]
-    for init in unused:
-        graph.initializer.remove(init)
+    # by index: ``remove`` compares messages, which serialises them (and fails past 2 GB)
+    for index in reversed(range(len(graph.initializer))):
+        if graph.initializer[index].name not in needed:
+            del graph.initializer[index]
 
 
 def _subgraph_reads(node: onnx.NodeProto) -> set[str]:

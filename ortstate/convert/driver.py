@@ -7,10 +7,12 @@ from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
+from onnx.external_data_helper import load_external_data_for_model
 
 from ..errors import ConversionError, OrtStateError, UnsupportedOpsError
 from ..ir import Graph, Layer, parse_partial_shape, read_ir
 from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, write_meta
+from ..protosize import PROTOBUF_LIMIT, initializer_bytes
 from . import ops  # noqa: F401  (registers the translators)
 from .builder import GraphBuilder, prune
 from .context import OPSET, Context
@@ -72,8 +74,10 @@ def convert(
 
 def save(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
     path = Path(path)
-    large = model.ByteSize() > 2_000_000_000 if hasattr(model, "ByteSize") else False
+    large = initializer_bytes(model.graph) > PROTOBUF_LIMIT
     onnx.save_model(model, str(path), save_as_external_data=large, location=path.name + ".data" if large else None)
+    if large:  # saving pointed the model's tensors at the data file: give the caller its data back
+        load_external_data_for_model(model, str(path.parent))
 
 
 def unsupported_ops(graph: Graph) -> dict[str, list[str]]:

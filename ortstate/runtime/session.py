@@ -16,6 +16,7 @@ from ..errors import OrtStateError, RunError
 from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
 from . import pyops
 from .fuse import fuse_state_ops
+from .large import offload_large_initializers
 from .options import default_session_options
 from .request import InferRequest, VariableState
 from .to_explicit import to_explicit
@@ -117,6 +118,8 @@ class StatefulSession:
         if self._meta.form != EXPLICIT and self._meta.variables:
             options.register_custom_ops_library(pyops.library_path())
             proto = fuse_state_ops(proto, self._meta)
+        # Kept alive with the session: ONNX Runtime may use their memory as its initializers.
+        proto, self._offloaded = offload_large_initializers(proto, options, in_place=proto is not model)
         try:
             self._ort = ort.InferenceSession(
                 proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])
