@@ -91,7 +91,7 @@ def _inspect_ir(graph: Graph) -> str:
 
 def _inspect_onnx(path: Path) -> str:
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)  # the graph is enough
     except Exception as exc:  # noqa: BLE001 - protobuf raises several types
         raise UsageError(f"{path}: not a readable ONNX model (nor an IR .xml): {exc}") from None
     try:
