@@ -82,7 +82,8 @@ def _markdown(data: dict[str, Any], images: list[str], image_dir: str) -> str:
         "[1,2,past,16] in variables as optimum writes them, MatMul/Softmax attention, 4096 positions):\n\n"
         + report.sweep_table(llm["standin"], "position"),
         "### Concurrent requests on one session (threads = Python worker threads, sessions "
-        "intra_op_num_threads=1; `lstm_h512`: 1 layer, hidden 512; the targets use the demo LSTM)\n\n"
+        "intra_op_num_threads=1; `lstm_h512`: 1 layer, hidden 512; the process control runs the bare "
+        "requests in 1 or 2 worker processes instead, at 16 requests)\n\n"
         + report.concurrency_table(data["concurrency"])
         + "\n\nMemory per request (a fresh process; RSS growth over creating the requests and running "
         "each through the prefill and one step, divided by their number):\n\n" + report.memory_table(data["memory"]),

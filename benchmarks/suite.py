@@ -31,7 +31,7 @@ class Config:
     sweep_steps: int = 300
     sweep_rounds: int = 5
     llm_steps: int = 64
-    llm_rounds: int = 5
+    llm_rounds: int = 7  # decode steps are noisy: the targets read ratios at single positions
     concurrency_steps: int = 4000  # per point, split over the requests
     concurrency_repeats: int = 3
     profile_steps: int = 3000
