@@ -42,8 +42,11 @@ def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> tuple[onnx.ModelProt
         return None
     if any(_nested_state_ops(node) for node in graph.node):
         return None
-    if any(len(n.input) != 2 or len(n.output) < 1 for n in [*reads.values(), *assigns.values()]):
+    state_nodes = [*reads.values(), *assigns.values()]
+    if any(len(n.input) != 2 or len(n.output) < 1 for n in state_nodes):
         return None
+    if len({n.name for n in state_nodes}) != len(state_nodes):
+        return None  # nodes are replaced by name below
 
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -71,13 +74,14 @@ def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> tuple[onnx.ModelProt
         else:
             guard = producer.get(init)
             if flag and guard is not None and guard.op_type == "If" and guard.input[0] == flag:
-                _else_reads(guard, state_in, carrier)
+                if not _else_reads(guard, _passthrough(taken, f"{read.name}_state", state_in, carrier)):
+                    return None
                 new_read = [helper.make_node("Identity", [init], [value], name=read.name)]
             else:
                 flag = _fresh(taken, f"ortstate.init.{var.id}")
                 g.input.append(helper.make_tensor_value_info(flag, onnx.TensorProto.BOOL, []))
-                then_branch = _passthrough(f"{read.name}_init", init, carrier)
-                else_branch = _passthrough(f"{read.name}_state", state_in, carrier)
+                then_branch = _passthrough(taken, f"{read.name}_init", init, carrier)
+                else_branch = _passthrough(taken, f"{read.name}_state", state_in, carrier)
                 new_read = [
                     helper.make_node(
                         "If", [flag], [value], name=read.name, then_branch=then_branch, else_branch=else_branch
@@ -145,21 +149,22 @@ def _fresh(taken: set[str], name: str) -> str:
     return candidate
 
 
-def _passthrough(name: str, value: str, elem_type: int) -> onnx.GraphProto:
+def _passthrough(taken: set[str], name: str, value: str, elem_type: int) -> onnx.GraphProto:
     """A branch graph giving the outer-scope ``value``."""
-    out = f"{name}_out"
+    out = _fresh(taken, f"{name}_out")
     return helper.make_graph(
-        [helper.make_node("Identity", [value], [out], name=f"{name}_identity")],
+        [helper.make_node("Identity", [value], [out], name=_fresh(taken, f"{name}_identity"))],
         name,
         [],
         [helper.make_tensor_value_info(out, elem_type, None)],
     )
 
 
-def _else_reads(guard: onnx.NodeProto, state_in: str, elem_type: int) -> None:
-    """Point the init guard's else branch (an empty placeholder in custom-op form) at the state."""
+def _else_reads(guard: onnx.NodeProto, branch: onnx.GraphProto) -> bool:
+    """Make ``branch`` the init guard's else branch (an empty placeholder in custom-op form);
+    False if the guard has none."""
     for attr in guard.attribute:
-        if attr.name == "else_branch":
-            attr.g.CopyFrom(_passthrough(f"{guard.name or 'guard'}_state", state_in, elem_type))
-            return
-    raise AssertionError("an If node has an else_branch")
+        if attr.name == "else_branch" and attr.type == onnx.AttributeProto.GRAPH:
+            attr.g.CopyFrom(branch)
+            return True
+    return False
