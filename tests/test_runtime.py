@@ -12,7 +12,7 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset6
-from oracle import open_session, save_ir, variable
+from oracle import REWRITTEN, open_session, save_ir, variable
 
 import ortstate
 from ortstate.runtime import pyops
@@ -175,7 +175,10 @@ def test_not_an_onnx_model(tmp_path):
         ortstate.StatefulSession(tmp_path / "missing.onnx")
 
 
-@pytest.mark.parametrize(("save_explicit", "load_explicit"), [(False, True), (True, False), (False, False)])
+@pytest.mark.parametrize(
+    ("save_explicit", "load_explicit"),
+    [(False, True), (True, False), (False, False), (REWRITTEN, False), (False, REWRITTEN)],
+)
 def test_snapshot_round_trip_across_forms(acc_xml, tmp_path, save_explicit, load_explicit):
     source = open_session(acc_xml, save_explicit)
     for _ in range(3):
