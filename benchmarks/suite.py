@@ -14,6 +14,7 @@ import irs
 import profile_step
 import torch_runner
 
+import ortstate
 from ortstate.bench import BenchResult, make_runners, max_positions, measure, model_workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +58,15 @@ def bench(xml: Path, steps: int, rounds: int, position: int = 16, extra: list[An
     runners, skipped = make_runners(workload, 1)
     runners += extra or []
     return measure(workload, runners, rounds, skipped=skipped)
+
+
+def state_bytes(xml: Path, position: int) -> int:
+    """Bytes the variables hold when a decode step at ``position`` starts (what it reads)."""
+    workload = model_workload(xml, 1, position)
+    session = ortstate.StatefulSession(xml)
+    for feeds in workload.prefill:
+        session.run(None, feeds)
+    return sum(v.state.nbytes for v in session.query_state())
 
 
 def _torch(factory: Callable[[], Any]) -> list[Any]:
@@ -111,7 +121,8 @@ def llm(cfg: Config, tmp: Path) -> dict[str, Any]:
     standin = []
     for position in POSITIONS:
         progress(f"KV-cache stand-in decode at position {position}")
-        standin.append({"value": position, "result": bench(xml, cfg.llm_steps, cfg.llm_rounds, position)})
+        result = bench(xml, cfg.llm_steps, cfg.llm_rounds, position)
+        standin.append({"value": position, "result": result, "state_bytes": state_bytes(xml, position)})
     return {"llama": llama, "llama_max_positions": limit, "standin": standin}
 
 
