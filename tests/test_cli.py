@@ -170,6 +170,22 @@ def test_run_forms(capsys, tmp_path, form, runs):
     assert "count   int64    [1]    2    2    2" in out
 
 
+REWRITTEN_RUN = "explicit form (a custom-op model, rewritten)"
+
+
+@pytest.mark.parametrize(
+    ("form", "says"), [("auto", REWRITTEN_RUN), ("custom-op", "custom-op form"), ("explicit", REWRITTEN_RUN)]
+)
+def test_run_a_custom_op_onnx_in_each_form(capsys, tmp_path, form, says):
+    model = tmp_path / "counter.onnx"
+    ortstate.convert(COUNTER, model)
+    x = save_npy(tmp_path / "x.npy", np.ones((2, 3), np.float32))
+    code, out, err = run_cli(capsys, "run", model, "--input", f"x={x}", "--steps", 2, "--form", form)
+    assert code == 0, err
+    assert f"2 steps, {says}, " in out
+    assert "count   int64    [1]    2    2    2" in out
+
+
 # -- errors: one line, pinned ---------------------------------------------------------------------
 def test_missing_model_file(capsys, tmp_path):
     code, _, err = run_cli(capsys, "convert", tmp_path / "nope.xml")

@@ -122,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
     if states:
         print(f"\nvariables after step {args.steps}")
         print(table(["id", "dtype", "shape", "min", "max", "mean"], states, indent=""))
-    print(f"\n{args.steps} step{'s' * (args.steps != 1)}, {session.form} form, {total * 1e3 / args.steps:.2f} ms/step")
+    form = f"{session.form} form"
+    if session.model_form != session.form:
+        form += f" (a {session.model_form} model, rewritten)"
+    print(f"\n{args.steps} step{'s' * (args.steps != 1)}, {form}, {total * 1e3 / args.steps:.2f} ms/step")
     if out_dir is not None:
         print(f"saved {saved} output file{'s' * (saved != 1)} to {out_dir}")
     return EXIT_OK
