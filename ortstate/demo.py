@@ -155,11 +155,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the demo's options (shared by ``ortstate demo`` and ``python -m ortstate.demo``)."""
     parser.add_argument("--prompt", default="Beautiful is", help="text fed one character per step")
     parser.add_argument("--chars", type=int, default=120, help="characters to generate per stream")
-    parser.add_argument(
-        "--form",
-        choices=("auto", "custom-op", "explicit"),
-        default="auto",
-        help="how ortstate keeps the variables: auto (default) = explicit, the faster; custom-op = Python state ops",
+    from .cli.args import add_form_option
+
+    add_form_option(
+        parser,
+        "how ortstate keeps the variables: auto (default) = explicit, the faster; custom-op = the Python state ops",
     )
     parser.add_argument("--no-openvino", action="store_true", help="skip the side-by-side OpenVINO run")
     parser.add_argument("--seed", type=int, default=None, help=f"sample at temperature {TEMPERATURE} (default greedy)")

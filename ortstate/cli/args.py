@@ -16,8 +16,11 @@ FORM_HELP = (
 )
 
 
-def add_form_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--form", choices=("auto", "custom-op", "explicit"), default="auto", help=FORM_HELP)
+def add_form_option(p: argparse.ArgumentParser, help: str = FORM_HELP) -> None:  # noqa: A002 - argparse's word
+    """``--form``: which form ``StatefulSession`` runs (see its ``form`` argument)."""
+    from ..runtime.session import FORMS
+
+    p.add_argument("--form", choices=FORMS, default="auto", help=help)
 
 
 __all__ = [
