@@ -70,6 +70,28 @@ def test_gather_v8_out_of_range_gives_zeros(tmp_path, batch_dims, axis):
     check_model(xml, {"data": values((2, 5, 3), np.float32), "indices": bad})
 
 
+@pytest.mark.parametrize("doubled", [True, False], ids=["doubled-table", "general-guard"])
+@pytest.mark.parametrize(
+    ("axis", "dtype", "compress"), [(0, np.float32, False), (1, np.int32, False), (-1, np.float32, True)]
+)
+def test_gather_v8_on_constant_data(tmp_path, monkeypatch, doubled, axis, dtype, compress):
+    """An embedding table: constant data gets the cheap guard (data stored twice plus a zero slice,
+    Clip on the shifted index); too large a table the general one. Same answers either way: negative
+    indices count from the end, out-of-range ones give zeros."""
+    from ortstate.convert.ops import indexing
+
+    if not doubled:
+        monkeypatch.setattr(indexing, "DOUBLED_LIMIT", 0)
+    table = ops.constant(values((5, 4, 3), dtype))
+    indices = ops.parameter([2, 5], np.int64, name="indices")
+    xml = single_op(tmp_path, ops8.gather(table, indices, np.int64(axis)), [indices], compress=compress)
+    dim = (5, 4, 3)[axis]
+    bad = np.array([[0, dim - 1, -1, -dim, dim], [-dim - 1, 1000, -1000, 1, -2]], np.int64)
+    check_model(xml, {"indices": bad})
+    kinds = op_types(xml)
+    assert ("Clip" in kinds and "Where" not in kinds) == doubled, kinds
+
+
 def test_gather_v8_constant_indices_on_shape(tmp_path):
     """The LLM shape pattern Gather(ShapeOf(x), [0, 2]): constant, in range, so no range check is emitted."""
     x = ops.parameter([-1, -1, 8], np.float32, name="x")

@@ -36,6 +36,8 @@ def _gather(node: Node, ctx: Context, batch_dims: int, zero_out_of_range: bool) 
         raise node.error(f"expected 0 <= batch_dims <= axis < rank {rank}, got batch_dims={batch_dims}, axis={axis}")
     indices, valid = node.inputs[1], None
     if zero_out_of_range and not _known_in_range(node, axis):
+        if batch_dims == 0 and (out := _gather_constant_guarded(node, ctx, axis)) is not None:
+            return [out]
         indices = int64_input(node, ctx, 1)
         dim = b.op("Gather", [b.op("Shape", [node.inputs[0]]), _i64(ctx, axis)])
         valid = b.op("And", [b.op("GreaterOrEqual", [indices, b.op("Neg", [dim])]), b.op("Less", [indices, dim])])
@@ -51,6 +53,29 @@ def _gather(node: Node, ctx: Context, batch_dims: int, zero_out_of_range: bool) 
         zero = b.const(np.zeros((), numpy_type(node.onnx_input_type(0))))
         out = b.where(mask, out, zero, node.onnx_input_type(0))
     return [out]
+
+
+# Constant data up to this size (stored twice) gets the cheap range guard below.
+DOUBLED_LIMIT = 16 << 20
+
+
+def _gather_constant_guarded(node: Node, ctx: Context, axis: int) -> str | None:
+    """Gather-8 on constant data (an embedding table): ``Gather(concat(data, data, zeros),
+    Clip(indices + N, -1, 2N))``, three nodes where the general guard takes eight. An index ``i``
+    in [-N, N) lands on ``i + N``: the first copy serves the negative ones, the second the others;
+    any other index is clipped to 2N or -1, both the zero slice at the end. None when the data is
+    not constant or too large to store twice."""
+    data = node.const(0)
+    if data is None or data.ndim == 0 or 2 * data.nbytes > DOUBLED_LIMIT:
+        return None
+    b = ctx.b
+    dtype = numpy_type(node.onnx_input_type(0))
+    n = data.shape[axis]
+    zeros = np.zeros([1 if i == axis else d for i, d in enumerate(data.shape)], dtype)
+    doubled = np.concatenate([data.astype(dtype), data.astype(dtype), zeros], axis=axis)
+    shifted = b.op("Add", [int64_input(node, ctx, 1), _i64(ctx, n)])
+    clipped = b.op("Clip", [shifted, _i64(ctx, -1), _i64(ctx, 2 * n)])
+    return b.op("Gather", [b.const(doubled, hint="gather_data_doubled"), clipped], {"axis": axis})
 
 
 def _known_in_range(node: Node, axis: int) -> bool:
