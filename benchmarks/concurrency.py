@@ -67,6 +67,14 @@ def _pool(xml: Path, form: str, requests: int) -> list[Any]:
     return [stateful.create_infer_request() for _ in range(requests)]
 
 
+def _step_all(requests: list[Any], feeds: list[Any], steps: int) -> None:
+    """``steps`` rounds, each running every request once (the feeds cycle)."""
+    for k in range(steps):
+        f = feeds[k % len(feeds)]
+        for request in requests:
+            request.run(None, f)
+
+
 def _process_worker(xml: str, requests: int, steps: int, start: Any, results: Any) -> None:
     """One worker process of the process control: its own session and requests, timed from ``start``."""
     pool = _pool(Path(xml), "bare", requests)
@@ -75,9 +83,7 @@ def _process_worker(xml: str, requests: int, steps: int, start: Any, results: An
         request.run(None, feeds[0])
     start.wait()
     began = time.perf_counter()
-    for k in range(steps):
-        for request in pool:
-            request.run(None, feeds[k % len(feeds)])
+    _step_all(pool, feeds, steps)
     results.put(time.perf_counter() - began)
 
 
@@ -116,10 +122,7 @@ def run(xml: Path, requests: int, workers: int, steps: int, form: str) -> dict[s
     def work(mine: list[Any]) -> None:
         start_line.wait()
         try:
-            for k in range(steps):
-                f = feeds[k % len(feeds)]
-                for request in mine:
-                    request.run(None, f)
+            _step_all(mine, feeds, steps)
         except BaseException as exc:  # noqa: BLE001 - reported by the caller
             errors.append(exc)
 

@@ -71,8 +71,9 @@ def _gather_constant_guarded(node: Node, ctx: Context, axis: int) -> str | None:
     b = ctx.b
     dtype = numpy_type(node.onnx_input_type(0))
     n = data.shape[axis]
+    data = data.astype(dtype, copy=False)
     zeros = np.zeros([1 if i == axis else d for i, d in enumerate(data.shape)], dtype)
-    doubled = np.concatenate([data.astype(dtype), data.astype(dtype), zeros], axis=axis)
+    doubled = np.concatenate([data, data, zeros], axis=axis)
     shifted = b.op("Add", [int64_input(node, ctx, 1), _i64(ctx, n)])
     clipped = b.op("Clip", [shifted, _i64(ctx, -1), _i64(ctx, 2 * n)])
     return b.op("Gather", [b.const(doubled, hint="gather_data_doubled"), clipped], {"axis": axis})
