@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset3, opset6
-from oracle import RESET, check_steps, open_session, save_ir, variable
+from oracle import (
+    RESET,
+    REWRITTEN,
+    assert_close,
+    check_steps,
+    form_name,
+    open_session,
+    ov_request,
+    ov_run,
+    save_ir,
+    variable,
+)
 
 import ortstate
 
@@ -75,13 +87,45 @@ def test_no_init_zeros(tmp_path, dtype):
     check_steps(xml, [*steps[:3], RESET, *steps[3:]], rtol=tol, atol=tol)
 
 
-def test_bf16_variable_rounds_like_openvino(tmp_path):
+def bf16_accumulator(tmp_path):
+    """``v = bf16(v + bf16(x))``, output ``f32(v)``: every value is a bf16 value."""
     x = ops.parameter([4], np.float32, name="x")
     var = variable("v", [4], ov.Type.bf16)
     new = ops.add(opset6.read_value(var), ops.convert(x, "bf16"))
-    xml = model(tmp_path, [ops.convert(new, "f32")], [opset6.assign(new, var)], [x])
-    step = {"x": np.array([1.001, 3.3, 1e-3, 100.7], np.float32)}
-    check_steps(xml, [step, step, step, RESET, step], rtol=0, atol=0)
+    return model(tmp_path, [ops.convert(new, "f32")], [opset6.assign(new, var)], [x])
+
+
+BF16_STEP = np.array([1.001, 3.3, 1e-3, 100.7], np.float32)
+
+
+def test_bf16_variable_rounds_to_bf16(tmp_path):
+    """bf16 math rounds each result to bf16 (round to nearest even); numpy with ml_dtypes is the oracle.
+
+    OpenVINO 2026.4's CPU plugin computes this graph in f32 and rounds only what it stores in the
+    variable, so its outputs are not bf16 values (see the test below).
+    """
+    xml = bf16_accumulator(tmp_path)
+    for explicit in (False, True, REWRITTEN):
+        session = open_session(xml, explicit)
+        state = np.zeros(4, ml_dtypes.bfloat16)
+        for step in range(6):
+            if step == 4:
+                session.reset_state()
+                state = np.zeros(4, ml_dtypes.bfloat16)
+            state = (state.astype(np.float32) + BF16_STEP.astype(ml_dtypes.bfloat16).astype(np.float32)).astype(
+                ml_dtypes.bfloat16
+            )
+            (out,) = session.run(None, {"x": BF16_STEP})
+            where = f"{form_name(explicit)} step {step}"
+            assert_close(out, state.astype(np.float32), f"{where} output", rtol=0, atol=0)
+            assert_close(session.query_state()[0].state, state, f"{where} variable", rtol=0, atol=0)
+
+
+@pytest.mark.xfail(strict=True, reason="OpenVINO 2026.4's CPU plugin does not round this bf16 graph's outputs")
+def test_bf16_variable_cpu_plugin(tmp_path):
+    """Why test_bf16_variable_rounds_to_bf16 holds ortstate to numpy; XPASSes (fails) once the plugin rounds."""
+    (out,) = ov_run(ov_request(bf16_accumulator(tmp_path)), {"x": BF16_STEP})
+    np.testing.assert_array_equal(out, BF16_STEP.astype(ml_dtypes.bfloat16).astype(np.float32))
 
 
 def test_bool_variable_toggles(tmp_path):
