@@ -48,6 +48,10 @@ class Variable:
     init_shape: tuple[int, ...]
     exclusive: set[int] = field(default_factory=set)  # layers only this variable's init needs
     guarded: bool = False
+    # The ReadValue's input depends on the same variable's Assign: it runs after the write, and reads
+    # the value written (OpenVINO's reference implementation runs ops in order; its CPU plugin
+    # refuses such a model as a cycle).
+    after_assign: bool = False
 
     @property
     def carrier_type(self) -> int:
@@ -65,6 +69,28 @@ def _lenient_relaxes(declared: PartialShape, actual: PartialShape) -> bool:
     if len(declared.dims) != len(actual.dims):
         return False
     return all(a.relaxes(b) or not b.is_static for a, b in zip(declared.dims, actual.dims))
+
+
+def _types_of_value(graph: Graph, layer: Layer, index: int) -> list[ElementType]:
+    """The element types the IR gives the value on ``layer``'s input ``index``: the producer's output
+    port first (the value's real type), then the input port's own precision, where they are written."""
+    types = [graph.producer(layer, index)[1].element_type, layer.inputs[index].element_type]
+    return [t for t in types if t is not None]
+
+
+def _depends_on(graph: Graph, layer: Layer, ancestor: Layer) -> bool:
+    """True if ``layer``'s inputs are computed from ``ancestor``'s outputs."""
+    stack, seen = [layer], {layer.id}
+    while stack:
+        current = stack.pop()
+        for index in range(len(current.inputs)):
+            src = graph.producer(current, index)[0]
+            if src.id == ancestor.id:
+                return True
+            if src.id not in seen:
+                seen.add(src.id)
+                stack.append(src)
+    return False
 
 
 def _shape_of_value(graph: Graph, layer: Layer, index: int) -> PartialShape:
@@ -116,7 +142,7 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
     init_type = None
     init_shape = PartialShape(None)
     if has_init:
-        init_type = read.inputs[0].element_type or graph.producer(read, 0)[1].element_type
+        init_type = next(iter(_types_of_value(graph, read, 0)), None)
         init_shape = _shape_of_value(graph, read, 0)
     declared_type: ElementType | None = None
     declared_shape = PartialShape(None)
@@ -149,23 +175,28 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
     shape = declared_shape if declared_shape.dims is not None else init_shape
 
     assign_where = f"{_where(graph, assign)}: variable '{vid}'"
-    assign_type = assign.inputs[0].element_type or graph.producer(assign, 0)[1].element_type
-    if assign_type is not None and assign_type != etype:
-        raise StateError(f"{assign_where}: Assign writes {assign_type.name} but the variable is {etype.name}")
+    for assign_type in _types_of_value(graph, assign, 0):
+        if assign_type != etype:
+            raise StateError(f"{assign_where}: Assign writes {assign_type.name} but the variable is {etype.name}")
     if not _lenient_relaxes(shape, _shape_of_value(graph, assign, 0)):
         raise StateError(
             f"{assign_where}: Assign writes shape {_shape_of_value(graph, assign, 0)} but the variable is {shape}"
         )
 
-    # Uninitialised variables read (and show) zeros with each dynamic dim at its lower bound, 0 if unbounded.
+    # Uninitialised variables show zeros of the init's shape where the IR tells it without running,
+    # else with each dynamic dim of the variable at its lower bound (0 if unbounded); a zero init
+    # without input is exactly that.
     init_kind, zero_shape = "computed", tuple(d.lo for d in shape.dims or ())
     if not has_init:
         init_kind = "zeros"
     else:
+        if init_shape.is_static:
+            zero_shape = tuple(d.lo for d in init_shape.dims or ())
         value = constant_value(graph, graph.producer(read, 0)[0])
         if value is not None and not np.any(value):
             init_kind, zero_shape = "zeros", tuple(value.shape)
-    return Variable(vid, read, assign, etype, shape, init_kind, zero_shape)
+    after_assign = has_init and _depends_on(graph, read, assign)
+    return Variable(vid, read, assign, etype, shape, init_kind, zero_shape, after_assign=after_assign)
 
 
 def plan_inits(graph: Graph, variables: list[Variable], explicit: bool) -> None:
@@ -204,6 +235,8 @@ class StateWriter:
         self.meta: dict[str, VariableMeta] = {}
         self._flags: dict[str, str] = {}
         self._state_in: dict[str, str] = {}
+        self._state_out: dict[str, str] = {}
+        self._written: dict[str, str] = {}  # the value each Assign wrote, by variable
         for var in variables:
             if var.guarded:
                 self._flags[var.id] = builder.names.reserve(f"ortstate.init.{var.id}")
@@ -221,6 +254,12 @@ class StateWriter:
 
     def read(self, layer: Layer, value_of: ValueFn, translate: TranslateFn) -> str:
         var = self.variables[layer.attrs["variable_id"]]
+        value = self._read(var, layer, value_of, translate)
+        # The state read stays in the model (the variable keeps its ReadValue), but a read after the
+        # Assign gives the value just written.
+        return self._written[var.id] if var.after_assign else value
+
+    def _read(self, var: Variable, layer: Layer, value_of: ValueFn, translate: TranslateFn) -> str:
         b = self.b
         b.hint = layer.name
         etype = onnx_type(var.etype)
@@ -262,10 +301,10 @@ class StateWriter:
         var = self.variables[layer.attrs["variable_id"]]
         b = self.b
         b.hint = layer.name
+        self._written[var.id] = value
         if self.explicit:
-            out = b.names.reserve(f"ortstate.out.{var.id}")
-            b.op("Identity", [value], names=[out])
-            self.meta[var.id] = replace(self.meta[var.id], state_output=out)
+            self._state_out[var.id] = b.names.reserve(f"ortstate.out.{var.id}")
+            b.op("Identity", [value], names=[self._state_out[var.id]])
             return value
         carried = value if var.carrier_type == onnx_type(var.etype) else b.op("Cast", [value], {"to": var.carrier_type})
         b.op("Assign", [carried, REQUEST_INPUT], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
@@ -274,8 +313,9 @@ class StateWriter:
     def finish(self) -> None:
         """Declare the explicit form's state outputs, after the model's own outputs."""
         for var in self.variables.values():
-            out = self.meta[var.id].state_output
+            out = self._state_out.get(var.id)
             if out:
+                self.meta[var.id] = replace(self.meta[var.id], state_output=out)
                 self.b.add_output(out, onnx_type(var.etype), _onnx_dims(var.shape, f"{var.id}_d"))
 
     def _record(self, var: Variable, value: str) -> str:
