@@ -52,6 +52,7 @@ class Variable:
     # the value written (OpenVINO's reference implementation runs ops in order; its CPU plugin
     # refuses such a model as a cycle).
     after_assign: bool = False
+    body: Graph | None = None  # the loop body holding the ReadValue and Assign; None: the main graph
 
     @property
     def carrier_type(self) -> int:
@@ -104,36 +105,54 @@ def _shape_of_value(graph: Graph, layer: Layer, index: int) -> PartialShape:
 
 
 def collect_variables(graph: Graph) -> list[Variable]:
-    """Pair every ReadValue with its Assign and check them the way OpenVINO's spec does.
+    """Pair every ReadValue with its Assign, in the graph and in loop bodies, and check them the way
+    OpenVINO's spec does.
 
     Raises:
         StateError: naming the variable and layer: a ReadValue without Assign or the reverse, two
-            of either for one variable, or a type/shape the variable does not admit.
+            of either for one variable, a ReadValue and its Assign in different graphs (a loop body
+            and the graph around it), or a type/shape the variable does not admit.
     """
-    reads: dict[str, Layer] = {}
-    assigns: dict[str, Layer] = {}
-    for layer in graph.topological():
-        if layer.type not in ("ReadValue", "Assign"):
-            continue
+    reads: dict[str, tuple[Graph, Layer, str]] = {}
+    assigns: dict[str, tuple[Graph, Layer, str]] = {}
+    for g, layer, where in _state_layers(graph, graph.source):
         vid = layer.attrs.get("variable_id", "")
         if not vid:
-            raise StateError(f"{_where(graph, layer)}: missing attribute 'variable_id'")
+            raise StateError(f"{where}: missing attribute 'variable_id'")
         table = reads if layer.type == "ReadValue" else assigns
         if vid in table:
+            first = table[vid][1]
             raise StateError(
-                f"{_where(graph, layer)}: variable '{vid}' has two {layer.type} layers "
-                f"('{table[vid].name}' id {table[vid].id} and '{layer.name}' id {layer.id})"
+                f"{where}: variable '{vid}' has two {layer.type} layers "
+                f"('{first.name}' id {first.id} and '{layer.name}' id {layer.id})"
             )
-        table[vid] = layer
-    for vid, layer in assigns.items():
+        table[vid] = (g, layer, where)
+    for vid, (_, _, where) in assigns.items():
         if vid not in reads:
-            raise StateError(f"{_where(graph, layer)}: variable '{vid}' is assigned but never read (no ReadValue)")
+            raise StateError(f"{where}: variable '{vid}' is assigned but never read (no ReadValue)")
     variables = []
-    for vid, read in reads.items():
+    for vid, (g, read, where) in reads.items():
         if vid not in assigns:
-            raise StateError(f"{_where(graph, read)}: variable '{vid}' is read but never assigned (no Assign)")
-        variables.append(_make_variable(graph, vid, read, assigns[vid]))
+            raise StateError(f"{where}: variable '{vid}' is read but never assigned (no Assign)")
+        assign_graph, assign, assign_where = assigns[vid]
+        if assign_graph is not g:
+            raise StateError(
+                f"{where}: variable '{vid}' is assigned by {assign_where.split(': ', 1)[1]}: a ReadValue and "
+                "its Assign in different graphs (a loop body and the graph around it) are not supported"
+            )
+        variables.append(replace(_make_variable(g, vid, read, assign), body=None if g is graph else g))
     return variables
+
+
+def _state_layers(graph: Graph, source: str, inside: str = "") -> list[tuple[Graph, Layer, str]]:
+    """(graph, layer, where) for every ReadValue and Assign, loop bodies included, in graph order."""
+    found = []
+    for layer in graph.topological():
+        if layer.type in ("ReadValue", "Assign"):
+            found.append((graph, layer, f"{source}: {layer.describe()}{inside}"))
+        if layer.body is not None:
+            found.extend(_state_layers(layer.body, source, f" in the body of {layer.describe()}{inside}"))
+    return found
 
 
 def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variable:
@@ -201,7 +220,7 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
 
 def plan_inits(graph: Graph, variables: list[Variable], explicit: bool) -> None:
     """Find each computed init's exclusive layers and decide which inits an ``If`` guards."""
-    by_read = {v.read.id: v for v in variables}
+    by_read = {v.read.id: v for v in variables if v.body is None}
     owner: dict[int, str] = {}
     for layer in reversed(graph.topological()):
         if layer.type in ("Parameter", "ReadValue", "Assign", "Result"):
@@ -214,6 +233,9 @@ def plan_inits(graph: Graph, variables: list[Variable], explicit: bool) -> None:
         owner[layer.id] = owners.pop() if len(owners) == 1 else _MAIN
     for var in variables:
         if var.init != "computed":
+            continue
+        if var.body is not None:  # computed inside its loop body (see .loop_state), when the flag says so
+            var.guarded = True
             continue
         var.exclusive = {lid for lid, o in owner.items() if o == var.id}
         expensive = any(graph.layers[lid].type not in _CHEAP_INIT_OPS for lid in var.exclusive)
@@ -253,20 +275,39 @@ class StateWriter:
         return {lid for v in self.variables.values() if v.guarded for lid in v.exclusive}
 
     def read(self, layer: Layer, value_of: ValueFn, translate: TranslateFn) -> str:
+        """The value of a ReadValue of the main graph: the variable, or its init when uninitialised."""
         var = self.variables[layer.attrs["variable_id"]]
-        value = self._read(var, layer, value_of, translate)
+        self.b.hint = layer.name
+        exclusive = [self.graph.layers[i] for i in self.graph.order if i in var.exclusive]
+
+        def init(builder: GraphBuilder) -> str:
+            if builder is not self.b:  # an If branch: the init's own layers are computed there
+                translate(exclusive, builder)
+            return value_of(layer, 0)
+
+        value = self._read(var, init)
         # The state read stays in the model (the variable keeps its ReadValue), but a read after the
         # Assign gives the value just written.
         return self._written[var.id] if var.after_assign else value
 
-    def _read(self, var: Variable, layer: Layer, value_of: ValueFn, translate: TranslateFn) -> str:
+    def read_variable(self, var_id: str) -> str:
+        """The value of a loop-body variable before the loop (see .loop_state): the variable, or zeros
+        of its init shape when uninitialised (a computed init is then made in the body, by the flag)."""
+        var = self.variables[var_id]
+        zeros = np.zeros(var.init_shape, dtype=numpy_type(onnx_type(var.etype)))
+        return self._read(var, lambda builder: builder.const(zeros, hint=f"{var.id}_zeros"))
+
+    def flag(self, var_id: str) -> str:
+        """The graph input telling a run that the variable is uninitialised (computed inits only)."""
+        return self._flags[var_id]
+
+    def _read(self, var: Variable, init_in: Callable[[GraphBuilder], str]) -> str:
+        """``init_in(builder)`` makes the init value in ``builder`` (the main graph or an If branch)."""
         b = self.b
-        b.hint = layer.name
         etype = onnx_type(var.etype)
         if var.guarded:
             init_branch = b.sub(f"init_{var.id}")
-            translate([self.graph.layers[i] for i in self.graph.order if i in var.exclusive], init_branch)
-            init = value_of(layer, 0)
+            init = init_in(init_branch)
             if not self.explicit and var.carrier_type != etype:
                 init = init_branch.op("Cast", [init], {"to": var.carrier_type})
             init_out = init_branch.op("Identity", [init])
@@ -289,7 +330,7 @@ class StateWriter:
         elif var.init == "zeros":
             init = b.const(np.zeros(var.init_shape, dtype=numpy_type(var.carrier_type)), hint=f"{var.id}_zeros")
         else:
-            init = value_of(layer, 0)
+            init = init_in(b)
             if var.carrier_type != etype:
                 init = b.op("Cast", [init], {"to": var.carrier_type})
         value = b.op("ReadValue", [init, REQUEST_INPUT], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
@@ -298,9 +339,14 @@ class StateWriter:
         return self._record(var, value)
 
     def assign(self, layer: Layer, value: str) -> str:
-        var = self.variables[layer.attrs["variable_id"]]
+        """An Assign of the main graph writes ``value``; returns the Assign's output (the same value)."""
+        self.b.hint = layer.name
+        return self.write_variable(layer.attrs["variable_id"], value)
+
+    def write_variable(self, var_id: str, value: str) -> str:
+        """Write ``value`` (of the variable's element type) to the variable; returns ``value``."""
+        var = self.variables[var_id]
         b = self.b
-        b.hint = layer.name
         self._written[var.id] = value
         if self.explicit:
             self._state_out[var.id] = b.names.reserve(f"ortstate.out.{var.id}")
