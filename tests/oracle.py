@@ -91,6 +91,22 @@ def open_session(model: Any, explicit: bool | str = False, **kwargs: Any) -> ort
     return ortstate.StatefulSession(model, form=form, **kwargs)
 
 
+def set_state(name: str, value: np.ndarray) -> Callable[[Any], None]:
+    """A :func:`check_steps` step setting variable ``name`` to ``value`` in both runtimes."""
+
+    def step(runner: Any) -> None:
+        for state in runner.query_state():
+            if state.name == name:
+                state.state = ov.Tensor(value) if isinstance(runner, ov.InferRequest) else value
+
+    return step
+
+
+def query(_runner: Any) -> None:
+    """A :func:`check_steps` step changing nothing: the variables are compared as they are (before
+    the first run, after a reset)."""
+
+
 def form_name(explicit: bool | str) -> str:
     return explicit if isinstance(explicit, str) else ("explicit" if explicit else "custom-op")
 

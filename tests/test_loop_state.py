@@ -17,7 +17,7 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset5, opset6
-from oracle import RESET, check_steps, open_session, save_ir, variable
+from oracle import RESET, check_steps, open_session, query, save_ir, set_state, variable
 
 import ortstate
 from ortstate.cli import main
@@ -28,19 +28,6 @@ RNG = np.random.default_rng(12)
 
 def normal(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def set_state(name: str, value: np.ndarray) -> Callable[[Any], None]:
-    def step(runner: Any) -> None:
-        for state in runner.query_state():
-            if state.name == name:
-                state.state = ov.Tensor(value) if isinstance(runner, ov.InferRequest) else value
-
-    return step
-
-
-def query(_runner: Any) -> None:
-    """Compare the variables as they are (before the first run, after a reset)."""
 
 
 def loop(trip: Any, body: ov.Model, cond_result: int, iteration_param: int = -1) -> Any:

@@ -324,3 +324,45 @@ def test_metadata_describes_variables(tmp_path):
     check_steps(xml, [{"x": np.ones((1, 3), np.float16)}, {"x": np.full((1, 3), 2, np.float16)}])
     session = ortstate.StatefulSession(m)
     assert session.query_state()[0].state.shape == (1, 1)
+
+
+INIT_SHAPE = (3, 32, 7, 7)
+INITS = {  # init value of a [?,32,?,?] variable from p: [?,32,?,?] (p_static: INIT_SHAPE) -> shape shown
+    "computed": (
+        lambda p, ps: ops.add(ops.multiply(p, ops.constant(np.full(INIT_SHAPE, 2, np.float32))), p),
+        INIT_SHAPE,
+    ),
+    "broadcast_of_constant_shape": (
+        lambda p, ps: ops.broadcast(ops.constant(np.float32(1)), ops.constant(np.array(INIT_SHAPE))),
+        INIT_SHAPE,
+    ),
+    "zeros_constant": (lambda p, ps: ops.constant(np.zeros(INIT_SHAPE, np.float32)), INIT_SHAPE),
+    "static_parameter": (lambda p, ps: ps, INIT_SHAPE),
+    "shape_of_dynamic_input": (
+        lambda p, ps: ops.broadcast(ops.constant(np.float32(0)), ops.shape_of(p)),
+        (0, 32, 0, 0),
+    ),
+}
+
+
+@pytest.mark.parametrize("explicit", [False, True, REWRITTEN], ids=form_name)
+@pytest.mark.parametrize("init", sorted(INITS))
+def test_uninitialised_state_shows_the_init_shape(tmp_path, init, explicit):
+    """Before the first run and after a reset, a variable shows zeros of its init's shape where the IR
+    states it, else of the variable's shape with dynamic dims 0. OpenVINO 2026.4's CPU plugin shows the
+    init's shape only for inits it computes from inputs through other ops ("computed"; compared with
+    it in test_state_patterns.py), and an empty tensor for the others."""
+    make, shown = INITS[init]
+    p = ops.parameter([-1, 32, -1, -1], np.float32, name="p")
+    ps = ops.parameter(list(INIT_SHAPE), np.float32, name="ps")
+    var = variable("v", [-1, 32, -1, -1])
+    read = opset6.read_value(make(p, ps), var)
+    xml = model(tmp_path, [ops.add(read, p)], [opset6.assign(ops.add(read, p), var)], [p, ps])
+    session = open_session(xml, explicit)
+    (state,) = session.query_state()
+    assert state.state.shape == shown and not state.state.any()
+    feeds = {"p": np.ones(INIT_SHAPE, np.float32), "ps": np.ones(INIT_SHAPE, np.float32)}
+    session.run(None, feeds)
+    assert state.state.shape == INIT_SHAPE and state.state.any()
+    session.reset_state()
+    assert state.state.shape == shown and not state.state.any()

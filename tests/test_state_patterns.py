@@ -19,25 +19,23 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset3, opset6, passes
-from oracle import RESET, REWRITTEN, assert_close, check_steps, form_name, open_session, save_ir, variable
+from oracle import (
+    RESET,
+    REWRITTEN,
+    assert_close,
+    check_steps,
+    form_name,
+    open_session,
+    query,
+    save_ir,
+    set_state,
+    variable,
+)
 
 from ortstate.cli import main
 
 RNG = np.random.default_rng(10)
 FORMS = [pytest.param(False, id="custom-op"), pytest.param(True, id="explicit"), pytest.param(REWRITTEN, id=REWRITTEN)]
-
-
-def query(_runner: Any) -> None:
-    """A step that changes nothing: the variables are compared as they are (e.g. before any run)."""
-
-
-def set_state(name: str, value: np.ndarray) -> Callable[[Any], None]:
-    def step(runner: Any) -> None:
-        for state in runner.query_state():
-            if state.name == name:
-                state.state = ov.Tensor(value) if isinstance(runner, ov.InferRequest) else value
-
-    return step
 
 
 def normal(*shape: int) -> np.ndarray:

@@ -349,8 +349,9 @@ class StateWriter:
         b = self.b
         self._written[var.id] = value
         if self.explicit:
-            self._state_out[var.id] = b.names.reserve(f"ortstate.out.{var.id}")
-            b.op("Identity", [value], names=[self._state_out[var.id]])
+            out = b.names.reserve(f"ortstate.out.{var.id}")
+            b.op("Identity", [value], names=[out])
+            self._state_out[var.id] = out
             return value
         carried = value if var.carrier_type == onnx_type(var.etype) else b.op("Cast", [value], {"to": var.carrier_type})
         b.op("Assign", [carried, REQUEST_INPUT], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)

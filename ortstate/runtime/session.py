@@ -67,7 +67,7 @@ def _layer_behind(proto: onnx.ModelProto, message: str) -> str:
 def _fetchable(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
     """ONNX Runtime refuses a run that fetches nothing. A custom-op model whose only effect is on its
     variables (no outputs: OpenVINO's MakeStateful can leave that) gets the token of one of its
-    Assign nodes as an extra output, which runs fetch and drop; returns that output's name."""
+    Assign nodes as an extra output, which each run fetches and drops; returns its name."""
     if proto.graph.output:
         return proto, None
     token = next(
