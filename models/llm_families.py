@@ -100,6 +100,18 @@ FAMILIES: list[Family] = [
         model_class="AutoModelForSeq2SeqLM",
     ),
     Family("mixtral", "MixtralConfig", _common(num_local_experts=4, num_experts_per_tok=2)),
+    Family(
+        "dbrx",  # its MoE routes tokens with torch.where(mask): NonZero-3 in the IR
+        "DbrxConfig",
+        {
+            "vocab_size": VOCAB, "d_model": 64, "n_heads": 4, "n_layers": 2, "max_seq_len": 128,
+            "tie_word_embeddings": False, "initializer_range": 0.1, "bos_token_id": 1, "eos_token_id": 2,
+            "pad_token_id": 0,
+            "attn_config": {"kv_n_heads": 2, "clip_qkv": 8.0, "rope_theta": 10000.0},
+            "ffn_config": {"ffn_hidden_size": 128, "moe_num_experts": 4, "moe_top_k": 2},
+        },
+        pin="457",
+    ),
     Family("phi3", "Phi3Config", _common(pad_token_id=0)),
     Family("mistral", "MistralConfig", _common(sliding_window=4)),  # window < prompt + new tokens
     Family("qwen3", "Qwen3Config", _common(head_dim=16)),

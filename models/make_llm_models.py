@@ -11,14 +11,14 @@ torch pinned in the same install command (a local CPU build), then ``pip uninsta
     python3 -m venv /work/venv-llm      # transformers 5.5.4: llama*, gpt2, qwen2, qwen3, phi3, mistral,
     /work/venv-llm/bin/pip install "torch==2.13.0" "optimum-intel[openvino]==2.2.0" "transformers==5.5.4"
     # /work/venv-llm-52:  transformers==5.2.0  (mamba, falcon_mamba, lfm2, qwen3_5)
-    # /work/venv-llm-457: transformers==4.57.6 (gemma2, zamba2, qwen3_next)
+    # /work/venv-llm-457: transformers==4.57.6 (gemma2, zamba2, qwen3_next, dbrx)
     #   ... mixtral, granitemoehybrid, whisper, t5 use /work/venv-llm
 
 Usage (each family with the venv of its pin; families of another pin are skipped)::
 
     /work/venv-llm/bin/python models/make_llm_models.py [FAMILY ...]
     /work/venv-llm-52/bin/python models/make_llm_models.py mamba falcon_mamba lfm2 qwen3_5
-    /work/venv-llm-457/bin/python models/make_llm_models.py gemma2 zamba2 qwen3_next
+    /work/venv-llm-457/bin/python models/make_llm_models.py gemma2 zamba2 qwen3_next dbrx
     python3 models/make_llm_models.py --readme      # rewrite models/llm/README.md from the references
 
 Each ``models/llm/<name>/`` gets the IR(s), ``config.json``, ``generation_config.json``,

@@ -196,6 +196,10 @@ class _Reference:
         except Exception as exc:  # noqa: BLE001 - openvino raises RuntimeError subclasses
             raise OrtStateError(f"{xml}: OpenVINO cannot read the model: {_last_line(exc)}") from None
         self.output_names = [o.get_any_name() for o in self._model.outputs]
+        # OpenVINO's CPU plugin hands a scalar variable's state back as shape [1] (outputs read
+        # from it stay scalars): such states are compared as the scalars the model declares.
+        shapes = {v.info.variable_id: v.info.data_shape for v in self._model.get_variables()}
+        self.scalars = {vid for vid, shape in shapes.items() if shape.rank.is_static and len(shape) == 0}
 
     def request(self) -> Any:
         try:
@@ -207,14 +211,16 @@ class _Reference:
                 raise OrtStateError(f"OpenVINO cannot compile the model: {_last_line(exc)}") from None
         return compiled.create_infer_request()
 
-    @staticmethod
-    def step(request: Any, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    def step(self, request: Any, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
         try:
             result = request.infer(dict(feeds))
         except Exception as exc:  # noqa: BLE001
             raise OrtStateError(f"OpenVINO failed to run the model: {_last_line(exc)}") from None
         outputs = [np.array(result[o]) for o in request.model_outputs]
         states = {s.name: np.array(s.state.data) for s in request.query_state()}
+        for name in self.scalars.intersection(states):
+            if states[name].size == 1:
+                states[name] = states[name].reshape(())
         return outputs, states
 
 

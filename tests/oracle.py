@@ -43,13 +43,23 @@ def ov_run(request: ov.InferRequest, feeds: dict[str, np.ndarray]) -> list[np.nd
     return [np.array(result[out]) for out in request.model_outputs]
 
 
-def ov_states(request: ov.InferRequest) -> dict[str, np.ndarray]:
+def scalar_variables(xml: Path) -> frozenset[str]:
+    """Ids of the variables ``xml`` declares with shape [] (see :func:`ov_states`)."""
+    variables = _core.read_model(str(xml)).get_variables()
+    return frozenset(
+        v.info.variable_id for v in variables if v.info.data_shape.rank.is_static and not len(v.info.data_shape)
+    )
+
+
+def ov_states(request: ov.InferRequest, scalars: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
+    """OpenVINO's variables. Those named in ``scalars`` are read as the scalars they are: the CPU
+    plugin hands a scalar variable's state back as shape [1] (outputs read from it stay scalars)."""
     states = {}
     for s in request.query_state():
         data = np.array(s.state.data)
         if s.state.element_type == ov.Type.bf16:  # OpenVINO hands bf16 bits back typed as float16
             data = data.view(np.uint16).view(ml_dtypes.bfloat16)
-        states[s.name] = data
+        states[s.name] = data.reshape(()) if s.name in scalars and data.size == 1 else data
     return states
 
 
@@ -81,6 +91,22 @@ def open_session(model: Any, explicit: bool | str = False, **kwargs: Any) -> ort
     return ortstate.StatefulSession(model, form=form, **kwargs)
 
 
+def set_state(name: str, value: np.ndarray) -> Callable[[Any], None]:
+    """A :func:`check_steps` step setting variable ``name`` to ``value`` in both runtimes."""
+
+    def step(runner: Any) -> None:
+        for state in runner.query_state():
+            if state.name == name:
+                state.state = ov.Tensor(value) if isinstance(runner, ov.InferRequest) else value
+
+    return step
+
+
+def query(_runner: Any) -> None:
+    """A :func:`check_steps` step changing nothing: the variables are compared as they are (before
+    the first run, after a reset)."""
+
+
 def form_name(explicit: bool | str) -> str:
     return explicit if isinstance(explicit, str) else ("explicit" if explicit else "custom-op")
 
@@ -99,6 +125,7 @@ def check_steps(
     A step is a feed dict, ``RESET``, or a callable applied to both runners (e.g. to set a state).
     Variables are compared after every step.
     """
+    scalars = scalar_variables(xml)
     for explicit in forms:
         form = form_name(explicit)
         session = open_session(xml, explicit)
@@ -121,7 +148,7 @@ def check_steps(
                 for name, g, w in zip(names, got, want):
                     assert_close(g, w, f"{where} output {name}", rtol, atol)
             if check_states:
-                want_states = ov_states(request)
+                want_states = ov_states(request, scalars)
                 got_states = ort_states(session)
                 assert sorted(got_states) == sorted(want_states), f"{where}: variable names"
                 for name, w in want_states.items():

@@ -48,8 +48,7 @@ def test_read_without_assign(base_xml):
     with pytest.raises(ortstate.StateError) as err:
         ortstate.convert(base_xml)
     assert (
-        str(err.value)
-        == f"{base_xml}: layer '{name}' (id {lid}, Assign-6): "
+        str(err.value) == f"{base_xml}: layer '{name}' (id {lid}, Assign-6): "
         "variable 'other' is assigned but never read (no ReadValue)"
     )
 
@@ -62,8 +61,7 @@ def test_assign_without_read(base_xml):
     # The Assign of 'acc' is reported first: it has no ReadValue now.
     alid, aname = _layer(base_xml, "Assign")
     assert (
-        str(err.value)
-        == f"{base_xml}: layer '{aname}' (id {alid}, Assign-6): "
+        str(err.value) == f"{base_xml}: layer '{aname}' (id {alid}, Assign-6): "
         "variable 'acc' is assigned but never read (no ReadValue)"
     )
 
@@ -110,4 +108,43 @@ def test_two_assigns(base_xml):
     assert str(err.value) == (
         f"{base_xml}: layer 'asg2' (id 900, Assign-6): "
         f"variable 'acc' has two Assign layers ('{name}' id {asg} and 'asg2' id 900)"
+    )
+
+
+@pytest.mark.parametrize("port_too", [False, True], ids=["value", "value-and-port"])
+@pytest.mark.parametrize("explicit", [False, True])
+def test_assign_value_of_another_type(tmp_path, explicit, port_too):
+    """An i32 value wired into an f32 variable's Assign (the Assign's own port precision may still say
+    f32): refused at conversion, not by onnxruntime when it loads the model."""
+    x = ops.parameter([3], np.int32, name="x")
+    info = VariableInfo()
+    info.data_shape = ov.PartialShape([3])
+    info.data_type = ov.Type.f32
+    info.variable_id = "acc"
+    var = Variable(info)
+    as_f32 = ops.convert(x, "f32", name="as_f32")
+    rv = opset6.read_value(var, name="rv")
+    asg = opset6.assign(as_f32, var)
+    asg.set_friendly_name("asg")
+    model = ov.Model([ops.result(ops.add(rv, as_f32))], [asg], [x], "m")
+    xml = save_ir(model, tmp_path, "m")
+    xid, _ = _layer(xml, "Parameter")
+    cid, _ = _layer(xml, "Convert")
+    lid, name = _layer(xml, "Assign")
+    _edit(
+        xml,
+        rf'<edge from-layer="{cid}" from-port="1" to-layer="{lid}"',
+        f'<edge from-layer="{xid}" from-port="0" to-layer="{lid}"',
+    )
+    if port_too:
+        _edit(
+            xml,
+            r'(type="Assign" version="opset6">\s*<data variable_id="acc" />\s*<input>\s*<port id="0" precision=)"FP32"',
+            r'\1"I32"',
+        )
+    with pytest.raises(ortstate.StateError) as err:
+        ortstate.convert(xml, explicit_state=explicit)
+    assert (
+        str(err.value)
+        == f"{xml}: layer '{name}' (id {lid}, Assign-6): variable 'acc': Assign writes i32 but the variable is f32"
     )

@@ -15,7 +15,7 @@ from .dtypes import onnx_type
 from .folding import constant_value
 
 if TYPE_CHECKING:
-    pass
+    from .loop_state import VariableScope
 
 __all__ = ["Context", "Node", "OPSET"]
 
@@ -143,23 +143,27 @@ def _parse_bool(raw: str) -> bool:
 class Context:
     """Translation state: the graph being read and the builder being written (swapped for subgraphs)."""
 
-    def __init__(self, graph: Graph, builder: GraphBuilder) -> None:
+    def __init__(self, graph: Graph, builder: GraphBuilder, scope: VariableScope | None = None) -> None:
         self.graph = graph
         self.b = builder
         self.opset = OPSET
+        self.scope = scope  # how loops in this graph reach the variables of their bodies
 
     def node(self, layer: Layer, inputs: list[str]) -> Node:
         return Node(layer, inputs, self.graph)
 
-    def translate_body(self, body: Graph, builder: GraphBuilder, params: dict[int, str]) -> dict[int, str]:
+    def translate_body(
+        self, body: Graph, builder: GraphBuilder, params: dict[int, str], scope: VariableScope | None = None
+    ) -> dict[int, str]:
         """Translate a TensorIterator/Loop body into ``builder``.
 
         Args:
             params: ONNX value name for each body Parameter (by layer id).
+            scope: the body's variables (a :class:`~.loop_state.BodyScope`), if it has any.
 
         Returns:
             The ONNX value feeding each body Result (by layer id).
         """
         from .driver import translate_body  # the driver owns the walk; imported late to avoid a cycle
 
-        return translate_body(body, builder, params)
+        return translate_body(body, builder, params, scope)

@@ -18,6 +18,7 @@ from .builder import GraphBuilder, prune
 from .context import OPSET, Context
 from .dtypes import numpy_type, onnx_type
 from .folding import constant_value, feeds_only_folds
+from .loop_state import BodyScope, MainScope
 from .registry import lookup
 from .state import CONTRIB_DOMAIN, REQUEST_INPUT, StateWriter, collect_variables, plan_inits
 
@@ -107,7 +108,7 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
     values: dict[tuple[int, int], str] = {}
     _add_inputs(graph, b, values)
     state = StateWriter(graph, variables, b, explicit_state)
-    ctx = Context(graph, b)
+    ctx = Context(graph, b, MainScope(state))
 
     def value_of(layer: Layer, index: int) -> str:
         return _value(graph, values, layer, index)
@@ -153,10 +154,12 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
     return model
 
 
-def translate_body(body: Graph, builder: GraphBuilder, params: dict[int, str]) -> dict[int, str]:
-    """Translate a loop body (see :meth:`Context.translate_body`). Bodies cannot hold variables."""
+def translate_body(
+    body: Graph, builder: GraphBuilder, params: dict[int, str], scope: BodyScope | None = None
+) -> dict[int, str]:
+    """Translate a loop body (see :meth:`Context.translate_body`)."""
     values: dict[tuple[int, int], str] = {}
-    ctx = Context(body, builder)
+    ctx = Context(body, builder, scope)
 
     def value_of(layer: Layer, index: int) -> str:
         return _value(body, values, layer, index)
@@ -167,7 +170,16 @@ def translate_body(body: Graph, builder: GraphBuilder, params: dict[int, str]) -
                 raise ConversionError(f"{body.source}: body {layer.describe()} is not connected by the port map")
             values[(layer.id, layer.outputs[0].id)] = params[layer.id]
         elif layer.type in ("ReadValue", "Assign"):
-            raise ConversionError(f"{body.source}: {layer.describe()}: variables inside loop bodies are not supported")
+            if scope is None:  # the loop translator gives every body with variables a scope
+                raise ConversionError(f"{body.source}: {layer.describe()}: a variable outside any loop's scope")
+            builder.hint = layer.name
+            if layer.type == "ReadValue":
+                init = value_of(layer, 0) if layer.inputs else None
+                values[(layer.id, layer.outputs[0].id)] = scope.read(layer, init)
+            else:
+                scope.assign(layer, value_of(layer, 0))
+                for port in layer.outputs:
+                    values[(layer.id, port.id)] = value_of(layer, 0)
         elif layer.type != "Result":
             _translate(layer, ctx, values, value_of)
     return {layer.id: value_of(layer, 0) for layer in body.results}

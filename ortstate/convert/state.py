@@ -48,6 +48,11 @@ class Variable:
     init_shape: tuple[int, ...]
     exclusive: set[int] = field(default_factory=set)  # layers only this variable's init needs
     guarded: bool = False
+    # The ReadValue's input depends on the same variable's Assign: it runs after the write, and reads
+    # the value written (OpenVINO's reference implementation runs ops in order; its CPU plugin
+    # refuses such a model as a cycle).
+    after_assign: bool = False
+    body: Graph | None = None  # the loop body holding the ReadValue and Assign; None: the main graph
 
     @property
     def carrier_type(self) -> int:
@@ -67,6 +72,28 @@ def _lenient_relaxes(declared: PartialShape, actual: PartialShape) -> bool:
     return all(a.relaxes(b) or not b.is_static for a, b in zip(declared.dims, actual.dims))
 
 
+def _types_of_value(graph: Graph, layer: Layer, index: int) -> list[ElementType]:
+    """The element types the IR gives the value on ``layer``'s input ``index``: the producer's output
+    port first (the value's real type), then the input port's own precision, where they are written."""
+    types = [graph.producer(layer, index)[1].element_type, layer.inputs[index].element_type]
+    return [t for t in types if t is not None]
+
+
+def _depends_on(graph: Graph, layer: Layer, ancestor: Layer) -> bool:
+    """True if ``layer``'s inputs are computed from ``ancestor``'s outputs."""
+    stack, seen = [layer], {layer.id}
+    while stack:
+        current = stack.pop()
+        for index in range(len(current.inputs)):
+            src = graph.producer(current, index)[0]
+            if src.id == ancestor.id:
+                return True
+            if src.id not in seen:
+                seen.add(src.id)
+                stack.append(src)
+    return False
+
+
 def _shape_of_value(graph: Graph, layer: Layer, index: int) -> PartialShape:
     """The best shape we know for the value on ``layer``'s input ``index``."""
     producer, port = graph.producer(layer, index)
@@ -78,36 +105,54 @@ def _shape_of_value(graph: Graph, layer: Layer, index: int) -> PartialShape:
 
 
 def collect_variables(graph: Graph) -> list[Variable]:
-    """Pair every ReadValue with its Assign and check them the way OpenVINO's spec does.
+    """Pair every ReadValue with its Assign, in the graph and in loop bodies, and check them the way
+    OpenVINO's spec does.
 
     Raises:
         StateError: naming the variable and layer: a ReadValue without Assign or the reverse, two
-            of either for one variable, or a type/shape the variable does not admit.
+            of either for one variable, a ReadValue and its Assign in different graphs (a loop body
+            and the graph around it), or a type/shape the variable does not admit.
     """
-    reads: dict[str, Layer] = {}
-    assigns: dict[str, Layer] = {}
-    for layer in graph.topological():
-        if layer.type not in ("ReadValue", "Assign"):
-            continue
+    reads: dict[str, tuple[Graph, Layer, str]] = {}
+    assigns: dict[str, tuple[Graph, Layer, str]] = {}
+    for g, layer, where in _state_layers(graph, graph.source):
         vid = layer.attrs.get("variable_id", "")
         if not vid:
-            raise StateError(f"{_where(graph, layer)}: missing attribute 'variable_id'")
+            raise StateError(f"{where}: missing attribute 'variable_id'")
         table = reads if layer.type == "ReadValue" else assigns
         if vid in table:
+            first = table[vid][1]
             raise StateError(
-                f"{_where(graph, layer)}: variable '{vid}' has two {layer.type} layers "
-                f"('{table[vid].name}' id {table[vid].id} and '{layer.name}' id {layer.id})"
+                f"{where}: variable '{vid}' has two {layer.type} layers "
+                f"('{first.name}' id {first.id} and '{layer.name}' id {layer.id})"
             )
-        table[vid] = layer
-    for vid, layer in assigns.items():
+        table[vid] = (g, layer, where)
+    for vid, (_, _, where) in assigns.items():
         if vid not in reads:
-            raise StateError(f"{_where(graph, layer)}: variable '{vid}' is assigned but never read (no ReadValue)")
+            raise StateError(f"{where}: variable '{vid}' is assigned but never read (no ReadValue)")
     variables = []
-    for vid, read in reads.items():
+    for vid, (g, read, where) in reads.items():
         if vid not in assigns:
-            raise StateError(f"{_where(graph, read)}: variable '{vid}' is read but never assigned (no Assign)")
-        variables.append(_make_variable(graph, vid, read, assigns[vid]))
+            raise StateError(f"{where}: variable '{vid}' is read but never assigned (no Assign)")
+        assign_graph, assign, assign_where = assigns[vid]
+        if assign_graph is not g:
+            raise StateError(
+                f"{where}: variable '{vid}' is assigned by {assign_where.split(': ', 1)[1]}: a ReadValue and "
+                "its Assign in different graphs (a loop body and the graph around it) are not supported"
+            )
+        variables.append(replace(_make_variable(g, vid, read, assign), body=None if g is graph else g))
     return variables
+
+
+def _state_layers(graph: Graph, source: str, inside: str = "") -> list[tuple[Graph, Layer, str]]:
+    """(graph, layer, where) for every ReadValue and Assign, loop bodies included, in graph order."""
+    found = []
+    for layer in graph.topological():
+        if layer.type in ("ReadValue", "Assign"):
+            found.append((graph, layer, f"{source}: {layer.describe()}{inside}"))
+        if layer.body is not None:
+            found.extend(_state_layers(layer.body, source, f" in the body of {layer.describe()}{inside}"))
+    return found
 
 
 def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variable:
@@ -116,7 +161,7 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
     init_type = None
     init_shape = PartialShape(None)
     if has_init:
-        init_type = read.inputs[0].element_type or graph.producer(read, 0)[1].element_type
+        init_type = next(iter(_types_of_value(graph, read, 0)), None)
         init_shape = _shape_of_value(graph, read, 0)
     declared_type: ElementType | None = None
     declared_shape = PartialShape(None)
@@ -149,28 +194,33 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
     shape = declared_shape if declared_shape.dims is not None else init_shape
 
     assign_where = f"{_where(graph, assign)}: variable '{vid}'"
-    assign_type = assign.inputs[0].element_type or graph.producer(assign, 0)[1].element_type
-    if assign_type is not None and assign_type != etype:
-        raise StateError(f"{assign_where}: Assign writes {assign_type.name} but the variable is {etype.name}")
+    for assign_type in _types_of_value(graph, assign, 0):
+        if assign_type != etype:
+            raise StateError(f"{assign_where}: Assign writes {assign_type.name} but the variable is {etype.name}")
     if not _lenient_relaxes(shape, _shape_of_value(graph, assign, 0)):
         raise StateError(
             f"{assign_where}: Assign writes shape {_shape_of_value(graph, assign, 0)} but the variable is {shape}"
         )
 
-    # Uninitialised variables read (and show) zeros with each dynamic dim at its lower bound, 0 if unbounded.
+    # Uninitialised variables show zeros of the init's shape where the IR tells it without running,
+    # else with each dynamic dim of the variable at its lower bound (0 if unbounded); a zero init
+    # without input is exactly that.
     init_kind, zero_shape = "computed", tuple(d.lo for d in shape.dims or ())
     if not has_init:
         init_kind = "zeros"
     else:
+        if init_shape.is_static:
+            zero_shape = tuple(d.lo for d in init_shape.dims or ())
         value = constant_value(graph, graph.producer(read, 0)[0])
         if value is not None and not np.any(value):
             init_kind, zero_shape = "zeros", tuple(value.shape)
-    return Variable(vid, read, assign, etype, shape, init_kind, zero_shape)
+    after_assign = has_init and _depends_on(graph, read, assign)
+    return Variable(vid, read, assign, etype, shape, init_kind, zero_shape, after_assign=after_assign)
 
 
 def plan_inits(graph: Graph, variables: list[Variable], explicit: bool) -> None:
     """Find each computed init's exclusive layers and decide which inits an ``If`` guards."""
-    by_read = {v.read.id: v for v in variables}
+    by_read = {v.read.id: v for v in variables if v.body is None}
     owner: dict[int, str] = {}
     for layer in reversed(graph.topological()):
         if layer.type in ("Parameter", "ReadValue", "Assign", "Result"):
@@ -183,6 +233,9 @@ def plan_inits(graph: Graph, variables: list[Variable], explicit: bool) -> None:
         owner[layer.id] = owners.pop() if len(owners) == 1 else _MAIN
     for var in variables:
         if var.init != "computed":
+            continue
+        if var.body is not None:  # computed inside its loop body (see .loop_state), when the flag says so
+            var.guarded = True
             continue
         var.exclusive = {lid for lid, o in owner.items() if o == var.id}
         expensive = any(graph.layers[lid].type not in _CHEAP_INIT_OPS for lid in var.exclusive)
@@ -204,6 +257,8 @@ class StateWriter:
         self.meta: dict[str, VariableMeta] = {}
         self._flags: dict[str, str] = {}
         self._state_in: dict[str, str] = {}
+        self._state_out: dict[str, str] = {}
+        self._written: dict[str, str] = {}  # the value each Assign wrote, by variable
         for var in variables:
             if var.guarded:
                 self._flags[var.id] = builder.names.reserve(f"ortstate.init.{var.id}")
@@ -220,14 +275,39 @@ class StateWriter:
         return {lid for v in self.variables.values() if v.guarded for lid in v.exclusive}
 
     def read(self, layer: Layer, value_of: ValueFn, translate: TranslateFn) -> str:
+        """The value of a ReadValue of the main graph: the variable, or its init when uninitialised."""
         var = self.variables[layer.attrs["variable_id"]]
+        self.b.hint = layer.name
+        exclusive = [self.graph.layers[i] for i in self.graph.order if i in var.exclusive]
+
+        def init(builder: GraphBuilder) -> str:
+            if builder is not self.b:  # an If branch: the init's own layers are computed there
+                translate(exclusive, builder)
+            return value_of(layer, 0)
+
+        value = self._read(var, init)
+        # The state read stays in the model (the variable keeps its ReadValue), but a read after the
+        # Assign gives the value just written.
+        return self._written[var.id] if var.after_assign else value
+
+    def read_variable(self, var_id: str) -> str:
+        """The value of a loop-body variable before the loop (see .loop_state): the variable, or zeros
+        of its init shape when uninitialised (a computed init is then made in the body, by the flag)."""
+        var = self.variables[var_id]
+        zeros = np.zeros(var.init_shape, dtype=numpy_type(onnx_type(var.etype)))
+        return self._read(var, lambda builder: builder.const(zeros, hint=f"{var.id}_zeros"))
+
+    def flag(self, var_id: str) -> str:
+        """The graph input telling a run that the variable is uninitialised (computed inits only)."""
+        return self._flags[var_id]
+
+    def _read(self, var: Variable, init_in: Callable[[GraphBuilder], str]) -> str:
+        """``init_in(builder)`` makes the init value in ``builder`` (the main graph or an If branch)."""
         b = self.b
-        b.hint = layer.name
         etype = onnx_type(var.etype)
         if var.guarded:
             init_branch = b.sub(f"init_{var.id}")
-            translate([self.graph.layers[i] for i in self.graph.order if i in var.exclusive], init_branch)
-            init = value_of(layer, 0)
+            init = init_in(init_branch)
             if not self.explicit and var.carrier_type != etype:
                 init = init_branch.op("Cast", [init], {"to": var.carrier_type})
             init_out = init_branch.op("Identity", [init])
@@ -250,7 +330,7 @@ class StateWriter:
         elif var.init == "zeros":
             init = b.const(np.zeros(var.init_shape, dtype=numpy_type(var.carrier_type)), hint=f"{var.id}_zeros")
         else:
-            init = value_of(layer, 0)
+            init = init_in(b)
             if var.carrier_type != etype:
                 init = b.op("Cast", [init], {"to": var.carrier_type})
         value = b.op("ReadValue", [init, REQUEST_INPUT], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
@@ -259,13 +339,19 @@ class StateWriter:
         return self._record(var, value)
 
     def assign(self, layer: Layer, value: str) -> str:
-        var = self.variables[layer.attrs["variable_id"]]
+        """An Assign of the main graph writes ``value``; returns the Assign's output (the same value)."""
+        self.b.hint = layer.name
+        return self.write_variable(layer.attrs["variable_id"], value)
+
+    def write_variable(self, var_id: str, value: str) -> str:
+        """Write ``value`` (of the variable's element type) to the variable; returns ``value``."""
+        var = self.variables[var_id]
         b = self.b
-        b.hint = layer.name
+        self._written[var.id] = value
         if self.explicit:
             out = b.names.reserve(f"ortstate.out.{var.id}")
             b.op("Identity", [value], names=[out])
-            self.meta[var.id] = replace(self.meta[var.id], state_output=out)
+            self._state_out[var.id] = out
             return value
         carried = value if var.carrier_type == onnx_type(var.etype) else b.op("Cast", [value], {"to": var.carrier_type})
         b.op("Assign", [carried, REQUEST_INPUT], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
@@ -274,8 +360,9 @@ class StateWriter:
     def finish(self) -> None:
         """Declare the explicit form's state outputs, after the model's own outputs."""
         for var in self.variables.values():
-            out = self.meta[var.id].state_output
+            out = self._state_out.get(var.id)
             if out:
+                self.meta[var.id] = replace(self.meta[var.id], state_output=out)
                 self.b.add_output(out, onnx_type(var.etype), _onnx_dims(var.shape, f"{var.id}_d"))
 
     def _record(self, var: Variable, value: str) -> str:

@@ -20,7 +20,9 @@ from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path
 if TYPE_CHECKING:
     from .store import StateStore
 
-__all__ = ["library_path", "register_store", "unregister_store"]
+__all__ = ["DOMAIN", "library_path", "register_store", "unregister_store"]
+
+DOMAIN = "ai.onnx.contrib"  # the only domain onnxruntime-extensions serves Python ops from by default
 
 _CARRIERS: dict[np.dtype, int] = {
     np.dtype(np.float32): PyCustomOpDef.dt_float,
@@ -165,7 +167,7 @@ def _hook(k_id: int, feed: tuple, attributes: dict) -> tuple:
     result: list[Any] = [k_id]
     for arr, dtype in zip(out, dtypes):
         if arr.dtype != dtype or not arr.flags.c_contiguous:
-            arr = np.ascontiguousarray(arr, dtype=dtype)
+            arr = np.asarray(arr, dtype=dtype, order="C")  # keeps 0-d arrays 0-d
         result.append(arr.shape)
         result.append(arr)
     return tuple(result)

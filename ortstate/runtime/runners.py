@@ -56,6 +56,8 @@ class PyOpRunner(Runner):
         key = pyops.register_store(store)
         self.fixed = {session._meta.request_input or "": np.array(key, dtype=np.int64)}
         self.flags = [(v.id, v.init_flag) for v in self.variables if v.init_flag]
+        # A model without outputs is run for its variables: fetch the Assign token the session added.
+        self.token = [session._token] if session._token else []
         weakref.finalize(owner, pyops.unregister_store, key)  # state is freed with its request
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
@@ -66,12 +68,12 @@ class PyOpRunner(Runner):
             full[flag] = _FALSE if var_id in store.values else _TRUE
         store.begin()
         try:
-            results = self.ort_run(names, full, run_options)
+            results = self.ort_run(names or self.token, full, run_options)
         except Exception as exc:  # onnxruntime raises its own exception types
             store.begin()
             raise ort_error(exc) from None
         store.commit()
-        return results
+        return results if names else []
 
 
 class ExplicitRunner(Runner):

@@ -64,6 +64,23 @@ def _layer_behind(proto: onnx.ModelProto, message: str) -> str:
     return next((f"{docs[n]}: " for n in named if docs.get(n, "").startswith("layer ")), "")
 
 
+def _fetchable(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
+    """ONNX Runtime refuses a run that fetches nothing. A custom-op model whose only effect is on its
+    variables (no outputs: OpenVINO's MakeStateful can leave that) gets the token of one of its
+    Assign nodes as an extra output, which each run fetches and drops; returns its name."""
+    if proto.graph.output:
+        return proto, None
+    token = next(
+        (n.output[0] for n in proto.graph.node if n.domain == pyops.DOMAIN and n.op_type.startswith("Assign")), None
+    )
+    if token is None:
+        return proto, None
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    copy.graph.output.append(onnx.helper.make_tensor_value_info(token, onnx.TensorProto.BOOL, None))
+    return copy, token
+
+
 class StatefulSession:
     """Run a model converted by ortstate, of either form, keeping its variables between runs.
 
@@ -115,9 +132,11 @@ class StatefulSession:
                 why = "its state ops are not laid out as ortstate writes them"
                 raise OrtStateError(f"{origin}: {why} (form='explicit')")
         options = sess_options or default_session_options(self._meta)
+        self._token: str | None = None  # see _fetchable
         if self._meta.form != EXPLICIT and self._meta.variables:
             options.register_custom_ops_library(pyops.library_path())
             proto = fuse_state_ops(proto, self._meta)
+            proto, self._token = _fetchable(proto)
         # Kept alive with the session: ONNX Runtime may use their memory as its initializers.
         proto, self._offloaded = offload_large_initializers(proto, options, in_place=proto is not model)
         try:
@@ -129,7 +148,7 @@ class StatefulSession:
             source = f" (converted from {self._meta.source})" if self._meta.source else ""
             layer = _layer_behind(proto, str(exc))
             raise OrtStateError(f"{origin}{source}: {layer}onnxruntime cannot load the model: {exc}") from None
-        hidden_in, hidden_out = self._meta.hidden_inputs, self._meta.hidden_outputs
+        hidden_in, hidden_out = self._meta.hidden_inputs, self._meta.hidden_outputs | {self._token}
         self._inputs = [i for i in self._ort.get_inputs() if i.name not in hidden_in]
         self._outputs = [o for o in self._ort.get_outputs() if o.name not in hidden_out]
         self._input_names = {i.name for i in self._inputs}

@@ -129,7 +129,8 @@ class StateStore:
     def set(self, var_id: str, value: object) -> None:
         arr = np.asarray(value)
         self._check(var_id, arr, self._dtype[var_id], "cannot set state:")
-        self.values[var_id] = np.ascontiguousarray(arr.astype(self._carrier[var_id], copy=True))
+        # np.array, not np.ascontiguousarray: that one makes a 0-d value (a scalar variable) 1-d.
+        self.values[var_id] = np.array(arr, dtype=self._carrier[var_id], order="C", copy=True)
         self.version += 1
 
     def replace(self, values: dict[str, np.ndarray]) -> None:

@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     loops,
     matmul,
     movement,
+    nonzero,
     normalization,
     padding,
     ranges,
