@@ -24,9 +24,10 @@ _FALSE = np.array(False)
 
 
 def ort_error(exc: BaseException) -> RunError:
-    text = str(exc).strip().replace("[ONNXRuntimeError] : ", "")
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return RunError(f"run failed, no variable was changed: {first}")
+    """ONNX Runtime's whole reason on one line: its first line often only names the node, the
+    following ones say what was wrong (``index: 2 Got: 7 Expected: 8``)."""
+    text = " ".join(str(exc).replace("[ONNXRuntimeError] : ", "").split()) or type(exc).__name__
+    return RunError(f"run failed, no variable was changed: {text}")
 
 
 class Runner:
