@@ -13,7 +13,7 @@ from typing import Any
 from .measure import BenchResult
 from .runners import LABELS
 
-__all__ = ["SCHEMA", "document", "machine_info", "markdown_table", "plot_results", "plot_unavailable"]
+__all__ = ["SCHEMA", "document", "machine_info", "markdown_table", "plot_figure", "plot_results", "plot_unavailable"]
 
 SCHEMA = "ortstate.bench/1"
 
@@ -116,10 +116,19 @@ def _value(value: float) -> str:
 
 
 def plot_results(results: Sequence[BenchResult], path: str | os.PathLike[str], title: str = "") -> None:
+    """Write :func:`plot_figure` as a PNG. Needs matplotlib."""
+    import matplotlib.pyplot as plt
+
+    fig = plot_figure(results, title)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_figure(results: Sequence[BenchResult], title: str = "") -> Any:
     """p50 per runner (whisker to p90), labelled with its value; one result: horizontal bars, the
     runners named beside them; several: grouped bars, one group per result, the legend below. The
-    title names the model(s) and workload, the subtitle the precision, threads and machine.
-    Needs matplotlib."""
+    title names the model(s) and workload, the subtitle the precision, threads and machine; the
+    unit is ms once a p50 reaches 1 ms. Needs matplotlib; returns its ``Figure``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -172,5 +181,4 @@ def plot_results(results: Sequence[BenchResult], path: str | os.PathLike[str], t
         heading = title or "per-step latency"
     ax.set_title(f"{heading}\n{_subtitle(results)}", fontsize=9)
     ax.grid(axis="x" if len(results) == 1 else "y", alpha=0.3)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    return fig
