@@ -153,8 +153,10 @@ def _echo(text: str) -> None:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the demo's options (shared by ``ortstate demo`` and ``python -m ortstate.demo``)."""
-    parser.add_argument("--prompt", default="Beautiful is", help="text fed one character per step")
-    parser.add_argument("--chars", type=int, default=120, help="characters to generate per stream")
+    parser.add_argument(
+        "--prompt", default="Beautiful is", help="text fed one character per step (default %(default)r)"
+    )
+    parser.add_argument("--chars", type=int, default=120, help="characters to generate per stream (default 120)")
     from .cli.args import add_form_option
 
     add_form_option(
