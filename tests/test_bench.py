@@ -198,6 +198,23 @@ def test_ssm_llms_get_a_table(capsys, family):
     assert list(table_rows(out)) == LABELS and "skipped" not in out
 
 
+def test_shapes_for_what_dims_of_1_cannot_run(capsys):
+    """An image model's pixels: dynamic dims of 1 are too small for its patches; --shape fixes them."""
+    xml = LLM / "llava" / "openvino_vision_embeddings_model.xml"
+    code, out, err = run_cli(capsys, "bench", xml, "--steps", 2, "--rounds", 1, "--no-openvino")
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"ortstate: error: {xml}: run failed, no variable was changed: ")
+    assert err.endswith(
+        "; the inputs were pixel_values float32[1,3,1,1]: give fitting shapes with --shape NAME=D0,D1,...\n"
+    )
+    code, out, err = run_cli(capsys, "bench", xml, "--steps", 2, "--rounds", 1, "--shape", "pixel_values=1,3,16,16")
+    assert code == 0, err
+    assert list(table_rows(out)) == LABELS
+    code, out, err = run_cli(capsys, "bench", xml, "--shape", "pixels=1,3,16,16")
+    assert (code, out) == (2, "")
+    assert err == f"ortstate: error: {xml}: --shape pixels: unknown input (inputs: pixel_values)\n"
+
+
 # -- the library ------------------------------------------------------------------------------------
 def test_decoder_workload_prefills_then_decodes_one_token_per_step():
     w = bench.model_workload(LLAMA, steps=3, position=10)

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..errors import OrtStateError
+from ..errors import OrtStateError, RunError
 from ..model_meta import EXPLICIT, read_meta
 from ..runtime.options import quiet_session_options, tune_session_options
 from ..runtime.pingpong import raw_binding, raw_session
@@ -72,7 +72,10 @@ class _OpenVINO:
         self._request.reset_state()
 
     def step(self, feeds: Feeds) -> object:
-        return self._request.infer(feeds, share_inputs=self._shared)
+        try:
+            return self._request.infer(feeds, share_inputs=self._shared)
+        except Exception as exc:  # noqa: BLE001 - openvino raises RuntimeError subclasses
+            raise RunError(f"OpenVINO failed to run the model: {' '.join(str(exc).split())}") from None
 
 
 class _Session:

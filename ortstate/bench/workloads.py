@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,17 +83,25 @@ def max_positions(xml: str | os.PathLike[str]) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def model_workload(xml: str | os.PathLike[str], steps: int = 200, position: int = 16, seed: int = 0) -> Workload:
+def model_workload(
+    xml: str | os.PathLike[str],
+    steps: int = 200,
+    position: int = 16,
+    seed: int = 0,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+) -> Workload:
     """Inputs made from the IR's Parameters.
 
     A stateful decoder (see :func:`~ortstate.generate.ir_inputs.decoder_rules`) gets a prefill of
     ``position - 1`` random tokens and one decode step (untimed, so its caches hold ``position``
     tokens), then ``steps`` timed one-token decode steps, every input made by generate's feeding
     rules. Other models get random values per step: ints 0 (valid indices for any table), floats
-    ~N(0, 0.5), bools 50/50, dynamic dims 1 (a dynamic rank: a scalar).
+    ~N(0, 0.5), bools 50/50, dynamic dims 1 (a dynamic rank: a scalar). ``shapes`` gives inputs
+    whole shapes (an image model's pixels; a decoder's ``encoder_hidden_states`` only).
 
     Raises:
-        ValueError: ``position < 2`` for a decoder, or an input of a type numpy cannot hold.
+        ValueError: ``position < 2`` for a decoder, a shape naming no input or not fitting it, or
+            an input of a type numpy cannot hold.
         OrtStateError: the IR cannot be read.
     """
     xml = Path(xml)
@@ -100,9 +109,19 @@ def model_workload(xml: str | os.PathLike[str], steps: int = 200, position: int 
     rng = np.random.default_rng(seed)
     label, precision = model_label(xml), weight_precision(graph)
     rules = decoder_rules(graph, read_config(xml.parent))
+    shapes = shapes or {}
+    specs = ir_input_specs(graph)
+    unknown = [n for n in shapes if n not in {s.name for s in specs}]
+    if unknown:
+        raise ValueError(f"--shape {unknown[0]}: unknown input (inputs: {', '.join(s.name for s in specs)})")
     if rules is not None:
         if position < 2:
             raise ValueError(f"the decode position must be at least 2, got {position}")
+        made = [n for n in shapes if n != "encoder_hidden_states"]
+        if made:
+            raise ValueError(
+                f"--shape {made[0]}: a decoder's inputs follow its feeding rules (--position sets the length)"
+            )
         feeds = decoder_steps(
             rules,
             rng,
@@ -111,15 +130,15 @@ def model_workload(xml: str | os.PathLike[str], steps: int = 200, position: int 
             steps=steps + 2,
             vocab=logits_size(graph),
             context_positions=_ENCODER_POSITIONS,
+            shapes=shapes,
         )
         config = {"KV_CACHE_PRECISION": "f32"}
         what = f"one-token decode from position {position}"
         return Workload(xml.stem, xml, feeds[2:], feeds[:2], config, what, label, precision)
 
-    specs = ir_input_specs(graph)
     untyped = [s.name for s in specs if s.dtype is None]
     if untyped:
         raise ValueError(f"cannot make values for input(s) {', '.join(untyped)}: no numpy type holds their elements")
     specs = [InputSpec(s.name, s.dtype, s.shape if s.shape is not None else ()) for s in specs]
-    timed = [random_inputs(specs, rng, batch=1, dim=1, scale=0.5) for _ in range(steps)]
+    timed = [random_inputs(specs, rng, batch=1, dim=1, shapes=shapes, scale=0.5) for _ in range(steps)]
     return Workload(xml.stem, xml, timed, description="one step per run", model=label, precision=precision)

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from .. import bench
-from ..errors import OrtStateError
-from .args import UsageError, add_verbose_option, existing_file
+from ..errors import OrtStateError, RunError
+from .args import UsageError, add_verbose_option, existing_file, parse_shapes
 from .command import EXIT_OK, Command
 from .report import count, progress
 
@@ -28,12 +28,13 @@ the p50 ratios to the floor, to OpenVINO's fastest way (× OpenVINO) and to its 
 
 Inputs are made from the IR's Parameters. A stateful decoder (an optimum-intel LLM) is fed as
 generate feeds it: prefilled to --position tokens, then timed on one-token decode steps. Other
-models get random values (ints 0, floats ~N(0, 0.5), dynamic dims 1) every step. Progress goes to
-stderr when it is a terminal.
+models get random values (ints 0, floats ~N(0, 0.5), dynamic dims 1; --shape sets an input's whole
+shape, e.g. an image's) every step. Progress goes to stderr when it is a terminal.
 
 examples:
   ortstate bench models/lstm_1l/model.xml
   ortstate bench model.xml --steps 500 --rounds 7 --threads 2
+  ortstate bench openvino_vision_embeddings_model.xml --shape pixel_values=1,3,16,16
   ortstate bench models/llm/llama/openvino_model.xml --position 64 --json out/llama.json --plot out/llama.png"""
 
 
@@ -49,11 +50,16 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="P",
         help="decoders: tokens in the cache when timing starts (default 16)",
     )
+    p.add_argument("--shape", action="append", metavar="NAME=D0,D1", help="an input's shape (repeatable)")
     p.add_argument("--no-openvino", action="store_true", help="leave OpenVINO's rows out")
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--markdown", metavar="OUT", help="write the table as markdown")
     p.add_argument("--plot", metavar="OUT.png", help="draw the p50s (needs matplotlib: ortstate[plot])")
     add_verbose_option(p)
+
+
+def _progress(message: str) -> None:
+    progress(f"bench: {message}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         if out and not Path(out).resolve().parent.is_dir():
             raise UsageError(f"--{option} {out}: no such directory {Path(out).parent}")
     try:
-        workload = bench.model_workload(xml, args.steps, args.position)
+        workload = bench.model_workload(xml, args.steps, args.position, shapes=parse_shapes(args.shape))
     except ValueError as exc:
         raise UsageError(f"{xml}: {exc}") from None
     limit = bench.max_positions(xml)
@@ -84,14 +90,16 @@ def run(args: argparse.Namespace) -> int:
     runners, skipped = bench.make_runners(workload, args.threads, names)
     if "custom-op" in skipped and "explicit" in skipped:
         raise OrtStateError(f"{xml}: cannot run in ortstate: {skipped['custom-op']}")
-    result = bench.measure(
-        workload,
-        runners,
-        args.rounds,
-        threads=args.threads,
-        skipped=skipped,
-        progress=lambda m: progress(f"bench: {m}"),
-    )
+    try:
+        result = bench.measure(
+            workload, runners, args.rounds, threads=args.threads, skipped=skipped, progress=_progress
+        )
+    except RunError as exc:
+        fed = workload.prefill[0] if workload.prefill else workload.steps[0]
+        shown = ", ".join(f"{n} {v.dtype}[{','.join(map(str, v.shape))}]" for n, v in fed.items())
+        raise RunError(
+            f"{xml}: {exc}; the inputs were {shown}: give fitting shapes with --shape NAME=D0,D1,..."
+        ) from None
     table = bench.markdown_table(result)
     head = (
         f"{workload.model}: {workload.description}; weights {workload.precision}; "
