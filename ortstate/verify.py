@@ -28,6 +28,7 @@ import onnx
 from .convert import convert_graph
 from .errors import OrtStateError, RunError
 from .generate.feeds import InputSpec
+from .generate.ir_inputs import empty_start_variables
 from .ir import Graph, read_ir
 from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
 from .verify_inputs import DEFAULT_DIM, InputError, VerifyInputs, input_specs, inputs_reaching, random_inputs
@@ -174,7 +175,7 @@ class _Reference:
             where = f" at {layer.describe()}" + (f", which reads input(s) {', '.join(reached)}" if reached else "")
         return OrtStateError(
             f"OpenVINO cannot run the model on the inputs given ({shown}){where}: {_one_line(exc)}; "
-            "give inputs that fit with --shape NAME=D0,D1,... or --input NAME=FILE.npy"
+            "give inputs that fit with --shape NAME=D0,D1,... or --input NAME=FILE.npy" + empty_start_hint(self._graph)
         )
 
 
@@ -306,3 +307,14 @@ def _one_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines()]
     kept = [line for line in lines if line and not re.fullmatch(r"Exception from \S+:\d+:", line)]
     return " ".join(kept) or type(exc).__name__
+
+
+def empty_start_hint(graph: Graph) -> str:
+    """``"; variable(s) ... start empty ..."`` when some do (see :func:`empty_start_variables`), else ``""``."""
+    empty = empty_start_variables(graph)
+    if not empty:
+        return ""
+    return (
+        f"; variable(s) {', '.join(empty)} start empty (zeros with their dynamic dims 0): if the model cannot "
+        "take that, set them first through the Python API (VariableState.state)"
+    )

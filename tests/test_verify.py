@@ -274,3 +274,14 @@ def test_compare():
     assert compare(f.astype(np.float64), f, 1, 1) == (float("inf"), False, "dtype float64, OpenVINO float32")
     assert compare(np.array([3]), np.array([2]), 1, 1) == (1.0, False, "")  # integers: exact
     assert compare(np.array([np.nan]), np.array([1.0]), 1, 1)[:2] == (float("inf"), False)
+
+
+def test_a_model_whose_state_starts_empty_says_so(capsys):
+    """A dynamic-batch LSTM made stateful: its zero state is empty, OpenVINO cannot run a first step."""
+    code = main(["verify", str(MODELS / "lstm_2l_dynbatch" / "model.xml")])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert err.endswith(
+        "; variable(s) c_inc_out, h_inh_out start empty (zeros with their dynamic dims 0): if the model cannot "
+        "take that, set them first through the Python API (VariableState.state)\n"
+    )

@@ -17,7 +17,14 @@ from ..ir import Graph, Layer, parse_partial_shape
 from .feeds import KNOWN_INPUTS, FeedRules, InputSpec
 from .model_dir import ModelConfig
 
-__all__ = ["cache_position_window", "decoder_rules", "ir_input_specs", "logits_size", "tensor_name"]
+__all__ = [
+    "cache_position_window",
+    "decoder_rules",
+    "empty_start_variables",
+    "ir_input_specs",
+    "logits_size",
+    "tensor_name",
+]
 
 # Ops through which cache_position's *values* flow unchanged in meaning (an index, shifted, clamped,
 # reshaped); ShapeOf and the like read only its length and are not followed.
@@ -133,3 +140,20 @@ def decoder_rules(graph: Graph, config: ModelConfig) -> FeedRules | None:
     if any(s.dtype is None for s in specs):
         return None
     return FeedRules.for_model(specs, config, window=cache_position_window(graph))
+
+
+def empty_start_variables(graph: Graph) -> list[str]:
+    """Variables whose initial value is zeros of a shape with a dynamic dim (a ReadValue-6 without
+    init input): they start empty (that dim 0), and a model that cannot take an empty state (a
+    dynamic-batch LSTM made stateful) runs only once they are set (``VariableState.state``)."""
+    found = []
+    for read in graph.of_type("ReadValue"):
+        if read.inputs:
+            continue
+        try:
+            shape = parse_partial_shape(read.attrs.get("variable_shape", "..."))
+        except ValueError:
+            continue
+        if shape.dims is not None and not all(d.is_static for d in shape.dims):
+            found.append(read.attrs.get("variable_id", read.name))
+    return sorted(set(found))
