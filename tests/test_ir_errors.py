@@ -1,4 +1,5 @@
-"""Broken IRs, hand-written: each raises exactly IRError (IRFileError for a missing or unreadable file), with the whole message pinned."""
+"""Broken IRs, hand-written: each raises exactly IRError (IRFileError: a file missing or unreadable),
+with the whole message pinned."""
 
 from __future__ import annotations
 
