@@ -28,7 +28,6 @@ import onnx
 from .convert import convert_graph
 from .errors import OrtStateError, RunError
 from .generate.feeds import InputSpec
-from .generate.ir_inputs import empty_start_variables
 from .ir import Graph, read_ir
 from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
 from .verify_inputs import DEFAULT_DIM, InputError, VerifyInputs, input_specs, inputs_reaching, random_inputs
@@ -135,9 +134,13 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> tuple[float, bool,
 class _Reference:
     """OpenVINO's trajectory: outputs and variables after every step of both phases."""
 
-    def __init__(self, ov: ModuleType, xml: Path, bin_path: Path | None, graph: Graph) -> None:
+    def __init__(
+        self, ov: ModuleType, xml: Path, bin_path: Path | None, graph: Graph, initial: Mapping[str, np.ndarray]
+    ) -> None:
+        self._ov = ov
         self._core = ov.Core()
         self._graph = graph
+        self.initial = initial
         try:
             self._model = self._core.read_model(str(xml), str(bin_path) if bin_path else None)
         except Exception as exc:  # noqa: BLE001 - openvino raises RuntimeError subclasses
@@ -153,7 +156,11 @@ class _Reference:
                 compiled = self._core.compile_model(self._model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
             except Exception as exc:  # noqa: BLE001
                 raise OrtStateError(f"OpenVINO cannot compile the model: {_one_line(exc)}") from None
-        return compiled.create_infer_request()
+        request = compiled.create_infer_request()
+        for state in request.query_state():  # variables that start empty: as a stream starts them
+            if state.name in self.initial:
+                state.state = self._ov.Tensor(self.initial[state.name])
+        return request
 
     def step(self, request: Any, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
         try:
@@ -175,7 +182,7 @@ class _Reference:
             where = f" at {layer.describe()}" + (f", which reads input(s) {', '.join(reached)}" if reached else "")
         return OrtStateError(
             f"OpenVINO cannot run the model on the inputs given ({shown}){where}: {_one_line(exc)}; "
-            "give inputs that fit with --shape NAME=D0,D1,... or --input NAME=FILE.npy" + empty_start_hint(self._graph)
+            "give inputs that fit with --shape NAME=D0,D1,... or --input NAME=FILE.npy"
         )
 
 
@@ -225,7 +232,7 @@ def verify(
     feeds = maker.phase(rng, steps) + maker.phase(rng, steps)
 
     say(f"running OpenVINO {ov.get_version().split('-')[0]} on {xml.name}")
-    reference = _Reference(ov, xml, bin_file, graph)
+    reference = _Reference(ov, xml, bin_file, graph, maker.initial)
     trajectory = []
     for phase in range(2):
         request = reference.request()  # a fresh compile is OpenVINO's reset (see the module docstring)
@@ -250,7 +257,9 @@ def verify(
         session = StatefulSession(model, form=form)
         label = session.form if session.form == session.model_form else f"{session.form} (rewritten)"
         say(f"running ortstate ({label} form)")
-        results.append(_run_form(session, label, reference.output_names, feeds, trajectory, steps, rtol, atol))
+        results.append(
+            _run_form(session, label, reference.output_names, feeds, trajectory, steps, rtol, atol, maker.initial)
+        )
     first = {name: (str(value.dtype), tuple(value.shape)) for name, value in feeds[0].items()}
     return VerifyResult(str(xml), ov.get_version(), steps, first, results, rtol, atol, maker.feeding)
 
@@ -264,6 +273,7 @@ def _run_form(
     steps: int,
     rtol: float,
     atol: float,
+    initial: Mapping[str, np.ndarray],
 ) -> FormResult:
     result = FormResult(label)
     names = [o.name for o in session.get_outputs()]
@@ -272,6 +282,10 @@ def _run_form(
         phase, step = divmod(index, steps)
         if index == steps:
             session.reset_state()
+        if index % steps == 0:
+            for variable in session.query_state():
+                if variable.name in initial:
+                    variable.state = initial[variable.name]
         try:
             got_out = session.run(None, step_feeds)
         except RunError as exc:
@@ -307,14 +321,3 @@ def _one_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines()]
     kept = [line for line in lines if line and not re.fullmatch(r"Exception from \S+:\d+:", line)]
     return " ".join(kept) or type(exc).__name__
-
-
-def empty_start_hint(graph: Graph) -> str:
-    """``"; variable(s) ... start empty ..."`` when some do (see :func:`empty_start_variables`), else ``""``."""
-    empty = empty_start_variables(graph)
-    if not empty:
-        return ""
-    return (
-        f"; variable(s) {', '.join(empty)} start empty (zeros with their dynamic dims 0): if the model cannot "
-        "take that, set them first through the Python API (VariableState.state)"
-    )

@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import OrtStateError
 from .generate.feeds import FeedRules, InputSpec
-from .generate.ir_inputs import decoder_rules, ir_input_specs, logits_size, tensor_name
+from .generate.ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size, tensor_name
 from .generate.model_dir import read_config
 from .generate.synthetic import concrete_shape, decoder_steps
 from .generate.synthetic import random_inputs as _random_inputs
@@ -87,6 +87,7 @@ class VerifyInputs:
         self.shapes, self.batch = shapes, batch
         self.rules: FeedRules | None = decoder_rules(graph, read_config(xml.parent))
         self.vocab = logits_size(graph)
+        self.initial = empty_start_states(graph, self._rows())
         self.feeding = "random, new values every step"
         if self.rules is not None:
             self.token = "input_ids" if "input_ids" in by_name else "inputs_embeds"
@@ -95,6 +96,18 @@ class VerifyInputs:
                 f"as generate feeds a decoder: a random {self.prompt}-token prompt, then 1 token per step"
                 + "".join(f"; {note}" for note in self.rules.notes)
             )
+
+        if self.initial:
+            shapes = ", ".join(f"{n} [{','.join(map(str, v.shape))}]" for n, v in self.initial.items())
+            self.feeding += f"; variables starting empty set to zeros first: {shapes}"
+
+    def _rows(self) -> int:
+        """The batch the inputs carry: the first dim of the first input whose first dim is dynamic."""
+        for spec in self.specs:
+            if spec.shape and not isinstance(spec.shape[0], int):
+                given = self.fixed[spec.name].shape if spec.name in self.fixed else self.shapes.get(spec.name)
+                return int(given[0]) if given else self.batch
+        return self.batch
 
     def _decoder_dims(self, by_name: Mapping[str, InputSpec]) -> tuple[int, int]:
         token = self.token

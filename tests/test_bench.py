@@ -21,6 +21,7 @@ ACCUMULATOR = ROOT / "models" / "accumulator" / "model.xml"
 LLM = ROOT / "models" / "llm"
 LLAMA = LLM / "llama" / "openvino_model.xml"
 MAMBA = LLM / "mamba" / "openvino_model.xml"
+DYNBATCH = ROOT / "models" / "lstm_2l_dynbatch" / "model.xml"
 LABELS = [bench.LABELS[n] for n in bench.RUNNERS]
 HEADER = "| runner | p50 µs | p90 µs | p99 µs | × floor | × OpenVINO | × `infer(feeds)` |"
 
@@ -215,6 +216,15 @@ def test_shapes_for_what_dims_of_1_cannot_run(capsys):
     assert err == f"ortstate: error: {xml}: --shape pixels: unknown input (inputs: pixel_values)\n"
 
 
+def test_a_model_whose_state_starts_empty(capsys):
+    """Its zero state is empty ([2,0,16]): every runner starts it as zeros of batch 1 after each reset."""
+    workload = bench.model_workload(DYNBATCH, steps=2)
+    assert {n: v.shape for n, v in workload.initial.items()} == {"c_inc_out": (2, 1, 16), "h_inh_out": (2, 1, 16)}
+    code, out, err = run_cli(capsys, "bench", DYNBATCH, "--steps", 2, "--rounds", 1)
+    assert code == 0, err
+    assert list(table_rows(out)) == LABELS and "skipped" not in out
+
+
 # -- the library ------------------------------------------------------------------------------------
 def test_decoder_workload_prefills_then_decodes_one_token_per_step():
     w = bench.model_workload(LLAMA, steps=3, position=10)
@@ -248,7 +258,8 @@ def test_weights_are_named_by_how_the_ir_stores_them():
 
 
 @pytest.mark.parametrize(
-    ("xml", "binds"), [(DEMO, True), (ACCUMULATOR, True), (KV_TOY, False), (MAMBA, True), (LLAMA, False)]
+    ("xml", "binds"),
+    [(DEMO, True), (ACCUMULATOR, True), (KV_TOY, False), (MAMBA, True), (LLAMA, False), (DYNBATCH, True)],
 )
 def test_floor_carries_the_state_like_the_explicit_session(xml, binds):
     """The floor does no state management, but it must compute the same steps; states that keep
@@ -256,9 +267,11 @@ def test_floor_carries_the_state_like_the_explicit_session(xml, binds):
     workload = bench.model_workload(xml, steps=6)
     model = ortstate.convert(xml, explicit_state=True)
     session = ortstate.StatefulSession(model)
-    floor = Floor(model, 1)
+    floor = Floor(model, 1, initial=workload.initial)
     for _ in range(2):  # through a reset
         session.reset_state()
+        for name, value in workload.initial.items():  # a state that starts empty: set as bench sets it
+            session.query_state()[session.variables.index(name)].state = value
         floor.reset()
         assert not floor.bound
         for feeds in workload.prefill + workload.steps:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -60,16 +59,20 @@ def session_options(threads: int, model: onnx.ModelProto | None = None) -> ort.S
 
 
 class _OpenVINO:
-    def __init__(self, name: str, xml: Path, threads: int, extra: dict[str, Any]) -> None:
+    def __init__(self, name: str, workload: Workload, threads: int) -> None:
         import openvino as ov
 
-        config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads, **extra}
+        config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads, **workload.ov_config}
         self.name = name
-        self._request = ov.Core().compile_model(str(xml), "CPU", config).create_infer_request()
+        self._request = ov.Core().compile_model(str(workload.xml), "CPU", config).create_infer_request()
         self._shared = name == "openvino-shared"
+        self._initial = {n: ov.Tensor(v) for n, v in workload.initial.items()}
 
     def reset(self) -> None:
         self._request.reset_state()
+        for state in self._request.query_state() if self._initial else ():
+            if state.name in self._initial:
+                state.state = self._initial[state.name]
 
     def step(self, feeds: Feeds) -> object:
         try:
@@ -79,14 +82,18 @@ class _OpenVINO:
 
 
 class _Session:
-    def __init__(self, name: str, model: onnx.ModelProto, threads: int, form: str) -> None:
+    def __init__(self, name: str, model: onnx.ModelProto, threads: int, form: str, initial: Feeds) -> None:
         from ..runtime import StatefulSession
 
         self.name = name
         self._session = StatefulSession(model, session_options(threads, model), form=form)
+        self._initial = initial
 
     def reset(self) -> None:
         self._session.reset_state()
+        for variable in self._session.query_state() if self._initial else ():
+            if variable.name in self._initial:
+                variable.state = self._initial[variable.name]
 
     def step(self, feeds: Feeds) -> object:
         return self._session.run(None, feeds)
@@ -107,7 +114,7 @@ class Floor:
 
     name = "floor"
 
-    def __init__(self, model: onnx.ModelProto, threads: int, mode: str = "auto") -> None:
+    def __init__(self, model: onnx.ModelProto, threads: int, mode: str = "auto", initial: Feeds | None = None) -> None:
         meta = read_meta(model)
         if meta is None or meta.form != EXPLICIT:
             raise OrtStateError("the floor runner needs the explicit form")
@@ -123,6 +130,7 @@ class Floor:
         self._names = self._outputs + [v.state_output or "" for v in self._vars]
         self._flags = {True: np.array(True), False: np.array(False)}
         self._bound: _Bound | None = None
+        self._initial = initial or {}
         self.reset()
 
     @property
@@ -134,6 +142,9 @@ class Floor:
         self._first = True
         self._bound = None
         self._state = {v.id: np.zeros(v.init_shape, np.dtype(v.carrier or v.dtype)) for v in self._vars}
+        for v in self._vars:  # a variable set before the first run is initialised: no init computed
+            if v.id in self._initial:
+                self._state[v.id] = self._initial[v.id].astype(np.dtype(v.carrier or v.dtype))
 
     def step(self, feeds: Feeds) -> object:
         if self._bound is not None:
@@ -235,7 +246,7 @@ def make_runners(
     for name in names:
         if name.startswith("openvino"):
             try:
-                runners.append(_OpenVINO(name, workload.xml, threads, workload.ov_config))
+                runners.append(_OpenVINO(name, workload, threads))
             except ImportError:
                 skipped[name] = "openvino is not installed"
             continue
@@ -245,7 +256,10 @@ def make_runners(
             skipped[name] = f"conversion failed: {model}"
             continue
         try:
-            runners.append(Floor(model, threads) if name == "floor" else _Session(name, model, threads, form))
+            if name == "floor":
+                runners.append(Floor(model, threads, initial=workload.initial))
+            else:
+                runners.append(_Session(name, model, threads, form, workload.initial))
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
             text = " ".join(str(exc).split()).replace("[ONNXRuntimeError] : ", "")
             skipped[name] = text if text.startswith("onnxruntime") else f"onnxruntime cannot load it: {text}"

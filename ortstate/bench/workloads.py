@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..generate.feeds import InputSpec
-from ..generate.ir_inputs import decoder_rules, ir_input_specs, logits_size
+from ..generate.ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size
 from ..generate.model_dir import read_config
 from ..generate.synthetic import decoder_steps, random_inputs
 from ..ir import Graph, read_ir
@@ -35,6 +35,8 @@ class Workload:
     Attributes:
         model: how plots and tables name the model (see :func:`model_label`).
         precision: the weights' precision as the IR stores them (see :func:`weight_precision`).
+        initial: values every runner sets after each reset: the variables that start empty (see
+            :func:`~ortstate.generate.ir_inputs.empty_start_states`), as a stream of batch 1 starts them.
     """
 
     name: str
@@ -45,6 +47,7 @@ class Workload:
     description: str = ""
     model: str = ""
     precision: str = ""
+    initial: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def model_label(xml: str | os.PathLike[str]) -> str:
@@ -141,4 +144,7 @@ def model_workload(
         raise ValueError(f"cannot make values for input(s) {', '.join(untyped)}: no numpy type holds their elements")
     specs = [InputSpec(s.name, s.dtype, s.shape if s.shape is not None else ()) for s in specs]
     timed = [random_inputs(specs, rng, batch=1, dim=1, shapes=shapes, scale=0.5) for _ in range(steps)]
-    return Workload(xml.stem, xml, timed, description="one step per run", model=label, precision=precision)
+    first = next((v.shape[0] for s, v in zip(specs, timed[0].values()) if s.shape and s.shape[0] is None), 1)
+    initial = empty_start_states(graph, first) if timed else {}
+    what = "one step per run"
+    return Workload(xml.stem, xml, timed, description=what, model=label, precision=precision, initial=initial)

@@ -9,8 +9,6 @@ from pathlib import Path
 
 from .. import bench
 from ..errors import OrtStateError, RunError
-from ..ir import read_ir
-from ..verify import empty_start_hint
 from .args import UsageError, add_verbose_option, existing_file, parse_shapes
 from .command import EXIT_OK, Command
 from .report import count, progress
@@ -99,9 +97,8 @@ def run(args: argparse.Namespace) -> int:
     except RunError as exc:
         fed = workload.prefill[0] if workload.prefill else workload.steps[0]
         shown = ", ".join(f"{n} {v.dtype}[{','.join(map(str, v.shape))}]" for n, v in fed.items())
-        hint = empty_start_hint(read_ir(xml))
         raise RunError(
-            f"{xml}: {exc}; the inputs were {shown}: give fitting shapes with --shape NAME=D0,D1,...{hint}"
+            f"{xml}: {exc}; the inputs were {shown}: give fitting shapes with --shape NAME=D0,D1,..."
         ) from None
     table = bench.markdown_table(result)
     head = (

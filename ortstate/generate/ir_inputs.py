@@ -13,14 +13,14 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..ir import Graph, Layer, parse_partial_shape
+from ..ir import Graph, Layer, element_type, parse_partial_shape
 from .feeds import KNOWN_INPUTS, FeedRules, InputSpec
 from .model_dir import ModelConfig
 
 __all__ = [
     "cache_position_window",
     "decoder_rules",
-    "empty_start_variables",
+    "empty_start_states",
     "ir_input_specs",
     "logits_size",
     "tensor_name",
@@ -142,18 +142,24 @@ def decoder_rules(graph: Graph, config: ModelConfig) -> FeedRules | None:
     return FeedRules.for_model(specs, config, window=cache_position_window(graph))
 
 
-def empty_start_variables(graph: Graph) -> list[str]:
-    """Variables whose initial value is zeros of a shape with a dynamic dim (a ReadValue-6 without
-    init input): they start empty (that dim 0), and a model that cannot take an empty state (a
-    dynamic-batch LSTM made stateful) runs only once they are set (``VariableState.state``)."""
-    found = []
+def empty_start_states(graph: Graph, batch: int) -> dict[str, np.ndarray]:
+    """Starting values for the variables that start empty: zeros of a ReadValue-6 without init input
+    whose declared shape has dynamic dims (read as 0, so a dynamic-batch LSTM made stateful cannot
+    run its first step). A stream of ``batch`` rows starts them as zeros with those dims ``batch``,
+    which is what ``bench`` and ``verify`` set on every runtime before the first step and after
+    each reset.
+    """
+    states = {}
     for read in graph.of_type("ReadValue"):
         if read.inputs:
             continue
         try:
             shape = parse_partial_shape(read.attrs.get("variable_shape", "..."))
-        except ValueError:
+            dtype = element_type(read.attrs.get("variable_type", "")).dtype
+        except (KeyError, ValueError):
             continue
-        if shape.dims is not None and not all(d.is_static for d in shape.dims):
-            found.append(read.attrs.get("variable_id", read.name))
-    return sorted(set(found))
+        if shape.dims is None or dtype is None or all(d.is_static for d in shape.dims):
+            continue
+        dims = [d.lo if d.is_static else batch for d in shape.dims]
+        states[read.attrs.get("variable_id", read.name)] = np.zeros(dims, np.dtype(dtype))
+    return dict(sorted(states.items()))
