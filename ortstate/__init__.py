@@ -4,6 +4,7 @@ from .convert import convert
 from .errors import (
     ConversionError,
     IRError,
+    IRFileError,
     OrtStateError,
     RunError,
     StateError,
@@ -16,6 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConversionError",
     "IRError",
+    "IRFileError",
     "InferRequest",
     "OrtStateError",
     "RunError",

@@ -153,8 +153,10 @@ def _echo(text: str) -> None:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the demo's options (shared by ``ortstate demo`` and ``python -m ortstate.demo``)."""
-    parser.add_argument("--prompt", default="Beautiful is", help="text fed one character per step")
-    parser.add_argument("--chars", type=int, default=120, help="characters to generate per stream")
+    parser.add_argument(
+        "--prompt", default="Beautiful is", help="text fed one character per step (default %(default)r)"
+    )
+    parser.add_argument("--chars", type=int, default=120, help="characters to generate per stream (default 120)")
     from .cli.args import add_form_option
 
     add_form_option(
@@ -175,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """The demo with parsed options. Returns the exit code."""
     if args.chars < 1:
-        _err("ortstate demo: --chars must be at least 1")
+        _err(f"ortstate: error: --chars must be at least 1, got {args.chars}")
         return 2
     xml = DEMO_DIR / "char_lstm.xml"
     vocab = Vocab.load(DEMO_DIR / "vocab.json")
@@ -183,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         vocab.index(args.prompt)
     except ValueError as exc:
-        _err(f"ortstate demo: {exc}")
+        _err(f"ortstate: error: --prompt: {exc}")
         return 2
 
     from .errors import OrtStateError
@@ -191,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         step, reset, form, seconds = _ortstate_step(xml, vocab, args.form)
     except OrtStateError as exc:
-        _err(f"ortstate demo: {exc}")
+        _err(f"ortstate: error: {' '.join(str(exc).split())}")
         return 1
     _err(f"converted {xml.name} ({form} form) and loaded it in {seconds * 1e3:.0f} ms")
     step(vocab.index(" ")[0])  # warm-up run, then start from a clean state

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "ConversionError",
     "IRError",
+    "IRFileError",
     "OrtStateError",
     "RunError",
     "StateError",
@@ -18,6 +19,10 @@ class OrtStateError(Exception):
 
 class IRError(OrtStateError):
     """The OpenVINO IR is missing, unreadable, malformed or inconsistent."""
+
+
+class IRFileError(IRError):
+    """An IR file (the ``.xml`` or its ``.bin``) is missing or cannot be read: the model itself may be fine."""
 
 
 class ConversionError(OrtStateError):

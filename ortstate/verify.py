@@ -4,12 +4,18 @@ OpenVINO is the reference and is imported only when needed (``pip install 'ortst
 The run: N steps, a reset, N more steps. ortstate's reset is ``reset_state()``; OpenVINO's side of
 the reset is a freshly compiled model, because its CPU plugin's own ``reset_state()`` leaves some
 ShapeOf/Broadcast-initialised caches stale (seen with ``models/kv_cache_toy`` on 2026.4).
+
+The inputs follow the model's roles: a stateful decoder (an optimum-intel LLM) is fed as ``generate``
+feeds it, by the same :class:`~ortstate.generate.feeds.FeedRules` (a random prompt, then one random
+token per step, with the mask, positions and ``cache_position`` the rules make); any other model
+gets random values every step (see :mod:`ortstate.generate.synthetic`).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,12 +25,16 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .convert import convert_graph
 from .errors import OrtStateError, RunError
-from .ir import Graph, Layer, parse_partial_shape, read_ir
+from .generate.feeds import InputSpec
+from .ir import Graph, read_ir
 from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
+from .verify_inputs import DEFAULT_DIM, InputError, VerifyInputs, input_specs, inputs_reaching, random_inputs
 
 __all__ = [
     "DEFAULT_ATOL",
+    "DEFAULT_DIM",
     "DEFAULT_RTOL",
     "OV_CONFIG",
     "Check",
@@ -42,7 +52,6 @@ __all__ = [
 
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-4
-DEFAULT_DIM = 4
 # f32 everywhere: the CPU plugin may otherwise compute in bf16, keep KV caches in f16 and quantize
 # activations on the fly for compressed weights (MODELS.md).
 OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
@@ -53,77 +62,12 @@ class OpenVINOUnavailable(OrtStateError):
     """``openvino`` (the reference runtime) is not installed."""
 
 
-class InputError(OrtStateError):
-    """Inputs or shapes asked for do not fit the model's Parameters."""
-
-
 def load_openvino() -> ModuleType:
     """Import openvino, or raise :class:`OpenVINOUnavailable` saying how to install it."""
     try:
         return importlib.import_module("openvino")
     except ImportError:
         raise OpenVINOUnavailable(f"verify needs OpenVINO, which is not installed: {INSTALL_HINT}") from None
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """A Parameter as the user feeds it: name, numpy dtype, dims (None where dynamic; None rank)."""
-
-    name: str
-    dtype: np.dtype
-    dims: tuple[int | None, ...] | None
-
-    def shape(self, batch: int, override: Sequence[int] | None = None) -> tuple[int, ...]:
-        """Concrete shape: ``override``, else dynamic dims as ``batch`` (first) or ``DEFAULT_DIM``."""
-        dims = self.dims
-        if override is not None:
-            fits = dims is None or (len(override) == len(dims) and all(d in (None, n) for d, n in zip(dims, override)))
-            if not fits:
-                shown = "[" + ",".join("?" if d is None else str(d) for d in dims or ()) + "]"
-                raise InputError(f"input '{self.name}': shape {list(override)} does not fit {shown}")
-            return tuple(override)
-        if dims is None:
-            raise InputError(f"input '{self.name}' has a dynamic rank: give a shape (--shape {self.name}=D0,D1,...)")
-        return tuple(d if d is not None else (batch if i == 0 else DEFAULT_DIM) for i, d in enumerate(dims))
-
-
-def _tensor_name(layer: Layer) -> str:
-    # The converter names graph inputs as OpenVINO's get_any_name() does.
-    names = layer.outputs[0].names if layer.outputs else ()
-    return min(names) if names else layer.name
-
-
-def input_specs(graph: Graph) -> list[InputSpec]:
-    specs = []
-    for layer in graph.parameters:
-        etype = layer.outputs[0].element_type if layer.outputs else None
-        if etype is None or etype.dtype is None:
-            raise InputError(f"{graph.source}: {layer.describe()}: cannot generate inputs of element type {etype}")
-        shape = parse_partial_shape(layer.attrs.get("shape", "..."))
-        dims = None if shape.dims is None else tuple(d.lo if d.is_static else None for d in shape.dims)
-        specs.append(InputSpec(_tensor_name(layer), etype.dtype, dims))
-    return specs
-
-
-def random_inputs(
-    specs: Sequence[InputSpec],
-    rng: np.random.Generator,
-    *,
-    batch: int = 2,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-) -> dict[str, np.ndarray]:
-    """Floats ~ N(0, 1); integers in ``[0, batch)`` (valid as indices along the batch axis); bools 50/50."""
-    feeds = {}
-    for spec in specs:
-        shape = spec.shape(batch, (shapes or {}).get(spec.name))
-        if spec.dtype.kind == "b":
-            value = rng.random(shape) < 0.5
-        elif spec.dtype.kind in "iu":
-            value = rng.integers(0, max(batch, 1), size=shape)
-        else:
-            value = rng.standard_normal(shape)
-        feeds[spec.name] = np.asarray(value).astype(spec.dtype)
-    return feeds
 
 
 @dataclass(frozen=True)
@@ -161,6 +105,7 @@ class VerifyResult:
     forms: list[FormResult]
     rtol: float
     atol: float
+    feeding: str = ""  # how the inputs were made, e.g. "decoder: a 4-token prompt, then 1 token per step"
 
     @property
     def ok(self) -> bool:
@@ -189,13 +134,19 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> tuple[float, bool,
 class _Reference:
     """OpenVINO's trajectory: outputs and variables after every step of both phases."""
 
-    def __init__(self, ov: ModuleType, xml: Path, bin_path: Path | None) -> None:
+    def __init__(
+        self, ov: ModuleType, xml: Path, bin_path: Path | None, graph: Graph, initial: Mapping[str, np.ndarray]
+    ) -> None:
+        self._ov = ov
         self._core = ov.Core()
+        self._graph = graph
+        self.initial = initial
         try:
             self._model = self._core.read_model(str(xml), str(bin_path) if bin_path else None)
         except Exception as exc:  # noqa: BLE001 - openvino raises RuntimeError subclasses
-            raise OrtStateError(f"{xml}: OpenVINO cannot read the model: {_last_line(exc)}") from None
-        self.output_names = [o.get_any_name() for o in self._model.outputs]
+            raise OrtStateError(f"{xml}: OpenVINO cannot read the model: {_one_line(exc)}") from None
+        # An output without tensor names (a Result whose port the IR leaves unnamed) is paired by position.
+        self.output_names = [min(o.get_names(), default="") for o in self._model.outputs]
         # OpenVINO's CPU plugin hands a scalar variable's state back as shape [1] (outputs read
         # from it stay scalars): such states are compared as the scalars the model declares.
         shapes = {v.info.variable_id: v.info.data_shape for v in self._model.get_variables()}
@@ -208,14 +159,18 @@ class _Reference:
             try:
                 compiled = self._core.compile_model(self._model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
             except Exception as exc:  # noqa: BLE001
-                raise OrtStateError(f"OpenVINO cannot compile the model: {_last_line(exc)}") from None
-        return compiled.create_infer_request()
+                raise OrtStateError(f"OpenVINO cannot compile the model: {_one_line(exc)}") from None
+        request = compiled.create_infer_request()
+        for state in request.query_state():  # variables that start empty: as a stream starts them
+            if state.name in self.initial:
+                state.state = self._ov.Tensor(self.initial[state.name])
+        return request
 
     def step(self, request: Any, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
         try:
             result = request.infer(dict(feeds))
         except Exception as exc:  # noqa: BLE001
-            raise OrtStateError(f"OpenVINO failed to run the model: {_last_line(exc)}") from None
+            raise self._refused(exc, feeds) from None
         outputs = [np.array(result[o]) for o in request.model_outputs]
         states = {s.name: np.array(s.state.data) for s in request.query_state()}
         for name in self.scalars.intersection(states):
@@ -223,13 +178,27 @@ class _Reference:
                 states[name] = states[name].reshape(())
         return outputs, states
 
+    def _refused(self, exc: BaseException, feeds: Mapping[str, np.ndarray]) -> OrtStateError:
+        """OpenVINO's reason, the inputs it was given and the ones reaching the node it names."""
+        shown = ", ".join(f"{n} {v.dtype}[{','.join(map(str, v.shape))}]" for n, v in feeds.items())
+        where = ""
+        named = re.search(r"node with name '([^']+)'", str(exc))  # the CPU plugin names the failing node
+        layer = next((x for x in self._graph.layers.values() if named and x.name == named.group(1)), None)
+        if layer is not None:
+            reached = inputs_reaching(self._graph, layer)
+            where = f" at {layer.describe()}" + (f", which reads input(s) {', '.join(reached)}" if reached else "")
+        return OrtStateError(
+            f"OpenVINO cannot run the model on the inputs given ({shown}){where}: {_one_line(exc)}; "
+            "give inputs that fit with --shape NAME=D0,D1,... or --input NAME=FILE.npy"
+        )
+
 
 def verify(
     xml: str | os.PathLike[str],
     *,
     steps: int = 3,
     seed: int = 0,
-    forms: Sequence[str] = (CUSTOM_OP,),
+    forms: Sequence[str] = (EXPLICIT,),
     rtol: float = DEFAULT_RTOL,
     atol: float = DEFAULT_ATOL,
     batch: int = 2,
@@ -243,15 +212,20 @@ def verify(
 
     Args:
         forms: ``custom-op`` and/or ``explicit``, each run as itself (a custom-op model through its
-            Python state ops); ignored when ``onnx_model`` is given: it runs as written and, a
-            custom-op model, also rewritten into the explicit form (``StatefulSession``'s default).
-        inputs: fixed values for some inputs (the same every step); the others are random.
+            Python state ops); by default the explicit form, the one ``StatefulSession``, ``run``
+            and ``generate`` run an IR in. Ignored when ``onnx_model`` is given: it runs as written
+            and, a custom-op model, also rewritten into the explicit form (``StatefulSession``'s default).
+        batch: the first dim of inputs where it is dynamic (a decoder's batch).
+        shapes: whole shapes of some inputs. For a decoder, ``input_ids`` (or ``inputs_embeds``)
+            sets the batch and the prompt length, ``encoder_hidden_states`` the encoder's; the
+            other inputs are made by the feeding rules and cannot be shaped.
+        inputs: fixed values for some inputs (the same every step); the others are generated.
         onnx_model: compare this converted model instead of converting ``xml``.
 
     Raises:
         OpenVINOUnavailable, and any ``OrtStateError`` of reading, converting or running.
     """
-    from . import StatefulSession, convert
+    from .runtime import StatefulSession
 
     if steps < 1:
         raise OrtStateError(f"steps must be at least 1, got {steps}")
@@ -259,10 +233,13 @@ def verify(
     say = progress or (lambda _msg: None)
     xml = Path(xml)
     bin_file = Path(bin_path) if bin_path is not None else None
-    feeds = _make_feeds(input_specs(read_ir(xml, bin_file)), 2 * steps, seed, batch, shapes, inputs or {})
+    graph = read_ir(xml, bin_file)
+    maker = VerifyInputs(graph, xml, batch, shapes or {}, inputs or {})
+    rng = np.random.default_rng(seed)
+    feeds = maker.phase(rng, steps) + maker.phase(rng, steps)
 
     say(f"running OpenVINO {ov.get_version().split('-')[0]} on {xml.name}")
-    reference = _Reference(ov, xml, bin_file)
+    reference = _Reference(ov, xml, bin_file, graph, maker.initial)
     trajectory = []
     for phase in range(2):
         request = reference.request()  # a fresh compile is OpenVINO's reset (see the module docstring)
@@ -283,38 +260,15 @@ def verify(
     for model, form in runs:
         if model is None:
             say(f"converting {xml.name} ({form} form)")
-            model = convert(xml, explicit_state=form == EXPLICIT, bin_path=bin_file)
+            model = convert_graph(graph, explicit_state=form == EXPLICIT)
         session = StatefulSession(model, form=form)
         label = session.form if session.form == session.model_form else f"{session.form} (rewritten)"
         say(f"running ortstate ({label} form)")
-        results.append(_run_form(session, label, reference.output_names, feeds, trajectory, steps, rtol, atol))
+        results.append(
+            _run_form(session, label, reference.output_names, feeds, trajectory, steps, rtol, atol, maker.initial)
+        )
     first = {name: (str(value.dtype), tuple(value.shape)) for name, value in feeds[0].items()}
-    return VerifyResult(str(xml), ov.get_version(), steps, first, results, rtol, atol)
-
-
-def _make_feeds(
-    specs: list[InputSpec],
-    count: int,
-    seed: int,
-    batch: int,
-    shapes: Mapping[str, Sequence[int]] | None,
-    fixed: Mapping[str, np.ndarray],
-) -> list[dict[str, np.ndarray]]:
-    by_name = {s.name: s for s in specs}
-    for name, value in fixed.items():
-        spec = by_name.get(name)
-        if spec is None:
-            raise InputError(f"unknown input '{name}' (inputs: {', '.join(by_name)})")
-        if np.asarray(value).dtype != spec.dtype:
-            raise InputError(f"input '{name}': got {np.asarray(value).dtype} values, the model takes {spec.dtype}")
-    rng = np.random.default_rng(seed)
-    random_specs = [s for s in specs if s.name not in fixed]
-    feeds = []
-    for _ in range(count):
-        step = random_inputs(random_specs, rng, batch=batch, shapes=shapes)
-        step.update({name: np.asarray(value) for name, value in fixed.items()})
-        feeds.append({s.name: step[s.name] for s in specs})
-    return feeds
+    return VerifyResult(str(xml), ov.get_version(), steps, first, results, rtol, atol, maker.feeding)
 
 
 def _run_form(
@@ -326,6 +280,7 @@ def _run_form(
     steps: int,
     rtol: float,
     atol: float,
+    initial: Mapping[str, np.ndarray],
 ) -> FormResult:
     result = FormResult(label)
     names = [o.name for o in session.get_outputs()]
@@ -334,6 +289,10 @@ def _run_form(
         phase, step = divmod(index, steps)
         if index == steps:
             session.reset_state()
+        if index % steps == 0:
+            for variable in session.query_state():
+                if variable.name in initial:
+                    variable.state = initial[variable.name]
         try:
             got_out = session.run(None, step_feeds)
         except RunError as exc:
@@ -342,7 +301,7 @@ def _run_form(
         for name, got, i in zip(names, got_out, order):
             result.checks.append(Check(phase, step + 1, "output", name, *compare(got, want_out[i], rtol, atol)))
         got_states = {v.name: v.state for v in session.query_state()}
-        for name in sorted(set(got_states) | set(want_states)):
+        for name in [*got_states, *(n for n in want_states if n not in got_states)]:
             if name in got_states and name in want_states:
                 error, ok, note = compare(got_states[name], want_states[name], rtol, atol)
             else:
@@ -364,6 +323,8 @@ def _pair_outputs(names: list[str], ov_names: list[str]) -> list[int]:
     return list(range(len(names)))  # renamed outputs: rely on the Result order
 
 
-def _last_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[-1] if lines else type(exc).__name__
+def _one_line(exc: BaseException) -> str:
+    """OpenVINO's whole message on one line, without its ``Exception from FILE:LINE:`` frames."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    kept = [line for line in lines if line and not re.fullmatch(r"Exception from \S+:\d+:", line)]
+    return " ".join(kept) or type(exc).__name__

@@ -1,6 +1,7 @@
 """The ``ortstate`` command line: every subcommand's success path and its one-line errors."""
 
 import dataclasses
+import re
 import shutil
 import subprocess
 import sys
@@ -120,6 +121,52 @@ def test_inspect_onnx_explicit(capsys, tmp_path):
     assert "ortstate.in.count -> ortstate.out.count" in out
     assert "  scaled  float32  [?,3]" in out
     assert "ortstate.in.count " not in out.split("variables")[0]  # state plumbing is not a user input
+
+
+def test_inspect_explicit_lists_every_name_needed_to_drive_it_by_hand(capsys, tmp_path):
+    """A variable with a computed initial value has an init flag input: it is listed too."""
+    path = tmp_path / "acc.explicit.onnx"
+    ortstate.convert(ACCUMULATOR, path, explicit_state=True)
+    code, out, _ = run_cli(capsys, "inspect", path)
+    assert code == 0
+    variables = out.split("\nvariables\n")[1].split("\n\n")[0].splitlines()
+    assert variables[0].split() == [
+        "id",
+        "type",
+        "shape",
+        "init",
+        "graph",
+        "input",
+        "->",
+        "output",
+        "init",
+        "flag",
+        "input",
+    ]
+    assert variables[1].split() == [
+        "acc",
+        "f32",
+        "[1,?]",
+        "computed",
+        "ortstate.in.acc",
+        "->",
+        "ortstate.out.acc",
+        "ortstate.init.acc",
+    ]
+
+
+def test_every_command_lists_variables_in_one_order(capsys, tmp_path):
+    """By name, numbers read as numbers: mamba's file order is ssm.1, conv.0, ssm.0, conv.1."""
+    xml = MODELS / "llm" / "mamba" / "openvino_model.xml"
+    ids = [f"cache_params.past.{k}.{i}cache_params.present.{k}.{i}" for k in ("conv", "ssm") for i in (0, 1)]
+    code, out, _ = run_cli(capsys, "inspect", xml)
+    listed = [line.split()[0] for line in out.split("\nvariables\n")[1].split("\n\n")[0].splitlines()[1:]]
+    assert code == 0 and listed == ids
+    code, out, _ = run_cli(capsys, "convert", xml, "-o", tmp_path)
+    assert code == 0 and f"4 variables ({', '.join(ids)})" in out
+    code, out, _ = run_cli(capsys, "verify", xml, "--steps", 1, "--verbose")
+    header = next(line for line in out.splitlines() if line.startswith("  step"))
+    assert code == 0 and header.split()[2:] == [w for i in ids for w in ("state", i)]
 
 
 def einsum_ir(tmp_path: Path) -> Path:
@@ -244,6 +291,173 @@ def test_model_that_fails_to_convert(capsys, tmp_path):
     assert code == 1
     where = f"{xml}: layer 'read' (id 1, ReadValue-6)"
     assert_one_line_error(err, f"{where}: variable 'v' is read but never assigned (no Assign)")
+
+
+def test_one_exit_code_rule(capsys, tmp_path):
+    """2: the command line (options, files missing or unopenable, an IR's .bin included, inputs that
+    don't fit); 1: the model (malformed files included) could not be converted, loaded or run."""
+    shutil.copy(COUNTER, tmp_path / "counter.xml")  # counter_i64 has weights: its .bin is needed
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"not a protobuf at all")
+    x = save_npy(tmp_path / "x.npy", np.ones((1, 3), np.float32))
+    wrong = save_npy(tmp_path / "wrong.npy", np.ones((1, 3, 1), np.float32))
+    no_bin = f"{tmp_path / 'counter.xml'}: weights file {tmp_path / 'counter.bin'} not found"
+    cases = [
+        (["convert", tmp_path / "counter.xml"], 2, no_bin),
+        (["inspect", tmp_path / "counter.xml"], 2, no_bin),
+        (["run", tmp_path / "counter.xml", "--input", f"x={x}"], 2, no_bin),
+        (["verify", tmp_path / "counter.xml"], 2, no_bin),
+        (["bench", tmp_path / "counter.xml"], 2, no_bin),
+        (["inspect", garbage], 1, f"{garbage}: not an ONNX model (nor an IR .xml): "),
+        (["run", garbage, "--input", f"x={x}"], 1, f"{garbage}: not a readable ONNX model: "),
+        (["verify", ACCUMULATOR, "--onnx", garbage], 1, f"{garbage}: not an ONNX model: "),
+        (["verify", ACCUMULATOR, "--input", f"x={wrong}"], 2, "input 'x': shape [1, 3, 1] does not fit [1,?]"),
+        (["run", ACCUMULATOR, "--input", f"x={wrong}"], 2, "input 'x': shape [1, 3, 1] does not fit the model's [1,?]"),
+        (["run", ACCUMULATOR], 2, "missing --input for x (the model takes: x tensor(float) [1,?])"),
+        (["inspect", tmp_path / "nope.onnx"], 2, f"{tmp_path / 'nope.onnx'}: no such file"),
+        (["generate", tmp_path / "nope"], 2, f"{tmp_path / 'nope'}: no such directory"),
+        (
+            ["bench", ACCUMULATOR, "--json", tmp_path / "no" / "b.json"],
+            2,
+            f"--json {tmp_path / 'no' / 'b.json'}: no such directory",
+        ),
+        (["verify", ACCUMULATOR, "--steps", "x"], 2, "argument --steps/-n: invalid int value: 'x'"),
+    ]
+    for argv, code, message in cases:
+        got, out, err = run_cli(capsys, *argv)
+        assert (got, out) == (code, ""), (argv, err)
+        assert err.startswith(f"ortstate: error: {message}") and err.count("\n") == 1, (argv, err)
+
+
+def test_help_shows_every_default(capsys):
+    """An option with a default says it in its --help line (flags and choices' help say theirs in words)."""
+    import argparse
+
+    from ortstate.cli import build_parser
+
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in subparsers.choices.items():
+        for action in parser._actions:
+            if action.default in (None, False, argparse.SUPPRESS) or action.dest == "help":
+                continue
+            assert "default" in (action.help or ""), f"ortstate {name} {action.option_strings}: no default in its help"
+
+
+def readme() -> str:
+    return (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_command_summary_lists_every_option():
+    import argparse
+
+    from ortstate.cli import build_parser
+
+    summary = readme().split("## Command line")[1].split("```text\n")[1].split("```")[0]
+    blocks = re.split(r"\n(?=ortstate )", summary)
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in subparsers.choices.items():
+        (block,) = [b for b in blocks if b.startswith(f"ortstate {name} ")]
+        for action in parser._actions:
+            if action.option_strings and action.dest != "help":
+                assert any(o in block for o in action.option_strings), (
+                    f"README: ortstate {name} lacks {action.option_strings}"
+                )
+
+
+def test_readme_examples_run_verbatim_and_write_only_into_out(tmp_path):
+    """Each example line of the README, run in a copy of the checkout's layout: all succeed, and
+    nothing but out/ appears."""
+    block = readme().split("```bash\nmkdir -p out\n")[1].split("```")[0]
+    (tmp_path / "models").symlink_to(MODELS)
+    script = "set -e\nmkdir -p out\n" + block.replace("ortstate ", f"{sys.executable} -m ortstate ")
+    script = script.replace('python -c "', f'{sys.executable} -c "')
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "out"]
+    assert {"model.onnx", "model.explicit.onnx", "step3_sum.npy", "lstm_1l.png"} <= {
+        p.name for p in (tmp_path / "out").iterdir()
+    }
+
+
+def test_npz_inputs(capsys, tmp_path):
+    one, several = tmp_path / "one.npz", tmp_path / "several.npz"
+    np.savez(one, np.ones((1, 3), np.float32))
+    np.savez(several, a=np.ones(1), b=np.ones(1))
+    code, out, err = run_cli(capsys, "run", ACCUMULATOR, "--input", f"x={one}")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "run", ACCUMULATOR, "--input", f"x={several}")
+    assert code == 2
+    message = f"{several}: an .npz holding 2 arrays (a, b); input 'x' needs one array (numpy.save, or an .npz of one)"
+    assert_one_line_error(err, message)
+
+
+def test_one_step_is_singular(capsys, tmp_path):
+    x = save_npy(tmp_path / "x.npy", np.ones((1, 3), np.float32))
+    code, out, _ = run_cli(capsys, "run", ACCUMULATOR, "--input", f"x={x}", "--steps", 1, "-o", tmp_path / "o")
+    assert code == 0 and "\n1 step, explicit form, " in out and "saved 1 output file to " in out
+    code, out, _ = run_cli(capsys, "verify", ACCUMULATOR, "--steps", 1)
+    assert code == 0 and "\n1 step, reset, 1 step; tolerance" in out
+    code, out, _ = run_cli(capsys, "bench", ACCUMULATOR, "--steps", 1, "--rounds", 1, "--no-openvino")
+    assert code == 0 and out.startswith(
+        "accumulator/model.xml: one step per run; weights none; 1 step × 1 round, 1 thread"
+    )
+
+
+def test_verbose_lets_onnxruntime_log_through_for_the_command_only(capsys, monkeypatch):
+    from ortstate.runtime import options
+
+    seen = []
+
+    def record(args):
+        seen.append(options.log_severity())
+        return 0
+
+    monkeypatch.setitem(COMMANDS, "run", dataclasses.replace(COMMANDS["run"], run=record))
+    assert run_cli(capsys, "run", ACCUMULATOR)[0] == 0
+    assert run_cli(capsys, "run", ACCUMULATOR, "--verbose")[0] == 0
+    assert seen == [4, 2] and options.log_severity() == 4
+
+
+FAILING_RUN = """
+import numpy as np, ortstate
+from ortstate.runtime import options
+session = ortstate.StatefulSession("{xml}")
+session.run(None, {{"x": np.ones((1, 3), np.float32)}})
+if {verbose}:
+    options.set_log_severity(2)
+    session = ortstate.StatefulSession("{xml}")
+    session.run(None, {{"x": np.ones((1, 3), np.float32)}})
+try:
+    session.run(None, {{"x": np.ones((1, 4), np.float32)}})  # acc is [1, 3]: Add cannot broadcast
+except ortstate.RunError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_onnxruntime_log_is_quiet_unless_asked(verbose):
+    """ONNX Runtime writes its own log from C++ (not through sys.stderr): a subprocess sees it."""
+    script = FAILING_RUN.format(xml=ACCUMULATOR, verbose=verbose)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    message = proc.stdout.strip()
+    assert message.startswith("run failed, no variable was changed: ") and "\n" not in message
+    assert ("[E:onnxruntime:" in proc.stderr) is verbose
+    if not verbose:
+        assert proc.stderr == ""
+
+
+def test_the_cli_shows_no_onnxruntime_log_line(tmp_path):
+    x = ops.parameter([-1], np.float32, name="x")
+    shape = ops.parameter([1], np.int64, name="shape")
+    xml = save_ir(ov.Model([ops.result(ops.reshape(x, shape, False))], [x, shape], "reshape"), tmp_path, "reshape")
+    feeds = [f"x={save_npy(tmp_path / 'x.npy', np.ones(6, np.float32))}", f"shape={save_npy(tmp_path / 's.npy', [4])}"]
+    argv = [sys.executable, "-m", "ortstate", "run", xml, "--input", feeds[0], "--input", feeds[1]]
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("ortstate: error: run failed, no variable was changed: ")
+    assert proc.stderr.count("\n") == 1
+    assert "Input shape:{6}, requested shape:{4}" in proc.stderr  # the reason, from past the first line
 
 
 def test_malformed_ir(capsys, tmp_path):

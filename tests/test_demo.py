@@ -90,7 +90,9 @@ def test_unknown_prompt_characters(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run(capsys, "--prompt", "Zen ☯")
     assert code == 2
     assert out == ""
-    assert "characters not in the demo's vocabulary: '☯'" in err
+    assert err == "ortstate: error: --prompt: characters not in the demo's vocabulary: '☯'\n"
+    code, out, err = _run(capsys, "--chars", "0")
+    assert (code, out, err) == (2, "", "ortstate: error: --chars must be at least 1, got 0\n")
 
 
 def test_demo_files_are_packaged() -> None:

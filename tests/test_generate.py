@@ -316,7 +316,7 @@ def test_cli_prompt_without_tokenizers_package(
 
 def test_cli_prompt_text_with_a_tokenizer(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A word-level tokenizer whose word ``tN`` is token N: the text round-trips to the reference ids."""
-    tokenizers = pytest.importorskip("tokenizers")
+    import tokenizers
     from tokenizers import decoders, models, pre_tokenizers
 
     tokenizer = tokenizers.Tokenizer(models.WordLevel({f"t{i}": i for i in range(256)}, unk_token="t0"))
@@ -329,3 +329,78 @@ def test_cli_prompt_text_with_a_tokenizer(capsys: pytest.CaptureFixture[str], tm
     code, out, err = run_cli(capsys, "generate", folder, "--prompt", text, "-n", 8, "--ignore-eos")
     assert code == 0, err
     assert out == " ".join(f"t{i}" for i in ref["new_tokens"][0]) + "\n"
+
+
+# -- what the graph tells, and what is said when config.json is missing ---------------------------------
+def test_cache_position_window_is_read_from_the_graph() -> None:
+    from ortstate.generate.ir_inputs import cache_position_window
+    from ortstate.ir import read_ir
+
+    for family, window in [("mamba", 4), ("falcon_mamba", 4), ("llama", None), ("zamba2", None)]:
+        assert cache_position_window(read_ir(LLM / family / "openvino_model.xml")) == window, family
+
+
+def test_rules_from_the_window_alone() -> None:
+    """No config.json: cache_position indexing a convolution window marks a mamba-style model."""
+    rules = FeedRules.for_model(MAMBA_INPUTS, ModelConfig(), window=4)
+    assert (rules.mask, rules.cache_position, rules.conv_kernel) == ("current", "conv_kernel", 4)
+    assert rules.notes == (
+        "cache_position indexes a 4-wide convolution state in the graph (config.json gives none)",
+        "model type unknown: attention_mask covers the current tokens, as mamba models take it",
+    )
+    assert FeedRules.for_model(MAMBA_INPUTS, ModelConfig(model_type="mamba", conv_kernel=4), window=4).notes == ()
+    guess = FeedRules.for_model(LLAMA_INPUTS, ModelConfig())
+    assert guess.mask == "full" and guess.notes[0].startswith("model type unknown: attention_mask assumed to cover")
+
+
+def test_mamba_without_config_generates_the_reference_and_says_what_it_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ref = reference(MAMBA)
+    folder = linked_copy(MAMBA, tmp_path / "m", skip=("config.json", "generation_config.json"))
+    generator = Generator.from_dir(folder)
+    assert generator.generate(ref["prompt_ids"][0], 8) == ref["new_tokens"][0]
+    assert generator.notes()[-1] == (
+        "no eos_token_id in generation_config.json or config.json: generating until max_new_tokens"
+    )
+    code, out, err = run_cli(capsys, "generate", folder, "--prompt-ids", ids_arg(ref["prompt_ids"][0]), "-n", 8)
+    assert code == 0, err
+    assert out == " ".join(map(str, ref["new_tokens"][0])) + "\n"
+    note, summary = err.splitlines()
+    assert note == (
+        f"ortstate: note: {folder}: cache_position indexes a 4-wide convolution state in the graph (config.json "
+        "gives none); model type unknown: attention_mask covers the current tokens, as mamba models take it; "
+        "no eos_token_id in generation_config.json or config.json: generating until max_new_tokens"
+    )
+    assert SUMMARY.fullmatch(summary + "\n")
+
+
+def test_zamba2_without_config_says_what_it_assumed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Nothing in zamba2's graph tells its mask apart from a transformer's: say what was assumed."""
+    folder = linked_copy(LLM / "zamba2", tmp_path / "z", skip=("config.json", "generation_config.json"))
+    code, out, err = run_cli(capsys, "generate", folder, "--prompt-ids", "8,79,106", "-n", 4, "--ignore-eos")
+    note = err.splitlines()[0]
+    assert note.startswith(f"ortstate: note: {folder}: model type unknown: attention_mask assumed to cover past and")
+    assert "need config.json's model_type" in note and "eos" not in note  # --ignore-eos: no eos needed
+    assert code == 1 and err.splitlines()[-1].startswith("ortstate: error: run failed, no variable was changed: ")
+
+
+def test_encoder_decoder_without_a_start_token(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = linked_copy(T5, tmp_path / "t5", skip=("config.json", "generation_config.json"))
+    (folder / "config.json").write_text(json.dumps({"model_type": "t5", "eos_token_id": 1}))
+    code, out, err = run_cli(capsys, "generate", folder, "-n", 2)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        "ortstate: error: no decoder_start_token_id in generation_config.json or config.json: "
+        "give the decoder's first token(s) with --prompt-ids"
+    )
+
+
+def test_generate_points_several_prompts_to_generate_batch(mamba: Generator) -> None:
+    with pytest.raises(
+        GenerationError,
+        match=r"^generate\(\) takes one prompt \(a list of token ids\); for several, use generate_batch\(\)$",
+    ):
+        mamba.generate([[5, 17, 42], [1, 2, 3]])
+    with pytest.raises(GenerationError, match=r"for several, use generate_batch"):
+        mamba.generate(np.array([[5, 17, 42]]))

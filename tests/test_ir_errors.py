@@ -1,4 +1,5 @@
-"""Broken IRs, hand-written: each raises exactly IRError, with the whole message pinned."""
+"""Broken IRs, hand-written: each raises exactly IRError (IRFileError: a file missing or unreadable),
+with the whole message pinned."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ortstate.errors import IRError
+from ortstate.errors import IRError, IRFileError
 from ortstate.ir import read_ir, reader
 
 # Parameter x and Const w (two f32 in the .bin) feed Add; its output goes to a Result.
@@ -571,12 +572,29 @@ CASES: list[tuple[str, Setup, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("setup", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_error_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setup: Setup, expected: str) -> None:
+# A file missing or unreadable is an IRFileError (the CLI's exit code 2); the rest, plain IRErrors.
+FILE_CASES = {
+    "xml missing",
+    "xml is a directory",
+    "xml unreadable",
+    "bin missing",
+    "given bin missing",
+    "bin unreadable",
+}
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected", "kind"),
+    [(*c[1:], IRFileError if c[0] in FILE_CASES else IRError) for c in CASES],
+    ids=[c[0] for c in CASES],
+)
+def test_error_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setup: Setup, expected: str, kind: type[IRError]
+) -> None:
     xml, bin_path = setup(tmp_path, monkeypatch)
     with pytest.raises(IRError) as info:
         read_ir(xml, bin_path)
-    assert info.type is IRError
+    assert info.type is kind
     assert str(info.value) == expected.format(tmp=str(tmp_path))
 
 

@@ -164,6 +164,11 @@ def test_run_errors_name_the_problem(acc_xml):
         session.run(["nope"], {"x": np.ones((1, 4), np.float32)})
     with pytest.raises(ortstate.RunError, match=r"^run failed, no variable was changed: .*x"):
         session.run(None, {"x": np.ones((1, 4), np.float64)})
+    # ONNX Runtime's reason spans lines; the useful part comes after the first: all of it, on one line
+    with pytest.raises(ortstate.RunError) as info:
+        session.run(None, {"x": np.ones((2, 4), np.float32)})
+    message = str(info.value)
+    assert "\n" not in message and "index: 0 Got: 2 Expected: 1" in message
 
 
 def test_not_an_onnx_model(tmp_path):

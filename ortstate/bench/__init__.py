@@ -9,9 +9,14 @@ Runners, each doing one model step per call (ONNX Runtime sessions: ``intra_op_n
 - ``auto``: the same custom-op model with the session's default ``form="auto"``: rewritten on load
   into the explicit form (what a user gets without asking).
 - ``explicit``: :class:`~ortstate.StatefulSession` on the explicit form.
-- ``floor``: the explicit form's graph in a bare ``InferenceSession`` through IOBinding, the states
-  plain inputs/outputs carried by two ping-pong buffer sets, init flags False after the first run:
-  the same ONNX compute with no state management at all.
+- ``floor``: the explicit form's graph in a bare ``InferenceSession`` (onnxruntime's own session
+  object), the states plain inputs/outputs carried by two ping-pong buffer sets bound once their
+  shapes are steady, init flags False after the first run: the same ONNX compute with no state
+  management at all, the leanest loop there is (see :class:`~ortstate.bench.runners.Floor`).
+
+Ratios to OpenVINO are against its fastest way here (the lower p50 of its two runners), with the
+plain ``infer(feeds)`` beside it. A stateful decoder is fed as ``generate`` feeds it (the same
+feeding rules); see :func:`~ortstate.bench.workloads.model_workload`.
 
 Each round resets every runner, runs the workload's prefill untimed, then times each step; the
 runners' order alternates between rounds (ABC, CBA, ...) so drift falls on all of them alike.
@@ -26,9 +31,9 @@ Typical use::
 """
 
 from .measure import BenchResult, RunnerStats, measure
-from .report import document, machine_info, markdown_table, plot_results, plot_unavailable
+from .report import document, machine_info, markdown_table, plot_figure, plot_results, plot_unavailable
 from .runners import LABELS, RUNNERS, Runner, make_runners, session_options
-from .workloads import Feeds, Workload, max_positions, model_workload
+from .workloads import Feeds, Workload, max_positions, model_label, model_workload, weight_precision
 
 __all__ = [
     "LABELS",
@@ -43,9 +48,12 @@ __all__ = [
     "make_runners",
     "markdown_table",
     "max_positions",
+    "model_label",
     "measure",
     "model_workload",
+    "plot_figure",
     "plot_results",
     "plot_unavailable",
     "session_options",
+    "weight_precision",
 ]

@@ -12,7 +12,7 @@ import numpy as np
 from .runners import LABELS, Runner
 from .workloads import Workload
 
-__all__ = ["BenchResult", "RunnerStats", "measure"]
+__all__ = ["OPENVINO_RUNNERS", "BenchResult", "RunnerStats", "measure"]
 
 
 @dataclass
@@ -42,9 +42,17 @@ class RunnerStats:
         }
 
 
+OPENVINO_RUNNERS = ("openvino", "openvino-shared")
+
+
 @dataclass
 class BenchResult:
-    """One workload measured with several runners."""
+    """One workload measured with several runners.
+
+    Attributes:
+        model: the IR's path; ``label`` how to name it (``folder/file.xml``).
+        precision: the weights' precision as the IR stores them (``f32``, ``int4 + int8``...).
+    """
 
     workload: str
     model: str
@@ -53,6 +61,8 @@ class BenchResult:
     steps: int
     rounds: int
     runners: list[RunnerStats]
+    label: str = ""
+    precision: str = ""
 
     def get(self, name: str) -> RunnerStats | None:
         """The runner's stats if it ran."""
@@ -63,17 +73,31 @@ class BenchResult:
         a, b = self.get(name), self.get(base)
         return None if a is None or b is None else a.p(50) / b.p(50)
 
+    @property
+    def openvino_best(self) -> str | None:
+        """OpenVINO's fastest way here (lowest p50 of its runners that ran): what "× OpenVINO" compares to."""
+        ran = [r for r in (self.get(n) for n in OPENVINO_RUNNERS) if r is not None]
+        return min(ran, key=lambda r: r.p(50)).name if ran else None
+
+    def vs_openvino(self, name: str) -> float | None:
+        """p50 of ``name`` over OpenVINO's fastest way (None without OpenVINO)."""
+        best = self.openvino_best
+        return None if best is None else self.ratio(name, best)
+
     def to_dict(self) -> dict[str, Any]:
         rows = []
         for r in self.runners:
             row = r.to_dict()
             if not r.skipped:
-                for key, base in (("vs_floor", "floor"), ("vs_openvino", "openvino")):
-                    ratio = self.ratio(r.name, base)
-                    row[key] = None if ratio is None else round(ratio, 3)
+                ratios = {
+                    "vs_floor": self.ratio(r.name, "floor"),
+                    "vs_openvino": self.vs_openvino(r.name),
+                    "vs_openvino_infer": self.ratio(r.name, "openvino"),
+                }
+                row |= {k: None if v is None else round(v, 3) for k, v in ratios.items()}
             rows.append(row)
-        keys = ("workload", "model", "description", "threads", "steps", "rounds")
-        return {k: getattr(self, k) for k in keys} | {"runners": rows}
+        keys = ("workload", "model", "label", "precision", "description", "threads", "steps", "rounds")
+        return {k: getattr(self, k) for k in keys} | {"openvino_best": self.openvino_best, "runners": rows}
 
 
 def measure(
@@ -115,5 +139,13 @@ def measure(
     order = list(LABELS)
     stats.sort(key=lambda s: order.index(s.name) if s.name in order else len(order))
     return BenchResult(
-        workload.name, str(workload.xml), workload.description, threads, len(workload.steps), rounds, stats
+        workload.name,
+        str(workload.xml),
+        workload.description,
+        threads,
+        len(workload.steps),
+        rounds,
+        stats,
+        workload.model,
+        workload.precision,
     )

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..errors import OrtStateError
+from ..errors import OrtStateError, RunError
 from ..model_meta import EXPLICIT, read_meta
-from ..runtime.options import tune_session_options
+from ..runtime.options import quiet_session_options, tune_session_options
+from ..runtime.pingpong import raw_binding, raw_session
 from .workloads import Feeds, Workload
 
 __all__ = ["LABELS", "RUNNERS", "Runner", "make_runners", "session_options"]
@@ -47,42 +47,53 @@ class Runner(Protocol):
 
 
 def session_options(threads: int, model: onnx.ModelProto | None = None) -> ort.SessionOptions:
-    """What every ORT session of a benchmark uses: ``threads`` intra-op, 1 inter-op, quiet; and,
+    """What every ORT session of a benchmark uses: ``threads`` intra-op, 1 inter-op, quiet (as
+    ``StatefulSession``'s own, see :func:`~ortstate.runtime.options.quiet_session_options`); and,
     given the model, ortstate's own choices for it (the ones ``StatefulSession`` makes when given no
     options), so that ortstate and the floor run the same ONNX Runtime configuration."""
-    options = ort.SessionOptions()
+    options = quiet_session_options()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    options.log_severity_level = 3
     meta = read_meta(model) if model is not None else None
     return tune_session_options(options, meta) if meta is not None else options
 
 
 class _OpenVINO:
-    def __init__(self, name: str, xml: Path, threads: int, extra: dict[str, Any]) -> None:
+    def __init__(self, name: str, workload: Workload, threads: int) -> None:
         import openvino as ov
 
-        config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads, **extra}
+        config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads, **workload.ov_config}
         self.name = name
-        self._request = ov.Core().compile_model(str(xml), "CPU", config).create_infer_request()
+        self._request = ov.Core().compile_model(str(workload.xml), "CPU", config).create_infer_request()
         self._shared = name == "openvino-shared"
+        self._initial = {n: ov.Tensor(v) for n, v in workload.initial.items()}
 
     def reset(self) -> None:
         self._request.reset_state()
+        for state in self._request.query_state() if self._initial else ():
+            if state.name in self._initial:
+                state.state = self._initial[state.name]
 
     def step(self, feeds: Feeds) -> object:
-        return self._request.infer(feeds, share_inputs=self._shared)
+        try:
+            return self._request.infer(feeds, share_inputs=self._shared)
+        except Exception as exc:  # noqa: BLE001 - openvino raises RuntimeError subclasses
+            raise RunError(f"OpenVINO failed to run the model: {' '.join(str(exc).split())}") from None
 
 
 class _Session:
-    def __init__(self, name: str, model: onnx.ModelProto, threads: int, form: str) -> None:
+    def __init__(self, name: str, model: onnx.ModelProto, threads: int, form: str, initial: Feeds) -> None:
         from ..runtime import StatefulSession
 
         self.name = name
         self._session = StatefulSession(model, session_options(threads, model), form=form)
+        self._initial = initial
 
     def reset(self) -> None:
         self._session.reset_state()
+        for variable in self._session.query_state() if self._initial else ():
+            if variable.name in self._initial:
+                variable.state = self._initial[variable.name]
 
     def step(self, feeds: Feeds) -> object:
         return self._session.run(None, feeds)
@@ -91,119 +102,58 @@ class _Session:
 class Floor:
     """The explicit graph with its states fed back by hand: the least a runtime can spend per step.
 
-    Static-shape states live in two buffer sets bound once in two IOBindings (run ``k`` reads set
-    ``k % 2`` and writes the other: one buffer must never be a run's input and output). Growing
-    states (KV caches) are allocated by ORT and bound as the next run's inputs. Fed inputs are
-    copied into bound buffers (rebound when their shape changes); user outputs go to preallocated
-    buffers of the last shapes seen.
+    Every run goes through onnxruntime's own session object (not its Python wrapper). Once a run's
+    states come back with the shapes they went in with (an LSTM stream; any model whose states stop
+    growing), they live in two buffer sets bound in two IOBindings, run ``k`` reading set ``k % 2``
+    and writing the other (one buffer must never be a run's input and output); fed inputs are
+    copied into bound buffers and outputs are left in buffers bound once (returned, not copied).
+    Until then, and for growing states (KV caches), each run passes numpy arrays in and out, which
+    costs less than binding new outputs every run. ``StatefulSession`` does all this and more (its
+    state store, checks, copies of the outputs), so it can approach the floor but not beat it.
     """
 
     name = "floor"
 
-    def __init__(self, model: onnx.ModelProto, threads: int, mode: str = "auto") -> None:
+    def __init__(self, model: onnx.ModelProto, threads: int, mode: str = "auto", initial: Feeds | None = None) -> None:
         meta = read_meta(model)
         if meta is None or meta.form != EXPLICIT:
             raise OrtStateError("the floor runner needs the explicit form")
+        if mode not in ("auto", "run"):
+            raise ValueError(f"mode must be 'auto' (bind steady states) or 'run', got {mode!r}")
+        self.mode = mode
         options = session_options(threads, model)
-        options.log_severity_level = 4  # a changed output shape is expected and handled in step()
+        options.log_severity_level = 4  # a bound run that no longer fits falls back quietly in step()
         self._session = ort.InferenceSession(model.SerializeToString(), options)
+        self._raw = raw_session(self._session)
         self._vars = meta.variables
         self._outputs = [o.name for o in self._session.get_outputs() if o.name not in meta.hidden_outputs]
-        self._order = self._outputs + [v.state_output or "" for v in self._vars]
-        # the bindings hold the OrtValues, and so the numpy buffers under them, between runs
-        self._io = [self._session.io_binding(), self._session.io_binding()]
-        for io in self._io:
-            for name in self._order:  # the order get_outputs() returns
-                io.bind_output(name, "cpu")
-        self._static = {v.id for v in self._vars if v.shape is not None and all(isinstance(d, int) for d in v.shape)}
-        self._buffers: dict[str, np.ndarray] = {}  # fed inputs and init flags, by input name
-        self._pairs: dict[str, np.ndarray] = {}  # the first buffer of each static state
-        self._carried: dict[str, ort.OrtValue] = {}  # growing states: the last run's output
-        self._out: dict[str, np.ndarray] = {}
-        self._flags = {True: np.array(True), False: np.array(False)}
-        for v in self._vars:
-            if v.id in self._static:
-                pair = [np.zeros(v.init_shape, np.dtype(v.carrier or v.dtype)) for _ in range(2)]
-                values = [ort.OrtValue.ortvalue_from_numpy(b) for b in pair]
-                for p, io in enumerate(self._io):
-                    io.bind_ortvalue_input(v.state_input, values[p])
-                    io.bind_ortvalue_output(v.state_output, values[1 - p])
-                self._pairs[v.id] = pair[0]
-            if v.init_flag:
-                self._bind(v.init_flag, np.array(True))
-        self.reset()
-        # Growing states can't live in preallocated buffers; for them IOBinding's per-run
-        # bind_output/get_outputs cost more than InferenceSession.run with plain numpy in and out.
-        self.mode = mode if mode != "auto" else ("iobinding" if len(self._static) == len(self._vars) else "run")
         self._names = self._outputs + [v.state_output or "" for v in self._vars]
+        self._flags = {True: np.array(True), False: np.array(False)}
+        self._bound: _Bound | None = None
+        self._initial = initial or {}
+        self.reset()
 
-    def _bind(self, name: str, value: np.ndarray) -> None:
-        buffer = self._buffers.get(name)
-        if buffer is not None and buffer.shape == value.shape and buffer.dtype == value.dtype:
-            np.copyto(buffer, value)
-            return
-        buffer = self._buffers[name] = np.array(value, copy=True, order="C")
-        bound = ort.OrtValue.ortvalue_from_numpy(buffer)
-        for io in self._io:
-            io.bind_ortvalue_input(name, bound)
+    @property
+    def bound(self) -> bool:
+        """True while runs go through the two pre-bound IOBindings."""
+        return self._bound is not None
 
     def reset(self) -> None:
-        self._parity, self._first = 0, True
+        self._first = True
+        self._bound = None
         self._state = {v.id: np.zeros(v.init_shape, np.dtype(v.carrier or v.dtype)) for v in self._vars}
-        for v in self._vars:
-            if v.id in self._static:
-                self._pairs[v.id].fill(0)
-            else:
-                zeros = np.zeros(v.init_shape, np.dtype(v.carrier or v.dtype))
-                self._carried[v.id] = ort.OrtValue.ortvalue_from_numpy(zeros)
-            if v.init_flag:
-                self._buffers[v.init_flag][...] = True
-
-    def _preallocate(self, values: Sequence[ort.OrtValue] | None) -> None:
-        """User outputs into buffers shaped like ``values`` (None: let ORT allocate them again)."""
-        for i, name in enumerate(self._outputs):
-            if values is None:
-                self._out.pop(name, None)
-                for io in self._io:
-                    io.bind_output(name, "cpu")
-                continue
-            self._out[name] = np.empty_like(values[i].numpy())
-            bound = ort.OrtValue.ortvalue_from_numpy(self._out[name])
-            for io in self._io:
-                io.bind_ortvalue_output(name, bound)
+        for v in self._vars:  # a variable set before the first run is initialised: no init computed
+            if v.id in self._initial:
+                self._state[v.id] = self._initial[v.id].astype(np.dtype(v.carrier or v.dtype))
 
     def step(self, feeds: Feeds) -> object:
-        if self.mode == "run":
-            return self._run(feeds)
-        for name, value in feeds.items():
-            self._bind(name, value)
-        io = self._io[self._parity]
-        growing = [v for v in self._vars if v.id not in self._static]
-        for v in growing:
-            io.bind_ortvalue_input(v.state_input, self._carried[v.id])
-            io.bind_output(v.state_output, "cpu")
-        try:
-            self._session.run_with_iobinding(io)
-        except Exception:  # an output's shape changed (prefill -> decode): allocate anew and rerun
-            if not self._out:
-                raise
-            self._preallocate(None)
-            self._session.run_with_iobinding(io)
-        values = io.get_outputs() if growing or not self._out else []
-        for v in growing:
-            self._carried[v.id] = values[self._order.index(v.state_output or "")]
-        if self._out:
-            results = [self._out[name] for name in self._outputs]
-        else:
-            results = [values[i].numpy() for i in range(len(self._outputs))]
-            self._preallocate(values)
-        if self._first:
-            self._first = False
-            for v in self._vars:
-                if v.init_flag:
-                    self._buffers[v.init_flag][...] = False
-        self._parity ^= 1
-        return results
+        if self._bound is not None:
+            try:
+                return self._bound.step(feeds)
+            except _Unbound:
+                self._state = self._bound.states()
+                self._bound = None
+        return self._run(feeds)
 
     def _run(self, feeds: Feeds) -> list[np.ndarray]:
         fed = dict(feeds)
@@ -211,12 +161,69 @@ class Floor:
             fed[v.state_input or ""] = self._state[v.id]
             if v.init_flag:
                 fed[v.init_flag] = self._flags[self._first]
-        values = self._session.run(self._names, fed)
+        values = self._raw.run(self._names, fed, None)
         count = len(self._outputs)
+        steady = not self._first and bool(self._vars)
         for v, value in zip(self._vars, values[count:]):
+            steady = steady and value.shape == self._state[v.id].shape
             self._state[v.id] = value
         self._first = False
+        if steady and self.mode == "auto" and all(a.size for a in values):
+            self._bound = _Bound(self, feeds, values[:count])
         return values[:count]
+
+
+class _Unbound(Exception):
+    """The feeds no longer fit the bound buffers."""
+
+
+class _Bound:
+    """The floor's two IOBindings over two state buffer sets (see :class:`Floor`)."""
+
+    def __init__(self, floor: Floor, feeds: Feeds, outputs: list[np.ndarray]) -> None:
+        session = floor._session
+        self.vars = floor._vars
+        self.inputs = [(name, np.array(value, copy=True, order="C")) for name, value in feeds.items()]
+        self.outputs = [np.empty_like(o, order="C") for o in outputs]
+        current = [np.array(floor._state[v.id], copy=True, order="C") for v in self.vars]
+        self.sets = [current, [np.empty_like(a) for a in current]]
+        self.run_bound = raw_session(session).run_with_iobinding
+        self.bindings = []  # the wrappers keep the raw bindings (and so the buffers' binding) alive
+        for k in (0, 1):
+            io = session.io_binding()
+            for name, buffer in self.inputs:
+                io.bind_cpu_input(name, buffer)
+            for i, v in enumerate(self.vars):
+                if v.init_flag:
+                    io.bind_cpu_input(v.init_flag, floor._flags[False])
+                io.bind_cpu_input(v.state_input or "", self.sets[k][i])
+                _bind_output(io, v.state_output or "", self.sets[1 - k][i])
+            for name, buffer in zip(floor._outputs, self.outputs):
+                _bind_output(io, name, buffer)
+            self.bindings.append(io)
+        self.raw = [raw_binding(io) for io in self.bindings]
+        self.k = 0
+
+    def step(self, feeds: Feeds) -> list[np.ndarray]:
+        for name, buffer in self.inputs:
+            value = feeds[name]
+            if value.shape != buffer.shape:
+                raise _Unbound
+            np.copyto(buffer, value)
+        try:
+            self.run_bound(self.raw[self.k], None)
+        except Exception:  # noqa: BLE001 - an output changed shape: the plain run redoes it (or raises)
+            raise _Unbound from None
+        self.k ^= 1
+        return self.outputs
+
+    def states(self) -> dict[str, np.ndarray]:
+        """The states the next run reads."""
+        return {v.id: self.sets[self.k][i].copy() for i, v in enumerate(self.vars)}
+
+
+def _bind_output(io: ort.IOBinding, name: str, buffer: np.ndarray) -> None:
+    io.bind_output(name, "cpu", 0, buffer.dtype, list(buffer.shape), buffer.ctypes.data)
 
 
 def make_runners(
@@ -239,7 +246,7 @@ def make_runners(
     for name in names:
         if name.startswith("openvino"):
             try:
-                runners.append(_OpenVINO(name, workload.xml, threads, workload.ov_config))
+                runners.append(_OpenVINO(name, workload, threads))
             except ImportError:
                 skipped[name] = "openvino is not installed"
             continue
@@ -249,7 +256,10 @@ def make_runners(
             skipped[name] = f"conversion failed: {model}"
             continue
         try:
-            runners.append(Floor(model, threads) if name == "floor" else _Session(name, model, threads, form))
+            if name == "floor":
+                runners.append(Floor(model, threads, initial=workload.initial))
+            else:
+                runners.append(_Session(name, model, threads, form, workload.initial))
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
             text = " ".join(str(exc).split()).replace("[ONNXRuntimeError] : ", "")
             skipped[name] = text if text.startswith("onnxruntime") else f"onnxruntime cannot load it: {text}"

@@ -1,25 +1,43 @@
-"""What a benchmark feeds: inputs generated from an IR's Parameters, decoders as prefill + decode."""
+"""What a benchmark feeds: inputs made from an IR's Parameters, decoders as prefill + decode.
+
+A stateful decoder is fed as ``generate`` feeds it, by the same feeding rules
+(:mod:`ortstate.generate.synthetic`); any other model gets random values of its inputs' shapes.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Feeds", "Workload", "max_positions", "model_workload"]
+from ..generate.feeds import InputSpec
+from ..generate.ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size
+from ..generate.model_dir import read_config
+from ..generate.synthetic import decoder_steps, random_inputs
+from ..ir import Graph, read_ir
+
+__all__ = ["Feeds", "Workload", "max_positions", "model_label", "model_workload", "weight_precision"]
 
 Feeds = dict[str, np.ndarray]
-_DECODER_INPUTS = {"input_ids", "attention_mask"}
-_Inputs = list[tuple[str, np.dtype, list[int | None]]]
+_ENCODER_POSITIONS = 16  # encoder_hidden_states of an encoder-decoder's decoder: this many positions
 
 
 @dataclass
 class Workload:
-    """What one runner does per round: ``prefill`` untimed after a reset, then each of ``steps`` timed."""
+    """What one runner does per round: ``prefill`` untimed after a reset, then each of ``steps`` timed.
+
+    Attributes:
+        model: how plots and tables name the model (see :func:`model_label`).
+        precision: the weights' precision as the IR stores them (see :func:`weight_precision`).
+        initial: values every runner sets after each reset: the variables that start empty (see
+            :func:`~ortstate.generate.ir_inputs.empty_start_states`), as a stream of batch 1 starts them.
+    """
 
     name: str
     xml: Path
@@ -27,19 +45,34 @@ class Workload:
     prefill: list[Feeds] = field(default_factory=list)
     ov_config: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    model: str = ""
+    precision: str = ""
+    initial: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _ir_inputs(xml: Path) -> _Inputs:
-    """(name, dtype, dims with None where dynamic) of each Parameter, as the ONNX forms name them."""
-    from ..ir import read_ir
+def model_label(xml: str | os.PathLike[str]) -> str:
+    """``folder/file.xml``: the file alone often says nothing (``model.xml``, ``openvino_model.xml``)."""
+    path = Path(xml)
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
-    found = []
-    for layer in read_ir(xml).parameters:
-        port = layer.outputs[0]
-        dims = [d.lo if d.is_static else None for d in port.shape.dims or ()]
-        dtype = port.element_type.dtype if port.element_type and port.element_type.dtype else np.float32
-        found.append((port.names[0] if port.names else layer.name, np.dtype(dtype), dims))
-    return found
+
+_WEIGHT_NAMES = {"f32": "f32", "f16": "f16", "bf16": "bf16", "f64": "f64", "u8": "int8", "i8": "int8"}
+_WEIGHT_NAMES |= {"u4": "int4", "i4": "int4", "nf4": "nf4", "f8e4m3": "f8", "f8e5m2": "f8"}
+
+
+def weight_precision(graph: Graph) -> str:
+    """The element types holding the IR's weights (constants of 1024 elements or more), largest
+    share first, those with at least a tenth of the bytes: ``f32``, ``f16``, ``int4 + int8``; ``none``."""
+    sizes: Counter[str] = Counter()
+    for layer in graph.of_type("Const"):
+        etype = layer.outputs[0].element_type if layer.outputs else None
+        value = graph.constants.get(layer.id)
+        if etype is None or value is None or value.size < 1024:
+            continue
+        sizes[_WEIGHT_NAMES.get(etype.name, etype.name)] += value.size * etype.bits
+    total = sum(sizes.values())
+    shown = [name for name, bits in sizes.most_common() if bits >= total / 10]
+    return " + ".join(dict.fromkeys(shown)) if shown else "none"
 
 
 def max_positions(xml: str | os.PathLike[str]) -> int | None:
@@ -53,59 +86,65 @@ def max_positions(xml: str | os.PathLike[str]) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def model_workload(xml: str | os.PathLike[str], steps: int = 200, position: int = 16, seed: int = 0) -> Workload:
-    """Inputs generated from the IR's Parameters.
+def model_workload(
+    xml: str | os.PathLike[str],
+    steps: int = 200,
+    position: int = 16,
+    seed: int = 0,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+) -> Workload:
+    """Inputs made from the IR's Parameters.
 
-    A decoder (inputs ``input_ids`` and ``attention_mask``) gets a prefill of ``position - 1`` tokens
-    and one decode step (untimed, so the KV caches hold ``position`` tokens), then ``steps`` timed
-    one-token decode steps. Other models get random values per step: ints in [0, 4) (valid
-    indices for any embedding), floats ~N(0, 0.5), bools False, dynamic dims 1.
+    A stateful decoder (see :func:`~ortstate.generate.ir_inputs.decoder_rules`) gets a prefill of
+    ``position - 1`` random tokens and one decode step (untimed, so its caches hold ``position``
+    tokens), then ``steps`` timed one-token decode steps, every input made by generate's feeding
+    rules. Other models get random values per step: ints 0 (valid indices for any table), floats
+    ~N(0, 0.5), bools 50/50, dynamic dims 1 (a dynamic rank: a scalar). ``shapes`` gives inputs
+    whole shapes (an image model's pixels; a decoder's ``encoder_hidden_states`` only).
 
     Raises:
-        ValueError: a decoder input this cannot generate, or ``position < 2``.
+        ValueError: ``position < 2`` for a decoder, a shape naming no input or not fitting it, or
+            an input of a type numpy cannot hold.
+        OrtStateError: the IR cannot be read.
     """
     xml = Path(xml)
-    inputs = _ir_inputs(xml)
+    graph = read_ir(xml)
     rng = np.random.default_rng(seed)
-    if _DECODER_INPUTS <= {name for name, _, _ in inputs}:
+    label, precision = model_label(xml), weight_precision(graph)
+    rules = decoder_rules(graph, read_config(xml.parent))
+    shapes = shapes or {}
+    specs = ir_input_specs(graph)
+    unknown = [n for n in shapes if n not in {s.name for s in specs}]
+    if unknown:
+        raise ValueError(f"--shape {unknown[0]}: unknown input (inputs: {', '.join(s.name for s in specs)})")
+    if rules is not None:
         if position < 2:
             raise ValueError(f"the decode position must be at least 2, got {position}")
-
-        def feeds(count: int, start: int) -> Feeds:
-            return _decoder_feeds(inputs, rng.integers(3, 100, (1, count)), start)
-
-        prefill = [feeds(position - 1, 0), feeds(1, position - 1)]
-        timed = [feeds(1, position + k) for k in range(steps)]
+        made = [n for n in shapes if n != "encoder_hidden_states"]
+        if made:
+            raise ValueError(
+                f"--shape {made[0]}: a decoder's inputs follow its feeding rules (--position sets the length)"
+            )
+        feeds = decoder_steps(
+            rules,
+            rng,
+            batch=1,
+            prompt=position - 1,
+            steps=steps + 2,
+            vocab=logits_size(graph),
+            context_positions=_ENCODER_POSITIONS,
+            shapes=shapes,
+        )
         config = {"KV_CACHE_PRECISION": "f32"}
-        return Workload(xml.stem, xml, timed, prefill, config, f"one-token decode from position {position}")
+        what = f"one-token decode from position {position}"
+        return Workload(xml.stem, xml, feeds[2:], feeds[:2], config, what, label, precision)
 
-    def value(dtype: np.dtype, dims: list[int | None]) -> np.ndarray:
-        shape = [1 if d is None else d for d in dims]
-        if dtype.kind in "iu":
-            return rng.integers(0, 4, shape).astype(dtype)
-        if dtype.kind == "b":
-            return np.zeros(shape, dtype)
-        return (rng.standard_normal(shape) * 0.5).astype(dtype)
-
-    timed = [{name: value(dtype, dims) for name, dtype, dims in inputs} for _ in range(steps)]
-    return Workload(xml.stem, xml, timed, description="one step per run")
-
-
-def _decoder_feeds(inputs: _Inputs, ids: np.ndarray, start: int) -> Feeds:
-    """optimum-intel's decoder inputs for ``ids`` placed at positions ``start...``, batch 1."""
-    count, out = ids.shape[1], {}
-    for name, dtype, _ in inputs:
-        if name == "input_ids":
-            value = ids
-        elif name == "attention_mask":
-            value = np.ones((1, start + count))
-        elif name == "position_ids":
-            value = np.arange(start, start + count)[None]
-        elif name == "cache_position":
-            value = np.arange(start, start + count)
-        elif name == "beam_idx":
-            value = np.zeros(1)
-        else:
-            raise ValueError(f"cannot generate decoder input '{name}'")
-        out[name] = np.ascontiguousarray(value, dtype=dtype)
-    return out
+    untyped = [s.name for s in specs if s.dtype is None]
+    if untyped:
+        raise ValueError(f"cannot make values for input(s) {', '.join(untyped)}: no numpy type holds their elements")
+    specs = [InputSpec(s.name, s.dtype, s.shape if s.shape is not None else ()) for s in specs]
+    timed = [random_inputs(specs, rng, batch=1, dim=1, shapes=shapes, scale=0.5) for _ in range(steps)]
+    first = next((v.shape[0] for s, v in zip(specs, timed[0].values()) if s.shape and s.shape[0] is None), 1)
+    initial = empty_start_states(graph, first) if timed else {}
+    what = "one step per run"
+    return Workload(xml.stem, xml, timed, description=what, model=label, precision=precision, initial=initial)

@@ -23,9 +23,17 @@ def add_form_option(p: argparse.ArgumentParser, help: str = FORM_HELP) -> None: 
     p.add_argument("--form", choices=FORMS, default="auto", help=help)
 
 
+def add_verbose_option(p: argparse.ArgumentParser, more: str = "") -> None:
+    """``--verbose``: let ONNX Runtime's own log through (errors and warnings); ``main`` applies it."""
+    p.add_argument(
+        "--verbose", "-v", action="store_true", help="show ONNX Runtime's own log (warnings and errors)" + more
+    )
+
+
 __all__ = [
     "UsageError",
     "add_form_option",
+    "add_verbose_option",
     "existing_file",
     "load_npy",
     "parse_inputs",
@@ -56,18 +64,22 @@ def split_assignment(text: str, option: str, example: str) -> tuple[str, str]:
 
 
 def load_npy(path: str | Path, name: str) -> np.ndarray:
-    """A ``.npy`` file as an array (no pickles)."""
+    """A ``.npy`` file (or an ``.npz`` holding one array) as an array; no pickles."""
     p = existing_file(path)
     try:
         value = np.load(p, allow_pickle=False)
+        if isinstance(value, np.ndarray):
+            return value
+        with value:  # an .npz archive: one array is that array; several are ambiguous
+            keys = list(value.files)
+            if len(keys) == 1:
+                return value[keys[0]]
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         # numpy says "pickled data" about any file without the .npy magic
         why = "not in .npy format" if "pickle" in str(exc) else " ".join(str(exc).split())
         raise UsageError(f"{p}: input '{name}': not a readable .npy file ({why})") from None
-    if not isinstance(value, np.ndarray):
-        value.close()
-        raise UsageError(f"{p}: holds several arrays (.npz); input '{name}' needs one array saved with numpy.save")
-    return value
+    held = f"{len(keys)} arrays ({', '.join(keys)})" if keys else "no array"
+    raise UsageError(f"{p}: an .npz holding {held}; input '{name}' needs one array (numpy.save, or an .npz of one)")
 
 
 def parse_inputs(items: Sequence[str] | None) -> dict[str, np.ndarray]:

@@ -8,28 +8,34 @@ import sys
 from pathlib import Path
 
 from .. import bench
-from .args import UsageError, existing_file
-from .command import EXIT_FAILURE, EXIT_OK, Command
+from ..errors import OrtStateError, RunError
+from .args import UsageError, add_verbose_option, existing_file, parse_shapes
+from .command import EXIT_OK, Command
+from .report import count, progress
 
 __all__ = ["COMMAND"]
 
 DESCRIPTION = """\
-Time one model step, run after run, in OpenVINO's own stateful InferRequest, in ortstate's custom-op
-form (through its Python state ops), the same model with StatefulSession's default form="auto"
-(rewritten into the explicit form on load), the explicit form, and on the floor: the explicit graph
-in a bare ONNX Runtime session with its states as plain inputs/outputs (IOBinding, two ping-pong
-buffer sets), i.e. the same compute with no state management. Rounds alternate the runners' order to
-cancel drift; each round resets the state first. Prints a markdown table: p50/p90/p99 per step in µs
-and the p50 ratios to the floor and to OpenVINO.
+Time one model step, run after run, in OpenVINO's own stateful InferRequest (infer(feeds), and
+with share_inputs=True, its fastest way), in ortstate's custom-op form (through its Python state
+ops), the same model with StatefulSession's default form="auto" (rewritten into the explicit form
+on load), the explicit form, and on the floor: the explicit graph in a bare ONNX Runtime session
+with its states as plain inputs/outputs (onnxruntime's own session object, two pre-bound IOBindings
+over two state buffer sets), i.e. the same compute with no state management: the leanest loop
+there is, which ortstate can approach but not beat. Rounds alternate the runners' order to cancel
+drift; each round resets the state first. Prints a markdown table: p50/p90/p99 per step in µs and
+the p50 ratios to the floor, to OpenVINO's fastest way (× OpenVINO) and to its plain infer(feeds).
 
-Inputs are generated from the IR's Parameters (ints in [0, 4), floats ~N(0, 0.5), dynamic dims 1).
-A decoder (input_ids + attention_mask: optimum-intel LLMs) is prefilled to --position tokens and
-timed on one-token decode steps from there.
+Inputs are made from the IR's Parameters. A stateful decoder (an optimum-intel LLM) is fed as
+generate feeds it: prefilled to --position tokens, then timed on one-token decode steps. Other
+models get random values (ints 0, floats ~N(0, 0.5), dynamic dims 1; --shape sets an input's whole
+shape, e.g. an image's) every step. Progress goes to stderr when it is a terminal.
 
 examples:
-  ortstate bench model.xml
+  ortstate bench models/lstm_1l/model.xml
   ortstate bench model.xml --steps 500 --rounds 7 --threads 2
-  ortstate bench openvino_model.xml --position 64 --json out.json --markdown out.md --plot out.png"""
+  ortstate bench openvino_vision_embeddings_model.xml --shape pixel_values=1,3,16,16
+  ortstate bench models/llm/llama/openvino_model.xml --position 64 --json out/llama.json --plot out/llama.png"""
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -37,15 +43,23 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=200, metavar="N", help="timed steps per round (default 200)")
     p.add_argument("--rounds", type=int, default=5, metavar="R", help="rounds per runner (default 5)")
     p.add_argument("--threads", type=int, default=1, metavar="T", help="intra-op threads (default 1)")
-    p.add_argument("--position", type=int, default=16, metavar="P", help="decoders: KV length when timing starts")
+    p.add_argument(
+        "--position",
+        type=int,
+        default=16,
+        metavar="P",
+        help="decoders: tokens in the cache when timing starts (default 16)",
+    )
+    p.add_argument("--shape", action="append", metavar="NAME=D0,D1", help="an input's shape (repeatable)")
     p.add_argument("--no-openvino", action="store_true", help="leave OpenVINO's rows out")
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--markdown", metavar="OUT", help="write the table as markdown")
     p.add_argument("--plot", metavar="OUT.png", help="draw the p50s (needs matplotlib: ortstate[plot])")
+    add_verbose_option(p)
 
 
 def _progress(message: str) -> None:
-    print(f"ortstate bench: {message}", file=sys.stderr, flush=True)
+    progress(f"bench: {message}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,33 +69,49 @@ def run(args: argparse.Namespace) -> int:
     for option in ("steps", "rounds", "threads"):
         if getattr(args, option) < 1:
             raise UsageError(f"--{option} must be at least 1, got {getattr(args, option)}")
+    if args.plot and bench.plot_unavailable():  # say so before minutes of measuring, not after
+        raise UsageError(f"--plot: {bench.plot_unavailable()}")
+    for option in ("json", "markdown", "plot"):
+        out = getattr(args, option)
+        if out and not Path(out).resolve().parent.is_dir():
+            raise UsageError(f"--{option} {out}: no such directory {Path(out).parent}")
     try:
-        workload = bench.model_workload(xml, args.steps, args.position)
+        workload = bench.model_workload(xml, args.steps, args.position, shapes=parse_shapes(args.shape))
     except ValueError as exc:
         raise UsageError(f"{xml}: {exc}") from None
     limit = bench.max_positions(xml)
     if limit is not None and args.position + args.steps > limit and workload.prefill:
-        _progress(f"note: positions up to {args.position + args.steps} exceed max_position_embeddings={limit}")
+        print(
+            f"ortstate: note: positions up to {args.position + args.steps} exceed max_position_embeddings={limit}",
+            file=sys.stderr,
+        )
     names = [n for n in bench.RUNNERS if not (args.no_openvino and n.startswith("openvino"))]
-    _progress(f"{xml.name}: converting and loading {len(names)} runners")
+    progress(f"bench: {xml.name}: converting and loading {len(names)} runners")
     runners, skipped = bench.make_runners(workload, args.threads, names)
     if "custom-op" in skipped and "explicit" in skipped:
-        print(f"ortstate: error: {xml}: cannot run in ortstate: {skipped['custom-op']}", file=sys.stderr)
-        return EXIT_FAILURE
-    result = bench.measure(workload, runners, args.rounds, threads=args.threads, skipped=skipped, progress=_progress)
+        raise OrtStateError(f"{xml}: cannot run in ortstate: {skipped['custom-op']}")
+    try:
+        result = bench.measure(
+            workload, runners, args.rounds, threads=args.threads, skipped=skipped, progress=_progress
+        )
+    except RunError as exc:
+        fed = workload.prefill[0] if workload.prefill else workload.steps[0]
+        shown = ", ".join(f"{n} {v.dtype}[{','.join(map(str, v.shape))}]" for n, v in fed.items())
+        raise RunError(
+            f"{xml}: {exc}; the inputs were {shown}: give fitting shapes with --shape NAME=D0,D1,..."
+        ) from None
     table = bench.markdown_table(result)
-    head = f"{xml.name}: {workload.description}; {args.steps} steps × {args.rounds} rounds, {args.threads} thread(s)"
+    head = (
+        f"{workload.model}: {workload.description}; weights {workload.precision}; "
+        f"{count(args.steps, 'step')} × {count(args.rounds, 'round')}, {count(args.threads, 'thread')}"
+    )
     print(f"{head}\n\n{table}")
     if args.markdown:
         Path(args.markdown).write_text(f"{head}\n\n{table}\n", encoding="utf-8")
     if args.json:
         Path(args.json).write_text(json.dumps(bench.document([result]), indent=1) + "\n", encoding="utf-8")
     if args.plot:
-        missing = bench.plot_unavailable()
-        if missing:
-            print(f"ortstate: --plot skipped: {missing}", file=sys.stderr)
-        else:
-            bench.plot_results([result], args.plot)
+        bench.plot_results([result], args.plot)
     return EXIT_OK
 
 

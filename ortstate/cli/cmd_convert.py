@@ -11,7 +11,7 @@ from ..ir import read_ir
 from ..model_meta import read_meta
 from .args import UsageError, existing_file
 from .command import EXIT_OK, Command
-from .report import progress
+from .report import count, natural_key, progress
 
 DESCRIPTION = """\
 Convert an OpenVINO IR (model.xml + model.bin) to an ONNX model that ortstate.StatefulSession runs.
@@ -55,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
     save(model, out)
     seconds = time.perf_counter() - start
     meta = read_meta(model)
-    variables = [v.id for v in meta.variables] if meta else []
+    variables = sorted((v.id for v in meta.variables), key=natural_key) if meta else []
     shown = ", ".join(variables[:4]) + (", ..." if len(variables) > 4 else "")
-    var_text = f"{len(variables)} variable{'s' * (len(variables) != 1)}" + (f" ({shown})" if variables else "")
+    var_text = count(len(variables), "variable") + (f" ({shown})" if variables else "")
     form = meta.form if meta else "?"
     layers = sum(1 for layer in graph.layers.values() if layer.type not in ("Parameter", "Result"))
     print(

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..generate import GenerationError, GenerationRun, Generator, find_model_files
-from .args import UsageError, add_form_option, load_npy
+from .args import UsageError, add_form_option, add_verbose_option, load_npy
 from .command import EXIT_OK, Command
 from .report import progress
 
@@ -40,10 +40,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     prompt = p.add_mutually_exclusive_group()
     prompt.add_argument("--prompt-ids", metavar="IDS", help="the prompt's token ids, comma-separated: 1,2,3")
     prompt.add_argument("--prompt", metavar="TEXT", help="the prompt as text (needs MODEL_DIR/tokenizer.json)")
-    p.add_argument("--max-new-tokens", "-n", type=int, default=16, metavar="N", help="at most N new tokens (16)")
+    p.add_argument(
+        "--max-new-tokens", "-n", type=int, default=16, metavar="N", help="at most N new tokens (default 16)"
+    )
     add_form_option(p)
     p.add_argument("--encoder-input", metavar="FILE.npy", help="the encoder's input (Whisper/T5)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at the end-of-sequence token")
+    add_verbose_option(p)
 
 
 def _parse_ids(text: str) -> list[int]:
@@ -101,6 +104,11 @@ def _prompt(args: argparse.Namespace, generator: Generator, tokenizer: Any) -> l
         ids = _parse_ids(args.prompt_ids)
     elif generator.encoder is not None and generator.config.decoder_start_token_id is not None:
         ids = [generator.config.decoder_start_token_id]
+    elif generator.encoder is not None:
+        raise UsageError(
+            "no decoder_start_token_id in generation_config.json or config.json: "
+            "give the decoder's first token(s) with --prompt-ids"
+        )
     else:
         raise UsageError("give the prompt with --prompt-ids 1,2,3 (or --prompt TEXT with a tokenizer.json)")
     vocab = generator.vocab_size
@@ -163,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
     generator = Generator.from_dir(model_dir, form=args.form)
     encoder_input = _encoder_input(args, model_dir, generator)
     prompt = _prompt(args, generator, tokenizer)
+    notes = generator.notes(stop_at_eos=not args.ignore_eos)
+    if notes:
+        print(f"ortstate: note: {model_dir}: {'; '.join(notes)}", file=sys.stderr)
     generator.generate(
         prompt,
         args.max_new_tokens,

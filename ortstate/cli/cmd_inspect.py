@@ -11,18 +11,21 @@ import onnx
 
 from ..convert import unsupported_ops
 from ..convert.state import collect_variables
-from ..errors import StateError
+from ..errors import OrtStateError, StateError
 from ..ir import Graph, read_ir
 from ..model_meta import read_meta
-from .args import UsageError, existing_file
+from .args import existing_file
 from .command import EXIT_OK, Command
-from .report import format_dims, table
+from .report import format_dims, natural_key, table
 
 DESCRIPTION = """\
 Show a model's inputs and outputs (name, dtype, shape), its variables (id, element type, shape,
 how the initial value is made) and its op types. For an IR (.xml) it also lists the ops ortstate
 cannot convert yet, without failing. For an ONNX model converted by ortstate it shows the form
-(custom-op or explicit) and, for the explicit form, the graph inputs/outputs carrying each variable.
+(custom-op or explicit) and, for the explicit form, the graph inputs/outputs carrying each variable
+and the init flag input telling the model to compute a variable's initial value: the names needed
+to drive the explicit form by hand, without ortstate. Variables are listed by name (numbers in
+names read as numbers), as every ortstate command lists them.
 
 examples:
   ortstate inspect model.xml
@@ -72,7 +75,8 @@ def _inspect_ir(graph: Graph) -> str:
         outputs.append([min(port.names) if port.names else layer.name, _dtype(etype), str(port.shape)])
     out.append(_section("outputs", ["name", "dtype", "shape"], outputs))
     try:
-        variables = [[v.id, v.etype.name, str(v.shape), v.init] for v in collect_variables(graph)]
+        found = sorted(collect_variables(graph), key=lambda v: natural_key(v.id))
+        variables = [[v.id, v.etype.name, str(v.shape), v.init] for v in found]
     except StateError as exc:
         variables = [[layer.attrs.get("variable_id", "?"), "?", "?", "?"] for layer in graph.of_type("ReadValue")]
         out.append(f"\nproblem: {exc}")
@@ -92,12 +96,14 @@ def _inspect_ir(graph: Graph) -> str:
 def _inspect_onnx(path: Path) -> str:
     try:
         model = onnx.load(str(path), load_external_data=False)  # the graph is enough
+    except OSError:
+        raise  # cannot be opened: the command line's fault (exit 2)
     except Exception as exc:  # noqa: BLE001 - protobuf raises several types
-        raise UsageError(f"{path}: not a readable ONNX model (nor an IR .xml): {exc}") from None
+        raise OrtStateError(f"{path}: not an ONNX model (nor an IR .xml): {' '.join(str(exc).split())}") from None
     try:
         meta = read_meta(model)
     except ValueError as exc:
-        raise UsageError(f"{path}: {exc}") from None
+        raise OrtStateError(f"{path}: {exc}") from None
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
     head = f"{path}: ONNX ir_version {model.ir_version} ({opsets})"
     head += f", ortstate {meta.form} form of {meta.source or '?'}" if meta else ", no ortstate metadata (no variables)"
@@ -110,13 +116,14 @@ def _inspect_onnx(path: Path) -> str:
     outputs = [_value_row(v) for v in model.graph.output if v.name not in hidden_out]
     out.append(_section("outputs", ["name", "dtype", "shape"], outputs))
     variables = []
-    for v in meta.variables if meta else ():
+    explicit = meta is not None and meta.form == "explicit"
+    for v in sorted(meta.variables, key=lambda v: natural_key(v.id)) if meta else ():
         shape = None if v.shape is None else [d if isinstance(d, int) else _range(d) for d in v.shape]
         row = [v.id, v.element_type, format_dims(shape).replace("'", ""), v.init]
-        if meta and meta.form == "explicit":
-            row.append(f"{v.state_input} -> {v.state_output}")
+        if explicit:
+            row += [f"{v.state_input} -> {v.state_output}", v.init_flag or "-"]
         variables.append(row)
-    header = ["id", "type", "shape", "init"] + (["graph input -> output"] if meta and meta.form == "explicit" else [])
+    header = ["id", "type", "shape", "init"] + (["graph input -> output", "init flag input"] if explicit else [])
     out.append(_section("variables", header, variables))
     counts = Counter(_node_ops(model.graph))
     out.append(_section("ops", ["op", "count"], [[op, str(n)] for op, n in _by_count(counts)]))

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from .. import StatefulSession, convert
-from .args import UsageError, add_form_option, existing_file, parse_inputs
+from .args import UsageError, add_form_option, add_verbose_option, existing_file, parse_inputs
 from .command import EXIT_OK, Command
-from .report import array_summary, progress, table
+from .report import array_summary, count, natural_key, progress, table
 
 DESCRIPTION = """\
 Run a model step by step in ONNX Runtime, keeping its variables between steps as OpenVINO would.
@@ -37,6 +37,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-dir", "-o", metavar="DIR", help="save every step's outputs there as .npy files")
     p.add_argument("--bin", metavar="MODEL.bin", help="the IR's weights file, if not beside MODEL.xml")
     add_form_option(p)
+    add_verbose_option(p)
 
 
 _NUMPY_OF_ORT = {
@@ -118,16 +119,18 @@ def run(args: argparse.Namespace) -> int:
                 np.save(out_dir / _file_name(step, name), value)
                 saved += 1
     print(table(["step", "output", "dtype", "shape", "min", "max", "mean", "ms"], rows, indent=""))
-    states = [[s.name, *array_summary(s.state)] for s in session.query_state()]
+    states = [
+        [s.name, *array_summary(s.state)] for s in sorted(session.query_state(), key=lambda s: natural_key(s.name))
+    ]
     if states:
         print(f"\nvariables after step {args.steps}")
         print(table(["id", "dtype", "shape", "min", "max", "mean"], states, indent=""))
     form = f"{session.form} form"
     if session.model_form != session.form:
         form += f" (a {session.model_form} model, rewritten)"
-    print(f"\n{args.steps} step{'s' * (args.steps != 1)}, {form}, {total * 1e3 / args.steps:.2f} ms/step")
+    print(f"\n{count(args.steps, 'step')}, {form}, {total * 1e3 / args.steps:.2f} ms/step")
     if out_dir is not None:
-        print(f"saved {saved} output file{'s' * (saved != 1)} to {out_dir}")
+        print(f"saved {count(saved, 'output file')} to {out_dir}")
     return EXIT_OK
 
 

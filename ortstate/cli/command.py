@@ -9,8 +9,8 @@ from dataclasses import dataclass
 __all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "Command"]
 
 EXIT_OK = 0
-EXIT_FAILURE = 1  # the model could not be converted, run or verified, or did not match
-EXIT_USAGE = 2  # the command line is wrong, or names a missing or unreadable file
+EXIT_FAILURE = 1  # the model could not be converted, loaded or run (malformed files included), or did not match
+EXIT_USAGE = 2  # the command line is wrong: an option, a missing or unopenable file, inputs that don't fit
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import NoReturn
 
-from ..errors import OrtStateError
+from ..errors import IRFileError, OrtStateError
+from ..runtime import options as ort_options
 from ..verify import InputError, OpenVINOUnavailable
 from . import cmd_bench, cmd_convert, cmd_demo, cmd_generate, cmd_inspect, cmd_run, cmd_verify
 from .args import UsageError
@@ -47,8 +48,14 @@ examples:
   ortstate verify model.xml --both              # both ONNX forms against OpenVINO, through a reset
   ortstate COMMAND --help                       # the options and examples of one command
 
-exit codes: 0 success; 1 the model could not be converted or run, or did not match OpenVINO;
-2 a bad command line or a missing/unreadable input file. Errors are one line on stderr."""
+exit codes: 0 success; 1 the model could not be converted, loaded or run (a malformed model file
+included), or did not match OpenVINO; 2 a bad command line: a wrong option, a file or folder that is
+missing or cannot be opened (an IR's .bin included), inputs that do not fit the model, or OpenVINO
+missing for verify. Errors are one line on stderr; --verbose (where a command has it) also lets
+ONNX Runtime's own log through."""
+
+# ONNX Runtime's log severity under --verbose: warnings and errors (1 and 0 add pages of info).
+VERBOSE_LOG_SEVERITY = 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -103,17 +110,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             raise UsageError(f"no command given; commands: {', '.join(COMMANDS)} (see 'ortstate --help')")
-        return COMMANDS[args.command].run(args)
+        return _run(COMMANDS[args.command], args)
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
-    except (UsageError, InputError, OpenVINOUnavailable) as exc:
+    except (UsageError, InputError, OpenVINOUnavailable, IRFileError) as exc:
         return _fail(exc, EXIT_USAGE)
     except FileNotFoundError as exc:
         return _fail(f"{exc.filename}: no such file" if exc.filename else exc, EXIT_USAGE)
     except OrtStateError as exc:
         return _fail(exc, EXIT_FAILURE)
-    except OSError as exc:
-        return _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else exc, EXIT_FAILURE)
+    except BrokenPipeError:  # stdout closed early (`ortstate ... | head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exiting does not flush into it
+        return EXIT_FAILURE
+    except OSError as exc:  # a file named on the command line cannot be opened or written
+        return _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else exc, EXIT_USAGE)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except Exception as exc:  # noqa: BLE001 - a bug: one line unless asked for the traceback
@@ -121,3 +131,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         message = f"internal error: {type(exc).__name__}: {exc} (set ORTSTATE_TRACEBACK=1 to see where)"
         return _fail(message, EXIT_FAILURE)
+
+
+def _run(command: Command, args: argparse.Namespace) -> int:
+    """Run ``command``, with ONNX Runtime's log let through for its duration under ``--verbose``."""
+    if not getattr(args, "verbose", False):
+        return command.run(args)
+    quiet = ort_options.log_severity()
+    ort_options.set_log_severity(VERBOSE_LOG_SEVERITY)
+    try:
+        return command.run(args)
+    finally:
+        ort_options.set_log_severity(quiet)

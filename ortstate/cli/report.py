@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["array_summary", "format_dims", "format_error", "progress", "table"]
+__all__ = ["array_summary", "count", "format_dims", "format_error", "natural_key", "progress", "table"]
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "  ") -> str:
@@ -48,3 +49,14 @@ def progress(message: str) -> None:
     """Progress for slow steps: on stderr, and only for a person watching a terminal."""
     if sys.stderr.isatty():
         print(f"ortstate: {message}...", file=sys.stderr, flush=True)
+
+
+def count(n: int, noun: str) -> str:
+    """``1 step``, ``3 steps``."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key reading digit runs as numbers (``kv.2`` before ``kv.10``): the one order every command
+    lists variables in."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part)

@@ -11,13 +11,19 @@ read with the wrong positions or masked wrongly):
   whose decode steps get ones over the current tokens only.
 - ``position_ids`` ``[batch, n]`` = ``arange(past, past + n)``; rank 3 (``[sections, batch, n]``,
   M-RoPE) repeats that row on every section.
-- ``cache_position`` ``[n]``: for a mamba-family model with a convolution kernel (config
-  ``conv_kernel``/``mamba_d_conv``) ``arange(conv_kernel)`` at prefill and ``[past]`` after;
-  otherwise ``arange(past, past + n)``.
+- ``cache_position`` ``[n]``: for a mamba-family model, where it indexes the convolution state,
+  ``arange(conv_kernel)`` at prefill and ``[past]`` after; otherwise ``arange(past, past + n)``.
+  The kernel is read from the graph (the length of the state axis ``cache_position`` indexes: see
+  :mod:`ortstate.generate.ir_inputs`), else from config (``conv_kernel``/``mamba_d_conv``); a
+  ``cache_position`` that indexes such a window also marks a mamba-style model without config.json.
 - ``beam_idx`` ``[batch]`` = ``arange(batch)``: greedy decoding never reorders the cache.
 - ``encoder_hidden_states`` (Whisper, T5): the encoder's output, every step; ``encoder_attention_mask``
   ones over the encoder positions.
 - ``token_type_ids``: zeros.
+
+``generate``, ``bench`` and ``verify`` all feed decoders through :class:`FeedRules`. What a rule
+had to assume (no config.json) or read from the graph instead of the config is kept in
+:attr:`FeedRules.notes`, for the caller to show.
 """
 
 from __future__ import annotations
@@ -83,19 +89,29 @@ class FeedRules:
         mask: ``"full"`` (past + current) or ``"current"`` (current tokens only after prefill).
         cache_position: ``"conv_kernel"`` or ``"arange"``.
         conv_kernel: the prefill ``cache_position`` length for ``"conv_kernel"``.
+        notes: what was assumed, or read from the graph, because the config did not say (one
+            clause each), for the caller to show; empty when the config said everything.
     """
 
     inputs: tuple[InputSpec, ...]
     mask: str = "full"
     cache_position: str = "arange"
     conv_kernel: int = 0
+    notes: tuple[str, ...] = ()
 
     @classmethod
-    def for_model(cls, inputs: Sequence[InputSpec], config: ModelConfig) -> FeedRules:
+    def for_model(cls, inputs: Sequence[InputSpec], config: ModelConfig, *, window: int | None = None) -> FeedRules:
         """The rules for a decoder with ``inputs`` and ``config``.
 
+        Args:
+            window: the length of the state axis ``cache_position`` indexes, read from the graph
+                (:func:`~ortstate.generate.ir_inputs.cache_position_window`); None when it indexes
+                no such window or the graph is not at hand. The graph wins over the config: it is
+                what the model computes.
+
         Raises:
-            GenerationError: an input no rule feeds, or neither ``input_ids`` nor ``inputs_embeds``.
+            GenerationError: an input no rule feeds, neither ``input_ids`` nor ``inputs_embeds``, or a
+                mamba-family ``cache_position`` whose window neither the graph nor the config gives.
         """
         names = [i.name for i in inputs]
         unknown = [n for n in names if n not in KNOWN_INPUTS]
@@ -107,16 +123,31 @@ class FeedRules:
         if "input_ids" not in names and "inputs_embeds" not in names:
             raise GenerationError(f"the model takes neither input_ids nor inputs_embeds (inputs: {', '.join(names)})")
         mamba = any(t in MAMBA_FAMILY for t in config.model_types)
-        kernel = config.conv_kernel or 0
-        if mamba and "cache_position" in names and kernel <= 0:
+        takes_position = "cache_position" in names
+        kernel = window or config.conv_kernel or 0
+        if mamba and takes_position and kernel <= 0:
             raise GenerationError(
                 f"a {config.model_type} model takes cache_position: config.json needs conv_kernel (or mamba_d_conv)"
             )
+        conv = takes_position and (window is not None or mamba)
+        notes = []
+        if conv and window is not None and config.conv_kernel != window:
+            said = "config.json gives none" if not config.conv_kernel else f"config.json says {config.conv_kernel}"
+            notes.append(f"cache_position indexes a {window}-wide convolution state in the graph ({said})")
+        if not config.model_types and "attention_mask" in names:
+            if conv:
+                notes.append("model type unknown: attention_mask covers the current tokens, as mamba models take it")
+            else:
+                notes.append(
+                    "model type unknown: attention_mask assumed to cover past and current tokens "
+                    f"(mamba-family models, {', '.join(sorted(MAMBA_FAMILY))}, need config.json's model_type)"
+                )
         return cls(
             tuple(inputs),
-            mask="current" if mamba else "full",
-            cache_position="conv_kernel" if mamba and kernel > 0 else "arange",
-            conv_kernel=kernel,
+            mask="current" if mamba or conv else "full",
+            cache_position="conv_kernel" if conv else "arange",
+            conv_kernel=kernel if conv else 0,
+            notes=tuple(notes),
         )
 
     @property

@@ -9,9 +9,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..convert import convert_graph
+from ..ir import read_ir
+from ..model_meta import CUSTOM_OP
 from ..runtime import StatefulSession
 from .encoder_decoder import Encoder, TextEmbedder
 from .feeds import FeedRules, input_specs
+from .ir_inputs import cache_position_window
 from .model_dir import GenerationError, ModelConfig, find_model_files, read_config
 
 __all__ = ["GenerationRun", "Generator"]
@@ -54,6 +58,8 @@ class Generator:
         config: token ids and model type (see :func:`~ortstate.generate.model_dir.read_config`).
         encoder: an encoder-decoder's encoder (its output feeds ``encoder_hidden_states``).
         embedder: a VLM's text embeddings (the decoder takes ``inputs_embeds``).
+        rules: how to feed the decoder (default: decided from its inputs and ``config``;
+            :meth:`from_dir` also reads the decoder's graph, see :mod:`~ortstate.generate.ir_inputs`).
 
     Raises:
         GenerationError: the decoder has inputs no rule feeds, or needs an embedder that is missing.
@@ -66,10 +72,11 @@ class Generator:
         *,
         encoder: Encoder | None = None,
         embedder: TextEmbedder | None = None,
+        rules: FeedRules | None = None,
     ) -> None:
         self.session = session
         self.config = config or ModelConfig()
-        self.rules = FeedRules.for_model(input_specs(session.get_inputs()), self.config)
+        self.rules = rules or FeedRules.for_model(input_specs(session.get_inputs()), self.config)
         if self.rules.uses_embeddings and embedder is None:
             raise GenerationError("the decoder takes inputs_embeds: a text-embeddings model is needed")
         self.encoder = encoder
@@ -94,10 +101,24 @@ class Generator:
         """
         files = find_model_files(model_dir)
         config = read_config(files.folder)
-        session = StatefulSession(files.decoder, form=form)
+        # The graph is read once: for what it tells about feeding it, then converted.
+        graph = read_ir(files.decoder)
+        window = cache_position_window(graph)
+        model = convert_graph(graph, explicit_state=form != CUSTOM_OP)
+        del graph  # its weights are in the model now: free them before ONNX Runtime loads it
+        session = StatefulSession(model, form=form)
+        rules = FeedRules.for_model(input_specs(session.get_inputs()), config, window=window)
         encoder = Encoder.from_ir(files.encoder, form) if files.encoder else None
         embedder = TextEmbedder.from_ir(files.embeddings, form) if files.embeddings else None
-        return cls(session, config, encoder=encoder, embedder=embedder)
+        return cls(session, config, encoder=encoder, embedder=embedder, rules=rules)
+
+    def notes(self, stop_at_eos: bool = True) -> list[str]:
+        """What generation assumes, or read from the graph, because the config did not say (one clause
+        each; empty when ``config.json`` and ``generation_config.json`` said everything)."""
+        notes = list(self.rules.notes)
+        if stop_at_eos and not self.config.eos_token_ids:
+            notes.append("no eos_token_id in generation_config.json or config.json: generating until max_new_tokens")
+        return notes
 
     # -- state --------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -151,6 +172,10 @@ class Generator:
             GenerationError: an empty or out-of-vocabulary prompt, no encoder output, ...
             RunError: the model failed to run (its variables are left as they were).
         """
+        if _nested(prompt_ids):
+            raise GenerationError(
+                "generate() takes one prompt (a list of token ids); for several, use generate_batch()"
+            )
         row_stream = None if stream is None else (lambda tokens: stream(tokens[0]))
         rows = self.generate_batch(
             [prompt_ids],
@@ -243,3 +268,10 @@ class Generator:
             limit = f"0..{self.vocab_size - 1}" if self.vocab_size is not None else "non-negative"
             raise GenerationError(f"token id(s) {', '.join(map(str, bad))} outside the vocabulary ({limit})")
         return ids
+
+
+def _nested(prompt: object) -> bool:
+    """True if ``prompt`` holds sequences (several prompts) rather than token ids."""
+    if not isinstance(prompt, (Sequence, np.ndarray)) or isinstance(prompt, (str, bytes)):
+        return False  # not a prompt at all: the prompt checks say what is wrong
+    return any(isinstance(t, (Sequence, np.ndarray)) and not isinstance(t, (str, bytes)) for t in prompt)

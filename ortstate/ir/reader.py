@@ -11,7 +11,7 @@ import defusedxml
 import defusedxml.ElementTree as SafeET
 import numpy as np
 
-from ..errors import IRError
+from ..errors import IRError, IRFileError
 from .constants import decode_constant
 from .edges import parse_edges, topological_order
 from .graph import Graph, Layer
@@ -32,7 +32,8 @@ def read_ir(xml_path: str | os.PathLike[str], bin_path: str | os.PathLike[str] |
     The ``.bin`` is read once into one ``bytes`` object; constants are read-only views into it.
 
     Raises:
-        IRError: the files are missing or unreadable, the XML is malformed or hostile, or the graph
+        IRFileError: the ``.xml`` or the ``.bin`` it needs is missing or unreadable (an ``IRError``).
+        IRError: the XML is malformed or hostile, or the graph
             is inconsistent (unknown types/opsets, bad shapes or constants, dangling edges, cycles).
             The message names the file and, where one is at fault, the layer as ``layer 'NAME' (id N)``.
     """
@@ -69,9 +70,9 @@ def _read_xml(path: Path, src: str) -> ET.Element:
             raise IRError(f"{src}: XML file is too large ({size} bytes, the limit is {_MAX_XML_BYTES})")
         data = path.read_bytes()
     except FileNotFoundError:
-        raise IRError(f"{src}: no such file") from None
+        raise IRFileError(f"{src}: no such file") from None
     except OSError as exc:
-        raise IRError(f"{src}: cannot read: {exc.strerror or exc}") from None
+        raise IRFileError(f"{src}: cannot read: {exc.strerror or exc}") from None
     try:
         # No DTD means no entity can be declared: billion laughs and external entities stop at the
         # DOCTYPE, before anything is expanded or fetched.
@@ -89,10 +90,10 @@ def _read_bin(path: Path, src: str, needed: bool) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         if needed:
-            raise IRError(f"{src}: weights file {path} not found") from None
+            raise IRFileError(f"{src}: weights file {path} not found") from None
         return b""
     except OSError as exc:
-        raise IRError(f"{src}: cannot read weights file {path}: {exc.strerror or exc}") from None
+        raise IRFileError(f"{src}: cannot read weights file {path}: {exc.strerror or exc}") from None
 
 
 def _parse_graph(root: ET.Element, scope: str, source: _Source, depth: int = 0) -> Graph:

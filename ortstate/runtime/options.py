@@ -17,7 +17,20 @@ import onnxruntime as ort
 
 from ..model_meta import ModelMeta
 
-__all__ = ["default_session_options", "static_states", "tune_session_options"]
+__all__ = [
+    "default_session_options",
+    "log_severity",
+    "quiet_session_options",
+    "set_log_severity",
+    "static_states",
+    "tune_session_options",
+]
+
+# ONNX Runtime logs a failed run itself (a red ``[E:onnxruntime:...]`` line) before raising, and warns
+# about graph inputs that have initializers, which the explicit form's graphs have by design. ortstate
+# raises a RunError carrying ONNX Runtime's whole reason, so by default only fatal messages (4) get
+# through; ``set_log_severity`` (the CLI's ``--verbose``) lets them through again.
+_log_severity = 4
 
 
 def static_states(meta: ModelMeta) -> bool:
@@ -34,8 +47,33 @@ def tune_session_options(options: ort.SessionOptions, meta: ModelMeta) -> ort.Se
     return options
 
 
+def set_log_severity(level: int) -> None:
+    """Set the severity from which ONNX Runtime's own log is shown, for the sessions ortstate makes
+    without ``sess_options`` from now on: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal (the default).
+
+    Sessions given ``sess_options`` log as those options say.
+
+    Raises:
+        ValueError: ``level`` is not 0..4.
+    """
+    global _log_severity
+    if not isinstance(level, int) or not 0 <= level <= 4:
+        raise ValueError(f"log severity must be 0 (verbose) .. 4 (fatal), got {level!r}")
+    _log_severity = level
+
+
+def log_severity() -> int:
+    """The severity set by :func:`set_log_severity` (4, fatal only, by default)."""
+    return _log_severity
+
+
+def quiet_session_options() -> ort.SessionOptions:
+    """New ``SessionOptions`` logging from :func:`log_severity` on (quiet by default)."""
+    options = ort.SessionOptions()
+    options.log_severity_level = _log_severity
+    return options
+
+
 def default_session_options(meta: ModelMeta) -> ort.SessionOptions:
     """What :class:`~ortstate.StatefulSession` uses without ``sess_options``: quiet, and tuned."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # keep ORT's warnings about our graphs away from users
-    return tune_session_options(options, meta)
+    return tune_session_options(quiet_session_options(), meta)

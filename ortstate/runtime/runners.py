@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import RunError
 from . import pyops
-from .pingpong import PingPong, PingPongMiss
+from .pingpong import PingPong, PingPongMiss, raw_session
 from .store import StateStore
 
 if TYPE_CHECKING:
@@ -24,9 +24,10 @@ _FALSE = np.array(False)
 
 
 def ort_error(exc: BaseException) -> RunError:
-    text = str(exc).strip().replace("[ONNXRuntimeError] : ", "")
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return RunError(f"run failed, no variable was changed: {first}")
+    """ONNX Runtime's whole reason on one line: its first line often only names the node, the
+    following ones say what was wrong (``index: 2 Got: 7 Expected: 8``)."""
+    text = " ".join(str(exc).replace("[ONNXRuntimeError] : ", "").split()) or type(exc).__name__
+    return RunError(f"run failed, no variable was changed: {text}")
 
 
 class Runner:
@@ -36,9 +37,8 @@ class Runner:
         self.session = session
         self.store = store
         self.variables = session._meta.variables
-        # The session object under InferenceSession: its Python wrapper re-validates the feeds
-        # (~2 µs a run), which StatefulSession._check_io has already done.
-        self.ort_run = getattr(session._ort, "_sess", session._ort).run
+        # StatefulSession._check_io has validated the feeds: skip the wrapper's second look.
+        self.ort_run = raw_session(session._ort).run
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         """A model without variables: a plain run."""
