@@ -133,7 +133,7 @@ class StatefulSession:
         # Kept alive with the session: ONNX Runtime may use their memory as its initializers.
         proto, self._offloaded = offload_large_initializers(proto, options, in_place=proto is not model)
         # Feeds only: an empty state meets a non-empty input and ONNX Runtime words that error itself.
-        guards = empty_input_guards(proto.graph)
+        guards = empty_input_guards(proto)
         try:
             self._ort = ort.InferenceSession(
                 proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])

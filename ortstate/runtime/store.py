@@ -6,7 +6,7 @@ import ml_dtypes  # noqa: F401  (makes np.dtype("bfloat16") resolvable)
 import numpy as np
 
 from ..errors import RunError, StateError
-from ..model_meta import VariableMeta
+from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, spanned_elements
 
 __all__ = ["ShapeRule", "StateStore"]
 
@@ -128,7 +128,15 @@ class StateStore:
 
     def set(self, var_id: str, value: object) -> None:
         arr = np.asarray(value)
+        if not arr.dtype.isnative:  # ``>f4`` is float32 too: the model gets this machine's byte order
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         self._check(var_id, arr, self._dtype[var_id], "cannot set state:")
+        if spanned_elements(arr.shape) > MAX_STATE_ELEMENTS:
+            # only an empty value gets here: its other dims would abort the custom-op form
+            raise StateError(
+                f"variable '{var_id}': cannot set state: shape {list(arr.shape)} spans more than "
+                f"{MAX_STATE_ELEMENTS} elements"
+            )
         self.values[var_id] = np.ascontiguousarray(arr.astype(self._carrier[var_id], copy=True))
         self.version += 1
 
