@@ -38,8 +38,8 @@ RUNS = (
     SENDER
     + """
 import sys
-session = ortstate.StatefulSession(ortstate.convert("models/accumulator/model.xml", explicit_state=sys.argv[1] == "explicit"),
-                                   form=sys.argv[1])
+model = ortstate.convert("models/accumulator/model.xml", explicit_state=sys.argv[1] == "explicit")
+session = ortstate.StatefulSession(model, form=sys.argv[1])
 x = np.ones((1, 3), np.float32)
 
 def committed():
