@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,9 +48,9 @@ def read_ir(xml_path: str | os.PathLike[str], bin_path: str | os.PathLike[str] |
         raise IRError(f"{src}: <net> has no IR version")
     if version.strip() not in _SUPPORTED_IR_VERSIONS:
         raise IRError(f"{src}: unsupported IR version {version!r} (expected 10 or 11)")
-    has_consts = any(el.get("type") == "Const" for el in root.iter("layer"))
-    weights = _read_bin(bin_file, src, needed=has_consts or bin_path is not None)
-    return _parse_graph(root, src, _Source(src, str(bin_file), weights, int(version)))
+    extent = _weights_extent(root)
+    weights, bin_size = _read_bin(bin_file, src, extent, needed=extent is not None or bin_path is not None)
+    return _parse_graph(root, src, _Source(src, str(bin_file), weights, int(version), bin_size))
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,12 @@ class _Source:
     bin_name: str
     weights: bytes = field(repr=False)
     version: int
+    bin_size: int  # of the file: ``weights`` ends with the last byte a Const declares
 
 
 def _read_xml(path: Path, src: str) -> ET.Element:
     try:
-        size = path.stat().st_size
-        if size > _MAX_XML_BYTES:
-            raise IRError(f"{src}: XML file is too large ({size} bytes, the limit is {_MAX_XML_BYTES})")
-        data = path.read_bytes()
+        data, _ = _read_regular(path, _MAX_XML_BYTES, src, "XML file")
     except FileNotFoundError:
         raise IRError(f"{src}: no such file") from None
     except OSError as exc:
@@ -84,15 +83,49 @@ def _read_xml(path: Path, src: str) -> ET.Element:
         raise IRError(f"{src}: malformed XML: {exc}") from None
 
 
-def _read_bin(path: Path, src: str, needed: bool) -> bytes:
+def _read_bin(path: Path, src: str, extent: int | None, needed: bool) -> tuple[bytes, int]:
+    """The ``.bin`` up to the last byte a Const declares (all of it when ``extent`` is None), and
+    the file's size."""
     try:
-        return path.read_bytes()
+        return _read_regular(path, extent, src, f"weights file {path}", too_large=False)
     except FileNotFoundError:
         if needed:
             raise IRError(f"{src}: weights file {path} not found") from None
-        return b""
+        return b"", 0
     except OSError as exc:
         raise IRError(f"{src}: cannot read weights file {path}: {exc.strerror or exc}") from None
+
+
+def _read_regular(path: Path, limit: int | None, src: str, what: str, too_large: bool = True) -> tuple[bytes, int]:
+    """A regular file's first ``limit`` bytes (all of them if None) and its size; more than ``limit``
+    is an error when ``too_large``. Anything else (a FIFO would block, a device such as ``/dev/zero`` never ends)
+    is refused before a byte is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise IRError(f"{src}: {what} is not a regular file")
+        if too_large and limit is not None and info.st_size > limit:
+            raise IRError(f"{src}: {what} is too large ({info.st_size} bytes, the limit is {limit})")
+        size = info.st_size if limit is None else min(info.st_size, limit)
+        return f.read(size), info.st_size
+
+
+def _weights_extent(root: ET.Element) -> int | None:
+    """The end of the furthest Const data the XML declares (None without Consts). Malformed
+    offsets and sizes are skipped here: the Const's own check reports them."""
+    end = None
+    for el in root.iter("layer"):
+        if el.get("type") != "Const":
+            continue
+        data = el.find("data")
+        try:
+            offset, size = int(data.get("offset", "").strip()), int(data.get("size", "").strip())  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            end = end or 0
+            continue
+        end = max(end or 0, offset + max(size, 0))
+    return end
 
 
 def _parse_graph(root: ET.Element, scope: str, source: _Source, depth: int = 0) -> Graph:
@@ -112,7 +145,7 @@ def _parse_graph(root: ET.Element, scope: str, source: _Source, depth: int = 0) 
             raise IRError(f"{where}: duplicate layer id (also used by layer '{first.name}')")
         layers[layer.id] = layer
         if layer.type == "Const":
-            constants[layer.id] = decode_constant(layer, source.weights, where, source.bin_name)
+            constants[layer.id] = decode_constant(layer, source.weights, where, source.bin_name, source.bin_size)
     edges = parse_edges(root.find("edges"), scope, layers)
     order = topological_order(layers, edges, scope)
     rt_info = _model_rt_info(root.find("rt_info"))
