@@ -149,6 +149,7 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
         variables=tuple(state.meta[v.id] for v in variables),
         request_input=state.request_input,
         source=Path(graph.source).name,
+        digest=graph.digest,
     )
     write_meta(model, meta)
     return model

@@ -104,6 +104,7 @@ class Graph:
     version: int = 11
     name: str = ""
     rt_info: Mapping[str, str] = field(default_factory=dict)
+    digest: str = ""  # of the IR's files (the main graph read by read_ir), identifying the model
 
     @cached_property
     def _producers(self) -> dict[tuple[int, int], tuple[int, int]]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import stat
+import threading
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +34,7 @@ def read_ir(xml_path: str | os.PathLike[str], bin_path: str | os.PathLike[str] |
     """Read ``model.xml`` (and ``model.bin`` beside it unless ``bin_path`` is given).
 
     The ``.bin`` is read once into one ``bytes`` object; constants are read-only views into it.
+    The graph's ``digest`` is a SHA-256 of both files as read (hashed while the XML is parsed).
 
     Raises:
         IRError: the files are missing or unreadable, the XML is malformed or hostile, or the graph
@@ -40,7 +44,7 @@ def read_ir(xml_path: str | os.PathLike[str], bin_path: str | os.PathLike[str] |
     xml_file = Path(xml_path)
     bin_file = Path(bin_path) if bin_path is not None else xml_file.with_suffix(".bin")
     src = str(xml_file)
-    root = _read_xml(xml_file, src)
+    root, xml_data = _read_xml(xml_file, src)
     if root.tag != "net":
         raise IRError(f"{src}: not an OpenVINO IR (root element is <{root.tag}>, expected <net>)")
     version = root.get("version")
@@ -50,7 +54,15 @@ def read_ir(xml_path: str | os.PathLike[str], bin_path: str | os.PathLike[str] |
         raise IRError(f"{src}: unsupported IR version {version!r} (expected 10 or 11)")
     extent = _weights_extent(root)
     weights, bin_size = _read_bin(bin_file, src, extent, needed=extent is not None or bin_path is not None)
-    return _parse_graph(root, src, _Source(src, str(bin_file), weights, int(version), bin_size))
+    digest = hashlib.sha256(xml_data)
+    # hashlib lets go of the GIL on large buffers: a 2 GB .bin hashes on the other core meanwhile.
+    hasher = threading.Thread(target=digest.update, args=(weights,), daemon=True)
+    hasher.start()
+    try:
+        graph = _parse_graph(root, src, _Source(src, str(bin_file), weights, int(version), bin_size))
+    finally:
+        hasher.join()
+    return dataclasses.replace(graph, digest=digest.hexdigest())
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,7 @@ class _Source:
     bin_size: int  # of the file: ``weights`` ends with the last byte a Const declares
 
 
-def _read_xml(path: Path, src: str) -> ET.Element:
+def _read_xml(path: Path, src: str) -> tuple[ET.Element, bytes]:
     try:
         data, _ = _read_regular(path, _MAX_XML_BYTES, src, "XML file")
     except FileNotFoundError:
@@ -74,7 +86,7 @@ def _read_xml(path: Path, src: str) -> ET.Element:
     try:
         # No DTD means no entity can be declared: billion laughs and external entities stop at the
         # DOCTYPE, before anything is expanded or fetched.
-        return SafeET.fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+        return SafeET.fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True), data
     except defusedxml.DefusedXmlException as exc:
         raise IRError(f"{src}: refused hostile XML: DTDs and entities are not allowed ({type(exc).__name__})") from None
     except ET.ParseError as exc:

@@ -15,7 +15,7 @@ import onnxruntime as ort
 from ..errors import OrtStateError, RunError
 from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
 from ..protosize import initializer_bytes
-from . import pyops
+from . import pyops, snapshot
 from .fuse import fuse_state_ops
 from .guards import empty_input_guards
 from .large import OFFLOAD_ABOVE, offload_large_initializers
@@ -110,6 +110,9 @@ class StatefulSession:
             raise OrtStateError(f"{origin}: {exc}") from None
         self._meta = meta or ModelMeta(form=EXPLICIT, variables=())
         check_model(proto, self._meta, origin)
+        # What snapshots must match: the IR the converter hashed, else (an older conversion) this graph.
+        digest = self._meta.digest or (snapshot.model_digest(proto) if self._meta.variables else "")
+        self._fingerprint = snapshot.fingerprint(self._meta.variables, digest)
         self._model_form = self._meta.form
         if self._meta.form == EXPLICIT and form == CUSTOM_OP and self._meta.variables:
             raise OrtStateError(f"{origin}: an explicit-form model has no custom state ops to run (form='custom-op')")
