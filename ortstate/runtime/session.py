@@ -37,9 +37,11 @@ def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) ->
             return onnx.load_from_string(bytes(model))
         except Exception as exc:  # noqa: BLE001 - protobuf raises several types
             raise OrtStateError(f"cannot parse ONNX model bytes: {exc}") from None
+    if not isinstance(model, (str, os.PathLike)):
+        raise OrtStateError(f"model: expected a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
     path = Path(model)
-    if not path.is_file():
-        raise OrtStateError(f"{path}: no such file")
+    if not path.is_file():  # a FIFO would block the read, a device never end it
+        raise OrtStateError(f"{path}: {'not a regular file' if path.exists() else 'no such file'}")
     if path.suffix.lower() == ".xml":
         # An IR leaves the form to us: the explicit one is the faster (no Python in the graph).
         from ..convert import convert
