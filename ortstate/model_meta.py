@@ -202,16 +202,17 @@ def _variable(value: Any, where: str) -> VariableMeta:
     data = _object(value, where, VariableMeta, {"id", "element_type", "dtype", "shape", "init", "init_shape"})
     shape = None if data["shape"] is None else _list(data["shape"], f"{where}.shape", _dim)
     init_shape = _list(data["init_shape"], f"{where}.init_shape", _int)
-    var = VariableMeta(
-        id=_str(data["id"], f"{where}.id"),
-        element_type=_str(data["element_type"], f"{where}.element_type"),
-        dtype=_str(data["dtype"], f"{where}.dtype", choices=tuple(DTYPES)),
-        shape=shape,
-        init=_str(data["init"], f"{where}.init", choices=("zeros", "computed")),
-        init_shape=init_shape,
+    checked = {
+        "id": _str(data["id"], f"{where}.id"),
+        "element_type": _str(data["element_type"], f"{where}.element_type"),
+        "dtype": _str(data["dtype"], f"{where}.dtype", choices=tuple(DTYPES)),
+        "shape": shape,
+        "init": _str(data["init"], f"{where}.init", choices=("zeros", "computed")),
+        "init_shape": init_shape,
         **{k: _str(data.get(k), f"{where}.{k}", optional=True) for k in ("init_flag", "state_input", "state_output")},
-        carrier=_str(data.get("carrier"), f"{where}.carrier", optional=True, choices=tuple(DTYPES)),
-    )
+        "carrier": _str(data.get("carrier"), f"{where}.carrier", optional=True, choices=tuple(DTYPES)),
+    }
+    var = VariableMeta(**{**data, **checked})  # a field without a rule here passes through as it is
     lows = [d if isinstance(d, int) else d[0] for d in shape or []]
     if max(spanned_elements(lows), spanned_elements(init_shape)) > MAX_STATE_ELEMENTS:
         raise ValueError(f"{where}: variable '{var.id}' spans more than {MAX_STATE_ELEMENTS} elements")
@@ -236,11 +237,12 @@ def _model_meta(value: Any) -> ModelMeta:
     for name, text in (("source", source), ("digest", digest)):
         if not isinstance(text, str):
             raise _fail(name, "a string", text)
-    return ModelMeta(
-        form=_str(data["form"], "form", choices=(CUSTOM_OP, EXPLICIT)),
-        variables=variables,
-        request_input=_str(data.get("request_input"), "request_input", optional=True),
-        source=source,
-        extra=dict(extra),
-        digest=digest,
-    )
+    checked = {
+        "form": _str(data["form"], "form", choices=(CUSTOM_OP, EXPLICIT)),
+        "variables": variables,
+        "request_input": _str(data.get("request_input"), "request_input", optional=True),
+        "source": source,
+        "extra": dict(extra),
+        "digest": digest,
+    }
+    return ModelMeta(**{**data, **checked})

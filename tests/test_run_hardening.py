@@ -157,6 +157,8 @@ def test_zero_size_states_with_absurd_dims_are_refused(explicit: bool) -> None:
         with pytest.raises(ortstate.StateError, match=rf"cannot set state: shape \[{shape[0]}, 2, 0, 4\] spans more"):
             past.state = np.zeros(shape, np.float32)
         assert_same({"past": past.state}, {"past": before})
+    with pytest.raises(ortstate.StateError, match="variable 'past': cannot set state: not an array"):
+        past.state = [[1.0], [1.0, 2.0]]
     past.state = np.zeros([2**30, 2, 0, 4], np.float32)  # large but sane: kept
     assert past.state.shape == (2**30, 2, 0, 4)
 

@@ -127,7 +127,10 @@ class StateStore:
         return value.astype(self._dtype[var_id], copy=True)
 
     def set(self, var_id: str, value: object) -> None:
-        arr = np.asarray(value)
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:  # ragged lists, objects numpy cannot convert
+            raise StateError(f"variable '{var_id}': cannot set state: not an array ({exc})") from None
         if not arr.dtype.isnative:  # ``>f4`` is float32 too: the model gets this machine's byte order
             arr = arr.astype(arr.dtype.newbyteorder("="))
         self._check(var_id, arr, self._dtype[var_id], "cannot set state:")
