@@ -7,16 +7,47 @@ module and nothing else of each other.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import onnx
 
-__all__ = ["FORMAT_VERSION", "META_KEY", "ModelMeta", "VariableMeta", "read_meta", "write_meta"]
+__all__ = [
+    "DTYPES",
+    "FORMAT_VERSION",
+    "MAX_INIT_BYTES",
+    "MAX_STATE_ELEMENTS",
+    "META_KEY",
+    "ModelMeta",
+    "VariableMeta",
+    "read_meta",
+    "spanned_elements",
+    "write_meta",
+]
 
 META_KEY = "ortstate"
 FORMAT_VERSION = 1
 CUSTOM_OP = "custom-op"
 EXPLICIT = "explicit"
+# numpy dtype names a variable's values (and their carrier) may have, with their sizes in bytes.
+DTYPES = {
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "bool": 1,
+    "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
+}  # fmt: skip
+# No state can span more elements, counting every dim but the zero ones: a non-empty one would
+# need terabytes, and an empty one whose other dims multiply past what numpy can describe aborts
+# the process inside onnxruntime-extensions (it builds the arrays the custom ops see).
+MAX_STATE_ELEMENTS = 1 << 40
+# A variable's initial value (zeros of ``init_shape``) is made before any run and, in the custom-op
+# form, stored in the model: protobuf caps a model at 2 GB.
+MAX_INIT_BYTES = 1 << 31
+
+
+def spanned_elements(shape: Sequence[int]) -> int:
+    """The product of the non-zero dims: what :data:`MAX_STATE_ELEMENTS` bounds."""
+    return math.prod(d for d in shape if d)
 
 
 @dataclass(frozen=True)
@@ -54,12 +85,24 @@ class VariableMeta:
 
 @dataclass(frozen=True)
 class ModelMeta:
+    """A model's variables and how the runtime drives them.
+
+    Attributes:
+        form: ``custom-op`` or ``explicit``.
+        request_input: custom-op form: the int64 scalar graph input every state op takes as its
+            second input (the runtime feeds each request's key).
+        source: the IR file the model was converted from (for messages).
+        digest: a hash of the IR files (``.xml`` and ``.bin``) the model was converted from, the
+            same for both forms; "" for models converted before it was recorded.
+    """
+
     form: str
     variables: tuple[VariableMeta, ...]
     request_input: str | None = None
     source: str = ""
     version: int = FORMAT_VERSION
     extra: dict[str, str] = field(default_factory=dict)
+    digest: str = ""
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -68,11 +111,12 @@ class ModelMeta:
 
     @classmethod
     def from_json(cls, text: str) -> ModelMeta:
-        data = json.loads(text)
-        if data.get("version") != FORMAT_VERSION:
-            raise ValueError(f"metadata format version {data.get('version')!r}, expected {FORMAT_VERSION}")
-        variables = tuple(VariableMeta(**v) for v in data.pop("variables"))
-        return cls(variables=variables, **data)
+        """Parse and validate (see :func:`read_meta`). Raises ValueError naming the bad field."""
+        try:
+            data = json.loads(text)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
+        return _model_meta(data)
 
     @property
     def hidden_inputs(self) -> set[str]:
@@ -100,6 +144,105 @@ def read_meta(model: onnx.ModelProto) -> ModelMeta | None:
         if prop.key == META_KEY:
             try:
                 return ModelMeta.from_json(prop.value)
-            except (TypeError, KeyError, json.JSONDecodeError) as exc:
+            except ValueError as exc:  # json.JSONDecodeError included
                 raise ValueError(f"malformed ortstate metadata: {exc}") from None
     return None
+
+
+# -- the schema: every field's type and range, checked when a model is loaded ---------------------
+def _fail(where: str, expected: str, got: Any) -> ValueError:
+    shown = repr(got)
+    return ValueError(f"{where}: expected {expected}, got {shown[:60] + '...' if len(shown) > 60 else shown}")
+
+
+def _object(value: Any, where: str, cls: type, required: set[str]) -> dict[str, Any]:
+    """``value`` as the fields of ``cls``: a JSON object with every required key and no other."""
+    if not isinstance(value, dict):
+        raise _fail(where, "an object", value)
+    known = {f.name for f in fields(cls)}
+    missing, unknown = sorted(required - value.keys()), sorted(set(value) - known)
+    if missing or unknown:
+        parts = [f"missing field(s) {', '.join(missing)}"] if missing else []
+        parts += [f"unknown field(s) {', '.join(map(str, unknown))}"] if unknown else []
+        raise ValueError(f"{where}: {'; '.join(parts)}")
+    return value
+
+
+def _int(value: Any, where: str, lo: int = 0) -> int:
+    if type(value) is not int or value < lo:  # bool is an int to Python, not to the schema
+        raise _fail(where, f"an integer >= {lo}", value)
+    return value
+
+
+def _str(value: Any, where: str, optional: bool = False, choices: Sequence[str] = ()) -> Any:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or (choices and value not in choices) or (not choices and not value):
+        expected = f"one of {', '.join(choices)}" if choices else "a non-empty string"
+        raise _fail(where, expected + (" or null" if optional else ""), value)
+    return value
+
+
+def _list(value: Any, where: str, item: Callable[[Any, str], Any]) -> list[Any]:
+    if not isinstance(value, list):
+        raise _fail(where, "a list", value)
+    return [item(v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
+def _dim(value: Any, where: str) -> int | list[int | None]:
+    if isinstance(value, list):
+        if len(value) != 2:
+            raise _fail(where, "a dim: an integer or [lo, hi]", value)
+        lo = _int(value[0], f"{where}[0]")
+        return [lo, None if value[1] is None else _int(value[1], f"{where}[1]", lo)]
+    return _int(value, where)
+
+
+def _variable(value: Any, where: str) -> VariableMeta:
+    data = _object(value, where, VariableMeta, {"id", "element_type", "dtype", "shape", "init", "init_shape"})
+    shape = None if data["shape"] is None else _list(data["shape"], f"{where}.shape", _dim)
+    init_shape = _list(data["init_shape"], f"{where}.init_shape", _int)
+    checked = {
+        "id": _str(data["id"], f"{where}.id"),
+        "element_type": _str(data["element_type"], f"{where}.element_type"),
+        "dtype": _str(data["dtype"], f"{where}.dtype", choices=tuple(DTYPES)),
+        "shape": shape,
+        "init": _str(data["init"], f"{where}.init", choices=("zeros", "computed")),
+        "init_shape": init_shape,
+        **{k: _str(data.get(k), f"{where}.{k}", optional=True) for k in ("init_flag", "state_input", "state_output")},
+        "carrier": _str(data.get("carrier"), f"{where}.carrier", optional=True, choices=tuple(DTYPES)),
+    }
+    var = VariableMeta(**{**data, **checked})  # a field without a rule here passes through as it is
+    lows = [d if isinstance(d, int) else d[0] for d in shape or []]
+    if max(spanned_elements(lows), spanned_elements(init_shape)) > MAX_STATE_ELEMENTS:
+        raise ValueError(f"{where}: variable '{var.id}' spans more than {MAX_STATE_ELEMENTS} elements")
+    init_bytes = math.prod(init_shape) * DTYPES[var.carrier or var.dtype]
+    if init_bytes > MAX_INIT_BYTES:
+        raise ValueError(f"{where}: variable '{var.id}' starts at {init_bytes} bytes, the limit is {MAX_INIT_BYTES}")
+    return var
+
+
+def _model_meta(value: Any) -> ModelMeta:
+    data = _object(value, "metadata", ModelMeta, {"form", "variables", "version"})
+    if data["version"] != FORMAT_VERSION or type(data["version"]) is not int:
+        raise ValueError(f"metadata format version {data['version']!r}, expected {FORMAT_VERSION}")
+    variables = tuple(_list(data["variables"], "variables", _variable))
+    ids = [v.id for v in variables]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"variables: id '{next(i for i in ids if ids.count(i) > 1)}' is listed twice")
+    extra = data.get("extra", {})
+    if not isinstance(extra, dict) or not all(isinstance(v, str) for v in extra.values()):
+        raise _fail("extra", "an object of strings", extra)
+    source, digest = data.get("source", ""), data.get("digest", "")
+    for name, text in (("source", source), ("digest", digest)):
+        if not isinstance(text, str):
+            raise _fail(name, "a string", text)
+    checked = {
+        "form": _str(data["form"], "form", choices=(CUSTOM_OP, EXPLICIT)),
+        "variables": variables,
+        "request_input": _str(data.get("request_input"), "request_input", optional=True),
+        "source": source,
+        "extra": dict(extra),
+        "digest": digest,
+    }
+    return ModelMeta(**{**data, **checked})

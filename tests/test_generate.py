@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -188,6 +189,79 @@ def test_generate_refuses_bad_prompts(mamba: Generator, prompts: list[list[int]]
     with pytest.raises(GenerationError) as info:
         mamba.generate_batch(prompts, 2)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda g: g.generate(None), "the prompt is a list of token ids, got NoneType"),
+        (lambda g: g.generate("12"), "the prompt is a list of token ids, got str"),
+        (lambda g: g.generate(5), "the prompt is a list of token ids, got int"),
+        (lambda g: g.generate([1, 2.5]), "token ids must be integers, got 2.5 (float)"),
+        (lambda g: g.generate([1, True]), "token ids must be integers, got True (bool)"),
+        (lambda g: g.generate([1, "3"]), "token ids must be integers, got '3' (str)"),
+        (lambda g: g.generate([1, 2**70]), f"token id(s) {2**70} outside the vocabulary (0..255)"),
+        (lambda g: g.generate([1, 2], 2.5), "max_new_tokens must be an integer >= 1, got 2.5"),
+        (lambda g: g.generate([1, 2], "3"), "max_new_tokens must be an integer >= 1, got '3'"),
+        (lambda g: g.generate([1, 2], None), "max_new_tokens must be an integer >= 1, got None"),
+        (lambda g: g.generate([1, 2], True), "max_new_tokens must be an integer >= 1, got True"),
+        (lambda g: g.generate([1, 2], 0), "max_new_tokens must be an integer >= 1, got 0"),
+        (lambda g: g.generate([1, 2], stream=5), "stream must be a callable taking each new token, got int"),
+        (lambda g: g.generate_batch(None), "prompts must be a list of token id lists, got NoneType"),
+        (lambda g: g.generate_batch([None]), "a prompt is a list of token ids, got NoneType"),
+        (lambda g: g.generate_batch([[1]], stream="x"), "stream must be a callable taking the new tokens, got str"),
+    ],
+)
+def test_generate_refuses_bad_arguments(mamba: Generator, call: Callable[[Generator], object], message: str) -> None:
+    with pytest.raises(GenerationError) as info:
+        call(mamba)
+    assert str(info.value) == message
+    assert (
+        mamba.generate(np.array(reference(MAMBA)["prompt_ids"][0]), 2, stop_at_eos=False)
+        == reference(MAMBA)["new_tokens"][0][:2]
+    )  # numpy prompts are fine, and nothing was left behind
+
+
+@pytest.mark.parametrize(
+    ("config", "generation", "message"),
+    [
+        ({"eos_token_id": "abc"}, {}, "eos_token_id: expected an integer >= 0 or a list of them, got 'abc'"),
+        ({"eos_token_id": [1, "x"]}, {}, "eos_token_id: expected an integer >= 0 or a list of them, got 'x'"),
+        ({"eos_token_id": 1.5}, {}, "eos_token_id: expected an integer >= 0 or a list of them, got 1.5"),
+        ({"eos_token_id": True}, {}, "eos_token_id: expected an integer >= 0 or a list of them, got True"),
+        ({"eos_token_id": -1}, {}, "eos_token_id: expected an integer >= 0 or a list of them, got -1"),
+        ({"eos_token_id": 2**70}, {}, f"eos_token_id: expected an integer >= 0 or a list of them, got {2**70}"),
+        ({}, {"pad_token_id": {}}, "pad_token_id: expected an integer >= 0, got {}"),
+        ({"decoder_start_token_id": [0]}, {}, "decoder_start_token_id: expected an integer >= 0"),
+        ({"conv_kernel": "4"}, {}, "conv_kernel: expected an integer >= 1, got '4'"),
+        ({"mamba_d_conv": 0}, {}, "mamba_d_conv: expected an integer >= 1, got 0"),
+        ({"model_type": 5}, {}, "model_type: expected a string, got 5"),
+        ({"text_config": {"eos_token_id": "x"}}, {}, "eos_token_id: expected an integer >= 0"),
+        ({"text_config": {"model_type": None}}, {}, "text_config.model_type: expected a string, got None"),
+    ],
+)
+def test_junk_config_values_are_generation_errors(tmp_path: Path, config: dict, generation: dict, message: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "generation_config.json").write_text(json.dumps(generation))
+    with pytest.raises(GenerationError) as info:
+        read_config(tmp_path)
+    assert str(info.value).startswith(f"{tmp_path}: config.json or generation_config.json: {message}")
+
+
+def test_junk_config_is_a_one_line_cli_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = linked_copy(MAMBA, tmp_path / "m", skip=("config.json",))
+    config = json.loads((MAMBA / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "conv_kernel": "four"}))
+    code, out, err = run_cli(capsys, "generate", folder, "--prompt-ids", "1,2")
+    assert code == 1 and out == ""
+    message = "conv_kernel: expected an integer >= 1, got 'four'"
+    assert_one_line_error(err, f"{folder}: config.json or generation_config.json: {message}")
+
+
+def test_encoder_input_that_is_no_array_of_numbers() -> None:
+    generator = Generator.from_dir(T5)
+    with pytest.raises(GenerationError, match=r"^encoder input 'input_ids': not an array of numbers"):
+        generator.generate([0], 2, encoder_input=[["a", "b"]])
 
 
 def test_encoder_decoder_needs_encoder_input() -> None:

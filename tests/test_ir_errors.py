@@ -11,6 +11,7 @@ import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,14 +216,14 @@ def unreadable(name: str) -> Setup:
         if os.geteuid() != 0:
             target.chmod(0)
             return result
-        real = Path.read_bytes
+        real = os.open
 
-        def read_bytes(self: Path) -> bytes:
-            if self == target:
-                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
-            return real(self)
+        def open_(path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> int:
+            if Path(path) == target:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+            return real(path, *args, **kwargs)
 
-        mp.setattr(Path, "read_bytes", read_bytes)
+        mp.setattr(os, "open", open_)
         return result
 
     return setup

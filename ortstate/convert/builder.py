@@ -27,6 +27,7 @@ class Names:
 
     def __init__(self) -> None:
         self._used: set[str] = set()
+        self._next: dict[str, int] = {}  # the next suffix to try per hint: a layer may make thousands
 
     def reserve(self, name: str) -> str:
         """Claim ``name`` exactly; callers check availability with :meth:`taken` first."""
@@ -38,10 +39,11 @@ class Names:
 
     def fresh(self, hint: str) -> str:
         base = hint or "v"
-        name, i = base, 1
+        name, i = base, self._next.get(base, 1)
         while name in self._used:
             name = f"{base}_{i}"
             i += 1
+        self._next[base] = i
         self._used.add(name)
         return name
 
@@ -125,9 +127,11 @@ class GraphBuilder:
             _append_tensor(graph, tensor)
         return graph
 
-    def rename(self, old: str, new: str) -> None:
-        """Rename a value produced by one of this graph's nodes, everywhere it is used."""
-        _rename_in_nodes(self.nodes, old, new)
+    def rename_all(self, names: dict[str, str]) -> None:
+        """Rename values produced by this graph's nodes (``{old: new}``), everywhere they are used,
+        in one pass over the nodes."""
+        if names:
+            _rename_in_nodes(self.nodes, names)
 
 
 # protobuf copies a message into a repeated field by serialising it, which fails past 2 GB: a
@@ -145,26 +149,26 @@ def _append_tensor(graph: onnx.GraphProto, tensor: onnx.TensorProto) -> None:
     new.raw_data = tensor.raw_data
 
 
-def _rename_in_nodes(nodes: list[onnx.NodeProto], old: str, new: str) -> None:
+def _rename_in_nodes(nodes: list[onnx.NodeProto], names: dict[str, str]) -> None:
     for node in nodes:
-        for i, name in enumerate(node.input):
-            if name == old:
-                node.input[i] = new
-        for i, name in enumerate(node.output):
-            if name == old:
-                node.output[i] = new
+        for field in (node.input, node.output):
+            for i, name in enumerate(field):
+                new = names.get(name)
+                if new is not None:
+                    field[i] = new
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
-                _rename_in_graph(attr.g, old, new)
+                _rename_in_graph(attr.g, names)
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for g in attr.graphs:
-                    _rename_in_graph(g, old, new)
+                    _rename_in_graph(g, names)
 
 
-def _rename_in_graph(graph: onnx.GraphProto, old: str, new: str) -> None:
-    _rename_in_nodes(list(graph.node), old, new)
+def _rename_in_graph(graph: onnx.GraphProto, names: dict[str, str]) -> None:
+    _rename_in_nodes(list(graph.node), names)
     for out in graph.output:
-        if out.name == old:
+        new = names.get(out.name)
+        if new is not None:
             out.name = new
 
 

@@ -20,7 +20,7 @@ from .dtypes import numpy_type, onnx_type
 from .folding import constant_value, feeds_only_folds
 from .loop_state import BodyScope, MainScope
 from .registry import lookup
-from .state import CONTRIB_DOMAIN, REQUEST_INPUT, StateWriter, collect_variables, plan_inits
+from .state import CONTRIB_DOMAIN, StateWriter, collect_variables, plan_inits
 
 __all__ = ["convert", "convert_graph", "unsupported_ops"]
 
@@ -107,6 +107,7 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
     b = GraphBuilder(graph.name or "ortstate")
     values: dict[tuple[int, int], str] = {}
     _add_inputs(graph, b, values)
+    _reserve_outputs(graph, b)  # the model's own names win over every name made below
     state = StateWriter(graph, variables, b, explicit_state)
     ctx = Context(graph, b, MainScope(state))
 
@@ -147,8 +148,9 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
     meta = ModelMeta(
         form=EXPLICIT if explicit_state else CUSTOM_OP,
         variables=tuple(state.meta[v.id] for v in variables),
-        request_input=REQUEST_INPUT if variables and not explicit_state else None,
+        request_input=state.request_input,
         source=Path(graph.source).name,
+        digest=graph.digest,
     )
     write_meta(model, meta)
     return model
@@ -289,28 +291,50 @@ def _add_inputs(graph: Graph, b: GraphBuilder, values: dict[tuple[int, int], str
         values[(layer.id, layer.outputs[0].id)] = name
 
 
+def _output_name(graph: Graph, layer: Layer) -> str:
+    """A Result's name as OpenVINO gives it: the smallest name of the tensor it takes, else its own."""
+    _, port = graph.producer(layer, 0)
+    return min(port.names) if port.names else layer.name
+
+
+def _reserve_outputs(graph: Graph, b: GraphBuilder) -> None:
+    for layer in graph.results:
+        try:
+            b.names.reserve(_output_name(graph, layer))
+        except (IndexError, KeyError):  # a Result without input: _add_outputs reports it
+            continue
+
+
 def _add_outputs(graph: Graph, b: GraphBuilder, value_of) -> None:  # noqa: ANN001
-    """Name outputs as OpenVINO does, renaming the producing value where we can, else via Identity."""
+    """Name outputs as OpenVINO does, renaming the producing value where we can, else via Identity.
+
+    Every output's name was reserved before translation (:func:`_reserve_outputs`), so no value
+    made since has it; an input of that name, or an earlier output, makes it take a suffix.
+    """
     produced = {out for node in b.nodes for out in node.output}
-    renamed: dict[str, str] = {}
+    inputs = {i.name for i in b.inputs}
+    renames: dict[str, str] = {}
     outputs: set[str] = set()
     for layer in graph.results:
-        _, port = graph.producer(layer, 0)
         value = value_of(layer, 0)
-        value = renamed.get(value, value)
-        name = min(port.names) if port.names else layer.name
-        can_rename = value in produced and value not in renamed.values() and not b.names.taken(name)
+        name = _output_name(graph, layer)
         if value == name and name not in outputs:
             pass
-        elif can_rename:
-            b.names.reserve(name)
-            b.rename(value, name)
-            renamed[value] = name
+        elif value in produced and value not in renames and name not in outputs and name not in inputs:
+            renames[value] = name
         else:
-            name = b.names.fresh(name) if b.names.taken(name) else b.names.reserve(name)
+            if name in outputs or name in inputs:
+                name = b.names.fresh(name)
             b.op("Identity", [value], names=[name])
         outputs.add(name)
-        etype = port.element_type or layer.inputs[0].element_type
+        etype = _output_type(graph, layer)
         # onnx.checker wants a shape on graph outputs; IR ports give the rank, -1 where dynamic.
         dims = [d.lo if d.is_static else f"{name}_d{i}" for i, d in enumerate(layer.inputs[0].shape.dims or ())]
-        b.add_output(name, onnx_type(etype, f"{graph.source}: {layer.describe()}"), dims)
+        b.add_output(name, etype, dims)
+    b.rename_all(renames)
+
+
+def _output_type(graph: Graph, layer: Layer) -> int:
+    _, port = graph.producer(layer, 0)
+    etype = port.element_type or layer.inputs[0].element_type
+    return onnx_type(etype, f"{graph.source}: {layer.describe()}")

@@ -11,6 +11,7 @@ runtime sets the flag only on a variable's first run and after a reset.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -19,7 +20,7 @@ from onnx import TensorProto
 
 from ..errors import StateError
 from ..ir import ElementType, Graph, Layer, PartialShape, element_type, parse_partial_shape
-from ..model_meta import VariableMeta
+from ..model_meta import MAX_INIT_BYTES, MAX_STATE_ELEMENTS, VariableMeta, spanned_elements
 from .builder import GraphBuilder
 from .context import constant_value
 from .dtypes import numpy_type, onnx_type
@@ -215,7 +216,22 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
         if value is not None and not np.any(value):
             init_kind, zero_shape = "zeros", tuple(value.shape)
     after_assign = has_init and _depends_on(graph, read, assign)
-    return Variable(vid, read, assign, etype, shape, init_kind, zero_shape, after_assign=after_assign)
+    variable = Variable(vid, read, assign, etype, shape, init_kind, zero_shape, after_assign=after_assign)
+    _check_size(variable, where)
+    return variable
+
+
+def _check_size(var: Variable, where: str) -> None:
+    """Refuse a variable no run could hold: its zero initial value is made before the first run (and
+    stored in a custom-op model), and dims past :data:`MAX_STATE_ELEMENTS` cannot cross the runtime."""
+    lows = [d.lo for d in var.shape.dims or ()]
+    if max(spanned_elements(lows), spanned_elements(var.init_shape)) > MAX_STATE_ELEMENTS:
+        raise StateError(f"{where}: shape {var.shape} spans more than {MAX_STATE_ELEMENTS} elements")
+    size = math.prod(var.init_shape) * np.dtype(numpy_type(var.carrier_type)).itemsize
+    if size > MAX_INIT_BYTES:
+        raise StateError(
+            f"{where}: its initial value {list(var.init_shape)} takes {size} bytes, the limit is {MAX_INIT_BYTES}"
+        )
 
 
 def plan_inits(graph: Graph, variables: list[Variable], explicit: bool) -> None:
@@ -259,16 +275,18 @@ class StateWriter:
         self._state_in: dict[str, str] = {}
         self._state_out: dict[str, str] = {}
         self._written: dict[str, str] = {}  # the value each Assign wrote, by variable
+        # The model's own names were reserved first: these get a suffix where one is taken.
         for var in variables:
             if var.guarded:
-                self._flags[var.id] = builder.names.reserve(f"ortstate.init.{var.id}")
+                self._flags[var.id] = builder.names.fresh(f"ortstate.init.{var.id}")
                 builder.add_input(self._flags[var.id], TensorProto.BOOL, [])
             if explicit:
-                self._state_in[var.id] = builder.names.reserve(f"ortstate.in.{var.id}")
+                self._state_in[var.id] = builder.names.fresh(f"ortstate.in.{var.id}")
                 builder.add_input(self._state_in[var.id], onnx_type(var.etype), _onnx_dims(var.shape, f"{var.id}_d"))
+        self.request_input: str | None = None
         if variables and not explicit:
-            builder.names.reserve(REQUEST_INPUT)
-            builder.add_input(REQUEST_INPUT, TensorProto.INT64, [])
+            self.request_input = builder.names.fresh(REQUEST_INPUT)
+            builder.add_input(self.request_input, TensorProto.INT64, [])
 
     def skipped_layers(self) -> set[int]:
         """Layers the driver must not translate in the main graph (they go into If branches)."""
@@ -333,7 +351,7 @@ class StateWriter:
             init = init_in(b)
             if var.carrier_type != etype:
                 init = b.op("Cast", [init], {"to": var.carrier_type})
-        value = b.op("ReadValue", [init, REQUEST_INPUT], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
+        value = b.op("ReadValue", [init, self.request_input], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
         if var.carrier_type != etype:
             value = b.op("Cast", [value], {"to": etype})
         return self._record(var, value)
@@ -349,12 +367,12 @@ class StateWriter:
         b = self.b
         self._written[var.id] = value
         if self.explicit:
-            out = b.names.reserve(f"ortstate.out.{var.id}")
+            out = b.names.fresh(f"ortstate.out.{var.id}")
             b.op("Identity", [value], names=[out])
             self._state_out[var.id] = out
             return value
         carried = value if var.carrier_type == onnx_type(var.etype) else b.op("Cast", [value], {"to": var.carrier_type})
-        b.op("Assign", [carried, REQUEST_INPUT], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
+        b.op("Assign", [carried, self.request_input], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
         return value
 
     def finish(self) -> None:

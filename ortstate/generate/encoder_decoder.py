@@ -49,9 +49,13 @@ class Encoder:
         """The hidden states ``[batch, positions, hidden]`` of ``value`` (cast to the main input's type).
 
         Raises:
-            GenerationError: ``value`` has the wrong rank for the encoder's main input.
+            GenerationError: ``value`` is no array of numbers, or has the wrong rank for the
+                encoder's main input.
         """
-        value = np.asarray(value)
+        try:
+            value = np.asarray(value, dtype=self.main.dtype)
+        except (TypeError, ValueError) as exc:
+            raise GenerationError(f"encoder input '{self.main.name}': not an array of numbers ({exc})") from None
         if self.main.rank is not None and value.ndim != self.main.rank:
             raise GenerationError(
                 f"encoder input '{self.main.name}' has rank {self.main.rank}, got shape {list(value.shape)}"

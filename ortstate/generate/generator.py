@@ -172,6 +172,10 @@ class Generator:
             GenerationError: an empty or out-of-vocabulary prompt, no encoder output, ...
             RunError: the model failed to run (its variables are left as they were).
         """
+        if stream is not None and not callable(stream):
+            raise GenerationError(f"stream must be a callable taking each new token, got {type(stream).__name__}")
+        if not _is_sequence(prompt_ids):
+            raise GenerationError(f"the prompt is a list of token ids, got {type(prompt_ids).__name__}")
         if _nested(prompt_ids):
             raise GenerationError(
                 "generate() takes one prompt (a list of token ids); for several, use generate_batch()"
@@ -202,6 +206,8 @@ class Generator:
         A row that produced an eos token is fed the pad token afterwards and gets no more tokens.
         """
         ids = self._check_prompts(prompts, max_new_tokens)
+        if stream is not None and not callable(stream):
+            raise GenerationError(f"stream must be a callable taking the new tokens, got {type(stream).__name__}")
         if encoder_input is not None:
             self.encode(encoder_input)
         if self.rules.needs_encoder and "encoder_hidden_states" not in self._context:
@@ -250,28 +256,46 @@ class Generator:
         return out[:, -1, :] if out.ndim == 3 else out
 
     def _check_prompts(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> np.ndarray:
-        if max_new_tokens < 1:
-            raise GenerationError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        rows = [list(p) for p in prompts]
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+            raise GenerationError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        if not _is_sequence(prompts):
+            raise GenerationError(f"prompts must be a list of token id lists, got {type(prompts).__name__}")
+        rows: list[list[int]] = []
+        for prompt in prompts:
+            if not _is_sequence(prompt):
+                raise GenerationError(f"a prompt is a list of token ids, got {type(prompt).__name__}")
+            row = list(prompt)
+            odd = next(
+                (t for t in row if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer))), None
+            )
+            if odd is not None:
+                raise GenerationError(f"token ids must be integers, got {odd!r} ({type(odd).__name__})")
+            rows.append(row)
         if not rows or not all(rows):
             raise GenerationError("the prompt is empty: give at least one token id")
         if len({len(r) for r in rows}) != 1:
             raise GenerationError(
                 f"prompts of one batch must have one length (no padding), got {[len(r) for r in rows]}"
             )
-        try:
-            ids = np.array(rows, dtype=np.int64)
-        except (TypeError, ValueError, OverflowError):
-            raise GenerationError("token ids must be integers") from None
-        bad = sorted({int(t) for t in ids.flat if t < 0 or (self.vocab_size is not None and t >= self.vocab_size)})
+        bad = sorted(
+            {int(t) for r in rows for t in r if t < 0 or t > _MAX_ID or (self.vocab_size and t >= self.vocab_size)}
+        )
         if bad:
             limit = f"0..{self.vocab_size - 1}" if self.vocab_size is not None else "non-negative"
             raise GenerationError(f"token id(s) {', '.join(map(str, bad))} outside the vocabulary ({limit})")
-        return ids
+        return np.array(rows, dtype=np.int64)
+
+
+_MAX_ID = 2**63 - 1
+
+
+def _is_sequence(value: object) -> bool:
+    """A list, tuple, range or 1-d-or-more array: what a prompt (or a batch of them) may be."""
+    if isinstance(value, np.ndarray):
+        return value.ndim >= 1
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
 
 
 def _nested(prompt: object) -> bool:
     """True if ``prompt`` holds sequences (several prompts) rather than token ids."""
-    if not isinstance(prompt, (Sequence, np.ndarray)) or isinstance(prompt, (str, bytes)):
-        return False  # not a prompt at all: the prompt checks say what is wrong
-    return any(isinstance(t, (Sequence, np.ndarray)) and not isinstance(t, (str, bytes)) for t in prompt)
+    return any(_is_sequence(t) for t in prompt)  # type: ignore[attr-defined]

@@ -100,32 +100,52 @@ class ModelConfig:
 
     @classmethod
     def from_dicts(cls, config: Mapping[str, Any], generation: Mapping[str, Any] | None = None) -> ModelConfig:
-        """Build from parsed ``config.json`` and ``generation_config.json`` (the latter wins)."""
+        """Build from parsed ``config.json`` and ``generation_config.json`` (the latter wins).
+
+        Raises:
+            GenerationError: a value generation uses is of the wrong type or out of range (naming
+                the key).
+        """
         text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else {}
         sources = [generation or {}, config, text]
 
-        def first(*keys: str) -> Any:
+        def first(*keys: str) -> tuple[str, Any]:
             for source in sources:
                 for key in keys:
                     if source.get(key) is not None:
-                        return source[key]
-            return None
+                        return key, source[key]
+            return keys[0], None
 
-        eos = first("eos_token_id")
-        eos_ids = tuple(int(e) for e in (eos if isinstance(eos, list) else [] if eos is None else [eos]))
-        pad, start, kernel = (
-            first("pad_token_id"),
-            first("decoder_start_token_id"),
-            first("conv_kernel", "mamba_d_conv"),
+        key, eos = first("eos_token_id")
+        eos_ids = tuple(
+            _integer(e, key, either=" or a list of them")
+            for e in (eos if isinstance(eos, list) else [] if eos is None else [eos])
         )
+        pad, start = first("pad_token_id"), first("decoder_start_token_id")
+        kernel = first("conv_kernel", "mamba_d_conv")
         return cls(
-            model_type=str(config.get("model_type", "")),
-            text_model_type=str(text.get("model_type", "")),
+            model_type=_text(config.get("model_type", ""), "model_type"),
+            text_model_type=_text(text.get("model_type", ""), "text_config.model_type"),
             eos_token_ids=eos_ids,
-            pad_token_id=None if pad is None else int(pad),
-            decoder_start_token_id=None if start is None else int(start),
-            conv_kernel=None if kernel is None else int(kernel),
+            pad_token_id=None if pad[1] is None else _integer(pad[1], pad[0]),
+            decoder_start_token_id=None if start[1] is None else _integer(start[1], start[0]),
+            conv_kernel=None if kernel[1] is None else _integer(kernel[1], kernel[0], lo=1),
         )
+
+
+_MAX_ID = 2**63 - 1  # token ids are int64 in the model
+
+
+def _integer(value: Any, key: str, lo: int = 0, either: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= _MAX_ID:
+        raise GenerationError(f"{key}: expected an integer >= {lo}{either}, got {value!r}")
+    return value
+
+
+def _text(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise GenerationError(f"{key}: expected a string, got {value!r}")
+    return value
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -139,8 +159,15 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def read_config(folder: str | os.PathLike[str]) -> ModelConfig:
-    """The folder's :class:`ModelConfig`; missing files give an empty config (no eos, no model type)."""
+    """The folder's :class:`ModelConfig`; missing files give an empty config (no eos, no model type).
+
+    Raises:
+        GenerationError: a file is not a JSON object, or a value it gives is of the wrong type.
+    """
     root = Path(folder)
     config = _read_json(root / "config.json") if (root / "config.json").is_file() else {}
     generation = _read_json(root / "generation_config.json") if (root / "generation_config.json").is_file() else {}
-    return ModelConfig.from_dicts(config, generation)
+    try:
+        return ModelConfig.from_dicts(config, generation)
+    except GenerationError as exc:
+        raise GenerationError(f"{root}: config.json or generation_config.json: {exc}") from None

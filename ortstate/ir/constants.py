@@ -19,12 +19,15 @@ from .types import element_type
 __all__ = ["decode_constant"]
 
 
-def decode_constant(layer: Layer, weights: bytes, where: str, bin_name: str) -> np.ndarray:
+def decode_constant(
+    layer: Layer, weights: bytes, where: str, bin_name: str, file_size: int | None = None
+) -> np.ndarray:
     """The value of a Const layer as a read-only numpy array (sub-byte values unpacked one per byte).
 
     Args:
         layer: the Const; its ``element_type`` and ``shape`` were validated by the layer parser.
-        weights: the whole ``.bin``.
+        weights: the ``.bin``, at least up to the end of this constant's declared data.
+        file_size: the ``.bin``'s size, when ``weights`` is only its start (for messages and checks).
         where: how errors name the layer (``<xml>: layer 'NAME' (id N)``).
         bin_name: the ``.bin`` path, for errors.
 
@@ -34,6 +37,7 @@ def decode_constant(layer: Layer, weights: bytes, where: str, bin_name: str) -> 
             data that cannot be decoded (malformed strings, a type without a numpy equivalent).
     """
     etype = element_type(layer.attrs["element_type"])
+    file_size = len(weights) if file_size is None else file_size
     shape = parse_static_shape(layer.attrs["shape"])
     offset = _int(layer, "offset", where)
     size = _int(layer, "size", where)
@@ -52,10 +56,10 @@ def decode_constant(layer: Layer, weights: bytes, where: str, bin_name: str) -> 
     if etype.dtype is None:
         raise IRError(f"{where}: constants of element type {etype.name} cannot be decoded")
     needed = packed_size(etype, count)
-    if needed > len(weights):
+    if needed > file_size:
         raise IRError(
             f"{where}: shape {list(shape)} of {etype.name} needs {needed} bytes, "
-            f"more than the weights file {bin_name} holds ({len(weights)} bytes)"
+            f"more than the weights file {bin_name} holds ({file_size} bytes)"
         )
     # An empty constant is written with size 0 or 1; anything else must match the shape exactly.
     if size != needed and not (count == 0 and size <= 1):

@@ -66,10 +66,25 @@ class Layer:
         return f"layer '{self.name}' (id {self.id}, {self.op_name})"
 
     def input_port(self, port_id: int) -> Port | None:
-        return next((p for p in self.inputs if p.id == port_id), None)
+        found = self._input_index.get(port_id)
+        return None if found is None else self.inputs[found]
 
     def output_port(self, port_id: int) -> Port | None:
-        return next((p for p in self.outputs if p.id == port_id), None)
+        found = self._output_index.get(port_id)
+        return None if found is None else self.outputs[found]
+
+    def input_index(self, port_id: int) -> int | None:
+        """The position of input port ``port_id`` among the inputs."""
+        return self._input_index.get(port_id)
+
+    # Port lookups by id in constant time: a layer may have thousands of ports, each looked up.
+    @cached_property
+    def _input_index(self) -> dict[int, int]:
+        return {p.id: i for i, p in reversed(list(enumerate(self.inputs)))}
+
+    @cached_property
+    def _output_index(self) -> dict[int, int]:
+        return {p.id: i for i, p in reversed(list(enumerate(self.outputs)))}
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,6 +104,7 @@ class Graph:
     version: int = 11
     name: str = ""
     rt_info: Mapping[str, str] = field(default_factory=dict)
+    digest: str = ""  # of the IR's files (the main graph read by read_ir), identifying the model
 
     @cached_property
     def _producers(self) -> dict[tuple[int, int], tuple[int, int]]:
@@ -119,7 +135,8 @@ class Graph:
         result = []
         for to_layer, to_port in self._consumers.get((layer.id, layer.outputs[output_index].id), []):
             dst = self.layers[to_layer]
-            index = next(i for i, p in enumerate(dst.inputs) if p.id == to_port)
+            index = dst.input_index(to_port)
+            assert index is not None  # the reader validated every edge
             result.append((dst, index))
         return result
 

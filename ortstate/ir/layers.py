@@ -6,6 +6,7 @@ layer inside a TensorIterator/Loop body, the path and the outer layer (``... (id
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 
@@ -105,27 +106,18 @@ def _parse_ports(el: ET.Element | None, where: str) -> tuple[Port, ...]:
                 dims.append(parse_dim(d.text or ""))
             except ValueError as exc:
                 raise IRError(f"{where}: port {pid}: {exc}") from None
-        names = tuple(n.strip().replace("\\,", ",") for n in _split_names(p.get("names", "")) if n.strip())
+        names = tuple(_tensor_names(p.get("names", "")))
         ports.append(Port(pid, etype, PartialShape(tuple(dims)), names))
     return tuple(ports)
 
 
-def _split_names(text: str) -> list[str]:
-    # Tensor names are comma separated; a literal comma is escaped as "\,".
-    parts, cur, i = [], "", 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] == ",":
-            cur += "\\,"
-            i += 2
-            continue
-        if text[i] == ",":
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += text[i]
-        i += 1
-    parts.append(cur)
-    return parts
+# OpenVINO's IR reader: names are separated by commas (a literal one escaped as "\,") or newlines;
+# empty ones are dropped, and whitespace is part of a name.
+_NAME = re.compile(r"(?:[^\\,\n]|\\.)+")
+
+
+def _tensor_names(text: str) -> list[str]:
+    return [name.replace("\\,", ",") for name in _NAME.findall(text)]
 
 
 def _check_declared(op_type: str, attrs: dict[str, str], outputs: tuple[Port, ...], where: str) -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
+import stat
+import threading
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +34,7 @@ def read_ir(xml_path: str | os.PathLike[str], bin_path: str | os.PathLike[str] |
     """Read ``model.xml`` (and ``model.bin`` beside it unless ``bin_path`` is given).
 
     The ``.bin`` is read once into one ``bytes`` object; constants are read-only views into it.
+    The graph's ``digest`` is a SHA-256 of both files as read (hashed while the XML is parsed).
 
     Raises:
         IRFileError: the ``.xml`` or the ``.bin`` it needs is missing or unreadable (an ``IRError``).
@@ -40,7 +45,7 @@ def read_ir(xml_path: str | os.PathLike[str], bin_path: str | os.PathLike[str] |
     xml_file = Path(xml_path)
     bin_file = Path(bin_path) if bin_path is not None else xml_file.with_suffix(".bin")
     src = str(xml_file)
-    root = _read_xml(xml_file, src)
+    root, xml_data = _read_xml(xml_file, src)
     if root.tag != "net":
         raise IRError(f"{src}: not an OpenVINO IR (root element is <{root.tag}>, expected <net>)")
     version = root.get("version")
@@ -48,9 +53,17 @@ def read_ir(xml_path: str | os.PathLike[str], bin_path: str | os.PathLike[str] |
         raise IRError(f"{src}: <net> has no IR version")
     if version.strip() not in _SUPPORTED_IR_VERSIONS:
         raise IRError(f"{src}: unsupported IR version {version!r} (expected 10 or 11)")
-    has_consts = any(el.get("type") == "Const" for el in root.iter("layer"))
-    weights = _read_bin(bin_file, src, needed=has_consts or bin_path is not None)
-    return _parse_graph(root, src, _Source(src, str(bin_file), weights, int(version)))
+    extent = _weights_extent(root)
+    weights, bin_size = _read_bin(bin_file, src, extent, needed=extent is not None or bin_path is not None)
+    digest = hashlib.sha256(xml_data)
+    # hashlib lets go of the GIL on large buffers: a 2 GB .bin hashes on the other core meanwhile.
+    hasher = threading.Thread(target=digest.update, args=(weights,), daemon=True)
+    hasher.start()
+    try:
+        graph = _parse_graph(root, src, _Source(src, str(bin_file), weights, int(version), bin_size))
+    finally:
+        hasher.join()
+    return dataclasses.replace(graph, digest=digest.hexdigest())
 
 
 @dataclass(frozen=True)
@@ -61,14 +74,12 @@ class _Source:
     bin_name: str
     weights: bytes = field(repr=False)
     version: int
+    bin_size: int  # of the file: ``weights`` ends with the last byte a Const declares
 
 
-def _read_xml(path: Path, src: str) -> ET.Element:
+def _read_xml(path: Path, src: str) -> tuple[ET.Element, bytes]:
     try:
-        size = path.stat().st_size
-        if size > _MAX_XML_BYTES:
-            raise IRError(f"{src}: XML file is too large ({size} bytes, the limit is {_MAX_XML_BYTES})")
-        data = path.read_bytes()
+        data, _ = _read_regular(path, _MAX_XML_BYTES, src, "XML file")
     except FileNotFoundError:
         raise IRFileError(f"{src}: no such file") from None
     except OSError as exc:
@@ -76,7 +87,7 @@ def _read_xml(path: Path, src: str) -> ET.Element:
     try:
         # No DTD means no entity can be declared: billion laughs and external entities stop at the
         # DOCTYPE, before anything is expanded or fetched.
-        return SafeET.fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+        return SafeET.fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True), data
     except defusedxml.DefusedXmlException as exc:
         raise IRError(f"{src}: refused hostile XML: DTDs and entities are not allowed ({type(exc).__name__})") from None
     except ET.ParseError as exc:
@@ -85,15 +96,49 @@ def _read_xml(path: Path, src: str) -> ET.Element:
         raise IRError(f"{src}: malformed XML: {exc}") from None
 
 
-def _read_bin(path: Path, src: str, needed: bool) -> bytes:
+def _read_bin(path: Path, src: str, extent: int | None, needed: bool) -> tuple[bytes, int]:
+    """The ``.bin`` up to the last byte a Const declares (all of it when ``extent`` is None), and
+    the file's size."""
     try:
-        return path.read_bytes()
+        return _read_regular(path, extent, src, f"weights file {path}", too_large=False)
     except FileNotFoundError:
         if needed:
             raise IRFileError(f"{src}: weights file {path} not found") from None
-        return b""
+        return b"", 0
     except OSError as exc:
         raise IRFileError(f"{src}: cannot read weights file {path}: {exc.strerror or exc}") from None
+
+
+def _read_regular(path: Path, limit: int | None, src: str, what: str, too_large: bool = True) -> tuple[bytes, int]:
+    """A regular file's first ``limit`` bytes (all of them if None) and its size; more than ``limit``
+    is an error when ``too_large``. Anything else (a FIFO would block, a device such as ``/dev/zero`` never ends)
+    is refused before a byte is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise IRFileError(f"{src}: {what} is not a regular file")
+        if too_large and limit is not None and info.st_size > limit:
+            raise IRError(f"{src}: {what} is too large ({info.st_size} bytes, the limit is {limit})")
+        size = info.st_size if limit is None else min(info.st_size, limit)
+        return f.read(size), info.st_size
+
+
+def _weights_extent(root: ET.Element) -> int | None:
+    """The end of the furthest Const data the XML declares (None without Consts). Malformed
+    offsets and sizes are skipped here: the Const's own check reports them."""
+    end = None
+    for el in root.iter("layer"):
+        if el.get("type") != "Const":
+            continue
+        data = el.find("data")
+        try:
+            offset, size = int(data.get("offset", "").strip()), int(data.get("size", "").strip())  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            end = end or 0
+            continue
+        end = max(end or 0, offset + max(size, 0))
+    return end
 
 
 def _parse_graph(root: ET.Element, scope: str, source: _Source, depth: int = 0) -> Graph:
@@ -113,7 +158,7 @@ def _parse_graph(root: ET.Element, scope: str, source: _Source, depth: int = 0) 
             raise IRError(f"{where}: duplicate layer id (also used by layer '{first.name}')")
         layers[layer.id] = layer
         if layer.type == "Const":
-            constants[layer.id] = decode_constant(layer, source.weights, where, source.bin_name)
+            constants[layer.id] = decode_constant(layer, source.weights, where, source.bin_name, source.bin_size)
     edges = parse_edges(root.find("edges"), scope, layers)
     order = topological_order(layers, edges, scope)
     rt_info = _model_rt_info(root.find("rt_info"))

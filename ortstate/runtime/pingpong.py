@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
+from .interrupts import checkpoint as _checkpoint
+
 if TYPE_CHECKING:
     from .runners import ExplicitRunner
 
@@ -94,6 +96,7 @@ class PingPong:
             self.run_bound(self.raw_bindings[k], _QUIET)
         except Exception:  # noqa: BLE001 - the general path re-runs and reports a real error properly
             raise PingPongMiss from None
+        _checkpoint()  # a Ctrl-C during the run is raised here: the next run still reads set k
         self.k = k ^ 1
         self.store.values.update(self.sets[k ^ 1])
         if names is self.all_names:

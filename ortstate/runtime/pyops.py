@@ -9,8 +9,8 @@ checking their dtype and size ourselves (the C++ side copies raw bytes).
 
 from __future__ import annotations
 
-import itertools
 import json
+import secrets
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -40,14 +40,20 @@ _CARRIERS: dict[np.dtype, int] = {
 _TOKEN = np.ones((), dtype=np.bool_)
 
 _stores: dict[int, StateStore] = {}
-_keys = itertools.count(1)
 _stores_lock = threading.Lock()
 
 
 def register_store(store: StateStore) -> int:
-    """Give a request's store a key; the model's request input carries it to the ops."""
+    """Give a request's store a key; the model's request input carries it to the ops.
+
+    Keys are random (63 bits), not counted: a model could otherwise reach another session's
+    variables with a constant key (the runtime also checks that every state op takes the request
+    input as its key before the session is made).
+    """
     with _stores_lock:
-        key = next(_keys)
+        key = secrets.randbits(63)
+        while key in _stores or key == 0:
+            key = secrets.randbits(63)
         _stores[key] = store
     return key
 
@@ -61,8 +67,15 @@ def library_path() -> str:
     return get_library_path()
 
 
+def _store(key: np.ndarray) -> StateStore | None:
+    try:
+        return _stores.get(int(key))
+    except Exception:  # noqa: BLE001 - raising here would abort the process
+        return None
+
+
 def _read_value(init: np.ndarray, key: np.ndarray, variable_id: str) -> np.ndarray:
-    store = _stores.get(int(key))
+    store = _store(key)
     if store is None:
         return init
     try:
@@ -73,7 +86,7 @@ def _read_value(init: np.ndarray, key: np.ndarray, variable_id: str) -> np.ndarr
 
 
 def _assign(value: np.ndarray, key: np.ndarray, variable_id: str) -> np.ndarray:
-    store = _stores.get(int(key))
+    store = _store(key)
     if store is not None:
         try:
             store.stage(variable_id, value)
@@ -85,22 +98,21 @@ def _assign(value: np.ndarray, key: np.ndarray, variable_id: str) -> np.ndarray:
 def _read_values(*args: np.ndarray, variable_ids: str) -> tuple[np.ndarray, ...]:
     """Fused ReadValue of several variables of one dtype (see :mod:`.fuse`)."""
     *inits, key = args
-    store = _stores.get(int(key))
+    store = _store(key)
     if store is None:
         return tuple(inits)
-    ids = _ids(variable_ids)
     try:
         values = store.values
-        return tuple(init if (v := values.get(i)) is None else v for i, init in zip(ids, inits))
+        return tuple(init if (v := values.get(i)) is None else v for i, init in zip(_ids(variable_ids), inits))
     except Exception as exc:  # noqa: BLE001 - raising here would abort the process
-        store.fail(f"ReadValue {', '.join(ids)}: {exc}")
+        store.fail(f"ReadValue {variable_ids}: {exc}")
         return tuple(inits)
 
 
 def _assign_values(*args: np.ndarray, variable_ids: str) -> np.ndarray:
     """Fused Assign of several variables of one dtype (see :mod:`.fuse`)."""
     *values, key = args
-    store = _stores.get(int(key))
+    store = _store(key)
     if store is not None:
         try:
             store.pending.update(zip(_ids(variable_ids), values))

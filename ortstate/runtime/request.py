@@ -95,16 +95,17 @@ class InferRequest:
     def save_state(self, path: str | os.PathLike[str]) -> None:
         """Write this request's variables to an ``.npz`` snapshot (see :mod:`.snapshot`)."""
         with self._lock:
-            snapshot.save_state(self._store, self._session._meta.variables, path)
+            snapshot.save_state(self._store, self._session._meta.variables, path, self._session._fingerprint)
 
     def load_state(self, path: str | os.PathLike[str]) -> None:
-        """Restore variables from a snapshot of a model with the same variables (either form).
+        """Restore variables from a snapshot of this model (either form; see :mod:`.snapshot`).
 
         Raises:
-            StateError: missing or corrupted file, or another model's snapshot; nothing changes.
+            StateError: missing or corrupted file, an older format, or another model's snapshot;
+                nothing changes.
         """
         with self._lock:
-            snapshot.load_state(self._store, self._session._meta.variables, path)
+            snapshot.load_state(self._store, self._session._meta.variables, path, self._session._fingerprint)
 
     def variable(self, name: str) -> VariableState:
         if name not in self._store.meta:

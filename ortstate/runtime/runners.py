@@ -10,17 +10,28 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import RunError
-from . import pyops
+from . import interrupts, pyops
+from .guards import check_not_empty
 from .pingpong import PingPong, PingPongMiss, raw_session
 from .store import StateStore
 
 if TYPE_CHECKING:
     from .session import StatefulSession
 
-__all__ = ["ExplicitRunner", "PyOpRunner", "Runner", "ort_error"]
+__all__ = ["ExplicitRunner", "PyOpRunner", "Runner", "feed_dict", "ort_error"]
 
 _TRUE = np.array(True)
 _FALSE = np.array(False)
+
+
+def feed_dict(feeds: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the feeds for ONNX Runtime, which reads an array's raw bytes: arrays in the other
+    byte order (``>f4`` here) are converted to this machine's."""
+    full = dict(feeds)
+    for name, value in full.items():
+        if isinstance(value, np.ndarray) and not value.dtype.isnative:
+            full[name] = value.astype(value.dtype.newbyteorder("="))
+    return full
 
 
 def ort_error(exc: BaseException) -> RunError:
@@ -39,11 +50,15 @@ class Runner:
         self.variables = session._meta.variables
         # StatefulSession._check_io has validated the feeds: skip the wrapper's second look.
         self.ort_run = raw_session(session._ort).run
+        self.guards = session._guards  # inputs ONNX Runtime kernels cannot take empty
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         """A model without variables: a plain run."""
+        full = feed_dict(feeds)
+        if self.guards:
+            check_not_empty(full, self.guards)
         try:
-            return self.ort_run(names, dict(feeds), run_options)
+            return self.ort_run(names, full, run_options)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise ort_error(exc) from None
 
@@ -61,17 +76,31 @@ class PyOpRunner(Runner):
         weakref.finalize(owner, pyops.unregister_store, key)  # state is freed with its request
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
-        full = dict(feeds)
+        full = feed_dict(feeds)
+        if self.guards:
+            check_not_empty(full, self.guards)
         full.update(self.fixed)
         store = self.store
         for var_id, flag in self.flags:
             full[flag] = _FALSE if var_id in store.values else _TRUE
         store.begin()
+        handler = interrupts.defer_sigint()  # a KeyboardInterrupt inside a state op aborts the process
+        error: RunError | None = None
         try:
             results = self.ort_run(names or self.token, full, run_options)
         except Exception as exc:  # onnxruntime raises its own exception types
+            error = ort_error(exc)
+        finally:
+            interrupted = interrupts.resume_sigint(handler)
+        if interrupted:
+            try:
+                interrupts.deliver(handler)  # type: ignore[arg-type]
+            except BaseException:
+                store.begin()  # the default handler raised KeyboardInterrupt: commit nothing
+                raise
+        if error is not None:
             store.begin()
-            raise ort_error(exc) from None
+            raise error
         store.commit()
         return results if names else []
 
@@ -104,7 +133,7 @@ class ExplicitRunner(Runner):
     def _general(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         store = self.store
         values = store.values
-        full = dict(feeds)
+        full = feed_dict(feeds)
         all_initialized = True
         for var_id, flag, state_in in self.plan:
             value = values.get(var_id)
@@ -114,14 +143,20 @@ class ExplicitRunner(Runner):
                 all_initialized = False
                 value = store.carried(var_id)
             full[state_in] = value
+        if self.guards:
+            check_not_empty(full, self.guards)
         try:
             results = self.ort_run(self.fetch, full, run_options)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise ort_error(exc) from None
+        interrupts.checkpoint()  # a Ctrl-C during the run is raised here, before the commit
         count = len(self.all_outputs)
         store.begin()
         store.pending.update(zip(self.ids, results[count:]))
         store.commit()
+        # The bound buffers (if any) hold the values from before this run: a run with run_options
+        # comes here with the fast path bound, and the next one must not read them.
+        self.fast = None
         self._consider_fast(full, results, all_initialized)
         if names is self.session._output_names:
             return results[:count]

@@ -14,10 +14,13 @@ import onnxruntime as ort
 
 from ..errors import OrtStateError, RunError
 from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
-from . import pyops
+from ..protosize import initializer_bytes
+from . import pyops, snapshot
 from .fuse import fuse_state_ops
-from .large import offload_large_initializers
-from .options import default_session_options
+from .guards import empty_input_guards
+from .large import OFFLOAD_ABOVE, offload_large_initializers
+from .model_check import check_model
+from .options import copy_session_options, default_session_options
 from .request import InferRequest, VariableState
 from .to_explicit import to_explicit
 
@@ -34,9 +37,11 @@ def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) ->
             return onnx.load_from_string(bytes(model))
         except Exception as exc:  # noqa: BLE001 - protobuf raises several types
             raise OrtStateError(f"cannot parse ONNX model bytes: {exc}") from None
+    if not isinstance(model, (str, os.PathLike)):
+        raise OrtStateError(f"model: expected a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
     path = Path(model)
-    if not path.is_file():
-        raise OrtStateError(f"{path}: no such file")
+    if not path.is_file():  # a FIFO would block the read, a device never end it
+        raise OrtStateError(f"{path}: {'not a regular file' if path.exists() else 'no such file'}")
     if path.suffix.lower() == ".xml":
         # An IR leaves the form to us: the explicit one is the faster (no Python in the graph).
         from ..convert import convert
@@ -87,8 +92,10 @@ class StatefulSession:
     Args:
         model: path to a ``.onnx``, its bytes, or an ``onnx.ModelProto``; or an OpenVINO IR
             ``.xml``, converted here.
-        sess_options: ``onnxruntime.SessionOptions``, used as given (the custom-op library is
-            registered on it when the custom ops run); without them, ortstate's
+        sess_options: ``onnxruntime.SessionOptions``, never changed: used as given, or, where the
+            session must add to them (the custom-op library for the custom ops, a large model's
+            initializers), copied first (see :func:`~ortstate.runtime.options.copy_session_options`
+            for what a copy keeps); without them, ortstate's
             (:func:`~ortstate.runtime.options.default_session_options`: quiet, and no CPU memory
             arena for models whose variables all have static shapes, which lets requests on
             several threads run in parallel).
@@ -121,6 +128,10 @@ class StatefulSession:
         except ValueError as exc:
             raise OrtStateError(f"{origin}: {exc}") from None
         self._meta = meta or ModelMeta(form=EXPLICIT, variables=())
+        check_model(proto, self._meta, origin)
+        # What snapshots must match: the IR the converter hashed, else (an older conversion) this graph.
+        digest = self._meta.digest or (snapshot.model_digest(proto) if self._meta.variables else "")
+        self._fingerprint = snapshot.fingerprint(self._meta.variables, digest)
         self._model_form = self._meta.form
         if self._meta.form == EXPLICIT and form == CUSTOM_OP and self._meta.variables:
             raise OrtStateError(f"{origin}: an explicit-form model has no custom state ops to run (form='custom-op')")
@@ -131,14 +142,22 @@ class StatefulSession:
             elif form == EXPLICIT:
                 why = "its state ops are not laid out as ortstate writes them"
                 raise OrtStateError(f"{origin}: {why} (form='explicit')")
-        options = sess_options or default_session_options(self._meta)
+        custom_ops = self._meta.form != EXPLICIT and bool(self._meta.variables)
+        if sess_options is None:
+            options = default_session_options(self._meta)
+        elif custom_ops or initializer_bytes(proto.graph) > OFFLOAD_ABOVE:
+            options = copy_session_options(sess_options)  # the caller's are not ours to change
+        else:
+            options = sess_options
         self._token: str | None = None  # see _fetchable
-        if self._meta.form != EXPLICIT and self._meta.variables:
+        if custom_ops:
             options.register_custom_ops_library(pyops.library_path())
             proto = fuse_state_ops(proto, self._meta)
             proto, self._token = _fetchable(proto)
         # Kept alive with the session: ONNX Runtime may use their memory as its initializers.
         proto, self._offloaded = offload_large_initializers(proto, options, in_place=proto is not model)
+        # Feeds only: an empty state meets a non-empty input and ONNX Runtime words that error itself.
+        guards = empty_input_guards(proto)
         try:
             self._ort = ort.InferenceSession(
                 proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])
@@ -152,6 +171,7 @@ class StatefulSession:
         self._inputs = [i for i in self._ort.get_inputs() if i.name not in hidden_in]
         self._outputs = [o for o in self._ort.get_outputs() if o.name not in hidden_out]
         self._input_names = {i.name for i in self._inputs}
+        self._guards = {name: what for name, what in guards.items() if name in self._input_names}
         self._output_names = [o.name for o in self._outputs]
         self._output_set = set(self._output_names)
         self._default = InferRequest(self)
@@ -202,9 +222,24 @@ class StatefulSession:
         return InferRequest(self)
 
     def _check_io(self, output_names: Sequence[str], feeds: Mapping[str, Any]) -> None:
-        if feeds.keys() == self._input_names and self._output_set.issuperset(output_names):
-            return  # the common case, checked cheaply on every run
-        unknown_out = [n for n in output_names if n not in self._output_names]
+        try:
+            if (
+                feeds.keys() == self._input_names
+                and self._output_set.issuperset(output_names)
+                and type(output_names) is not str
+            ):
+                return  # the common case, checked cheaply on every run
+        except (AttributeError, TypeError):  # not a mapping, unhashable names: worded below
+            pass
+        if not isinstance(feeds, Mapping):
+            raise RunError(f"the feeds must be a mapping of input names to arrays, not {type(feeds).__name__}")
+        if isinstance(output_names, (str, bytes)) or not isinstance(output_names, Sequence):
+            raise RunError(f"output_names must be a list of output names or None, not {type(output_names).__name__}")
+        for what, names in (("output", output_names), ("input", feeds)):
+            odd = next((n for n in names if not isinstance(n, str)), None)
+            if odd is not None:
+                raise RunError(f"{what} names are strings, got {odd!r} ({type(odd).__name__})")
+        unknown_out = [n for n in output_names if n not in self._output_set]
         if unknown_out:
             raise RunError(f"unknown output(s) {', '.join(unknown_out)} (outputs: {', '.join(self._output_names)})")
         missing = [n for n in self._input_names if n not in feeds]

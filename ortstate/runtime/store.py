@@ -6,7 +6,7 @@ import ml_dtypes  # noqa: F401  (makes np.dtype("bfloat16") resolvable)
 import numpy as np
 
 from ..errors import RunError, StateError
-from ..model_meta import VariableMeta
+from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, spanned_elements
 
 __all__ = ["ShapeRule", "StateStore"]
 
@@ -127,8 +127,19 @@ class StateStore:
         return value.astype(self._dtype[var_id], copy=True)
 
     def set(self, var_id: str, value: object) -> None:
-        arr = np.asarray(value)
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:  # ragged lists, objects numpy cannot convert
+            raise StateError(f"variable '{var_id}': cannot set state: not an array ({exc})") from None
+        if not arr.dtype.isnative:  # ``>f4`` is float32 too: the model gets this machine's byte order
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         self._check(var_id, arr, self._dtype[var_id], "cannot set state:")
+        if spanned_elements(arr.shape) > MAX_STATE_ELEMENTS:
+            # only an empty value gets here: its other dims would abort the custom-op form
+            raise StateError(
+                f"variable '{var_id}': cannot set state: shape {list(arr.shape)} spans more than "
+                f"{MAX_STATE_ELEMENTS} elements"
+            )
         # np.array, not np.ascontiguousarray: that one makes a 0-d value (a scalar variable) 1-d.
         self.values[var_id] = np.array(arr, dtype=self._carrier[var_id], order="C", copy=True)
         self.version += 1

@@ -1,0 +1,121 @@
+"""Check a model against its ortstate metadata before ONNX Runtime, or any state op, sees it.
+
+A ``.onnx`` file is input like any other: a crafted or damaged one must be refused with a clear
+error here, because inside ONNX Runtime a state op that fails aborts the process (see
+:mod:`.pyops`). What the runtime relies on:
+
+- custom-op form: the request key is an int64 scalar graph input, and every ``ReadValue`` and
+  ``Assign`` takes exactly it as its second input (so a model cannot pick the store it reaches),
+  names a variable of the metadata in its one ``variable_id`` attribute, and each variable has
+  exactly one ``Assign``;
+- explicit form: each variable's state input, state output and init flag are graph inputs and
+  outputs of the model, none shared;
+- both: every name the runtime feeds is a graph input of the right kind.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+
+import onnx
+
+from ..errors import OrtStateError
+from ..model_meta import EXPLICIT, ModelMeta
+
+__all__ = ["check_model"]
+
+_DOMAIN = "ai.onnx.contrib"
+_STATE_OPS = ("ReadValue", "Assign")
+_FUSED = re.compile(r"(ReadValues|AssignValues)\d+")
+
+
+def check_model(model: onnx.ModelProto, meta: ModelMeta, origin: str) -> None:
+    """Raise :class:`OrtStateError` (naming ``origin`` and the node or name at fault) if ``model``
+    is not laid out as its metadata says."""
+    graph = model.graph
+    inputs = {i.name: i for i in graph.input}
+    for name in {t.name for t in graph.initializer} & inputs.keys():
+        del inputs[name]  # an input with an initializer is a constant the feeds may override
+    outputs = {o.name for o in graph.output}
+    fed: list[str] = []
+
+    def scalar_input(name: str | None, elem_type: int, what: str) -> None:
+        value = inputs.get(name or "")
+        if value is None:
+            raise OrtStateError(f"{origin}: {what} '{name}' is not a graph input of the model")
+        tensor = value.type.tensor_type
+        if not value.type.HasField("tensor_type") or tensor.elem_type != elem_type or len(tensor.shape.dim) != 0:
+            want = onnx.TensorProto.DataType.Name(elem_type).lower()
+            raise OrtStateError(f"{origin}: {what} '{name}' must be a {want} scalar input")
+        fed.append(name or "")
+
+    for var in meta.variables:
+        if var.init_flag is not None:
+            scalar_input(var.init_flag, onnx.TensorProto.BOOL, f"variable '{var.id}': init flag")
+    if meta.form == EXPLICIT:
+        for var in meta.variables:
+            if var.state_input not in inputs:
+                raise OrtStateError(
+                    f"{origin}: variable '{var.id}': state input '{var.state_input}' is not a graph input"
+                )
+            if var.state_output not in outputs:
+                raise OrtStateError(
+                    f"{origin}: variable '{var.id}': state output '{var.state_output}' is not a graph output"
+                )
+            fed.append(var.state_input or "")
+        outs = [v.state_output for v in meta.variables]
+        if len(set(outs)) != len(outs):
+            raise OrtStateError(f"{origin}: two variables share a state output")
+    elif meta.variables:
+        scalar_input(meta.request_input, onnx.TensorProto.INT64, "request key")
+        _check_state_nodes(graph, meta, origin)
+    twice = [name for name, n in Counter(fed).items() if n > 1]
+    if twice:
+        raise OrtStateError(f"{origin}: graph input '{twice[0]}' is fed for two purposes")
+
+
+def _check_state_nodes(graph: onnx.GraphProto, meta: ModelMeta, origin: str) -> None:
+    known = {v.id for v in meta.variables}
+    count: Counter[tuple[str, str]] = Counter()
+    for node in _nodes(graph):
+        if node.domain != _DOMAIN:
+            continue
+        where = f"{origin}: node '{node.name}' ({node.op_type})"
+        if _FUSED.fullmatch(node.op_type):
+            raise OrtStateError(f"{where}: fused state ops are made by the runtime, not read from a model")
+        if node.op_type not in _STATE_OPS:
+            continue
+        if len(node.input) != 2 or len(node.output) != 1:
+            got = f"{len(node.input)} inputs and {len(node.output)} outputs"
+            raise OrtStateError(f"{where}: a state op has 2 inputs (value, request key) and 1 output, not {got}")
+        if node.input[1] != meta.request_input:
+            raise OrtStateError(
+                f"{where}: its key input is '{node.input[1]}', not the request key '{meta.request_input}'"
+            )
+        attrs = list(node.attribute)
+        if len(attrs) != 1 or attrs[0].name != "variable_id" or attrs[0].type != onnx.AttributeProto.STRING:
+            raise OrtStateError(f"{where}: a state op has one string attribute, variable_id")
+        try:
+            var_id = attrs[0].s.decode()
+        except UnicodeDecodeError:
+            raise OrtStateError(f"{where}: variable_id is not UTF-8") from None
+        if var_id not in known:
+            raise OrtStateError(f"{where}: variable '{var_id}' is not in the model's ortstate metadata")
+        count[(var_id, node.op_type)] += 1
+    for var_id in sorted(known):  # reads may repeat (they give one value); two writes would race
+        if count[(var_id, "Assign")] != 1:
+            raise OrtStateError(
+                f"{origin}: variable '{var_id}' has {count[(var_id, 'Assign')]} Assign nodes, expected 1"
+            )
+
+
+def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node, subgraphs included (iteratively: the nesting depth is the file's to choose)."""
+    stack = [graph]
+    while stack:
+        for node in stack.pop().node:
+            yield node
+            for attr in node.attribute:
+                stack.extend([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs))
