@@ -236,11 +236,14 @@ class Generator:
 
     def padding_problem(self) -> str | None:
         """Why rows cannot be padded (prompts of different lengths), or None."""
+        problem = self.layout.padding_problem()
+        if problem:
+            return problem
         if "attention_mask" not in self.rules.names:
             return "the decoder takes no attention_mask to hide pad tokens with"
         if self.rules.mask != "full":
             return "its attention_mask covers the current tokens only (a mamba-style model)"
-        return self.layout.padding_problem()
+        return None
 
     # -- generation ---------------------------------------------------------------------------------
     def generate(
@@ -363,10 +366,28 @@ class Generator:
         """The bookkeeping of the cache's rows (for the decoding loops)."""
         return self._rows
 
+    @property
+    def stepwise(self) -> bool:
+        """True when the decoder takes one token per run after the prefill: a recurrent state (SSM,
+        convolution) whose decode path reads one token, as transformers' mamba-family models do."""
+        return bool(self.layout.recurrent) or self.rules.mask == "current" or self.rules.cache_position == "conv_kernel"
+
     def feed(self, ids: np.ndarray, chunk_mask: np.ndarray, beam_idx: np.ndarray | None = None) -> np.ndarray:
         """Run one step: ``ids`` ``[rows, n]`` (``chunk_mask`` 0 where padded) after the cache's rows
         reordered by ``beam_idx``; the last position's logits ``[rows, vocab]``. Nothing is recorded if
-        the run fails."""
+        the run fails. A :attr:`stepwise` decoder continuing its state gets the tokens one run each."""
+        if self._rows.past > 0 and ids.shape[1] > 1 and self.stepwise:
+            for i in range(ids.shape[1]):
+                try:
+                    logits = self._run(ids[:, i : i + 1], chunk_mask[:, i : i + 1], beam_idx if i == 0 else None)
+                except Exception:
+                    if i:  # part of the chunk reached the state: continuing must re-feed the history
+                        self._rows.stale = True
+                    raise
+            return logits
+        return self._run(ids, chunk_mask, beam_idx)
+
+    def _run(self, ids: np.ndarray, chunk_mask: np.ndarray, beam_idx: np.ndarray | None) -> np.ndarray:
         rows = self._rows
         mask, prompts = rows.advanced(chunk_mask, beam_idx)
         context: Mapping[str, np.ndarray] = {
@@ -391,7 +412,7 @@ class Generator:
             problem = self.padding_problem()
             if problem:
                 raise GenerationError(
-                    f"rows of different lengths ({', '.join(map(str, lengths))} tokens) need left padding, "
+                    f"prompts of different lengths ({', '.join(map(str, lengths))} tokens) need left padding, "
                     f"which this model cannot hide: {problem}; generate them one at a time"
                 )
 
