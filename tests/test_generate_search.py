@@ -22,7 +22,15 @@ from ortstate.generate import GenerationError, Generator, StateLayout
 
 DECODERS = ["dbrx", "gemma2", "gpt2", "llama", "llava", "mistral", "mixtral", "phi3", "qwen2", "qwen3"]
 ENCODER_DECODERS = ["t5", "whisper"]
-RECURRENT = ["mamba", "zamba2", "granitemoehybrid", "lfm2", "qwen3_next", "qwen3_5", "falcon_mamba"]  # a state that takes every token in: no padding, but continuation works
+RECURRENT = [
+    "mamba",
+    "zamba2",
+    "granitemoehybrid",
+    "lfm2",
+    "qwen3_next",
+    "qwen3_5",
+    "falcon_mamba",
+]  # a state that takes every token in: no padding, but continuation works
 FORMS = ("custom-op", "explicit")
 ATOL = 1e-3
 
@@ -187,7 +195,9 @@ def test_recurrent_state_refuses_padding() -> None:
 def test_sampling_repeats_with_its_seed_in_both_forms(family: str) -> None:
     prompt = prompts_of(family)[0]
     options = {"do_sample": True, "temperature": 1.5, "top_k": 40, "top_p": 0.95, "repetition_penalty": 1.2}
-    runs = {form: [generator(family, form).generate(prompt, 10, seed=s, **options) for s in (1, 2, 3)] for form in FORMS}
+    runs = {
+        form: [generator(family, form).generate(prompt, 10, seed=s, **options) for s in (1, 2, 3)] for form in FORMS
+    }
     assert runs["custom-op"] == runs["explicit"]
     again = generator(family, "explicit").generate(prompt, 10, seed=2, **options)
     assert again == runs["explicit"][1] and generator(family, "explicit").last_run.seed == 2
