@@ -14,7 +14,7 @@ ortstate prefills one row per prompt and lets ``beam_idx`` repeat it.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +54,7 @@ class OVModel:
         return OVStream(self, prompts_of_rows)
 
 
-@lru_cache(maxsize=None)
+@cache
 def ov_model(family: str) -> OVModel:
     return OVModel(LLM / family)
 

@@ -11,8 +11,7 @@ repeats with its seed and agrees across the forms.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
-from pathlib import Path
+from functools import cache
 
 import numpy as np
 import pytest
@@ -39,7 +38,7 @@ def reference(family: str) -> dict:
     return json.loads((LLM / family / "reference.json").read_text())
 
 
-@lru_cache(maxsize=None)
+@cache
 def generator(family: str, form: str) -> Generator:
     gen = Generator.from_dir(LLM / family, form=form)
     ref = reference(family)
