@@ -1,8 +1,9 @@
 """The decoding loops: greedy or sampled tokens, and beam search through the model's ``beam_idx``.
 
-Both run the decoder through :meth:`Generator.feed`, which keeps the attention mask and the rows'
-prompts; they keep each row's tokens in the generator's :class:`~ortstate.generate.rows.CacheRows`
-after every step that ran, so a failing run (a ``RunError``) leaves state and bookkeeping agreeing.
+Both run the decoder through :meth:`Stepper.feed <ortstate.generate.stepper.Stepper.feed>`, which
+keeps the attention mask and the rows' prompts; they keep each row's tokens in the stepper's
+:class:`~ortstate.generate.rows.CacheRows` after every step that ran, so a failing run (a
+``RunError``) leaves state and bookkeeping agreeing. They fill a :class:`GenerationRun`.
 
 Beam search never copies the cache. The prompt is fed once per prompt (one row each) when every
 variable is reordered by ``beam_idx``: the first decode step's ``beam_idx`` then repeats each row for
@@ -14,49 +15,102 @@ later step feeds, as ``beam_idx``, the row each new beam continues.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from .beam_search import BeamSearch
+from .beam_search import BeamSearch, Hypothesis
 from .logits_process import log_softmax, process, sample
 from .options import SearchOptions
 from .rows import left_pad
+from .stepper import Stepper
 from .stopping import StopCriteria
 
-if TYPE_CHECKING:
-    from .generator import GenerationRun, Generator
-
-__all__ = ["beam_search", "sample_or_greedy"]
+__all__ = ["GenerationRun", "Job", "beam_search", "sample_or_greedy"]
 
 
-def sample_or_greedy(
-    gen: Generator,
-    chunks: Sequence[Sequence[int]],
-    fresh: bool,
-    histories: list[list[int]],
-    max_new_tokens: int,
-    options: SearchOptions,
-    criteria: StopCriteria,
-    run: GenerationRun,
-    rng: np.random.Generator | None,
-    stream: Callable[[list[int]], Any] | None,
-    keep_logits: bool,
-) -> None:
-    """Feed ``chunks`` (one per row), then pick one token per row per step until every row stopped."""
-    gen.check_padding(chunks)
-    state, pad, rows = gen.cache_rows, gen.pad_token_id, len(chunks)
-    if fresh:
-        gen.start_fresh(chunks, np.arange(rows))
+@dataclass
+class GenerationRun:
+    """What one :meth:`Generator.generate` call did.
+
+    Attributes:
+        tokens: the new tokens of each row (a row ends with the token that stopped it, if one did).
+        logits: the last-position logits of every step ``[steps, rows, vocab]`` when asked for, else None
+            (beam search: ``num_beams`` rows per prompt).
+        step_seconds: wall time of every step, feeds and token choice included; step 0 is the prefill.
+        encoder_seconds: the encoder run of this call (0 when none ran).
+        stop_reason: ``"eos"``, ``"stop_token"`` or ``"stop_string"`` (what stopped the last row to
+            stop), or ``"max_new_tokens"`` (a row ran to the limit).
+        stop_reasons: the same for each row.
+        seed: the seed sampling used (None when nothing was sampled): pass it back to repeat the run.
+        beams: beam search only: each prompt's finished hypotheses, best first (``tokens`` is the best's).
+    """
+
+    prompt_tokens: int
+    tokens: list[list[int]]
+    logits: np.ndarray | None = None
+    step_seconds: list[float] = field(default_factory=list)
+    encoder_seconds: float = 0.0
+    stop_reason: str = "max_new_tokens"
+    stop_reasons: list[str] = field(default_factory=list)
+    seed: int | None = None
+    beams: list[list[Hypothesis]] | None = None
+
+    @property
+    def prefill_seconds(self) -> float:
+        return self.step_seconds[0] if self.step_seconds else 0.0
+
+    @property
+    def decode_seconds(self) -> list[float]:
+        """Per-token latencies after the prefill."""
+        return self.step_seconds[1:]
+
+
+@dataclass
+class Job:
+    """One generation for a loop: what to feed first and how to search.
+
+    Attributes:
+        chunks: the tokens to feed first, one list per prompt (left-padded when their lengths differ).
+        fresh: start from a fresh state (else continue the stepper's rows).
+        histories: each prompt's tokens once ``chunks`` are fed (for the repetition penalty); the
+            loops append to them and hand them to the stepper's rows.
+        rng: draws the samples (None: greedy / plain beam search).
+        stream: called with every step's tokens (one per row).
+        pad: the token fed to padded positions and to rows that stopped.
+    """
+
+    chunks: list[list[int]]
+    fresh: bool
+    histories: list[list[int]]
+    max_new_tokens: int
+    options: SearchOptions
+    criteria: StopCriteria
+    run: GenerationRun
+    rng: np.random.Generator | None
+    stream: Callable[[list[int]], Any] | None
+    keep_logits: bool
+    pad: int
+
+
+def sample_or_greedy(stepper: Stepper, job: Job) -> None:
+    """Feed ``job.chunks`` (one per row), then pick one token per row per step until every row stopped."""
+    chunks, histories, options, run, stream, pad = job.chunks, job.histories, job.options, job.run, job.stream, job.pad
+    criteria, rng = job.criteria, job.rng
+    stepper.check_padding(chunks)
+    state, rows = stepper.rows, len(chunks)
+    if job.fresh:
+        stepper.start(chunks, np.arange(rows))
     ids, chunk_mask = left_pad(chunks, pad)
     finished = np.zeros(rows, dtype=bool)
     run.stop_reasons = ["max_new_tokens"] * rows
     kept: list[np.ndarray] = []
-    for _ in range(max_new_tokens):
+    for _ in range(job.max_new_tokens):
         start = time.perf_counter()
-        logits = gen.feed(ids, chunk_mask)
-        if not chunk_mask.all() and gen.padding_problem():
+        logits = stepper.feed(ids, chunk_mask)
+        if not chunk_mask.all() and stepper.padding_problem():
             state.stale = True  # pad tokens reached a state that takes them in (rows that stopped)
         state.history, state.pending = histories, [[] for _ in range(rows)]
         scores = process(logits, histories, options)
@@ -73,7 +127,7 @@ def sample_or_greedy(
                 run.stop_reasons[row] = run.stop_reason = why
         state.pending = [[int(picked[r])] if real[r] else [] for r in range(rows)]
         run.step_seconds.append(time.perf_counter() - start)
-        if keep_logits:
+        if job.keep_logits:
             kept.append(np.array(logits, dtype=np.float32))
         if stream is not None:
             stream(picked.tolist())
@@ -85,45 +139,34 @@ def sample_or_greedy(
     run.logits = np.stack(kept) if kept else None
 
 
-def beam_search(
-    gen: Generator,
-    chunks: Sequence[Sequence[int]],
-    fresh: bool,
-    histories: list[list[int]],
-    max_new_tokens: int,
-    options: SearchOptions,
-    criteria: StopCriteria,
-    run: GenerationRun,
-    rng: np.random.Generator | None,
-    stream: Callable[[list[int]], Any] | None,
-    keep_logits: bool,
-) -> None:
+def beam_search(stepper: Stepper, job: Job) -> None:
     """``options.num_beams`` beams per prompt; ``run.tokens`` gets each prompt's best hypothesis."""
-    gen.check_padding(chunks)
-    state, pad, prompts, beams = gen.cache_rows, gen.pad_token_id, len(chunks), options.num_beams
-    expand = gen.layout.expands_by_beam_idx
+    chunks, histories, options, run, criteria = job.chunks, job.histories, job.options, job.run, job.criteria
+    stepper.check_padding(chunks)
+    state, prompts, beams = stepper.rows, len(chunks), options.num_beams
+    expand = stepper.layout.expands_by_beam_idx
     first = list(chunks) if expand else [c for c in chunks for _ in range(beams)]
-    if fresh:
-        gen.start_fresh(first, np.arange(prompts) if expand else np.repeat(np.arange(prompts), beams))
-    ids, chunk_mask = left_pad(first, pad)
+    if job.fresh:
+        stepper.start(first, np.arange(prompts) if expand else np.repeat(np.arange(prompts), beams))
+    ids, chunk_mask = left_pad(first, job.pad)
     beam_histories = [list(histories[p]) for p in range(prompts) for _ in range(beams)]
     stops = len(criteria.token_ids)
     search = BeamSearch(
         prompts,
         beams,
-        max_new_tokens,
+        job.max_new_tokens,
         eos_count=stops,
         length_penalty=options.length_penalty,
         early_stopping=options.early_stopping,
-        fill=pad,
-        rng=rng,
+        fill=job.pad,
+        rng=job.rng,
     )
     keep_at_least = max(2, stops + 1)  # beam sampling keeps a token besides the stop tokens (transformers)
     beam_idx: np.ndarray | None = None
     kept: list[np.ndarray] = []
-    for step in range(max_new_tokens):
+    for step in range(job.max_new_tokens):
         start = time.perf_counter()
-        logits = gen.feed(ids, chunk_mask, beam_idx)
+        logits = stepper.feed(ids, chunk_mask, beam_idx)
         if step == 0:
             state.history, state.pending = histories, [[] for _ in histories]
             if expand:
@@ -131,7 +174,7 @@ def beam_search(
         scores = process(log_softmax(logits), beam_histories, options, min_tokens_to_keep=keep_at_least)
         chosen = search.step(scores, criteria.hits)
         run.step_seconds.append(time.perf_counter() - start)
-        if keep_logits:
+        if job.keep_logits:
             kept.append(np.array(logits, dtype=np.float32))
         if search.done:
             break

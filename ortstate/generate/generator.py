@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,56 +20,18 @@ from ..convert import convert_graph
 from ..ir import read_ir
 from ..model_meta import CUSTOM_OP
 from ..runtime import StatefulSession
-from .beam_search import Hypothesis
-from .decoding import beam_search, sample_or_greedy
+from .decoding import GenerationRun, Job, beam_search, sample_or_greedy
 from .encoder_decoder import Encoder, TextEmbedder
 from .feeds import FeedRules, input_specs
 from .ir_inputs import cache_position_window
 from .model_dir import GenerationError, ModelConfig, find_model_files, read_config
 from .options import SearchOptions, file_defaults
-from .rows import CacheRows
 from .state_layout import StateLayout, state_layout
+from .stepper import Stepper
 from .stopping import StopCriteria
 from .tokenizer import TOKENIZER_FILE, Tokenizer
 
 __all__ = ["GenerationRun", "Generator"]
-
-
-@dataclass
-class GenerationRun:
-    """What one :meth:`Generator.generate` call did.
-
-    Attributes:
-        tokens: the new tokens of each row (a row ends with the token that stopped it, if one did).
-        logits: the last-position logits of every step ``[steps, rows, vocab]`` when asked for, else None
-            (beam search: ``num_beams`` rows per prompt).
-        step_seconds: wall time of every step, feeds and token choice included; step 0 is the prefill.
-        encoder_seconds: the encoder run of this call (0 when none ran).
-        stop_reason: ``"eos"``, ``"stop_token"`` or ``"stop_string"`` (what stopped the last row to
-            stop), or ``"max_new_tokens"`` (a row ran to the limit).
-        stop_reasons: the same for each row.
-        seed: the seed sampling used (None when nothing was sampled): pass it back to repeat the run.
-        beams: beam search only: each prompt's finished hypotheses, best first (``tokens`` is the best's).
-    """
-
-    prompt_tokens: int
-    tokens: list[list[int]]
-    logits: np.ndarray | None = None
-    step_seconds: list[float] = field(default_factory=list)
-    encoder_seconds: float = 0.0
-    stop_reason: str = "max_new_tokens"
-    stop_reasons: list[str] = field(default_factory=list)
-    seed: int | None = None
-    beams: list[list[Hypothesis]] | None = None
-
-    @property
-    def prefill_seconds(self) -> float:
-        return self.step_seconds[0] if self.step_seconds else 0.0
-
-    @property
-    def decode_seconds(self) -> list[float]:
-        """Per-token latencies after the prefill."""
-        return self.step_seconds[1:]
 
 
 class Generator:
@@ -113,14 +74,11 @@ class Generator:
         self.embedder = embedder
         self.layout = layout or StateLayout()
         self.search_defaults = file_defaults(dict(self.config.search_defaults))
-        outputs = session.get_outputs()
-        names = [o.name for o in outputs]
-        index = names.index("logits") if "logits" in names else 0
-        self._logits = names[index]
-        last = outputs[index].shape[-1] if outputs[index].shape else None
+        self.stepper = Stepper(session, self.rules, self.layout, embedder)
+        logits = next(o for o in session.get_outputs() if o.name == self.stepper.logits_name)
+        last = logits.shape[-1] if logits.shape else None
         self.vocab_size: int | None = last if isinstance(last, int) else None
-        self._context: dict[str, np.ndarray] = {}
-        self._rows = CacheRows()
+        self._rows = self.stepper.rows
         self._tokenizer = tokenizer
         self._folder: Path | None = None
         self.last_run: GenerationRun | None = None
@@ -179,8 +137,7 @@ class Generator:
     # -- state --------------------------------------------------------------------------------------
     def reset(self) -> None:
         """Drop the decoder's variables (the next step re-runs their init); the encoder output stays."""
-        self.session.reset_state()
-        self._rows.clear()
+        self.stepper.reset()
 
     @property
     def past_tokens(self) -> int:
@@ -195,7 +152,7 @@ class Generator:
     @property
     def encoder_output(self) -> np.ndarray | None:
         """The hidden states fed as ``encoder_hidden_states`` (set by :meth:`encode`), or None."""
-        return self._context.get("encoder_hidden_states")
+        return self.stepper.context.get("encoder_hidden_states")
 
     def encode(self, encoder_input: np.ndarray) -> np.ndarray:
         """Run the encoder; its output feeds the decoder until the next ``encode``. Resets the decoder.
@@ -206,7 +163,7 @@ class Generator:
         if self.encoder is None:
             raise GenerationError("the model has no encoder (encoder input given to a decoder-only model)")
         hidden = self.encoder(encoder_input)
-        self._context = {"encoder_hidden_states": hidden}
+        self.stepper.context = {"encoder_hidden_states": hidden}
         self.reset()
         return hidden
 
@@ -230,20 +187,11 @@ class Generator:
 
     def beam_problem(self) -> str | None:
         """Why beam search cannot run on this decoder, or None."""
-        if "beam_idx" not in self.rules.names:
-            return "the decoder has no beam_idx input to reorder its cache with"
-        return self.layout.beam_problem()
+        return self.stepper.beam_problem()
 
     def padding_problem(self) -> str | None:
         """Why rows cannot be padded (prompts of different lengths), or None."""
-        problem = self.layout.padding_problem()
-        if problem:
-            return problem
-        if "attention_mask" not in self.rules.names:
-            return "the decoder takes no attention_mask to hide pad tokens with"
-        if self.rules.mask != "full":
-            return "its attention_mask covers the current tokens only (a mamba-style model)"
-        return None
+        return self.stepper.padding_problem()
 
     # -- generation ---------------------------------------------------------------------------------
     def generate(
@@ -323,9 +271,9 @@ class Generator:
             if not reset:
                 raise GenerationError("encoder_input starts a new generation: it cannot be given with reset=False")
             self.encode(encoder_input)
-        if self.rules.needs_encoder and "encoder_hidden_states" not in self._context:
+        if self.rules.needs_encoder and self.encoder_output is None:
             raise GenerationError("an encoder-decoder needs an encoder input (encoder_input=...)")
-        hidden = self._context.get("encoder_hidden_states")
+        hidden = self.encoder_output
         if hidden is not None and hidden.shape[0] != len(rows):
             raise GenerationError(f"the encoder output has batch {hidden.shape[0]}, the prompts {len(rows)}")
         rebuild = options.beam_search and not self.layout.expands_by_beam_idx
@@ -346,75 +294,26 @@ class Generator:
             seed=seed,
         )
         self.last_run = run
-        rng = np.random.default_rng(seed) if seed is not None else None
-        loop = beam_search if options.beam_search else sample_or_greedy
+        job = Job(
+            chunks=chunks,
+            fresh=fresh,
+            histories=histories,
+            max_new_tokens=int(max_new_tokens),
+            options=options,
+            criteria=criteria,
+            run=run,
+            rng=np.random.default_rng(seed) if seed is not None else None,
+            stream=stream,
+            keep_logits=keep_logits,
+            pad=self.config.pad_token_id if self.config.pad_token_id is not None else 0,
+        )
         try:
-            loop(self, chunks, fresh, histories, max_new_tokens, options, criteria, run, rng, stream, keep_logits)
+            (beam_search if options.beam_search else sample_or_greedy)(self.stepper, job)
         finally:
             end = getattr(stream, "end", None)
             if callable(end):
                 end()
         return run.tokens
-
-    # -- what the decoding loops use ----------------------------------------------------------------
-    @property
-    def pad_token_id(self) -> int:
-        return self.config.pad_token_id if self.config.pad_token_id is not None else 0
-
-    @property
-    def cache_rows(self) -> CacheRows:
-        """The bookkeeping of the cache's rows (for the decoding loops)."""
-        return self._rows
-
-    @property
-    def stepwise(self) -> bool:
-        """True when the decoder takes one token per run after the prefill: a recurrent state (SSM,
-        convolution) whose decode path reads one token, as transformers' mamba-family models do."""
-        return bool(self.layout.recurrent) or self.rules.mask == "current" or self.rules.cache_position == "conv_kernel"
-
-    def feed(self, ids: np.ndarray, chunk_mask: np.ndarray, beam_idx: np.ndarray | None = None) -> np.ndarray:
-        """Run one step: ``ids`` ``[rows, n]`` (``chunk_mask`` 0 where padded) after the cache's rows
-        reordered by ``beam_idx``; the last position's logits ``[rows, vocab]``. Nothing is recorded if
-        the run fails. A :attr:`stepwise` decoder continuing its state gets the tokens one run each."""
-        if self._rows.past > 0 and ids.shape[1] > 1 and self.stepwise:
-            for i in range(ids.shape[1]):
-                try:
-                    logits = self._run(ids[:, i : i + 1], chunk_mask[:, i : i + 1], beam_idx if i == 0 else None)
-                except Exception:
-                    if i:  # part of the chunk reached the state: continuing must re-feed the history
-                        self._rows.stale = True
-                    raise
-            return logits
-        return self._run(ids, chunk_mask, beam_idx)
-
-    def _run(self, ids: np.ndarray, chunk_mask: np.ndarray, beam_idx: np.ndarray | None) -> np.ndarray:
-        rows = self._rows
-        mask, prompts = rows.advanced(chunk_mask, beam_idx)
-        context: Mapping[str, np.ndarray] = {
-            k: (v if np.array_equal(prompts, np.arange(len(v))) else v[prompts]) for k, v in self._context.items()
-        }
-        if self.embedder is not None and self.rules.uses_embeddings:
-            context = {**context, "inputs_embeds": self.embedder(ids)}
-        feeds = self.rules.feeds(ids, rows.past, context, mask=mask, beam_idx=beam_idx)
-        out = self.session.run([self._logits], feeds)[0]
-        rows.commit(mask, prompts)
-        return out[:, -1, :] if out.ndim == 3 else out
-
-    def start_fresh(self, chunks: Sequence[Sequence[int]], prompts: np.ndarray) -> None:
-        """Reset the decoder for a generation that feeds ``chunks`` (one per row) first."""
-        self.session.reset_state()
-        self._rows.start(chunks, prompts)
-
-    def check_padding(self, chunks: Sequence[Sequence[int]]) -> None:
-        """Refuse rows of different lengths where the pad tokens would reach the state."""
-        lengths = sorted({len(c) for c in chunks})
-        if len(lengths) > 1:
-            problem = self.padding_problem()
-            if problem:
-                raise GenerationError(
-                    f"prompts of different lengths ({', '.join(map(str, lengths))} tokens) need left padding, "
-                    f"which this model cannot hide: {problem}; generate them one at a time"
-                )
 
     # -- helpers ------------------------------------------------------------------------------------
     def _chunks(
