@@ -3,6 +3,7 @@ and bad arguments are one-line errors with exit code 2."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 from test_cli import assert_one_line_error, run_cli
 from test_generate import SUMMARY, ids_arg, linked_copy
-from text_tokenizers import CHAT_TEMPLATE, write_word_tokenizer
+from text_tokenizers import CHAT_TEMPLATE, word_tokenizer, write_word_tokenizer
 
-from ortstate.generate import Chat, Generator, Tokenizer
+from ortstate.generate import Chat, Generator, TextStreamer, Tokenizer
 
 LLM = Path(__file__).resolve().parents[1] / "models" / "llm"
 LLAMA, MAMBA, T5 = LLM / "llama", LLM / "mamba", LLM / "t5"
@@ -144,3 +145,34 @@ def test_chat_turn_equals_a_fresh_generation_over_the_conversation(tmp_path: Pat
     rendered = tokenizer.apply_chat_template(chat.messages[:-1])
     fresh = generator.generate(tokenizer.encode(rendered, add_special_tokens=False), 4, stop_at_eos=False)
     assert second == tokenizer.decode(fresh)
+
+
+def test_generation_config_gives_the_search_defaults(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """transformers' rule: generation_config.json's values fill what a call leaves out; its do_sample and
+    num_beams are only noted (ortstate decodes greedily unless asked); junk is refused naming the file."""
+    folder = linked_copy(LLAMA, tmp_path / "llama", skip=("generation_config.json",))
+    config = {"eos_token_id": 2, "pad_token_id": 0, "do_sample": True, "top_k": 1, "temperature": 3.0}
+    (folder / "generation_config.json").write_text(json.dumps(config))
+    generator = Generator.from_dir(folder)
+    greedy = generator.generate(PROMPT, 8, stop_at_eos=False)
+    assert greedy == [27, 69, 77, 77, 150, 77, 0, 0]  # the reference: do_sample in the file is not followed
+    assert all(generator.generate(PROMPT, 8, stop_at_eos=False, do_sample=True, seed=s) == greedy for s in range(3))
+    assert generator.generate(PROMPT, 8, stop_at_eos=False, do_sample=True, top_k=0, seed=1) != greedy
+    code, out, err = run_cli(capsys, "generate", folder, "--prompt-ids", ids_arg(PROMPT), "-n", 3)
+    assert code == 0 and out == "27 69 77\n"
+    assert err.splitlines()[0] == (
+        f"ortstate: note: {folder}: generation_config.json asks for do_sample=true: ortstate decodes greedily "
+        "unless asked (do_sample=True, num_beams=N)"
+    )
+    (folder / "generation_config.json").write_text(json.dumps({"top_p": 7}))
+    code, out, err = run_cli(capsys, "generate", folder, "--prompt-ids", "1")
+    assert (code, out) == (1, "")
+    assert_one_line_error(err, "generation_config.json: top_p must be in (0, 1], got 7")
+
+
+def test_text_streamer_through_generate(llama: Generator) -> None:
+    tokenizer = word_tokenizer()
+    pieces: list[str] = []
+    tokens = llama.generate(PROMPT, 8, stop_at_eos=False, stream=TextStreamer(tokenizer, on_text=pieces.append))
+    assert "".join(pieces) == tokenizer.decode(tokens) == "t27 t69 t77 t77 t150 t77 t0 t0"
+    assert len(pieces) == 8  # a piece per token: each word is final once decoded
