@@ -26,6 +26,7 @@ from .feeds import FeedRules, input_specs
 from .ir_inputs import cache_position_window
 from .model_dir import GenerationError, ModelConfig, find_model_files, read_config
 from .options import SearchOptions, file_defaults
+from .prompts import FirstRow, check_prompts, nested
 from .state_layout import StateLayout, state_layout
 from .stepper import Stepper
 from .stopping import StopCriteria
@@ -228,11 +229,11 @@ class Generator:
             GenerationError: a bad prompt or option, no encoder output, ...
             RunError: the model failed to run (its variables are left as they were).
         """
-        if _nested(prompt_ids):
+        if nested(prompt_ids):
             raise GenerationError(
                 "generate() takes one prompt (a list of token ids); for several, use generate_batch()"
             )
-        row_stream = None if stream is None else _FirstRow(stream)
+        row_stream = None if stream is None else FirstRow(stream)
         rows = self.generate_batch(
             [prompt_ids],
             max_new_tokens,
@@ -266,7 +267,8 @@ class Generator:
         options = self.search_options(**search)
         if options.beam_search and stream is not None:
             raise GenerationError("beam search cannot stream: its tokens are only known when it ends")
-        rows = self._check_prompts(prompts, max_new_tokens, continuing=not reset and self._rows.rows > 0)
+        held = self._rows.rows if not reset and self._rows.rows > 0 else None
+        rows = check_prompts(prompts, max_new_tokens, vocab_size=self.vocab_size, held_rows=held)
         if encoder_input is not None:
             if not reset:
                 raise GenerationError("encoder_input starts a new generation: it cannot be given with reset=False")
@@ -332,51 +334,3 @@ class Generator:
         if not any(chunks):
             raise GenerationError("nothing to continue from: give the next tokens (the last generation fed them all)")
         return chunks, False, histories
-
-    def _check_prompts(
-        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, continuing: bool
-    ) -> list[list[int]]:
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-            raise GenerationError(f"max_new_tokens must be an integer of at least 1, got {max_new_tokens!r}")
-        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (Sequence, np.ndarray)):
-            raise GenerationError(f"prompts must be lists of token ids, got {type(prompts).__name__}")
-        rows = []
-        for prompt in prompts:
-            if isinstance(prompt, (str, bytes)) or not isinstance(prompt, (Sequence, np.ndarray)):
-                raise GenerationError(f"a prompt must be a list of token ids, got {type(prompt).__name__}")
-            if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in prompt):
-                raise GenerationError("token ids must be integers")
-            rows.append([int(t) for t in prompt])
-        if not rows or (not continuing and not all(rows)):
-            raise GenerationError("the prompt is empty: give at least one token id")
-        if continuing and len(rows) != self._rows.rows:
-            raise GenerationError(
-                f"continuing needs one prompt per row of the state ({self._rows.rows}), got {len(rows)}"
-            )
-        bad = sorted({t for r in rows for t in r if t < 0 or (self.vocab_size is not None and t >= self.vocab_size)})
-        if bad:
-            limit = f"0..{self.vocab_size - 1}" if self.vocab_size is not None else "non-negative"
-            raise GenerationError(f"token id(s) {', '.join(map(str, bad))} outside the vocabulary ({limit})")
-        return rows
-
-
-class _FirstRow:
-    """A batch stream (a token list per step) from a one-row stream, ``end()`` passed on."""
-
-    def __init__(self, stream: Callable[[int], None]) -> None:
-        self.stream = stream
-
-    def __call__(self, tokens: list[int]) -> None:
-        self.stream(tokens[0])
-
-    def end(self) -> None:
-        end = getattr(self.stream, "end", None)
-        if callable(end):
-            end()
-
-
-def _nested(prompt: object) -> bool:
-    """True if ``prompt`` holds sequences (several prompts) rather than token ids."""
-    if not isinstance(prompt, (Sequence, np.ndarray)) or isinstance(prompt, (str, bytes)):
-        return False  # not a prompt at all: the prompt checks say what is wrong
-    return any(isinstance(t, (Sequence, np.ndarray)) and not isinstance(t, (str, bytes)) for t in prompt)

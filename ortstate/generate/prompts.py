@@ -1,0 +1,67 @@
+"""Checking what a caller hands :meth:`~ortstate.generate.Generator.generate`: prompts and lengths."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .model_dir import GenerationError
+
+__all__ = ["FirstRow", "check_prompts", "nested"]
+
+
+def check_prompts(
+    prompts: Sequence[Sequence[int]], max_new_tokens: int, *, vocab_size: int | None, held_rows: int | None = None
+) -> list[list[int]]:
+    """The prompts as lists of ints.
+
+    Args:
+        vocab_size: token ids must be below it (None: unknown).
+        held_rows: continuing a state of this many rows (one prompt each, possibly empty), else None.
+
+    Raises:
+        GenerationError: one line saying what is wrong.
+    """
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise GenerationError(f"max_new_tokens must be an integer of at least 1, got {max_new_tokens!r}")
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (Sequence, np.ndarray)):
+        raise GenerationError(f"prompts must be lists of token ids, got {type(prompts).__name__}")
+    rows = []
+    for prompt in prompts:
+        if isinstance(prompt, (str, bytes)) or not isinstance(prompt, (Sequence, np.ndarray)):
+            raise GenerationError(f"a prompt must be a list of token ids, got {type(prompt).__name__}")
+        if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in prompt):
+            raise GenerationError("token ids must be integers")
+        rows.append([int(t) for t in prompt])
+    if not rows or (held_rows is None and not all(rows)):
+        raise GenerationError("the prompt is empty: give at least one token id")
+    if held_rows is not None and len(rows) != held_rows:
+        raise GenerationError(f"continuing needs one prompt per row of the state ({held_rows}), got {len(rows)}")
+    bad = sorted({t for r in rows for t in r if t < 0 or (vocab_size is not None and t >= vocab_size)})
+    if bad:
+        limit = f"0..{vocab_size - 1}" if vocab_size is not None else "non-negative"
+        raise GenerationError(f"token id(s) {', '.join(map(str, bad))} outside the vocabulary ({limit})")
+    return rows
+
+
+def nested(prompt: object) -> bool:
+    """True if ``prompt`` holds sequences (several prompts) rather than token ids."""
+    if not isinstance(prompt, (Sequence, np.ndarray)) or isinstance(prompt, (str, bytes)):
+        return False  # not a prompt at all: the prompt checks say what is wrong
+    return any(isinstance(t, (Sequence, np.ndarray)) and not isinstance(t, (str, bytes)) for t in prompt)
+
+
+class FirstRow:
+    """A batch stream (a token list per step) made of a one-row stream, passing ``end()`` on."""
+
+    def __init__(self, stream: Callable[[int], None]) -> None:
+        self.stream = stream
+
+    def __call__(self, tokens: list[int]) -> None:
+        self.stream(tokens[0])
+
+    def end(self) -> None:
+        end = getattr(self.stream, "end", None)
+        if callable(end):
+            end()
