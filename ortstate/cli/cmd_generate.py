@@ -131,6 +131,8 @@ def search_options(args: argparse.Namespace) -> dict[str, Any]:
     stray = [f"--{k.replace('_', '-')}" for k in SAMPLING_FLAGS if k in given and not args.do_sample]
     if stray:
         raise UsageError(f"{', '.join(stray)} appl{'ies' if len(stray) == 1 else 'y'} to sampling: add --do-sample")
+    if "length_penalty" in given and given.get("num_beams", 1) <= 1:
+        raise UsageError("--length-penalty applies to beam search: add --num-beams N (N > 1)")
     try:
         SearchOptions.build(**given)
     except GenerationError as exc:
@@ -288,8 +290,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--chat: {exc}") from None
     progress(f"converting {model_dir}")
     generator = Generator.from_dir(model_dir, form=args.form, tokenizer=tokenizer)
-    if search.get("num_beams", 1) > 1 and generator.beam_problem():
-        raise UsageError(f"--num-beams: beam search cannot run on this model: {generator.beam_problem()}")
+    problem = generator.beam_problem() if search.get("num_beams", 1) > 1 else None
+    if problem:
+        raise UsageError(f"--num-beams: beam search cannot run on this model: {problem}")
     if args.chat:
         return _chat(args, generator, tokenizer, search)
     encoder_input = _encoder_input(args, model_dir, generator)
