@@ -9,6 +9,11 @@ the top ``num_beams`` that stop join the finished hypotheses (score / length ** 
 unless no improvement is possible or, with ``early_stopping=True``, ``num_beams`` already finished;
 the best ``num_beams`` others run on. It prefills one row per beam (transformers' way), where
 ortstate prefills one row per prompt and lets ``beam_idx`` repeat it.
+
+Families with a recurrent state (mamba, the hybrid SSM models) take inputs no attention-only family
+has (``cache_position``, a mask over the current tokens only): :class:`OVModel` feeds those through
+ortstate's ``FeedRules`` instead, which ``tests/test_llm_models.py`` checks against the inputs their
+OpenVINO references were recorded with.
 """
 
 from __future__ import annotations
@@ -41,6 +46,19 @@ class OVModel:
         self.embed = None
         if self.ref["embeddings_ir"]:
             self.embed = _core.compile_model(str(folder / self.ref["embeddings_ir"]), "CPU", config)
+        self.rules = None
+        if (
+            self.ref["decoding"].get("attention_mask") == "current"
+            or "cache_position" in self.inputs
+            or ("position_ids" not in self.inputs and not self.ref["encoder"])
+        ):
+            from ortstate.generate import FeedRules, read_config
+            from ortstate.generate.ir_inputs import cache_position_window, ir_input_specs
+            from ortstate.ir import read_ir
+
+            graph = read_ir(folder / self.ref["decoder_ir"])
+            window = cache_position_window(graph)
+            self.rules = FeedRules.for_model(ir_input_specs(graph), read_config(folder), window=window)
         self.hidden = None
         if self.ref["encoder"]:
             enc = self.ref["encoder"]
@@ -70,9 +88,13 @@ class OVStream:
 
     def step(self, ids: np.ndarray, chunk_mask: np.ndarray, beam_idx: np.ndarray | None = None) -> np.ndarray:
         """Feed ``ids`` ``[rows, n]`` after reordering the rows by ``beam_idx``; the last logits ``[rows, vocab]``."""
+        past = self.mask.shape[1]
         if beam_idx is not None:
             self.mask, self.rows = self.mask[beam_idx], self.rows[beam_idx]
         self.mask = np.concatenate([self.mask, chunk_mask.astype(np.int64)], axis=1)
+        if self.model.rules is not None:
+            feeds = self.model.rules.feeds(ids, past, mask=self.mask, beam_idx=beam_idx)
+            return np.array(self.request.infer(feeds)["logits"])[:, -1, :]
         n = ids.shape[1]
         positions = np.cumsum(self.mask, axis=1) - 1
         positions[self.mask == 0] = 1

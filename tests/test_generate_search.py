@@ -1,6 +1,7 @@
 """Generation beyond one greedy prompt, on the committed LLMs, in both ONNX forms, against OpenVINO.
 
-For every attention-only family in ``models/llm/`` (decoder-only; Whisper and T5 for beam search):
+For every attention-only family in ``models/llm/`` (decoder-only; Whisper and T5, and the families
+with a recurrent state, for beam search):
 greedy decoding of a batch of prompts of different lengths (left-padded) and beam search through the
 model's ``beam_idx`` give OpenVINO's tokens exactly, logits within 1e-3 and beam scores within 1e-4,
 OpenVINO driven by the independent loops of ``tests/ov_search.py``; a padded batch equals each prompt
@@ -126,6 +127,19 @@ def test_encoder_decoder_beam_search_matches_openvino(family: str, form: str) ->
     prompt = reference(family)["prompt_ids"][0][:2]
     gen.generate(prompt, 5, num_beams=2)
     want = ov_beam_search(family, [prompt], 2, 5, set(gen.config.eos_token_ids))
+    assert gen.last_run is not None
+    _assert_same_beams(gen.last_run.beams or [], want)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("family", RECURRENT)
+def test_recurrent_state_beam_search_matches_openvino(family: str, form: str) -> None:
+    """SSM and convolution states are read through Gather(state, beam_idx) too: beam search reorders them."""
+    gen = generator(family, form)
+    assert gen.layout.recurrent and gen.layout.expands_by_beam_idx
+    prompt = reference(family)["prompt_ids"][0]
+    gen.generate(prompt, 5, num_beams=3)
+    want = ov_beam_search(family, [prompt], 3, 5, set(gen.config.eos_token_ids))
     assert gen.last_run is not None
     _assert_same_beams(gen.last_run.beams or [], want)
 
