@@ -181,7 +181,15 @@ def test_generate_batch_rows_match_single_runs(mamba: Generator) -> None:
     ("prompts", "message"),
     [
         ([[]], "the prompt is empty: give at least one token id"),
-        ([[1, 2], [3]], "prompts of one batch must have one length (no padding), got [2, 1]"),
+        ([[1, 2.5]], "token ids must be integers, got 2.5 (float)"),
+        ([[1, "3"]], "token ids must be integers, got '3' (str)"),
+        (
+            [[1, 2], [3]],
+            "prompts of different lengths (1, 2 tokens) need left padding, which this model cannot hide: "
+            "its variable(s) cache_params.past.conv.0cache_params.present.conv.0, cache_params.past.conv.1cache_params."
+            "present.conv.1, cache_params.past.ssm.0cache_params.present.ssm.0 and 1 more are recurrent states (not "
+            "attention caches) that would take in the pad tokens; generate them one at a time",
+        ),
         ([[1, 256, -1]], "token id(s) -1, 256 outside the vocabulary (0..255)"),
     ],
 )

@@ -1,38 +1,60 @@
-"""``ortstate generate``: greedy text generation with a converted optimum-intel LLM folder."""
+"""``ortstate generate``: generation (greedy, sampling, beams, chat) with a converted optimum-intel LLM folder."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..generate import GenerationError, GenerationRun, Generator, find_model_files
+from ..generate import (
+    Chat,
+    GenerationError,
+    GenerationRun,
+    Generator,
+    SearchOptions,
+    TextStreamer,
+    Tokenizer,
+    find_model_files,
+)
+from ..generate.tokenizer import TOKENIZER_FILE
 from .args import UsageError, add_form_option, add_verbose_option, load_npy
 from .command import EXIT_OK, Command
 from .report import progress
 
 DESCRIPTION = """\
 Convert the OpenVINO IRs of an optimum-intel export folder (a stateful decoder, plus its encoder or
-text-embeddings model when it has one) and greedy-decode from a prompt. The KV cache / SSM state
-stays in the model's variables; each step feeds only the new token, with the attention mask,
-positions and beam_idx the model's inputs call for. New tokens stream to stdout as they come; the
-latency summary (prefill, decode median/p90 per token) goes to stderr.
+text-embeddings model when it has one) and generate from a prompt. The KV cache / SSM state stays in
+the model's variables; each step feeds only the new token, with the attention mask, positions and
+beam_idx the model's inputs call for. New tokens (or text, with a tokenizer) stream to stdout as they
+come; the latency summary (prefill, decode median/p90 per token) goes to stderr.
 
---prompt TEXT needs the folder's tokenizer.json and the 'tokenizers' package; --prompt-ids needs
-neither. Encoder-decoders (Whisper, T5) take --encoder-input FILE.npy (default: the folder's
+Search: greedy by default; --do-sample samples (--temperature, --top-k, --top-p; --seed repeats a
+run); --num-beams N runs beam search through the model's own beam_idx input (the best beam is printed
+at the end); --repetition-penalty applies to all three. The parameters mean what they mean in
+transformers' generate(), with its defaults (top-k 50); generation_config.json's values are the
+defaults where it gives them. --stop TEXT and --stop-id N end generation early (repeatable).
+
+--prompt TEXT, --stop and --chat need the folder's tokenizer.json and the 'tokenizers' package;
+--chat also needs a chat template (tokenizer_config.json's chat_template, or chat_template.jinja)
+and 'jinja2': it wraps --prompt in the template as a user turn, or, without --prompt, reads one user
+turn per line from standard input and answers each, continuing from the cache (no history re-fed).
+Encoder-decoders (Whisper, T5) take --encoder-input FILE.npy (default: the folder's
 encoder_input.npy) and start from the decoder start token unless --prompt-ids says otherwise.
 
 examples:
   ortstate generate models/llm/llama --prompt-ids 18,152,24,240,209
+  ortstate generate models/llm/llama --prompt-ids 18,152,24 -n 32 --do-sample --temperature 0.8 --top-p 0.9 --seed 7
+  ortstate generate models/llm/llama --prompt-ids 18,152,24 --num-beams 4 --stop-id 77
   ortstate generate models/llm/mamba --prompt-ids 163,36,172 --max-new-tokens 32 --form custom-op
   ortstate generate models/llm/whisper --encoder-input features.npy
-  ortstate generate path/to/export --prompt "Once upon a time" --ignore-eos"""
+  ortstate generate path/to/export --prompt "Once upon a time" --stop "The end"
+  ortstate generate path/to/export --chat --system "You are terse."      # one user turn per line on stdin"""
 
 ENCODER_INPUT_FILE = "encoder_input.npy"
-TOKENIZER_FILE = "tokenizer.json"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -46,7 +68,82 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_form_option(p)
     p.add_argument("--encoder-input", metavar="FILE.npy", help="the encoder's input (Whisper/T5)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at the end-of-sequence token")
+    search = p.add_argument_group("search (as transformers' generate())")
+    search.add_argument("--do-sample", action="store_true", help="sample the next token (default: greedy)")
+    search.add_argument("--temperature", type=float, metavar="T", help="divide the scores by T > 0 before sampling")
+    search.add_argument(
+        "--top-k", type=int, metavar="K", help="sample from the K most likely tokens (default 50; 0: all)"
+    )
+    search.add_argument(
+        "--top-p", type=float, metavar="P", help="sample from the most likely tokens holding probability P, in (0, 1]"
+    )
+    search.add_argument("--seed", type=int, metavar="S", help="seed the sampling (the summary shows the seed used)")
+    search.add_argument(
+        "--repetition-penalty",
+        type=float,
+        metavar="R",
+        help="penalise tokens already in the text (R > 1: less repetition)",
+    )
+    search.add_argument(
+        "--num-beams", type=int, metavar="N", help="beam search with N beams (prints the best at the end)"
+    )
+    search.add_argument(
+        "--length-penalty",
+        type=float,
+        metavar="L",
+        help="beam scores divide by length ** L (default 1; > 0 favours longer)",
+    )
+    search.add_argument(
+        "--stop",
+        action="append",
+        metavar="TEXT",
+        help="stop when the generated text contains TEXT (needs the tokenizer)",
+    )
+    search.add_argument("--stop-id", action="append", type=int, metavar="N", help="stop after token id N (like eos)")
+    chat = p.add_argument_group("chat")
+    chat.add_argument("--chat", action="store_true", help="apply the folder's chat template (see above)")
+    chat.add_argument("--system", metavar="TEXT", help="with --chat: a system message opening the conversation")
     add_verbose_option(p)
+
+
+SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "seed")
+
+
+def search_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The search keywords the command line gives (checked; those not given are left out).
+
+    Raises:
+        UsageError: a value out of range, or a sampling parameter without --do-sample.
+    """
+    given = {
+        "do_sample": True if args.do_sample else None,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "repetition_penalty": args.repetition_penalty,
+        "num_beams": args.num_beams,
+        "length_penalty": args.length_penalty,
+        "stop_token_ids": args.stop_id,
+        "stop_strings": args.stop,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    stray = [f"--{k.replace('_', '-')}" for k in SAMPLING_FLAGS if k in given and not args.do_sample]
+    if stray:
+        raise UsageError(f"{', '.join(stray)} appl{'ies' if len(stray) == 1 else 'y'} to sampling: add --do-sample")
+    if "length_penalty" in given and given.get("num_beams", 1) <= 1:
+        raise UsageError("--length-penalty applies to beam search: add --num-beams N (N > 1)")
+    try:
+        SearchOptions.build(**given)
+    except GenerationError as exc:
+        raise UsageError(f"--{_flag_of(str(exc))}: {exc}") from None
+    return given
+
+
+def _flag_of(message: str) -> str:
+    """The option a SearchOptions message is about (its first word), spelled as a flag."""
+    word = message.split(" ", 1)[0]
+    return {"stop_strings": "stop", "stop_token_ids": "stop-id"}.get(word, word.replace("_", "-"))
 
 
 def _parse_ids(text: str) -> list[int]:
@@ -59,21 +156,22 @@ def _parse_ids(text: str) -> list[int]:
     return ids
 
 
-def load_tokenizer(model_dir: Path) -> Any:
-    """The folder's ``tokenizer.json`` through the ``tokenizers`` package, imported only now."""
+def load_tokenizer(model_dir: Path, why: str = "--prompt") -> Tokenizer:
+    """The folder's ``tokenizer.json`` (and chat template) through the ``tokenizers`` package, imported only now."""
     path = model_dir / TOKENIZER_FILE
     if not path.is_file():
-        raise UsageError(f"{path}: no such file (--prompt needs the model's tokenizer; use --prompt-ids instead)")
+        instead = {"--prompt": "use --prompt-ids instead", "--stop": "use --stop-id for token ids"}.get(why)
+        more = f"; {instead}" if instead else ""
+        raise UsageError(f"{path}: no such file ({why} needs the model's tokenizer{more})")
     try:
-        import tokenizers
+        import tokenizers  # noqa: F401 - only to say what is missing
     except ImportError:
-        raise UsageError(
-            "--prompt needs the 'tokenizers' package (pip install tokenizers); or use --prompt-ids"
-        ) from None
+        alternative = "; or use --prompt-ids" if why == "--prompt" else ""
+        raise UsageError(f"{why} needs the 'tokenizers' package (pip install tokenizers){alternative}") from None
     try:
-        return tokenizers.Tokenizer.from_file(str(path))
-    except Exception as exc:  # noqa: BLE001 - tokenizers raises its own exception types
-        raise UsageError(f"{path}: not a readable tokenizer ({' '.join(str(exc).split())})") from None
+        return Tokenizer.from_dir(model_dir)
+    except GenerationError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _encoder_input(args: argparse.Namespace, model_dir: Path, generator: Generator) -> np.ndarray | None:
@@ -96,8 +194,8 @@ def _encoder_input(args: argparse.Namespace, model_dir: Path, generator: Generat
 
 
 def _prompt(args: argparse.Namespace, generator: Generator, tokenizer: Any) -> list[int]:
-    if tokenizer is not None:
-        ids = list(tokenizer.encode(args.prompt).ids)
+    if tokenizer is not None and args.prompt is not None:
+        ids = tokenizer.encode(args.prompt)
         if not ids:
             raise UsageError("--prompt: the tokenizer made no tokens of that text")
     elif args.prompt_ids is not None:
@@ -118,24 +216,29 @@ def _prompt(args: argparse.Namespace, generator: Generator, tokenizer: Any) -> l
     return ids
 
 
-class _Printer:
-    """Streams token ids, or text decoded by the tokenizer (the whole text each time: merges change it)."""
+class _IdPrinter:
+    """Streams token ids to stdout, space-separated."""
 
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.tokens: list[int] = []
-        self.text = ""
+    def __init__(self) -> None:
+        self.count = 0
 
     def __call__(self, token: int) -> None:
-        self.tokens.append(token)
-        if self.tokenizer is None:
-            piece = f"{' ' if len(self.tokens) > 1 else ''}{token}"
-        else:
-            text = self.tokenizer.decode(self.tokens)
-            piece = text[len(self.text) :] if text.startswith(self.text) else text
-            self.text = text
-        sys.stdout.write(piece)
+        sys.stdout.write(f"{' ' if self.count else ''}{token}")
         sys.stdout.flush()
+        self.count += 1
+
+
+def _stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+STOPPED = {
+    "eos": "stopped at eos",
+    "stop_token": "stopped at a stop token",
+    "stop_string": "stopped at a stop string",
+    "max_new_tokens": "max new tokens reached",
+}
 
 
 def latency_summary(run: GenerationRun, form: str) -> str:
@@ -150,8 +253,14 @@ def latency_summary(run: GenerationRun, form: str) -> str:
         median, p90 = np.median(decode), np.percentile(decode, 90)
         tokens = f"{decode.size} token{'s' * (decode.size != 1)}"
         parts.append(f"decode {tokens}: median {median:.0f} µs, p90 {p90:.0f} µs per token")
-    stop = "stopped at eos" if run.stop_reason == "eos" else "max new tokens reached"
-    return f"ortstate: {'; '.join(parts)} ({form} form, {stop})"
+    how = [f"{form} form"]
+    if run.seed is not None:
+        how.append(f"sampled with seed {run.seed}")
+    if run.beams is not None:
+        best = run.beams[0][0].score if run.beams and run.beams[0] else float("nan")
+        how.append(f"{sum(len(b) for b in run.beams)} beams, best score {best:.4f}")
+    how.append(STOPPED.get(run.stop_reason, run.stop_reason))
+    return f"ortstate: {'; '.join(parts)} ({', '.join(how)})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -162,29 +271,95 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     if args.prompt_ids is not None:
         _parse_ids(args.prompt_ids)  # a typo fails before the conversion
+    if args.chat and args.prompt_ids is not None:
+        raise UsageError("--chat takes text (--prompt, or turns on standard input), not --prompt-ids")
+    if args.system is not None and not args.chat:
+        raise UsageError("--system applies to --chat only")
+    search = search_options(args)
     try:
         find_model_files(model_dir)
     except GenerationError as exc:
         raise UsageError(str(exc)) from None
-    tokenizer = load_tokenizer(model_dir) if args.prompt is not None else None
+    why = "--chat" if args.chat else "--prompt" if args.prompt is not None else "--stop" if args.stop else None
+    tokenizer = load_tokenizer(model_dir, why) if why else None
+    if args.chat:
+        assert tokenizer is not None
+        try:
+            tokenizer.check_chat_template()
+        except GenerationError as exc:
+            raise UsageError(f"--chat: {exc}") from None
     progress(f"converting {model_dir}")
-    generator = Generator.from_dir(model_dir, form=args.form)
+    generator = Generator.from_dir(model_dir, form=args.form, tokenizer=tokenizer)
+    problem = generator.beam_problem() if search.get("num_beams", 1) > 1 else None
+    if problem:
+        raise UsageError(f"--num-beams: beam search cannot run on this model: {problem}")
+    if args.chat:
+        return _chat(args, generator, tokenizer, search)
     encoder_input = _encoder_input(args, model_dir, generator)
-    prompt = _prompt(args, generator, tokenizer)
-    notes = generator.notes(stop_at_eos=not args.ignore_eos)
-    if notes:
-        print(f"ortstate: note: {model_dir}: {'; '.join(notes)}", file=sys.stderr)
-    generator.generate(
+    prompt = _prompt(args, generator, tokenizer if args.prompt is not None else None)
+    _notes(args, generator, model_dir)
+    beams = search.get("num_beams", 1) > 1
+    stream: Any = None
+    if not beams:
+        stream = TextStreamer(tokenizer, on_text=_stdout) if args.prompt is not None else _IdPrinter()
+    tokens = generator.generate(
         prompt,
         args.max_new_tokens,
-        stream=_Printer(tokenizer),
+        stream=stream,
         encoder_input=encoder_input,
         stop_at_eos=not args.ignore_eos,
+        **search,
     )
+    if beams:
+        _stdout(tokenizer.decode(tokens) if args.prompt is not None else " ".join(map(str, tokens)))
     print(flush=True)
     assert generator.last_run is not None
     print(latency_summary(generator.last_run, generator.session.form), file=sys.stderr)
     return EXIT_OK
 
 
-COMMAND = Command("generate", "greedy-decode with a converted optimum-intel LLM folder", DESCRIPTION, configure, run)
+def _notes(args: argparse.Namespace, generator: Generator, model_dir: Path) -> None:
+    notes = generator.notes(stop_at_eos=not args.ignore_eos)
+    if notes:
+        print(f"ortstate: note: {model_dir}: {'; '.join(notes)}", file=sys.stderr)
+
+
+def _chat(args: argparse.Namespace, generator: Generator, tokenizer: Any, search: dict[str, Any]) -> int:
+    """One turn (--prompt), or one per line of standard input, each continuing from the cache."""
+    if generator.encoder is not None:
+        raise UsageError("--chat applies to decoder-only models (this one has an encoder)")
+    _notes(args, generator, model_dir=Path(args.model_dir))
+    chat = Chat(generator, tokenizer, system=args.system)
+    turns = [args.prompt] if args.prompt is not None else _stdin_turns()
+    beams = search.get("num_beams", 1) > 1
+    for turn in turns:
+        stream = None if beams else TextStreamer(tokenizer, on_text=_stdout)
+        reply = chat.say(turn, args.max_new_tokens, stream=stream, stop_at_eos=not args.ignore_eos, **search)
+        if beams:
+            _stdout(reply)
+        print(flush=True)
+        assert generator.last_run is not None
+        print(latency_summary(generator.last_run, generator.session.form), file=sys.stderr)
+    return EXIT_OK
+
+
+def _stdin_turns() -> Iterator[str]:
+    """User turns from standard input, one per line (blank lines skipped), a prompt shown on a terminal."""
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            return
+        if line.strip():
+            yield line.rstrip("\n")
+
+
+COMMAND = Command(
+    "generate",
+    "generate text (greedy, sampling, beams, chat) with a converted optimum-intel LLM folder",
+    DESCRIPTION,
+    configure,
+    run,
+)

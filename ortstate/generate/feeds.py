@@ -6,17 +6,20 @@ read with the wrong positions or masked wrongly):
 - ``input_ids`` ``[batch, n]``: the prompt at prefill, then the one token picked in the last step;
   a VLM's language model takes ``inputs_embeds`` ``[batch, n, hidden]`` (the same ids through its
   text-embeddings model) instead.
-- ``attention_mask`` ``[batch, width]``: ones over past + current tokens, except for the
-  mamba-family models (``mamba``, ``falcon_mamba``, ``zamba2``: optimum's ``OVModelWithMambaForCausalLM``),
-  whose decode steps get ones over the current tokens only.
-- ``position_ids`` ``[batch, n]`` = ``arange(past, past + n)``; rank 3 (``[sections, batch, n]``,
-  M-RoPE) repeats that row on every section.
+- ``attention_mask`` ``[batch, width]``: ones over past + current tokens (zeros where a row is
+  padded: left padding of prompts of different lengths, pad tokens fed to rows that stopped),
+  except for the mamba-family models (``mamba``, ``falcon_mamba``, ``zamba2``: optimum's
+  ``OVModelWithMambaForCausalLM``), whose decode steps get the current tokens' part only.
+- ``position_ids`` ``[batch, n]``: from the mask, as optimum computes them: ``cumsum(mask) - 1``,
+  1 where the mask is 0, the last ``n`` columns (``arange(past, past + n)`` without padding);
+  rank 3 (``[sections, batch, n]``, M-RoPE) repeats that row on every section.
 - ``cache_position`` ``[n]``: for a mamba-family model, where it indexes the convolution state,
   ``arange(conv_kernel)`` at prefill and ``[past]`` after; otherwise ``arange(past, past + n)``.
   The kernel is read from the graph (the length of the state axis ``cache_position`` indexes: see
   :mod:`ortstate.generate.ir_inputs`), else from config (``conv_kernel``/``mamba_d_conv``); a
   ``cache_position`` that indexes such a window also marks a mamba-style model without config.json.
-- ``beam_idx`` ``[batch]`` = ``arange(batch)``: greedy decoding never reorders the cache.
+- ``beam_idx`` ``[batch]``: which row of the cache each row continues (the model gathers its cache
+  with it); ``arange(batch)`` unless beam search reorders the beams.
 - ``encoder_hidden_states`` (Whisper, T5): the encoder's output, every step; ``encoder_attention_mask``
   ones over the encoder positions.
 - ``token_type_ids``: zeros.
@@ -164,38 +167,60 @@ class FeedRules:
         return "encoder_hidden_states" in self.names
 
     def feeds(
-        self, ids: np.ndarray, past: int, context: Mapping[str, np.ndarray] | None = None
+        self,
+        ids: np.ndarray,
+        past: int,
+        context: Mapping[str, np.ndarray] | None = None,
+        *,
+        mask: np.ndarray | None = None,
+        beam_idx: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
         """The inputs of one step: ``ids`` ``[batch, n]`` new tokens after ``past`` cached ones.
 
         Args:
             context: values the rules cannot make: ``inputs_embeds`` for this step,
                 ``encoder_hidden_states``, ``encoder_attention_mask`` (default: ones over the encoder positions).
+            mask: ``[batch, past + n]``, 1 for a real token, 0 for padding (default: all ones).
+            beam_idx: the cache row each row continues (default ``arange(batch)``); it may pick a
+                row several times, growing the cache to ``len(beam_idx)`` rows.
 
         Raises:
-            GenerationError: a value ``context`` must supply is missing.
+            GenerationError: a value ``context`` must supply is missing, or ``mask`` has the wrong shape.
         """
         ids = np.asarray(ids)
         if ids.ndim != 2:
             raise GenerationError(f"token ids must be [batch, tokens], got shape {list(ids.shape)}")
         batch, n = ids.shape
+        if mask is None:
+            mask = np.ones((batch, past + n), dtype=np.int64)
+        elif np.shape(mask) != (batch, past + n):
+            raise GenerationError(f"the attention mask must be [{batch}, {past + n}], got {list(np.shape(mask))}")
         context = context or {}
         out: dict[str, np.ndarray] = {}
         for spec in self.inputs:
-            out[spec.name] = np.ascontiguousarray(self._value(spec, ids, batch, n, past, context), dtype=spec.dtype)
+            value = self._value(spec, ids, n, past, np.asarray(mask), beam_idx, context)
+            out[spec.name] = np.ascontiguousarray(value, dtype=spec.dtype)
         return out
 
     def _value(
-        self, spec: InputSpec, ids: np.ndarray, batch: int, n: int, past: int, context: Mapping[str, np.ndarray]
+        self,
+        spec: InputSpec,
+        ids: np.ndarray,
+        n: int,
+        past: int,
+        mask: np.ndarray,
+        beam_idx: np.ndarray | None,
+        context: Mapping[str, np.ndarray],
     ) -> np.ndarray:
-        name = spec.name
+        name, batch = spec.name, ids.shape[0]
         if name == "input_ids":
             return ids
         if name == "attention_mask":
-            width = n if (self.mask == "current" and past > 0) else past + n
-            return np.ones((batch, width))
+            return mask[:, -n:] if (self.mask == "current" and past > 0) else mask
         if name == "position_ids":
-            pos = np.broadcast_to(np.arange(past, past + n), (batch, n))
+            pos = np.cumsum(mask, axis=1) - 1
+            pos[mask == 0] = 1
+            pos = pos[:, -n:]
             if spec.rank == 3:
                 sections = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else 3
                 pos = np.broadcast_to(pos, (sections, batch, n))
@@ -205,7 +230,7 @@ class FeedRules:
                 return np.arange(self.conv_kernel) if past == 0 else np.array([past])
             return np.arange(past, past + n)
         if name == "beam_idx":
-            return np.arange(batch)
+            return np.arange(batch) if beam_idx is None else beam_idx
         if name == "token_type_ids":
             return np.zeros((batch, n))
         if name == "encoder_attention_mask" and name not in context:

@@ -1,11 +1,18 @@
-"""Greedy decoding over a converted stateful LLM: the KV cache / SSM state lives in the model's variables."""
+"""Text generation over a converted stateful LLM: the KV cache / SSM state lives in the model's variables.
+
+:class:`Generator` feeds the decoder step by step (see :mod:`~ortstate.generate.feeds`) and picks
+tokens greedily, by sampling or by beam search (:mod:`~ortstate.generate.decoding`); beam search
+reorders the cache through the model's own ``beam_idx`` input. A generation either starts from a
+fresh state or continues the state the last one left (``reset=False``: a chat turn after a turn).
+"""
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+import secrets
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -13,56 +20,39 @@ from ..convert import convert_graph
 from ..ir import read_ir
 from ..model_meta import CUSTOM_OP
 from ..runtime import StatefulSession
+from .decoding import GenerationRun, Job, beam_search, sample_or_greedy
 from .encoder_decoder import Encoder, TextEmbedder
 from .feeds import FeedRules, input_specs
 from .ir_inputs import cache_position_window
 from .model_dir import GenerationError, ModelConfig, find_model_files, read_config
+from .options import SearchOptions, file_defaults
+from .prompts import FirstRow, check_prompts, is_sequence, nested
+from .state_layout import StateLayout, state_layout
+from .stepper import Stepper
+from .stopping import StopCriteria
+from .tokenizer import TOKENIZER_FILE, Tokenizer
 
 __all__ = ["GenerationRun", "Generator"]
 
 
-@dataclass
-class GenerationRun:
-    """What one :meth:`Generator.generate` call did.
-
-    Attributes:
-        tokens: the new tokens of each row (a row ends with its eos token when it stopped there).
-        logits: the last-position logits of every step ``[steps, batch, vocab]`` when asked for, else None.
-        step_seconds: wall time of every step, feeds and argmax included; step 0 is the prefill.
-        encoder_seconds: the encoder run of this call (0 when none ran).
-        stop_reason: ``"eos"`` (every row produced an eos token) or ``"max_new_tokens"``.
-    """
-
-    prompt_tokens: int
-    tokens: list[list[int]]
-    logits: np.ndarray | None = None
-    step_seconds: list[float] = field(default_factory=list)
-    encoder_seconds: float = 0.0
-    stop_reason: str = "max_new_tokens"
-
-    @property
-    def prefill_seconds(self) -> float:
-        return self.step_seconds[0] if self.step_seconds else 0.0
-
-    @property
-    def decode_seconds(self) -> list[float]:
-        """Per-token latencies after the prefill."""
-        return self.step_seconds[1:]
-
-
 class Generator:
-    """Greedy generation with a stateful decoder converted by ortstate.
+    """Generation with a stateful decoder converted by ortstate.
 
     Args:
         session: the decoder's session (either form).
-        config: token ids and model type (see :func:`~ortstate.generate.model_dir.read_config`).
+        config: token ids, model type and search defaults (see :func:`~ortstate.generate.model_dir.read_config`).
         encoder: an encoder-decoder's encoder (its output feeds ``encoder_hidden_states``).
         embedder: a VLM's text embeddings (the decoder takes ``inputs_embeds``).
         rules: how to feed the decoder (default: decided from its inputs and ``config``;
             :meth:`from_dir` also reads the decoder's graph, see :mod:`~ortstate.generate.ir_inputs`).
+        layout: how the decoder's variables follow rows and tokens (read from its graph by
+            :meth:`from_dir`); without it, beam search and padding are refused.
+        tokenizer: for stop strings (anything with ``decode(ids, skip_special_tokens=...)``);
+            :meth:`from_dir` loads the folder's ``tokenizer.json`` when first needed.
 
     Raises:
-        GenerationError: the decoder has inputs no rule feeds, or needs an embedder that is missing.
+        GenerationError: the decoder has inputs no rule feeds, needs an embedder that is missing, or
+            the config's search defaults are out of range.
     """
 
     def __init__(
@@ -73,6 +63,8 @@ class Generator:
         encoder: Encoder | None = None,
         embedder: TextEmbedder | None = None,
         rules: FeedRules | None = None,
+        layout: StateLayout | None = None,
+        tokenizer: Any = None,
     ) -> None:
         self.session = session
         self.config = config or ModelConfig()
@@ -81,18 +73,19 @@ class Generator:
             raise GenerationError("the decoder takes inputs_embeds: a text-embeddings model is needed")
         self.encoder = encoder
         self.embedder = embedder
-        outputs = session.get_outputs()
-        names = [o.name for o in outputs]
-        index = names.index("logits") if "logits" in names else 0
-        self._logits = names[index]
-        last = outputs[index].shape[-1] if outputs[index].shape else None
+        self.layout = layout or StateLayout()
+        self.search_defaults = file_defaults(dict(self.config.search_defaults))
+        self.stepper = Stepper(session, self.rules, self.layout, embedder)
+        logits = next(o for o in session.get_outputs() if o.name == self.stepper.logits_name)
+        last = logits.shape[-1] if logits.shape else None
         self.vocab_size: int | None = last if isinstance(last, int) else None
-        self._context: dict[str, np.ndarray] = {}
-        self._past = 0
+        self._rows = self.stepper.rows
+        self._tokenizer = tokenizer
+        self._folder: Path | None = None
         self.last_run: GenerationRun | None = None
 
     @classmethod
-    def from_dir(cls, model_dir: str | os.PathLike[str], form: str = "auto") -> Generator:
+    def from_dir(cls, model_dir: str | os.PathLike[str], form: str = "auto", *, tokenizer: Any = None) -> Generator:
         """Convert the IRs of an optimum-intel export folder (see :mod:`~ortstate.generate.model_dir`)
         to ``form`` (see :class:`~ortstate.StatefulSession`).
 
@@ -101,16 +94,33 @@ class Generator:
         """
         files = find_model_files(model_dir)
         config = read_config(files.folder)
+        file_defaults(dict(config.search_defaults))  # junk in generation_config.json fails before converting
         # The graph is read once: for what it tells about feeding it, then converted.
         graph = read_ir(files.decoder)
         window = cache_position_window(graph)
+        layout = state_layout(graph)
         model = convert_graph(graph, explicit_state=form != CUSTOM_OP)
         del graph  # its weights are in the model now: free them before ONNX Runtime loads it
         session = StatefulSession(model, form=form)
         rules = FeedRules.for_model(input_specs(session.get_inputs()), config, window=window)
         encoder = Encoder.from_ir(files.encoder, form) if files.encoder else None
         embedder = TextEmbedder.from_ir(files.embeddings, form) if files.embeddings else None
-        return cls(session, config, encoder=encoder, embedder=embedder, rules=rules)
+        generator = cls(
+            session, config, encoder=encoder, embedder=embedder, rules=rules, layout=layout, tokenizer=tokenizer
+        )
+        generator._folder = files.folder
+        return generator
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer given, else the folder's ``tokenizer.json`` (loaded on first use), else None.
+
+        Raises:
+            GenerationError: the folder's tokenizer cannot be loaded (the ``tokenizers`` package missing, ...).
+        """
+        if self._tokenizer is None and self._folder is not None and (self._folder / TOKENIZER_FILE).is_file():
+            self._tokenizer = Tokenizer.from_dir(self._folder)
+        return self._tokenizer
 
     def notes(self, stop_at_eos: bool = True) -> list[str]:
         """What generation assumes, or read from the graph, because the config did not say (one clause
@@ -118,23 +128,32 @@ class Generator:
         notes = list(self.rules.notes)
         if stop_at_eos and not self.config.eos_token_ids:
             notes.append("no eos_token_id in generation_config.json or config.json: generating until max_new_tokens")
+        if self.config.requested:
+            notes.append(
+                f"generation_config.json asks for {' and '.join(self.config.requested)}: "
+                "ortstate decodes greedily unless asked (do_sample=True, num_beams=N)"
+            )
         return notes
 
     # -- state --------------------------------------------------------------------------------------
     def reset(self) -> None:
         """Drop the decoder's variables (the next step re-runs their init); the encoder output stays."""
-        self.session.reset_state()
-        self._past = 0
+        self.stepper.reset()
 
     @property
     def past_tokens(self) -> int:
-        """How many tokens the decoder's cache holds."""
-        return self._past
+        """How many positions the decoder's cache holds (padding included)."""
+        return self._rows.past
+
+    @property
+    def history(self) -> list[list[int]]:
+        """Each row's tokens since the last reset: prompts and generated tokens, the last one not yet fed."""
+        return [list(h) for h in self._rows.history]
 
     @property
     def encoder_output(self) -> np.ndarray | None:
         """The hidden states fed as ``encoder_hidden_states`` (set by :meth:`encode`), or None."""
-        return self._context.get("encoder_hidden_states")
+        return self.stepper.context.get("encoder_hidden_states")
 
     def encode(self, encoder_input: np.ndarray) -> np.ndarray:
         """Run the encoder; its output feeds the decoder until the next ``encode``. Resets the decoder.
@@ -145,9 +164,35 @@ class Generator:
         if self.encoder is None:
             raise GenerationError("the model has no encoder (encoder input given to a decoder-only model)")
         hidden = self.encoder(encoder_input)
-        self._context = {"encoder_hidden_states": hidden}
+        self.stepper.context = {"encoder_hidden_states": hidden}
         self.reset()
         return hidden
+
+    def search_options(self, **search: Any) -> SearchOptions:
+        """The :class:`SearchOptions` a call with these keywords uses (``generation_config.json`` fills
+        the values left out), checked against this model.
+
+        Raises:
+            GenerationError: an option out of range or unknown, stop strings without a tokenizer, or a
+                search this model cannot run (beam search without ``beam_idx`` reordering).
+        """
+        options = SearchOptions.build(self.search_defaults, **search)
+        if options.stop_strings and self.tokenizer is None:
+            where = f"{self._folder / TOKENIZER_FILE} is missing" if self._folder else "none was given"
+            raise GenerationError(f"stop strings need the model's tokenizer ({where}); stop_token_ids need none")
+        if options.beam_search:
+            problem = self.beam_problem()
+            if problem:
+                raise GenerationError(f"beam search cannot run on this model: {problem}")
+        return options
+
+    def beam_problem(self) -> str | None:
+        """Why beam search cannot run on this decoder, or None."""
+        return self.stepper.beam_problem()
+
+    def padding_problem(self) -> str | None:
+        """Why rows cannot be padded (prompts of different lengths), or None."""
+        return self.stepper.padding_problem()
 
     # -- generation ---------------------------------------------------------------------------------
     def generate(
@@ -159,28 +204,40 @@ class Generator:
         encoder_input: np.ndarray | None = None,
         stop_at_eos: bool = True,
         keep_logits: bool = False,
+        reset: bool = True,
+        **search: Any,
     ) -> list[int]:
-        """Greedy-decode up to ``max_new_tokens`` after ``prompt_ids`` (batch 1), from a fresh state.
+        """Generate up to ``max_new_tokens`` after ``prompt_ids`` (one prompt).
 
         Args:
-            stream: called with each new token as soon as it is picked.
+            stream: called with each new token as soon as it is picked; its ``end()``, if it has one,
+                when the generation ends (a :class:`~ortstate.generate.TextStreamer` prints text).
             encoder_input: for an encoder-decoder, runs :meth:`encode` first (else the last encoding is used).
             stop_at_eos: stop after an eos token of the config (it is returned).
             keep_logits: keep every step's logits in :attr:`last_run`.
+            reset: start from a fresh state (default); False continues the state the last call left:
+                ``prompt_ids`` are the next turn's tokens only (may be empty), fed after the last
+                token generated.
+            **search: :class:`~ortstate.generate.SearchOptions` (``do_sample``, ``temperature``,
+                ``top_k``, ``top_p``, ``repetition_penalty``, ``num_beams``, ``length_penalty``,
+                ``early_stopping``, ``seed``, ``stop_token_ids``, ``stop_strings``).
+
+        Returns:
+            the new tokens (beam search: the best beam's; all in ``last_run.beams``).
 
         Raises:
-            GenerationError: an empty or out-of-vocabulary prompt, no encoder output, ...
+            GenerationError: a bad prompt or option, no encoder output, ...
             RunError: the model failed to run (its variables are left as they were).
         """
         if stream is not None and not callable(stream):
             raise GenerationError(f"stream must be a callable taking each new token, got {type(stream).__name__}")
-        if not _is_sequence(prompt_ids):
+        if not is_sequence(prompt_ids):
             raise GenerationError(f"the prompt is a list of token ids, got {type(prompt_ids).__name__}")
-        if _nested(prompt_ids):
+        if nested(prompt_ids):
             raise GenerationError(
                 "generate() takes one prompt (a list of token ids); for several, use generate_batch()"
             )
-        row_stream = None if stream is None else (lambda tokens: stream(tokens[0]))
+        row_stream = None if stream is None else FirstRow(stream)
         rows = self.generate_batch(
             [prompt_ids],
             max_new_tokens,
@@ -188,6 +245,8 @@ class Generator:
             encoder_input=encoder_input,
             stop_at_eos=stop_at_eos,
             keep_logits=keep_logits,
+            reset=reset,
+            **search,
         )
         return rows[0]
 
@@ -200,102 +259,84 @@ class Generator:
         encoder_input: np.ndarray | None = None,
         stop_at_eos: bool = True,
         keep_logits: bool = False,
+        reset: bool = True,
+        **search: Any,
     ) -> list[list[int]]:
-        """:meth:`generate` for several prompts of one length (no padding); ``stream`` gets a token per row.
+        """:meth:`generate` for several prompts; ``stream`` gets a token per row each step.
 
-        A row that produced an eos token is fed the pad token afterwards and gets no more tokens.
+        Prompts of different lengths are padded on the left and masked, as transformers and optimum
+        do (refused for a model whose state would take the pad tokens in: see :meth:`padding_problem`).
+        A row that stopped is fed the pad token afterwards, masked, and gets no more tokens.
         """
-        ids = self._check_prompts(prompts, max_new_tokens)
         if stream is not None and not callable(stream):
             raise GenerationError(f"stream must be a callable taking the new tokens, got {type(stream).__name__}")
+        options = self.search_options(**search)
+        if options.beam_search and stream is not None:
+            raise GenerationError("beam search cannot stream: its tokens are only known when it ends")
+        held = self._rows.rows if not reset and self._rows.rows > 0 else None
+        rows = check_prompts(prompts, max_new_tokens, vocab_size=self.vocab_size, held_rows=held)
         if encoder_input is not None:
+            if not reset:
+                raise GenerationError("encoder_input starts a new generation: it cannot be given with reset=False")
             self.encode(encoder_input)
-        if self.rules.needs_encoder and "encoder_hidden_states" not in self._context:
+        if self.rules.needs_encoder and self.encoder_output is None:
             raise GenerationError("an encoder-decoder needs an encoder input (encoder_input=...)")
-        hidden = self._context.get("encoder_hidden_states")
-        if hidden is not None and hidden.shape[0] != ids.shape[0]:
-            raise GenerationError(f"the encoder output has batch {hidden.shape[0]}, the prompts {ids.shape[0]}")
-        self.reset()
-        eos = np.array(self.config.eos_token_ids if stop_at_eos else (), dtype=np.int64)
-        pad = self.config.pad_token_id if self.config.pad_token_id is not None else 0
+        hidden = self.encoder_output
+        if hidden is not None and hidden.shape[0] != len(rows):
+            raise GenerationError(f"the encoder output has batch {hidden.shape[0]}, the prompts {len(rows)}")
+        rebuild = options.beam_search and not self.layout.expands_by_beam_idx
+        chunks, fresh, histories = self._chunks(rows, reset, rebuild=rebuild)
+        criteria = StopCriteria(
+            self.config.eos_token_ids if stop_at_eos else (),
+            options.stop_token_ids,
+            options.stop_strings,
+            self.tokenizer if options.stop_strings else None,
+        )
+        seed = None
+        if options.do_sample:
+            seed = options.seed if options.seed is not None else secrets.randbits(63)
         run = GenerationRun(
-            prompt_tokens=ids.shape[1],
-            tokens=[[] for _ in range(ids.shape[0])],
+            prompt_tokens=max(len(c) for c in chunks),
+            tokens=[[] for _ in rows],
             encoder_seconds=self.encoder.last_seconds if (self.encoder and encoder_input is not None) else 0.0,
+            seed=seed,
         )
         self.last_run = run
-        finished = np.zeros(ids.shape[0], dtype=bool)
-        kept: list[np.ndarray] = []
-        for _ in range(max_new_tokens):
-            start = time.perf_counter()
-            logits = self._step(ids)
-            picked = np.where(finished, pad, np.argmax(logits, axis=-1)).astype(np.int64)
-            run.step_seconds.append(time.perf_counter() - start)
-            if keep_logits:
-                kept.append(np.array(logits, dtype=np.float32))
-            for row, token in enumerate(picked.tolist()):
-                if not finished[row]:
-                    run.tokens[row].append(token)
-            if stream is not None:
-                stream(picked.tolist())
-            finished |= np.isin(picked, eos)
-            if finished.all():
-                run.stop_reason = "eos"
-                break
-            ids = picked[:, None]
-        run.logits = np.stack(kept) if keep_logits and kept else None
+        job = Job(
+            chunks=chunks,
+            fresh=fresh,
+            histories=histories,
+            max_new_tokens=int(max_new_tokens),
+            options=options,
+            criteria=criteria,
+            run=run,
+            rng=np.random.default_rng(seed) if seed is not None else None,
+            stream=stream,
+            keep_logits=keep_logits,
+            pad=self.config.pad_token_id if self.config.pad_token_id is not None else 0,
+        )
+        try:
+            (beam_search if options.beam_search else sample_or_greedy)(self.stepper, job)
+        finally:
+            end = getattr(stream, "end", None)
+            if callable(end):
+                end()
         return run.tokens
 
-    def _step(self, ids: np.ndarray) -> np.ndarray:
-        """Run one step on ``ids`` ``[batch, n]``; the last position's logits ``[batch, vocab]``."""
-        context: Mapping[str, np.ndarray] = self._context
-        if self.embedder is not None and self.rules.uses_embeddings:
-            context = {**context, "inputs_embeds": self.embedder(ids)}
-        out = self.session.run([self._logits], self.rules.feeds(ids, self._past, context))[0]
-        self._past += ids.shape[1]
-        return out[:, -1, :] if out.ndim == 3 else out
-
-    def _check_prompts(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> np.ndarray:
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-            raise GenerationError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        if not _is_sequence(prompts):
-            raise GenerationError(f"prompts must be a list of token id lists, got {type(prompts).__name__}")
-        rows: list[list[int]] = []
-        for prompt in prompts:
-            if not _is_sequence(prompt):
-                raise GenerationError(f"a prompt is a list of token ids, got {type(prompt).__name__}")
-            row = list(prompt)
-            odd = next(
-                (t for t in row if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer))), None
-            )
-            if odd is not None:
-                raise GenerationError(f"token ids must be integers, got {odd!r} ({type(odd).__name__})")
-            rows.append(row)
-        if not rows or not all(rows):
-            raise GenerationError("the prompt is empty: give at least one token id")
-        if len({len(r) for r in rows}) != 1:
-            raise GenerationError(
-                f"prompts of one batch must have one length (no padding), got {[len(r) for r in rows]}"
-            )
-        bad = sorted(
-            {int(t) for r in rows for t in r if t < 0 or t > _MAX_ID or (self.vocab_size and t >= self.vocab_size)}
-        )
-        if bad:
-            limit = f"0..{self.vocab_size - 1}" if self.vocab_size is not None else "non-negative"
-            raise GenerationError(f"token id(s) {', '.join(map(str, bad))} outside the vocabulary ({limit})")
-        return np.array(rows, dtype=np.int64)
-
-
-_MAX_ID = 2**63 - 1
-
-
-def _is_sequence(value: object) -> bool:
-    """A list, tuple, range or 1-d-or-more array: what a prompt (or a batch of them) may be."""
-    if isinstance(value, np.ndarray):
-        return value.ndim >= 1
-    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
-
-
-def _nested(prompt: object) -> bool:
-    """True if ``prompt`` holds sequences (several prompts) rather than token ids."""
-    return any(_is_sequence(t) for t in prompt)  # type: ignore[attr-defined]
+    # -- helpers ------------------------------------------------------------------------------------
+    def _chunks(
+        self, rows: list[list[int]], reset: bool, *, rebuild: bool
+    ) -> tuple[list[list[int]], bool, list[list[int]]]:
+        """What to feed first, whether it starts from a fresh state, and each row's tokens once it is fed:
+        the prompts (``reset``); or each row's pending token and new prompt (continuing); or the whole
+        history and the new prompt when the cache cannot be continued (stale, or ``rebuild``)."""
+        state = self._rows
+        if reset or state.rows == 0:
+            return rows, True, [list(r) for r in rows]
+        histories = [h + r for h, r in zip(state.history, rows)]
+        if state.stale or rebuild:
+            return histories, True, [list(h) for h in histories]
+        chunks = [p + r for p, r in zip(state.pending, rows)]
+        if not any(chunks):
+            raise GenerationError("nothing to continue from: give the next tokens (the last generation fed them all)")
+        return chunks, False, histories

@@ -25,6 +25,8 @@ LANGUAGE_MODEL = "openvino_language_model.xml"
 TEXT_EMBEDDINGS = "openvino_text_embeddings_model.xml"
 ENCODER = "openvino_encoder_model.xml"
 DECODER = "openvino_decoder_model.xml"
+# generation_config.json keys giving a search parameter's default (transformers' names)
+SEARCH_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "length_penalty", "early_stopping")
 
 
 class GenerationError(OrtStateError):
@@ -85,6 +87,11 @@ class ModelConfig:
         pad_token_id: fed for rows that already stopped (batch > 1).
         decoder_start_token_id: an encoder-decoder's first decoder token.
         conv_kernel: the SSM convolution width of mamba-family models (``conv_kernel`` / ``mamba_d_conv``).
+        search_defaults: ``generation_config.json``'s search values (temperature, top_k, top_p,
+            repetition_penalty, length_penalty, early_stopping) as (key, value) pairs, unchecked
+            (:func:`~ortstate.generate.options.file_defaults` checks them).
+        requested: what ``generation_config.json`` switches on that ortstate leaves off unless asked
+            (``do_sample=true``, ``num_beams=4``).
     """
 
     model_type: str = ""
@@ -93,6 +100,8 @@ class ModelConfig:
     pad_token_id: int | None = None
     decoder_start_token_id: int | None = None
     conv_kernel: int | None = None
+    search_defaults: tuple[tuple[str, Any], ...] = ()
+    requested: tuple[str, ...] = ()
 
     @property
     def model_types(self) -> tuple[str, ...]:
@@ -123,6 +132,14 @@ class ModelConfig:
         )
         pad, start = first("pad_token_id"), first("decoder_start_token_id")
         kernel = first("conv_kernel", "mamba_d_conv")
+        generation = generation or {}
+        search = tuple((k, generation[k]) for k in SEARCH_KEYS if generation.get(k) is not None)
+        requested = []
+        if generation.get("do_sample") is True:
+            requested.append("do_sample=true")
+        beams = generation.get("num_beams")
+        if isinstance(beams, int) and not isinstance(beams, bool) and beams > 1:
+            requested.append(f"num_beams={beams}")
         return cls(
             model_type=_text(config.get("model_type", ""), "model_type"),
             text_model_type=_text(text.get("model_type", ""), "text_config.model_type"),
@@ -130,6 +147,8 @@ class ModelConfig:
             pad_token_id=None if pad[1] is None else _integer(pad[1], pad[0]),
             decoder_start_token_id=None if start[1] is None else _integer(start[1], start[0]),
             conv_kernel=None if kernel[1] is None else _integer(kernel[1], kernel[0], lo=1),
+            search_defaults=search,
+            requested=tuple(requested),
         )
 
 

@@ -1,0 +1,77 @@
+"""Checking what a caller hands :meth:`~ortstate.generate.Generator.generate`: prompts and lengths."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .model_dir import GenerationError
+
+__all__ = ["FirstRow", "check_prompts", "is_sequence", "nested"]
+
+_MAX_ID = 2**63 - 1  # token ids are fed as int64
+
+
+def check_prompts(
+    prompts: Sequence[Sequence[int]], max_new_tokens: int, *, vocab_size: int | None, held_rows: int | None = None
+) -> list[list[int]]:
+    """The prompts as lists of ints.
+
+    Args:
+        vocab_size: token ids must be below it (None: unknown).
+        held_rows: continuing a state of this many rows (one prompt each, possibly empty), else None.
+
+    Raises:
+        GenerationError: one line saying what is wrong.
+    """
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise GenerationError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not is_sequence(prompts):
+        raise GenerationError(f"prompts must be a list of token id lists, got {type(prompts).__name__}")
+    rows = []
+    for prompt in prompts:
+        if not is_sequence(prompt):
+            raise GenerationError(f"a prompt is a list of token ids, got {type(prompt).__name__}")
+        odd = next((t for t in prompt if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer))), None)
+        if odd is not None:
+            raise GenerationError(f"token ids must be integers, got {odd!r} ({type(odd).__name__})")
+        rows.append([int(t) for t in prompt])
+    if not rows or (held_rows is None and not all(rows)):
+        raise GenerationError("the prompt is empty: give at least one token id")
+    if held_rows is not None and len(rows) != held_rows:
+        raise GenerationError(f"continuing needs one prompt per row of the state ({held_rows}), got {len(rows)}")
+    bad = sorted({t for r in rows for t in r if t < 0 or t > _MAX_ID or (vocab_size is not None and t >= vocab_size)})
+    if bad:
+        limit = f"0..{vocab_size - 1}" if vocab_size is not None else "non-negative"
+        raise GenerationError(f"token id(s) {', '.join(map(str, bad))} outside the vocabulary ({limit})")
+    return rows
+
+
+def is_sequence(value: object) -> bool:
+    """A list, tuple, range or 1-d-or-more array: what a prompt (or a batch of them) may be."""
+    if isinstance(value, np.ndarray):
+        return value.ndim >= 1
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+def nested(prompt: object) -> bool:
+    """True if ``prompt`` holds sequences (several prompts) rather than token ids."""
+    if not is_sequence(prompt):
+        return False  # not a prompt at all: the prompt checks say what is wrong
+    return any(is_sequence(t) for t in prompt)  # type: ignore[attr-defined]
+
+
+class FirstRow:
+    """A batch stream (a token list per step) made of a one-row stream, passing ``end()`` on."""
+
+    def __init__(self, stream: Callable[[int], None]) -> None:
+        self.stream = stream
+
+    def __call__(self, tokens: list[int]) -> None:
+        self.stream(tokens[0])
+
+    def end(self) -> None:
+        end = getattr(self.stream, "end", None)
+        if callable(end):
+            end()
