@@ -10,6 +10,7 @@ import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,14 +215,22 @@ def unreadable(name: str) -> Setup:
         if os.geteuid() != 0:
             target.chmod(0)
             return result
-        real = Path.read_bytes
+        real_read, real_open = Path.read_bytes, Path.open
 
-        def read_bytes(self: Path) -> bytes:
+        def refuse(self: Path) -> None:
             if self == target:
                 raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
-            return real(self)
+
+        def read_bytes(self: Path) -> bytes:
+            refuse(self)
+            return real_read(self)
+
+        def open_(self: Path, *args: Any, **kwargs: Any) -> Any:
+            refuse(self)
+            return real_open(self, *args, **kwargs)
 
         mp.setattr(Path, "read_bytes", read_bytes)
+        mp.setattr(Path, "open", open_)
         return result
 
     return setup

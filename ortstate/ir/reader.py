@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import mmap
 import os
+import stat
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +14,7 @@ import defusedxml.ElementTree as SafeET
 import numpy as np
 
 from ..errors import IRError
-from .constants import decode_constant
+from .constants import ConstantTable, Packed, decode_constant
 from .edges import parse_edges, topological_order
 from .graph import Graph, Layer
 from .layers import KNOWN_OPSETS, layer_where, parse_layer
@@ -29,7 +31,8 @@ _MAX_BODY_DEPTH = 64
 def read_ir(xml_path: str | os.PathLike[str], bin_path: str | os.PathLike[str] | None = None) -> Graph:
     """Read ``model.xml`` (and ``model.bin`` beside it unless ``bin_path`` is given).
 
-    The ``.bin`` is read once into one ``bytes`` object; constants are read-only views into it.
+    The ``.bin`` is memory-mapped; constants are read-only views into it, so reading an IR costs no
+    copy of its weights, and only the pages a caller touches are read from disk.
 
     Raises:
         IRError: the files are missing or unreadable, the XML is malformed or hostile, or the graph
@@ -58,7 +61,7 @@ class _Source:
 
     xml: str
     bin_name: str
-    weights: bytes = field(repr=False)
+    weights: bytes | mmap.mmap = field(repr=False)
     version: int
 
 
@@ -84,8 +87,13 @@ def _read_xml(path: Path, src: str) -> ET.Element:
         raise IRError(f"{src}: malformed XML: {exc}") from None
 
 
-def _read_bin(path: Path, src: str, needed: bool) -> bytes:
+def _read_bin(path: Path, src: str, needed: bool) -> bytes | mmap.mmap:
     try:
+        with path.open("rb") as f:
+            info = os.fstat(f.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size > 0:
+                # Private read-only pages: the mapping lives as long as an array views it.
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         return path.read_bytes()
     except FileNotFoundError:
         if needed:
@@ -103,7 +111,7 @@ def _parse_graph(root: ET.Element, scope: str, source: _Source, depth: int = 0) 
     if layers_el is None:
         raise IRError(f"{scope}: no <layers> element")
     layers: dict[int, Layer] = {}
-    constants: dict[int, np.ndarray] = {}
+    constants: dict[int, np.ndarray | Packed] = {}
     for el in layers_el.findall("layer"):
         layer = parse_layer(el, scope, lambda body, body_scope: _parse_graph(body, body_scope, source, depth + 1))
         where = layer_where(scope, layer.name, layer.id)
@@ -116,7 +124,9 @@ def _parse_graph(root: ET.Element, scope: str, source: _Source, depth: int = 0) 
     edges = parse_edges(root.find("edges"), scope, layers)
     order = topological_order(layers, edges, scope)
     rt_info = _model_rt_info(root.find("rt_info"))
-    return Graph(source.xml, layers, edges, constants, order, source.version, root.get("name", ""), rt_info)
+    return Graph(
+        source.xml, layers, edges, ConstantTable(constants), order, source.version, root.get("name", ""), rt_info
+    )
 
 
 def _model_rt_info(el: ET.Element | None) -> dict[str, str]:
