@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import mmap
-
 import re
 import tracemalloc
 from collections.abc import Callable
