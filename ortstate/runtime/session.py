@@ -16,7 +16,7 @@ from ..errors import OrtStateError, RunError
 from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
 from . import pyops
 from .fuse import fuse_state_ops
-from .large import offload_large_initializers
+from .large import offload_large_initializers, release_mapped_pages
 from .options import default_session_options
 from .request import InferRequest, VariableState
 from .to_explicit import to_explicit
@@ -26,12 +26,16 @@ __all__ = ["FORMS", "StatefulSession"]
 FORMS = ("auto", CUSTOM_OP, EXPLICIT)
 
 
-def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) -> onnx.ModelProto:
+def _load(
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str
+) -> tuple[onnx.ModelProto, dict, Path | None]:
+    """``(model, in-memory initializer values, directory of its external data)``; the large
+    initializers of a file or an IR are not read into the ModelProto (see ``large``)."""
     if isinstance(model, onnx.ModelProto):
-        return model
+        return model, {}, None
     if isinstance(model, (bytes, bytearray)):
         try:
-            return onnx.load_from_string(bytes(model))
+            return onnx.load_from_string(bytes(model)), {}, None
         except Exception as exc:  # noqa: BLE001 - protobuf raises several types
             raise OrtStateError(f"cannot parse ONNX model bytes: {exc}") from None
     path = Path(model)
@@ -39,11 +43,13 @@ def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) ->
         raise OrtStateError(f"{path}: no such file")
     if path.suffix.lower() == ".xml":
         # An IR leaves the form to us: the explicit one is the faster (no Python in the graph).
-        from ..convert import convert
+        from ..convert import build
+        from ..ir import read_ir
 
-        return convert(path, explicit_state=form != CUSTOM_OP)
+        built = build(read_ir(path), explicit_state=form != CUSTOM_OP)
+        return built.model, built.arrays, None
     try:
-        return onnx.load(str(path))
+        return onnx.load(str(path), load_external_data=False), {}, path.parent
     except Exception as exc:  # noqa: BLE001
         raise OrtStateError(f"{path}: not a readable ONNX model: {exc}") from None
 
@@ -97,7 +103,7 @@ class StatefulSession:
     ) -> None:
         if form not in FORMS:
             raise OrtStateError(f"form {form!r}: expected one of {', '.join(FORMS)}")
-        proto = _load(model, form)
+        proto, arrays, base_dir = _load(model, form)
         origin = str(model) if isinstance(model, (str, os.PathLike)) else "model"
         try:
             meta = read_meta(proto)
@@ -118,12 +124,15 @@ class StatefulSession:
         if self._meta.form != EXPLICIT and self._meta.variables:
             options.register_custom_ops_library(pyops.library_path())
             proto = fuse_state_ops(proto, self._meta)
-        # Kept alive with the session: ONNX Runtime may use their memory as its initializers.
-        proto, self._offloaded = offload_large_initializers(proto, options, in_place=proto is not model)
+        # Kept alive with the session: ONNX Runtime uses their memory as its initializers.
+        proto, self._offloaded = offload_large_initializers(
+            proto, options, in_place=proto is not model, arrays=arrays, base_dir=base_dir
+        )
         try:
             self._ort = ort.InferenceSession(
                 proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])
             )
+            release_mapped_pages(self._offloaded)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
             # Name the IR it came from: a converted model ORT refuses means that IR is inconsistent.
             source = f" (converted from {self._meta.source})" if self._meta.source else ""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..context import Context, Node
 from ..registry import translator
+from ..weights import QuantizedWeight
+from .compressed import matmul_quantized
 
 
 def _swap_last_two(node: Node, ctx: Context, i: int) -> str:
@@ -23,7 +25,11 @@ def matmul_v1(node: Node, ctx: Context) -> list[str]:
     from the result, and batch dims broadcast. ONNX MatMul has no transpose flags, so a flagged operand of
     rank >= 2 gets an explicit Transpose of its last two dims, except against a 1-D operand v, where
     A^T v = v A and v B^T = B v need none (onnxruntime 1.31 fuses Transpose(A) @ v into a wrong result).
+    A compressed weight B (see ``weights``) becomes ``MatMulNBits`` (see ``compressed``).
     """
+    weight = node.weight(1)
+    if isinstance(weight, QuantizedWeight):  # NNCF's int8/int4 weight, kept compressed
+        return [matmul_quantized(node, ctx, weight)]
     transpose_a, transpose_b = node.attr_bool("transpose_a", False), node.attr_bool("transpose_b", False)
     rank_a, rank_b = node.input_rank(0), node.input_rank(1)
     if (transpose_a and rank_a >= 2 and rank_b == 1) or (transpose_b and rank_b >= 2 and rank_a == 1):
