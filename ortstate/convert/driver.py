@@ -219,7 +219,7 @@ def _translate(layer: Layer, ctx: Context, values: dict[tuple[int, int], str], v
         name = ctx.b.const(folded.astype(dtype, copy=False), hint=layer.name)
         values[(layer.id, layer.outputs[0].id)] = name
         source = weight_source(ctx.graph, layer) if folded.size >= 1024 else ""
-        if source and set(source.split("+")) - {"f32", "f64", "i32", "i64"}:
+        if source and set(source.split("+")) - {"f32", "f64"}:
             ctx.record_weight(layer.name, source, EXPANDED, [name])
         return
     fn = lookup(layer.type, layer.op_version)

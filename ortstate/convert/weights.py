@@ -147,7 +147,7 @@ def weight_source(graph: Graph, layer: Layer) -> str:
         if src.id in seen:
             continue
         seen.add(src.id)
-        if src.type == "Const":
+        if src.type == "Const" and src.attrs.get("element_type") not in ("i32", "i64"):  # not shapes
             types.add(src.attrs.get("element_type", "?"))
         elif src.type in _CHAIN_OPS or src.type in ("Transpose", "Unsqueeze", "Squeeze", "Add"):
             stack.extend(graph.producer(src, i)[0] for i in range(len(src.inputs)))
@@ -209,7 +209,7 @@ def _quantized(graph: Graph, end: Layer, k_axis: int) -> QuantizedWeight | None:
     if layer.type != "Multiply" or layer.attrs.get("auto_broadcast", "numpy").lower() != "numpy":
         return None
     for centered_index in (0, 1):
-        found = _centered(graph, _strip_convert(graph, graph.producer(layer, centered_index)[0]))
+        found = _centered(graph, graph.producer(layer, centered_index)[0])
         if found is None:
             continue
         # Only now: the other input is the scale (small), never the weight folded to f32.
@@ -221,6 +221,10 @@ def _quantized(graph: Graph, end: Layer, k_axis: int) -> QuantizedWeight | None:
 
 def _centered(graph: Graph, layer: Layer) -> tuple[Layer, np.ndarray | None] | None:
     """``(codes Const, zero point or None)`` for ``Subtract(Convert(codes), zp)`` or ``Convert(codes)``."""
+    while layer.type == "Convert" and graph.producer(layer, 0)[0].type != "Const":
+        layer = _strip_convert(graph, layer)  # a widening Convert after the Subtract
+        if layer.type == "Convert":
+            break
     zero_point = None
     if layer.type == "Subtract" and layer.attrs.get("auto_broadcast", "numpy").lower() == "numpy":
         zero_point = constant_value(graph, graph.producer(layer, 1)[0])
