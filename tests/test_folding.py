@@ -18,7 +18,7 @@ RNG = np.random.default_rng(3)
 
 @pytest.mark.parametrize("weight_type", [ov.Type.u4, ov.Type.u8, ov.Type.i8])
 def test_grouped_decompression_matches_openvino_tightly(tmp_path, weight_type):
-    groups, group, out = 4, 16, 8
+    groups, group, out = 4, 16, 32
     low, high = (0, 16) if weight_type == ov.Type.u4 else (0, 256) if weight_type == ov.Type.u8 else (-128, 128)
     w = ops.constant(RNG.integers(low, high, (out, groups, group)).astype(np.int32), dtype=weight_type)
     zp = ops.constant(RNG.integers(low, high, (out, groups, 1)).astype(np.int32), dtype=weight_type)
