@@ -65,9 +65,10 @@ class QuantizedWeight:
     def groups(self) -> int:
         return self.scale.shape[1]
 
-    def codes(self) -> np.ndarray:
-        """``[rows, k]`` uint8 codes in the unsigned form (a copy only where a transform is needed)."""
-        codes = self.stored_codes()
+    def codes(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Rows ``start:stop`` of the ``[rows, k]`` uint8 codes in the unsigned form (a copy only
+        where a transform is needed)."""
+        codes = self.stored_codes()[start:stop]
         if self.signed:
             return (codes.astype(np.int16) + (1 << (self.bits - 1))).astype(np.uint8)
         return codes.astype(np.uint8, copy=False)

@@ -66,6 +66,22 @@ def _blocked_codes(codes: np.ndarray, w: QuantizedWeight) -> np.ndarray:
     return codes.reshape(codes.shape[0], _blocks(w), w.block)
 
 
+_CHUNK = 4096  # rows transformed at a time: a 151936-row LM head never exists in more than one copy
+
+
+def _by_rows(w: QuantizedWeight, shape: tuple[int, ...], fill: Any) -> Any:
+    """A ``make`` for :meth:`GraphBuilder.lazy_const`: a ``uint8`` array of ``shape`` whose rows
+    ``[start, stop)`` of the weight ``fill(start, stop)`` computes, a chunk at a time."""
+
+    def make() -> np.ndarray:
+        out = np.empty(shape, np.uint8)
+        for start in range(0, w.rows, _CHUNK):
+            fill(out, start, min(start + _CHUNK, w.rows))
+        return out
+
+    return make
+
+
 def _record(ctx: Context, w: QuantizedWeight | FloatWeight, how: str, names: list[str]) -> None:
     ctx.record_weight(w.layer.name, w.source, how, names)
 
@@ -88,7 +104,12 @@ def _matmul_inputs(ctx: Context, w: QuantizedWeight, int8_act: bool) -> tuple[li
     b, hint, blocks = ctx.b, w.layer.name, _blocks(w)
     scale, zp = _per_block(w.scale, w), _per_block(w.zero_point, w)
     if w.bits == 8 and int8_act:
-        data = b.lazy_const((w.rows, blocks, w.block), np.uint8, lambda: _blocked_codes(w.codes(), w), hint)
+
+        def fill8(out: np.ndarray, start: int, stop: int) -> None:
+            out[start:stop] = _blocked_codes(w.codes(start, stop), w)
+
+        shape = (w.rows, blocks, w.block)
+        data = b.lazy_const(shape, np.uint8, _by_rows(w, shape, fill8), hint)
         names = [data, b.const(scale.reshape(-1), hint=f"{hint}_scale")]
         if np.any(zp != 128):
             names.append(b.const(zp.reshape(-1), hint=f"{hint}_zero_point"))
@@ -97,20 +118,26 @@ def _matmul_inputs(ctx: Context, w: QuantizedWeight, int8_act: bool) -> tuple[li
         return names, attrs, False
     split = w.bits == 8
     rows = 2 * w.rows if split else w.rows
+    shape = (rows, blocks, w.block // 2)
     if split:  # high nibbles (scale 16 s) above low nibbles (scale s): see the module docstring
 
-        def make() -> np.ndarray:
-            codes = w.codes()
-            return _pack4(_blocked_codes(np.concatenate([codes >> 4, codes & 15]), w))
+        def fill_split(out: np.ndarray, start: int, stop: int) -> None:
+            codes = w.codes(start, stop)
+            out[start:stop] = _pack4(_blocked_codes(codes >> 4, w))
+            out[w.rows + start : w.rows + stop] = _pack4(_blocked_codes(codes & 15, w))
 
-        data = b.lazy_const((rows, blocks, w.block // 2), np.uint8, make, hint)
+        data = b.lazy_const(shape, np.uint8, _by_rows(w, shape, fill_split), hint)
         scale = np.concatenate([scale * 16, scale])
         zp = np.concatenate([zp >> 4, zp & 15])
-    elif w.packed is not None and w.k % w.block == 0:
+    elif w.packed is not None and w.k % w.block == 0:  # the .bin's bytes (i4: each nibble + 8)
         packed = w.packed_unsigned if w.signed else (lambda: w.packed)
-        data = b.lazy_const((rows, blocks, w.block // 2), np.uint8, lambda: packed().reshape(rows, blocks, -1), hint)
+        data = b.lazy_const(shape, np.uint8, lambda: packed().reshape(shape), hint)
     else:
-        data = b.lazy_const((rows, blocks, w.block // 2), np.uint8, lambda: _pack4(_blocked_codes(w.codes(), w)), hint)
+
+        def fill4(out: np.ndarray, start: int, stop: int) -> None:
+            out[start:stop] = _pack4(_blocked_codes(w.codes(start, stop), w))
+
+        data = b.lazy_const(shape, np.uint8, _by_rows(w, shape, fill4), hint)
     names = [data, b.const(scale.reshape(-1), hint=f"{hint}_scale")]
     if np.any(zp != 8):
         names.append(b.const(_pack4(zp).reshape(-1), hint=f"{hint}_zero_point"))
@@ -140,7 +167,7 @@ def _gather_inputs(ctx: Context, w: QuantizedWeight) -> tuple[list[str], dict[st
         data = b.lazy_const((w.rows, w.k // 2), np.uint8, packed, hint)
         zp_data = _pack4(zp)
     else:
-        data = b.lazy_const((w.rows, w.k), np.uint8, w.codes, hint)
+        data = b.lazy_const((w.rows, w.k), np.uint8, w.codes, hint)  # u8: the .bin's bytes
         zp_data = zp
     names = [data, b.const(scale, hint=f"{hint}_scale")]
     if np.any(zp != 1 << (bits - 1)):
