@@ -13,8 +13,7 @@ from openvino.op.util import Variable, VariableInfo
 
 import ortstate
 
-# Exact f32 math: no bf16 inference, and no int8 quantization of activations for compressed weights.
-OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
 RESET = "reset"  # a step that resets all variables of both runtimes
 _core = ov.Core()
 

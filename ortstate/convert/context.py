@@ -123,10 +123,10 @@ class Node:
 
     def const(self, i: int) -> np.ndarray | None:
         """Input ``i``'s value when it is a constant (a Const, possibly through Convert); None for
-        a compressed weight, which stays compressed (see :meth:`weight`)."""
+        a quantized weight, which stays compressed (see :meth:`weight`). An f16 weight a
+        translator needs as a value (LSTM gates to reorder, say) is folded to f32 as before."""
         producer = self.graph.producer(self.layer, i)[0]
-        plan = plan_weights(self.graph)
-        if producer.id in plan.weights or producer.id in plan.skipped:
+        if isinstance(plan_weights(self.graph).weights.get(producer.id), QuantizedWeight):
             return None
         return constant_value(self.graph, producer)
 

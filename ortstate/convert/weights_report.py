@@ -37,6 +37,8 @@ def write_report(model: onnx.ModelProto, records: Sequence[Any], graph: onnx.Gra
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     counted: set[str] = set()
     for record in records:
+        if not any(name in sizes for name in record.initializers):
+            continue  # emitted, then unused (a translator took the weight as a value) and pruned
         kind = record.source.rsplit(" ", 1)[0] if record.how != EXPANDED else record.source
         row = rows.setdefault((kind, record.how), {"source": kind, "as": record.how, "count": 0, "bytes": 0})
         row["count"] += 1

@@ -57,7 +57,8 @@ def _gather(
         raise node.error(f"expected 0 <= batch_dims <= axis < rank {rank}, got batch_dims={batch_dims}, axis={axis}")
     indices, valid = node.inputs[1], None
     if zero_out_of_range and not _known_in_range(node, axis):
-        if batch_dims == 0 and (out := _gather_constant_guarded(node, ctx, axis)) is not None:
+        constant_data = data is None and batch_dims == 0
+        if constant_data and (out := _gather_constant_guarded(node, ctx, axis)) is not None:
             return [out]
         indices = int64_input(node, ctx, 1)
         dim = b.op("Gather", [b.op("Shape", [data_name]), _i64(ctx, axis)])
