@@ -121,6 +121,7 @@ class StatefulSession:
                 why = "its state ops are not laid out as ortstate writes them"
                 raise OrtStateError(f"{origin}: {why} (form='explicit')")
         options = sess_options or default_session_options(self._meta)
+        tunable = sess_options is None
         if self._meta.form != EXPLICIT and self._meta.variables:
             options.register_custom_ops_library(pyops.library_path())
             proto = fuse_state_ops(proto, self._meta)
@@ -128,6 +129,9 @@ class StatefulSession:
         proto, self._offloaded = offload_large_initializers(
             proto, options, in_place=proto is not model, arrays=arrays, base_dir=base_dir
         )
+        if tunable and self._offloaded.widened and not any(n.op_type == "MatMulNBits" for n in proto.graph.node):
+            # f16 weights widened here: ONNX Runtime's prepacked copy would hold them twice (see large)
+            options.add_session_config_entry("session.disable_prepacking", "1")
         try:
             self._ort = ort.InferenceSession(
                 proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])

@@ -177,11 +177,15 @@ def _gather_inputs(ctx: Context, w: QuantizedWeight) -> tuple[list[str], dict[st
     return names, attrs, False
 
 
-def float_weight(ctx: Context, w: FloatWeight) -> tuple[str, str]:
-    """``(stored, widened)``: the f16/bf16 initializer and its Cast to f32."""
-    key = (w.layer.id, "float", False)
+def float_weight(ctx: Context, w: FloatWeight, transposed: bool = False) -> tuple[str, str]:
+    """``(stored, widened)``: the f16/bf16 initializer (``transposed``: written as its transpose)
+    and its Cast to f32."""
+    key = (w.layer.id, "float", transposed)
     if key not in ctx.emitted:
-        stored = ctx.b.const(w.value, hint=w.layer.name)
+        if transposed:
+            stored = ctx.b.lazy_const(w.value.shape[::-1], w.value.dtype, lambda: w.value.T, f"{w.layer.name}_t")
+        else:
+            stored = ctx.b.const(w.value, hint=w.layer.name)
         widened = ctx.b.op("Cast", [stored], {"to": TensorProto.FLOAT})
         ctx.emitted[key] = ([stored, widened], {}, False)
         _record(ctx, w, f"{w.value.dtype.name} initializer + Cast", [stored])
