@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..context import Context, Node
 from ..dtypes import numpy_type
 from ..registry import translator
-from ..weights import FloatWeight, QuantizedWeight
+from ..weights import FloatWeight, QuantizedWeight, weight_source
+from ..weights_report import EXPANDED
 from .compressed import float_weight, matmul_quantized
 
 
@@ -54,4 +55,9 @@ def _constant_transposed(node: Node, ctx: Context) -> str | None:
     if value is None or value.ndim != 2:
         return None
     dtype = numpy_type(node.onnx_input_type(1))
-    return ctx.b.lazy_const(value.shape[::-1], dtype, lambda: value.T.astype(dtype), f"{node.layer.name}_transposed")
+    name = ctx.b.lazy_const(value.shape[::-1], dtype, lambda: value.T.astype(dtype), f"{node.layer.name}_transposed")
+    producer = node.graph.producer(node.layer, 1)[0]
+    source = weight_source(node.graph, producer)
+    if producer.type != "Const" and value.size >= 1024 and set(source.split("+")) - {"f32", "f64"}:
+        ctx.record_weight(producer.name, source, EXPANDED, [name])  # a chain folded to f32
+    return name
