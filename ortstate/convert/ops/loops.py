@@ -16,7 +16,6 @@ edge reads gets a carried slot of its own (starting as an empty tensor); concate
 scans merged into their axis after the loop. Invariant and sliced inputs are read from the outer
 scope; a sliced input is sliced inside the body by the iteration number. TensorIterator's trip count
 is the number of chunks of its sliced inputs (computed at run time when the axis is dynamic).
-Variables read and assigned in the body are carried values too (see :mod:`..loop_state`).
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from ...ir import ElementType, Graph, Layer, parse_partial_shape
 from ..builder import GraphBuilder
 from ..context import Context, Node
 from ..dtypes import numpy_type, onnx_type
-from ..loop_state import BodyScope, body_variables
 from ..registry import translator
 from .loop_slicing import Int, SliceRule, concat_iterations, dim_of, int64_scalar, slice_in_body
 
@@ -129,16 +127,13 @@ def _slice_counts(node: Node, ctx: Context, plan: _Plan) -> tuple[Int | None, di
 def _emit(node: Node, ctx: Context, plan: _Plan, trip: str, cond: str, offsets: dict[int, Int]) -> list[str]:
     """Write the ONNX Loop; ``trip``/``cond`` are its M and cond inputs (names, "" for none)."""
     layer, body, b = node.layer, _body(node), ctx.b
-    loop_body, initial, carried, variables, scans = _write_body(node, ctx, plan, offsets)
-    if not carried and not variables and not scans:
+    loop_body, initial, carried, scans = _write_body(node, ctx, plan, offsets)
+    if not carried and not scans:
         return []
-    count = len(carried) + len(variables) + len(scans)
-    outs = b.op("Loop", [trip, cond, *initial], {"body": loop_body}, outputs=count)
+    outs = b.op("Loop", [trip, cond, *initial], {"body": loop_body}, outputs=len(carried) + len(scans))
     outs = [outs] if isinstance(outs, str) else outs
     finals = dict(zip(carried, outs))
-    for var_id, last in zip(variables, outs[len(carried) :]):
-        ctx.scope.write(var_id, last)  # type: ignore[union-attr]  # _write_body checked it
-    stacked = dict(zip(scans, outs[len(carried) + len(variables) :]))
+    stacked = dict(zip(scans, outs[len(carried):]))
     values: list[str] = []
     for port, (result, rule) in zip(layer.outputs, plan.outputs):
         if rule is None:
@@ -155,9 +150,9 @@ def _emit(node: Node, ctx: Context, plan: _Plan, trip: str, cond: str, offsets: 
 
 def _write_body(
     node: Node, ctx: Context, plan: _Plan, offsets: dict[int, Int]
-) -> tuple[onnx.GraphProto, list[str], list[int], list[str], list[int]]:
-    """The ONNX body, the carried values' initial values, the body Result ids that are carried, the
-    variables carried after them, and the body Result ids scanned (in ONNX output order)."""
+) -> tuple[onnx.GraphProto, list[str], list[int], list[int]]:
+    """The ONNX body, the carried values' initial values, and the body Result ids that are carried and
+    scanned (in ONNX output order)."""
     layer, body, b = node.layer, _body(node), ctx.b
     sub = b.sub(f"{layer.name}/body")
     iteration, cond_in = b.names.fresh(f"{layer.name}/iteration"), b.names.fresh(f"{layer.name}/cond")
@@ -179,15 +174,6 @@ def _write_body(
             empty = np.zeros([0] * len(res.inputs[0].shape.dims or ()), numpy_type(elem))
             initial.append(b.const(empty, hint=f"{res.name}/empty"))
             carried.append(result)
-    variables = body_variables(body)
-    scope = None
-    if variables:
-        if ctx.scope is None:
-            raise node.error("the body reads variables, but this graph has no variable scope")
-        scope = BodyScope(ctx.scope, sub, iteration)
-        for var_id in variables:
-            scope.carry(var_id)
-            initial.append(ctx.scope.value(var_id))
     for index, param in plan.invariant:
         params[param] = node.inputs[index]
     for index, param, rule in plan.sliced:
@@ -195,7 +181,7 @@ def _write_body(
         params[param] = slice_in_body(sub, node.inputs[index], rule, axis, offsets[param], iteration)
     if plan.current_iteration is not None:
         params[plan.current_iteration] = _iteration_value(sub, body.layers[plan.current_iteration], iteration)
-    values = ctx.translate_body(body, sub, params, scope)
+    values = ctx.translate_body(body, sub, params)
 
     produced = {out for n in sub.nodes for out in n.output}
     used: set[str] = set()
@@ -217,16 +203,9 @@ def _write_body(
         cond_out = own(cond_in)
     sub.add_output(cond_out, TensorProto.BOOL, [])
     scans = [result for result, rule in plan.outputs if rule is not None]
-    for result in carried:
+    for result in [*carried, *scans]:
         sub.add_output(own(values[result]), _result_onnx_type(node, body.layers[result]), None)
-    for var_id in variables:
-        assert scope is not None
-        if var_id not in scope.end:
-            raise node.error(f"variable '{var_id}' is read in the body but not assigned there")
-        sub.add_output(own(scope.end[var_id]), onnx_type(scope.variable(var_id).etype), None)
-    for result in scans:
-        sub.add_output(own(values[result]), _result_onnx_type(node, body.layers[result]), None)
-    return sub.graph(), initial, carried, variables, scans
+    return sub.graph(), initial, carried, scans
 
 
 def _iteration_value(sub: GraphBuilder, param: Layer, iteration: str) -> str:
