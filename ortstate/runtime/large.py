@@ -15,13 +15,11 @@ Each becomes an external-data reference to no file, which the OrtValue fills. On
 exists, :func:`release_mapped_pages` drops the mapped files' pages from the process: ONNX Runtime
 packed most weights into its own buffers, and what it still reads maps back in on demand.
 
-f16/bf16 weights reach f32 through a ``Cast`` (ONNX Runtime 1.31's CPU provider has no MatMul over
-f16 weights and f32 activations). Left to ONNX Runtime, the Cast folds into a copy it owns, which
-MatMul prepacks into another: 3.1x OpenVINO's peak memory on the real-size fp16 model. So such a
-Cast is done here, one weight at a time (its f16 pages released as it goes), into an array handed
-over like the others; :func:`offload_large_initializers` then says so, and a session with default
-options turns prepacking off (one f32 copy: decode measured as fast, a 32-token prefill's
-MatMuls ~25% slower) unless the model also has ``MatMulNBits``, which needs it.
+``add_external_initializers`` copies the values into the session (its documented contract), so
+nothing needs to outlive the session's creation. A model file's own external data is better read
+by ONNX Runtime itself (``session.model_external_initializers_file_folder_path``): measured on 24
+f32 weights (400 MB), it then holds one copy after prepacking (peak 1.04x), and for f16 weights
+behind a Cast one f32 copy (peak 1.35x), where handing them over holds two.
 """
 
 from __future__ import annotations
@@ -49,10 +47,7 @@ _STORAGE = {onnx.TensorProto.BFLOAT16: np.uint16}
 
 
 class Offloaded(list):
-    """What must outlive the session (arrays, OrtValues, mapped files); ``widened``: f16/bf16
-    weights were widened here (see the module docstring)."""
-
-    widened = False
+    """What must outlive the session's creation (arrays, OrtValues, mapped files)."""
 
 
 def offload_large_initializers(
@@ -74,7 +69,17 @@ def offload_large_initializers(
     """
     arrays = arrays or {}
     graph = model.graph
-    external = [i for i, t in enumerate(graph.initializer) if t.data_location == onnx.TensorProto.EXTERNAL]
+    external = [i for i, t in enumerate(graph.initializer) if t.name in arrays]
+    elsewhere = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL and t.name not in arrays]
+    if elsewhere and base_dir is None:
+        location = next((e.value for e in elsewhere[0].external_data if e.key == "location"), "?")
+        raise OrtStateError(
+            f"initializer '{elsewhere[0].name}' is external data in '{location}': open the model from its file "
+            "(a path), or load its data into the ModelProto first"
+        )
+    if elsewhere:
+        # the model file's own external data: ONNX Runtime maps it, relative to the file's folder
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
     sizes = [tensor_bytes(t) for t in graph.initializer]
     inline = [i for i, size in enumerate(sizes) if size >= MIN_BYTES] if sum(sizes) > OFFLOAD_ABOVE else []
     if not external and not inline:
@@ -92,9 +97,7 @@ def offload_large_initializers(
         else:
             array = np.ascontiguousarray(numpy_helper.to_array(tensor))
         handed[tensor.name] = (array, tensor.data_type)
-    widened = _widen_casts(out.graph, handed)
     keep = Offloaded([files])
-    keep.widened = bool(widened)
     names: list[str] = []
     values: list[ort.OrtValue] = []
     for tensor in out.graph.initializer:
@@ -109,95 +112,10 @@ def offload_large_initializers(
     return out, keep
 
 
-def _widen_casts(graph: onnx.GraphProto, handed: dict[str, tuple[np.ndarray, int]]) -> list[str]:
-    """Do each ``Cast(to=FLOAT)`` of a handed-over f16/bf16 initializer read only by such Casts:
-    the Cast's output becomes a handed-over f32 initializer (see the module docstring)."""
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in set(node.input) | _subgraph_reads(node):
-            readers.setdefault(name, []).append(node)
-    widened: list[str] = []
-    sources: set[str] = set()
-    for name, (array, data_type) in list(handed.items()):
-        if data_type not in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
-            continue
-        casts = readers.get(name, [])
-        if not casts or not all(_is_cast_to_float(n) and list(n.input) == [name] for n in casts):
-            continue
-        if data_type == onnx.TensorProto.BFLOAT16:
-            wide = (array.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-        else:
-            wide = array.astype(np.float32)
-        _release_range(array)
-        del handed[name]
-        sources.add(name)
-        for cast in casts:
-            handed[cast.output[0]] = (wide, onnx.TensorProto.FLOAT)
-            tensor = graph.initializer.add()
-            tensor.name, tensor.data_type = cast.output[0], onnx.TensorProto.FLOAT
-            tensor.dims.extend(wide.shape)
-            widened.append(cast.output[0])
-    if widened:
-        done = set(widened)
-        kept = [n for n in graph.node if not (_is_cast_to_float(n) and n.output[0] in done)]
-        del graph.node[:]
-        graph.node.extend(kept)
-        unused = [
-            i for i, t in enumerate(graph.initializer) if t.name not in handed and t.name in _sources(done, readers)
-        ]
-        for index in reversed(unused):
-            del graph.initializer[index]
-    return widened
-
-
-def _sources(outputs: set[str], readers: dict[str, list[onnx.NodeProto]]) -> set[str]:
-    return {
-        name for name, nodes in readers.items() if nodes and all(n.output and n.output[0] in outputs for n in nodes)
-    }
-
-
-def _is_cast_to_float(node: onnx.NodeProto) -> bool:
-    return (
-        node.op_type == "Cast"
-        and node.domain in ("", "ai.onnx")
-        and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in node.attribute)
-    )
-
-
-def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
-    names: set[str] = set()
-    for attr in node.attribute:
-        for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-            for inner in g.node:
-                names.update(inner.input)
-                names.update(_subgraph_reads(inner))
-    return names
-
-
-def _owner(array: np.ndarray) -> mmap.mmap | None:
-    base: Any = array
-    while isinstance(base, np.ndarray):
-        base = base.base
-    owner = base.obj if isinstance(base, memoryview) else base
-    return owner if isinstance(owner, mmap.mmap) and not owner.closed else None
-
-
-def _release_range(array: np.ndarray) -> None:
-    """Drop the pages of ``array`` from this process if it is a view into a mapped file."""
-    owner = _owner(array)
-    if owner is None or not hasattr(mmap, "MADV_DONTNEED") or array.nbytes == 0:
-        return
-    start = array.ctypes.data - np.frombuffer(owner, np.uint8, count=1).ctypes.data
-    first = start + -start % mmap.PAGESIZE  # whole pages only: a neighbour may share the edge pages
-    last = start + array.nbytes
-    last -= last % mmap.PAGESIZE
-    if last > first and first >= 0:
-        owner.madvise(mmap.MADV_DONTNEED, first, last - first)
-
-
 def release_mapped_pages(keep: list[Any]) -> None:
-    """Drop the pages of every memory-mapped file behind ``keep`` from this process (they stay in
-    the page cache; ONNX Runtime faults back in what it reads). Safe: the mappings are read-only."""
+    """Drop the pages of every memory-mapped file behind ``keep`` (the IR's ``.bin`` an in-memory
+    conversion viewed) from this process: ONNX Runtime copied what it needs. Safe: the mappings
+    are read-only, and pages stay in the page cache."""
     maps: dict[int, mmap.mmap] = {}
     for item in keep:
         if isinstance(item, _Files):
@@ -207,6 +125,14 @@ def release_mapped_pages(keep: list[Any]) -> None:
     for mapping in maps.values():
         if hasattr(mmap, "MADV_DONTNEED") and not mapping.closed:
             mapping.madvise(mmap.MADV_DONTNEED)
+
+
+def _owner(array: np.ndarray) -> mmap.mmap | None:
+    base: Any = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    owner = base.obj if isinstance(base, memoryview) else base
+    return owner if isinstance(owner, mmap.mmap) and not owner.closed else None
 
 
 class _Files:

@@ -121,7 +121,6 @@ class StatefulSession:
                 why = "its state ops are not laid out as ortstate writes them"
                 raise OrtStateError(f"{origin}: {why} (form='explicit')")
         options = sess_options or default_session_options(self._meta)
-        tunable = sess_options is None
         if self._meta.form != EXPLICIT and self._meta.variables:
             options.register_custom_ops_library(pyops.library_path())
             proto = fuse_state_ops(proto, self._meta)
@@ -129,14 +128,12 @@ class StatefulSession:
         proto, self._offloaded = offload_large_initializers(
             proto, options, in_place=proto is not model, arrays=arrays, base_dir=base_dir
         )
-        if tunable and self._offloaded.widened and not any(n.op_type == "MatMulNBits" for n in proto.graph.node):
-            # f16 weights widened here: ONNX Runtime's prepacked copy would hold them twice (see large)
-            options.add_session_config_entry("session.disable_prepacking", "1")
         try:
             self._ort = ort.InferenceSession(
                 proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])
             )
             release_mapped_pages(self._offloaded)
+            self._offloaded.clear()  # ONNX Runtime copied them (add_external_initializers)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
             # Name the IR it came from: a converted model ORT refuses means that IR is inconsistent.
             source = f" (converted from {self._meta.source})" if self._meta.source else ""

@@ -133,7 +133,7 @@ def _emit(node: Node, ctx: Context, plan: _Plan, trip: str, cond: str, offsets: 
     outs = b.op("Loop", [trip, cond, *initial], {"body": loop_body}, outputs=len(carried) + len(scans))
     outs = [outs] if isinstance(outs, str) else outs
     finals = dict(zip(carried, outs))
-    stacked = dict(zip(scans, outs[len(carried):]))
+    stacked = dict(zip(scans, outs[len(carried) :]))
     values: list[str] = []
     for port, (result, rule) in zip(layer.outputs, plan.outputs):
         if rule is None:
