@@ -9,7 +9,7 @@ from pathlib import Path
 
 import onnx
 
-from ..convert import unsupported_ops
+from ..convert import build, read_report, unsupported_ops
 from ..convert.state import collect_variables
 from ..errors import OrtStateError, StateError
 from ..ir import Graph, read_ir
@@ -25,7 +25,9 @@ cannot convert yet, without failing. For an ONNX model converted by ortstate it 
 (custom-op or explicit) and, for the explicit form, the graph inputs/outputs carrying each variable
 and the init flag input telling the model to compute a variable's initial value: the names needed
 to drive the explicit form by hand, without ortstate. Variables are listed by name (numbers in
-names read as numbers), as every ortstate command lists them.
+names read as numbers), as every ortstate command lists them. Both say which compressed weights
+(f16/bf16, NNCF int8/int4) the conversion keeps compressed and as what (MatMulNBits,
+GatherBlockQuantized, f16 + Cast), and which it expands to f32, with counts and bytes.
 
 examples:
   ortstate inspect model.xml
@@ -84,6 +86,11 @@ def _inspect_ir(graph: Graph) -> str:
     counts = Counter(layer.op_name for layer in layers)
     out.append(_section("ops", ["op", "count"], [[op, str(n)] for op, n in _by_count(counts)]))
     missing = unsupported_ops(graph)
+    if not missing:
+        try:  # conversion without saving reads no weight: cheap even at real size
+            out.append(_weights_section(read_report(build(graph).model)))
+        except OrtStateError as exc:
+            out.append(f"\nweights: not converted ({exc})")
     if missing:
         rows = [[op, str(len(at)), ", ".join(at[:3]) + ", ..." * (len(at) > 3)] for op, at in sorted(missing.items())]
         title = "unsupported ops (ortstate cannot convert this model yet)"
@@ -127,7 +134,21 @@ def _inspect_onnx(path: Path) -> str:
     out.append(_section("variables", header, variables))
     counts = Counter(_node_ops(model.graph))
     out.append(_section("ops", ["op", "count"], [[op, str(n)] for op, n in _by_count(counts)]))
+    if meta:
+        out.append(_weights_section(read_report(model)))
     return "\n".join(out)
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**20:,.1f} MiB" if nbytes >= 2**20 else f"{nbytes / 1024:,.1f} KiB"
+
+
+def _weights_section(rows: list[dict] | None) -> str:
+    """Compressed weights: kept compressed (as what) or expanded, with counts and ONNX bytes."""
+    table_rows = [
+        [str(r.get("source")), str(r.get("as")), str(r.get("count")), _size(int(r.get("bytes", 0)))] for r in rows or []
+    ]
+    return _section("compressed weights (IR -> ONNX)", ["weights", "as", "count", "ONNX bytes"], table_rows)
 
 
 def _node_ops(graph: onnx.GraphProto) -> Iterator[str]:

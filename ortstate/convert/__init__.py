@@ -1,6 +1,8 @@
 """IR -> ONNX conversion."""
 
-from .driver import convert, convert_graph, save, unsupported_ops
+from .driver import Built, build, convert, convert_graph, unsupported_ops
+from .external import save_model
 from .registry import registered
+from .weights_report import read_report
 
-__all__ = ["convert", "convert_graph", "registered", "save", "unsupported_ops"]
+__all__ = ["Built", "build", "convert", "convert_graph", "read_report", "registered", "save_model", "unsupported_ops"]

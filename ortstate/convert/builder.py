@@ -10,6 +10,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..protosize import tensor_bytes
+from .external import LARGE_BYTES, Array, Lazy, stub
 
 __all__ = ["GraphBuilder", "Names", "prune"]
 
@@ -51,7 +52,7 @@ class Names:
 class GraphBuilder:
     """Records one ONNX graph. ``op`` returns the new value name(s); ``sub`` opens a subgraph."""
 
-    def __init__(self, name: str, names: Names | None = None, hint: str = "") -> None:
+    def __init__(self, name: str, names: Names | None = None, hint: str = "", keep_large: bool = False) -> None:
         self.name = name
         self.names = names or Names()
         self.hint = hint  # prefix for value names made by op(): the layer being translated
@@ -61,6 +62,10 @@ class GraphBuilder:
         self.outputs: list[onnx.ValueInfoProto] = []
         self.domains: set[str] = set()
         self._const_cache: dict[tuple[str, tuple[int, ...], bytes], str] = {}
+        # With keep_large, initializers of LARGE_BYTES or more stay numpy arrays (often views into
+        # the memory-mapped .bin) behind external-data stubs until the model is saved or loaded.
+        self.keep_large = keep_large
+        self.large: dict[str, Array] = {}
 
     def op(
         self,
@@ -104,9 +109,24 @@ class GraphBuilder:
         if key is not None and key in self._const_cache:
             return self._const_cache[key]
         name = self.names.fresh(hint)
-        self.initializers.append(numpy_helper.from_array(arr, name))
+        if self.keep_large and arr.nbytes >= LARGE_BYTES:
+            self.large[name] = arr
+            self.initializers.append(stub(name, arr))
+        else:
+            self.initializers.append(numpy_helper.from_array(arr, name))
         if key is not None:
             self._const_cache[key] = name
+        return name
+
+    def lazy_const(self, shape: Sequence[int], dtype: Any, make: Any, hint: str = "const") -> str:
+        """An initializer whose value ``make()`` computes when the model is saved or loaded (a
+        transform of the ``.bin``'s bytes that would otherwise be held for the whole conversion)."""
+        lazy = Lazy(tuple(shape), np.dtype(dtype), make)
+        if not self.keep_large or lazy.nbytes < LARGE_BYTES:
+            return self.const(lazy(), hint=hint)
+        name = self.names.fresh(hint)
+        self.large[name] = lazy
+        self.initializers.append(stub(name, lazy))
         return name
 
     def add_input(self, name: str, elem_type: int, shape: Sequence[int | str | None] | None) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,11 +13,12 @@ from ..ir import ElementType, Graph, Layer, PartialShape, element_type
 from .builder import GraphBuilder
 from .dtypes import onnx_type
 from .folding import constant_value
+from .weights import FloatWeight, QuantizedWeight, plan_weights
 
 if TYPE_CHECKING:
     from .loop_state import VariableScope
 
-__all__ = ["Context", "Node", "OPSET"]
+__all__ = ["Context", "ConvertOptions", "Node", "OPSET"]
 
 OPSET = 21
 _MISSING: Any = object()
@@ -121,8 +122,17 @@ class Node:
         return len(self.layer.inputs[i].shape.dims or ())
 
     def const(self, i: int) -> np.ndarray | None:
-        """Input ``i``'s value when it is a constant (a Const, possibly through Convert)."""
-        return constant_value(self.graph, *self.graph.producer(self.layer, i)[:1])
+        """Input ``i``'s value when it is a constant (a Const, possibly through Convert); None for
+        a quantized weight, which stays compressed (see :meth:`weight`). An f16 weight a
+        translator needs as a value (LSTM gates to reorder, say) is folded to f32 as before."""
+        producer = self.graph.producer(self.layer, i)[0]
+        if isinstance(plan_weights(self.graph).weights.get(producer.id), QuantizedWeight):
+            return None
+        return constant_value(self.graph, producer)
+
+    def weight(self, i: int) -> QuantizedWeight | FloatWeight | None:
+        """Input ``i`` as a compressed weight the converter keeps compressed (see ``weights``)."""
+        return plan_weights(self.graph).weights.get(self.graph.producer(self.layer, i)[0].id)
 
     def const_ints(self, i: int, what: str) -> list[int]:
         value = self.const(i)
@@ -140,14 +150,49 @@ def _parse_bool(raw: str) -> bool:
     raise ValueError(raw)
 
 
+@dataclass(frozen=True)
+class ConvertOptions:
+    """Choices that change what the converted model computes (each also a ``convert`` argument).
+
+    ``int8_activations``: compressed weights run on int8-quantized activations (``MatMulNBits``
+    ``accuracy_level`` 4), as OpenVINO's default CPU config does: faster, logits move ~1e-2.
+    """
+
+    int8_activations: bool = False
+
+
+@dataclass
+class WeightRecord:
+    """One compressed weight as converted, for ``inspect``: ``how`` it runs, its initializers."""
+
+    layer: str
+    source: str
+    how: str
+    initializers: list[str] = field(default_factory=list)
+
+
 class Context:
     """Translation state: the graph being read and the builder being written (swapped for subgraphs)."""
 
-    def __init__(self, graph: Graph, builder: GraphBuilder, scope: VariableScope | None = None) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        builder: GraphBuilder,
+        scope: VariableScope | None = None,
+        options: ConvertOptions | None = None,
+    ) -> None:
         self.graph = graph
         self.b = builder
         self.opset = OPSET
         self.scope = scope  # how loops in this graph reach the variables of their bodies
+        self.options = options or ConvertOptions()
+        # Per compressed weight and use: the initializers and attributes emitted, shared by every
+        # consumer of that weight.
+        self.emitted: dict[tuple[int, str, bool], tuple[list[str], dict[str, Any], bool]] = {}
+        self.weights: list[WeightRecord] = []
+
+    def record_weight(self, layer: str, source: str, how: str, initializers: list[str]) -> None:
+        self.weights.append(WeightRecord(layer, source, how, list(initializers)))
 
     def node(self, layer: Layer, inputs: list[str]) -> Node:
         return Node(layer, inputs, self.graph)
@@ -166,4 +211,4 @@ class Context:
         """
         from .driver import translate_body  # the driver owns the walk; imported late to avoid a cycle
 
-        return translate_body(body, builder, params, scope)
+        return translate_body(body, builder, params, scope, self.options)

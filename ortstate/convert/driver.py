@@ -3,26 +3,29 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
-from onnx.external_data_helper import load_external_data_for_model
 
 from ..errors import ConversionError, OrtStateError, UnsupportedOpsError
 from ..ir import Graph, Layer, parse_partial_shape, read_ir
 from ..model_meta import CUSTOM_OP, EXPLICIT, ModelMeta, write_meta
-from ..protosize import PROTOBUF_LIMIT, initializer_bytes
 from . import ops  # noqa: F401  (registers the translators)
 from .builder import GraphBuilder, prune
-from .context import OPSET, Context
+from .context import OPSET, Context, ConvertOptions
 from .dtypes import numpy_type, onnx_type
+from .external import Array, inline, save_model
 from .folding import constant_value, feeds_only_folds
 from .loop_state import BodyScope, MainScope
+from .ops.compressed import MS_DOMAIN, float_weight
 from .registry import lookup
 from .state import CONTRIB_DOMAIN, StateWriter, collect_variables, plan_inits
+from .weights import FloatWeight, plan_weights, weight_source
+from .weights_report import EXPANDED, write_report
 
-__all__ = ["convert", "convert_graph", "unsupported_ops"]
+__all__ = ["Built", "build", "convert", "convert_graph", "unsupported_ops"]
 
 _STRUCTURAL = frozenset({"Parameter", "Result", "ReadValue", "Assign"})
 # Ops whose bf16 outputs are already bf16-exact (they move or round values themselves).
@@ -54,31 +57,32 @@ def convert(
     *,
     explicit_state: bool = False,
     bin_path: str | os.PathLike[str] | None = None,
+    int8_activations: bool = False,
 ) -> onnx.ModelProto:
     """Convert an OpenVINO IR to ONNX; write it to ``onnx_path`` when given.
 
     Args:
         xml: the IR's ``.xml``; its ``.bin`` is read from beside it unless ``bin_path`` is given.
-        onnx_path: where to save the model (external data is used above 2 GB).
+        onnx_path: where to save the model. Above 64 MB of weights they go to ``PATH.data`` beside
+            it (streamed from the ``.bin``), and the model returned refers to that file instead of
+            holding them: open the path with ``StatefulSession``, or load them with
+            ``onnx.load_external_data_for_model``.
         explicit_state: make every variable a graph input/output pair (no custom ops) instead of
             ReadValue/Assign custom ops.
+        int8_activations: compressed weights compute on int8-quantized activations, as
+            OpenVINO's default CPU config does: faster, but logits move ~1e-2 from the exact
+            (``INFERENCE_PRECISION_HINT=f32``, no dynamic quantization) results.
 
     Raises:
         IRError, UnsupportedOpsError, ConversionError, StateError (all ``OrtStateError``).
     """
     graph = read_ir(xml, bin_path)
-    model = convert_graph(graph, explicit_state=explicit_state)
-    if onnx_path is not None:
-        save(model, onnx_path)
-    return model
-
-
-def save(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
-    path = Path(path)
-    large = initializer_bytes(model.graph) > PROTOBUF_LIMIT
-    onnx.save_model(model, str(path), save_as_external_data=large, location=path.name + ".data" if large else None)
-    if large:  # saving pointed the model's tensors at the data file: give the caller its data back
-        load_external_data_for_model(model, str(path.parent))
+    built = build(graph, explicit_state=explicit_state, options=ConvertOptions(int8_activations))
+    if onnx_path is None:
+        inline(built.model.graph, built.arrays)
+    else:
+        save_model(built.model, built.arrays, onnx_path)
+    return built.model
 
 
 def unsupported_ops(graph: Graph) -> dict[str, list[str]]:
@@ -96,20 +100,35 @@ def unsupported_ops(graph: Graph) -> dict[str, list[str]]:
     return missing
 
 
+@dataclass
+class Built:
+    """A converted model whose large initializers are stubs for ``arrays`` (see ``external``)."""
+
+    model: onnx.ModelProto
+    arrays: dict[str, Array]
+
+
 def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelProto:
-    """Convert a graph read by :func:`ortstate.ir.read_ir`."""
+    """Convert a graph read by :func:`ortstate.ir.read_ir` (weights held in the model)."""
+    built = build(graph, explicit_state=explicit_state)
+    inline(built.model.graph, built.arrays)
+    return built.model
+
+
+def build(graph: Graph, *, explicit_state: bool = False, options: ConvertOptions | None = None) -> Built:
+    """Convert ``graph``, leaving its large initializers out of the protobuf (nothing is copied)."""
     missing = unsupported_ops(graph)
     if missing:
         raise UnsupportedOpsError(missing, graph.source)
     variables = collect_variables(graph)
     plan_inits(graph, variables, explicit_state)
 
-    b = GraphBuilder(graph.name or "ortstate")
+    b = GraphBuilder(graph.name or "ortstate", keep_large=True)
     values: dict[tuple[int, int], str] = {}
     _add_inputs(graph, b, values)
     _reserve_outputs(graph, b)  # the model's own names win over every name made below
     state = StateWriter(graph, variables, b, explicit_state)
-    ctx = Context(graph, b, MainScope(state))
+    ctx = Context(graph, b, MainScope(state), options)
 
     def value_of(layer: Layer, index: int) -> str:
         return _value(graph, values, layer, index)
@@ -140,8 +159,9 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
     state.finish()
 
     opsets = [helper.make_opsetid("", OPSET)]
-    if CONTRIB_DOMAIN in b.domains:
-        opsets.append(helper.make_opsetid(CONTRIB_DOMAIN, 1))
+    for domain in (CONTRIB_DOMAIN, MS_DOMAIN):
+        if domain in b.domains:
+            opsets.append(helper.make_opsetid(domain, 1))
     graph_proto = b.graph()
     prune(graph_proto, frozenset({CONTRIB_DOMAIN}))
     model = helper.make_model(graph_proto, opset_imports=opsets, producer_name="ortstate", ir_version=ONNX_IR_VERSION)
@@ -153,15 +173,21 @@ def convert_graph(graph: Graph, *, explicit_state: bool = False) -> onnx.ModelPr
         digest=graph.digest,
     )
     write_meta(model, meta)
-    return model
+    kept = {t.name for t in graph_proto.initializer}
+    write_report(model, ctx.weights, graph_proto)
+    return Built(model, {name: value for name, value in b.large.items() if name in kept})
 
 
 def translate_body(
-    body: Graph, builder: GraphBuilder, params: dict[int, str], scope: BodyScope | None = None
+    body: Graph,
+    builder: GraphBuilder,
+    params: dict[int, str],
+    scope: BodyScope | None = None,
+    options: ConvertOptions | None = None,
 ) -> dict[int, str]:
     """Translate a loop body (see :meth:`Context.translate_body`)."""
     values: dict[tuple[int, int], str] = {}
-    ctx = Context(body, builder, scope)
+    ctx = Context(body, builder, scope, options)
 
     def value_of(layer: Layer, index: int) -> str:
         return _value(body, values, layer, index)
@@ -188,14 +214,29 @@ def translate_body(
 
 
 def _translate(layer: Layer, ctx: Context, values: dict[tuple[int, int], str], value_of) -> None:  # noqa: ANN001
-    if feeds_only_folds(ctx.graph, layer):
+    plan = plan_weights(ctx.graph)
+    if layer.id in plan.skipped:
+        if layer.id in plan.weights:  # read compressed by every consumer: no value of its own
+            values[(layer.id, layer.outputs[0].id)] = f"ortstate.compressed:{layer.name}"
+        return
+    weight = plan.weights.get(layer.id)
+    if isinstance(weight, FloatWeight):
+        ctx.b.hint = layer.name
+        values[(layer.id, layer.outputs[0].id)] = float_weight(ctx, weight)[1]
+        return
+    consumers = [dst for i in range(len(layer.outputs)) for dst, _ in ctx.graph.consumers(layer, i)]
+    if not any(dst.id in plan.weights for dst in consumers) and feeds_only_folds(ctx.graph, layer):
         return  # folded into its consumers' constant
     _check_shape_constants(ctx.graph, layer)
     ctx.b.hint = layer.name
     folded = constant_value(ctx.graph, layer) if layer.type != "Const" else None
     if folded is not None:
         dtype = numpy_type(onnx_type(layer.outputs[0].element_type, f"{ctx.graph.source}: {layer.describe()}"))
-        values[(layer.id, layer.outputs[0].id)] = ctx.b.const(folded.astype(dtype, copy=False), hint=layer.name)
+        name = ctx.b.const(folded.astype(dtype, copy=False), hint=layer.name)
+        values[(layer.id, layer.outputs[0].id)] = name
+        source = weight_source(ctx.graph, layer) if folded.size >= 1024 else ""
+        if source and set(source.split("+")) - {"f32", "f64"}:
+            ctx.record_weight(layer.name, source, EXPANDED, [name])
         return
     fn = lookup(layer.type, layer.op_version)
     assert fn is not None  # unsupported_ops() ran first

@@ -1,12 +1,16 @@
 """Decode ``Const`` layers from the ``.bin``: bounds and size checks before any allocation.
 
-Constants of byte-sized types are read-only views into the one ``bytes`` object the ``.bin`` was
-read into (no copy); sub-byte, boolean-with-junk and string constants are unpacked into new arrays.
+Constants of byte-sized types are read-only views into the memory-mapped ``.bin`` (no copy);
+boolean-with-junk and string constants are decoded into new arrays. Sub-byte constants stay packed
+until a value is asked for (:class:`ConstantTable`): compressed weights are read packed, and
+unpacking every int4 weight up front would double the memory of an int4 model.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -14,15 +18,50 @@ from ..errors import IRError
 from .graph import Layer
 from .packing import decode_strings, packed_size, unpack
 from .shapes import parse_static_shape
-from .types import element_type
+from .types import ElementType, element_type
 
-__all__ = ["decode_constant"]
+__all__ = ["ConstantTable", "Packed", "decode_constant"]
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A sub-byte constant as stored: ``raw`` (read-only ``uint8``, a view into the ``.bin``) holds
+    ``count`` values of ``etype`` packed as :mod:`ortstate.ir.packing` describes."""
+
+    etype: ElementType
+    shape: tuple[int, ...]
+    raw: np.ndarray
+
+    def unpack(self) -> np.ndarray:
+        return _frozen(unpack(self.raw, self.etype, math.prod(self.shape)).reshape(self.shape))
+
+
+class ConstantTable(Mapping[int, np.ndarray]):
+    """Const layer id -> value; sub-byte values are unpacked on each access (callers keep what they need)."""
+
+    def __init__(self, values: dict[int, np.ndarray | Packed]) -> None:
+        self._values = values
+
+    def __getitem__(self, key: int) -> np.ndarray:
+        value = self._values[key]
+        return value.unpack() if isinstance(value, Packed) else value
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def packed(self, key: int) -> Packed | None:
+        """The stored form of a sub-byte constant; None for other types."""
+        value = self._values[key]
+        return value if isinstance(value, Packed) else None
 
 
 def decode_constant(
-    layer: Layer, weights: bytes, where: str, bin_name: str, file_size: int | None = None
-) -> np.ndarray:
-    """The value of a Const layer as a read-only numpy array (sub-byte values unpacked one per byte).
+    layer: Layer, weights: bytes | memoryview, where: str, bin_name: str, file_size: int | None = None
+) -> np.ndarray | Packed:
+    """The value of a Const layer as a read-only numpy array, or :class:`Packed` for sub-byte types.
 
     Args:
         layer: the Const; its ``element_type`` and ``shape`` were validated by the layer parser.
@@ -71,7 +110,7 @@ def decode_constant(
             raise IRError(f"{where}: empty shape {list(shape)} is too large for numpy") from None
     raw = np.frombuffer(weights, dtype=np.uint8, count=needed, offset=offset)
     if etype.bits < 8:
-        return _frozen(unpack(raw, etype, count).reshape(shape))
+        return Packed(etype, tuple(shape), raw)
     if etype.dtype == np.bool_ and raw.max() > 1:
         return _frozen((raw != 0).reshape(shape))  # any non-zero byte is true, as in OpenVINO
     return raw.view(etype.dtype).reshape(shape)

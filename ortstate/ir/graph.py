@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .shapes import PartialShape
 from .types import ElementType
+
+if TYPE_CHECKING:
+    from .constants import Packed
 
 __all__ = ["Edge", "Graph", "Layer", "Port"]
 
@@ -155,9 +159,15 @@ class Graph:
         return self.of_type("Result")
 
     def constant(self, layer: Layer) -> np.ndarray:
-        """The decoded value of a Const layer (read-only; sub-byte types unpacked one per byte).
+        """The decoded value of a Const layer (read-only; sub-byte types unpacked one per byte, anew
+        on each call: see :meth:`packed`).
 
         Raises:
             KeyError: ``layer`` is not a Const of this graph.
         """
         return self.constants[layer.id]
+
+    def packed(self, layer: Layer) -> Packed | None:
+        """A sub-byte Const as stored in the ``.bin`` (packed, not copied); None for other types."""
+        lookup = getattr(self.constants, "packed", None)
+        return lookup(layer.id) if lookup is not None and layer.id in self.constants else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import mmap
 import os
 import stat
 import threading
@@ -16,7 +17,7 @@ import defusedxml.ElementTree as SafeET
 import numpy as np
 
 from ..errors import IRError, IRFileError
-from .constants import decode_constant
+from .constants import ConstantTable, Packed, decode_constant
 from .edges import parse_edges, topological_order
 from .graph import Graph, Layer
 from .layers import KNOWN_OPSETS, layer_where, parse_layer
@@ -33,8 +34,9 @@ _MAX_BODY_DEPTH = 64
 def read_ir(xml_path: str | os.PathLike[str], bin_path: str | os.PathLike[str] | None = None) -> Graph:
     """Read ``model.xml`` (and ``model.bin`` beside it unless ``bin_path`` is given).
 
-    The ``.bin`` is read once into one ``bytes`` object; constants are read-only views into it.
-    The graph's ``digest`` is a SHA-256 of both files as read (hashed while the XML is parsed).
+    The ``.bin`` is memory-mapped up to the last byte a Const declares; constants are read-only
+    views into it, so reading an IR costs no copy of its weights. The graph's ``digest`` is a
+    SHA-256 of both files as read (the ``.bin`` hashed on another thread while the XML is parsed).
 
     Raises:
         IRFileError: the ``.xml`` or the ``.bin`` it needs is missing or unreadable (an ``IRError``).
@@ -72,7 +74,7 @@ class _Source:
 
     xml: str
     bin_name: str
-    weights: bytes = field(repr=False)
+    weights: bytes | mmap.mmap = field(repr=False)
     version: int
     bin_size: int  # of the file: ``weights`` ends with the last byte a Const declares
 
@@ -96,11 +98,21 @@ def _read_xml(path: Path, src: str) -> tuple[ET.Element, bytes]:
         raise IRError(f"{src}: malformed XML: {exc}") from None
 
 
-def _read_bin(path: Path, src: str, extent: int | None, needed: bool) -> tuple[bytes, int]:
-    """The ``.bin`` up to the last byte a Const declares (all of it when ``extent`` is None), and
-    the file's size."""
+def _read_bin(path: Path, src: str, extent: int | None, needed: bool) -> tuple[bytes | mmap.mmap, int]:
+    """The ``.bin`` memory-mapped up to the last byte a Const declares (all of it when ``extent`` is
+    None), and the file's size. Only a regular file is mapped: a FIFO would block, a device such as
+    ``/dev/zero`` never ends."""
     try:
-        return _read_regular(path, extent, src, f"weights file {path}", too_large=False)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb"):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise IRFileError(f"{src}: weights file {path} is not a regular file")
+            length = info.st_size if extent is None else min(info.st_size, extent)
+            if length == 0:
+                return b"", info.st_size
+            # Read-only shared pages: the mapping lives as long as an array views it.
+            return mmap.mmap(fd, length, access=mmap.ACCESS_READ), info.st_size
     except FileNotFoundError:
         if needed:
             raise IRFileError(f"{src}: weights file {path} not found") from None
@@ -149,7 +161,7 @@ def _parse_graph(root: ET.Element, scope: str, source: _Source, depth: int = 0) 
     if layers_el is None:
         raise IRError(f"{scope}: no <layers> element")
     layers: dict[int, Layer] = {}
-    constants: dict[int, np.ndarray] = {}
+    constants: dict[int, np.ndarray | Packed] = {}
     for el in layers_el.findall("layer"):
         layer = parse_layer(el, scope, lambda body, body_scope: _parse_graph(body, body_scope, source, depth + 1))
         where = layer_where(scope, layer.name, layer.id)
@@ -162,7 +174,9 @@ def _parse_graph(root: ET.Element, scope: str, source: _Source, depth: int = 0) 
     edges = parse_edges(root.find("edges"), scope, layers)
     order = topological_order(layers, edges, scope)
     rt_info = _model_rt_info(root.find("rt_info"))
-    return Graph(source.xml, layers, edges, constants, order, source.version, root.get("name", ""), rt_info)
+    return Graph(
+        source.xml, layers, edges, ConstantTable(constants), order, source.version, root.get("name", ""), rt_info
+    )
 
 
 def _model_rt_info(el: ET.Element | None) -> dict[str, str]:

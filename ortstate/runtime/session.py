@@ -18,7 +18,7 @@ from ..protosize import initializer_bytes
 from . import pyops, snapshot
 from .fuse import fuse_state_ops
 from .guards import empty_input_guards
-from .large import OFFLOAD_ABOVE, offload_large_initializers
+from .large import OFFLOAD_ABOVE, offload_large_initializers, release_mapped_pages
 from .model_check import check_model
 from .options import copy_session_options, default_session_options
 from .request import InferRequest, VariableState
@@ -29,12 +29,16 @@ __all__ = ["FORMS", "StatefulSession"]
 FORMS = ("auto", CUSTOM_OP, EXPLICIT)
 
 
-def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) -> onnx.ModelProto:
+def _load(
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str
+) -> tuple[onnx.ModelProto, dict, Path | None]:
+    """``(model, in-memory initializer values, directory of its external data)``; the large
+    initializers of a file or an IR are not read into the ModelProto (see ``large``)."""
     if isinstance(model, onnx.ModelProto):
-        return model
+        return model, {}, None
     if isinstance(model, (bytes, bytearray)):
         try:
-            return onnx.load_from_string(bytes(model))
+            return onnx.load_from_string(bytes(model)), {}, None
         except Exception as exc:  # noqa: BLE001 - protobuf raises several types
             raise OrtStateError(f"cannot parse ONNX model bytes: {exc}") from None
     if not isinstance(model, (str, os.PathLike)):
@@ -44,13 +48,22 @@ def _load(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) ->
         raise OrtStateError(f"{path}: {'not a regular file' if path.exists() else 'no such file'}")
     if path.suffix.lower() == ".xml":
         # An IR leaves the form to us: the explicit one is the faster (no Python in the graph).
-        from ..convert import convert
+        from ..convert import build
+        from ..ir import read_ir
 
-        return convert(path, explicit_state=form != CUSTOM_OP)
+        built = build(read_ir(path), explicit_state=form != CUSTOM_OP)
+        return built.model, built.arrays, None
     try:
-        return onnx.load(str(path))
+        return onnx.load(str(path), load_external_data=False), {}, path.parent
     except Exception as exc:  # noqa: BLE001
         raise OrtStateError(f"{path}: not a readable ONNX model: {exc}") from None
+
+
+def _hands_over(proto: onnx.ModelProto, arrays: Mapping[str, Any]) -> bool:
+    """Whether loading ``proto`` adds to its session options (see ``large``): initializers handed
+    over as values, or a model file's external data to be found."""
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+    return bool(arrays) or external or initializer_bytes(proto.graph) > OFFLOAD_ABOVE
 
 
 def _layer_behind(proto: onnx.ModelProto, message: str) -> str:
@@ -121,7 +134,7 @@ class StatefulSession:
     ) -> None:
         if form not in FORMS:
             raise OrtStateError(f"form {form!r}: expected one of {', '.join(FORMS)}")
-        proto = _load(model, form)
+        proto, arrays, base_dir = _load(model, form)
         origin = str(model) if isinstance(model, (str, os.PathLike)) else "model"
         try:
             meta = read_meta(proto)
@@ -145,7 +158,7 @@ class StatefulSession:
         custom_ops = self._meta.form != EXPLICIT and bool(self._meta.variables)
         if sess_options is None:
             options = default_session_options(self._meta)
-        elif custom_ops or initializer_bytes(proto.graph) > OFFLOAD_ABOVE:
+        elif custom_ops or _hands_over(proto, arrays):
             options = copy_session_options(sess_options)  # the caller's are not ours to change
         else:
             options = sess_options
@@ -154,14 +167,18 @@ class StatefulSession:
             options.register_custom_ops_library(pyops.library_path())
             proto = fuse_state_ops(proto, self._meta)
             proto, self._token = _fetchable(proto)
-        # Kept alive with the session: ONNX Runtime may use their memory as its initializers.
-        proto, self._offloaded = offload_large_initializers(proto, options, in_place=proto is not model)
+        # Kept alive with the session: ONNX Runtime uses their memory as its initializers.
+        proto, self._offloaded = offload_large_initializers(
+            proto, options, in_place=proto is not model, arrays=arrays, base_dir=base_dir
+        )
         # Feeds only: an empty state meets a non-empty input and ONNX Runtime words that error itself.
         guards = empty_input_guards(proto)
         try:
             self._ort = ort.InferenceSession(
                 proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])
             )
+            release_mapped_pages(self._offloaded)
+            self._offloaded.clear()  # ONNX Runtime copied them (add_external_initializers)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
             # Name the IR it came from: a converted model ORT refuses means that IR is inconsistent.
             source = f" (converted from {self._meta.source})" if self._meta.source else ""

@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from onnx import TensorProto
 
 from ..context import Context, Node
 from ..dtypes import numpy_type
 from ..registry import translator
+from ..weights import FloatWeight, QuantizedWeight
+from .compressed import float_weight, gather_quantized
 from .shape import int64_input, scalar_const
 
 _MAX = np.iinfo(np.int64).max
@@ -20,12 +23,30 @@ def _i64(ctx: Context, value: object) -> str:
 
 
 # -- Gather ------------------------------------------------------------------------------------
-def _gather(node: Node, ctx: Context, batch_dims: int, zero_out_of_range: bool) -> list[str]:
-    """Output ``data.shape[:axis] + indices.shape[batch_dims:] + data.shape[axis + 1:]``.
+def _gather_any(node: Node, ctx: Context, batch_dims: int, zero_out_of_range: bool) -> list[str]:
+    """Gather, with a compressed table (see ``weights``) read compressed."""
+    weight = node.weight(0)
+    if isinstance(weight, QuantizedWeight):  # an embedding table kept compressed (axis 0, no batch)
+        indices = node.inputs[1] if node.input_type(1).name in ("i32", "i64") else int64_input(node, ctx, 1)
+        return [gather_quantized(node, ctx, weight, indices)]
+    if isinstance(weight, FloatWeight):  # gather f16 rows, then widen them: the table stays f16
+        stored, _ = float_weight(ctx, weight)
+        stored_type = TensorProto.BFLOAT16 if weight.value.dtype.name == "bfloat16" else TensorProto.FLOAT16
+        out = _gather(node, ctx, batch_dims, zero_out_of_range, (stored, stored_type))
+        return [ctx.b.op("Cast", [out[0]], {"to": node.onnx_output_type(0)})]
+    return _gather(node, ctx, batch_dims, zero_out_of_range)
+
+
+def _gather(
+    node: Node, ctx: Context, batch_dims: int, zero_out_of_range: bool, data: tuple[str, int] | None = None
+) -> list[str]:
+    """Output ``data.shape[:axis] + indices.shape[batch_dims:] + data.shape[axis + 1:]`` for ``data``
+    (an ONNX value and its type; input 0 by default).
 
     batch_dims 0 is ONNX Gather. Otherwise the gathered axis is moved next to the batch dims, GatherND with
     ``batch_dims`` gathers one index per batch entry, and the dims between batch and axis are moved back.
     """
+    data_name, data_type = data or (node.inputs[0], node.onnx_input_type(0))
     b = ctx.b
     rank = node.input_rank(0)
     axis = scalar_const(node, 2, "axis")
@@ -36,22 +57,23 @@ def _gather(node: Node, ctx: Context, batch_dims: int, zero_out_of_range: bool) 
         raise node.error(f"expected 0 <= batch_dims <= axis < rank {rank}, got batch_dims={batch_dims}, axis={axis}")
     indices, valid = node.inputs[1], None
     if zero_out_of_range and not _known_in_range(node, axis):
-        if batch_dims == 0 and (out := _gather_constant_guarded(node, ctx, axis)) is not None:
+        constant_data = data is None and batch_dims == 0
+        if constant_data and (out := _gather_constant_guarded(node, ctx, axis)) is not None:
             return [out]
         indices = int64_input(node, ctx, 1)
-        dim = b.op("Gather", [b.op("Shape", [node.inputs[0]]), _i64(ctx, axis)])
+        dim = b.op("Gather", [b.op("Shape", [data_name]), _i64(ctx, axis)])
         valid = b.op("And", [b.op("GreaterOrEqual", [indices, b.op("Neg", [dim])]), b.op("Less", [indices, dim])])
         indices = b.op("Where", [valid, indices, _i64(ctx, 0)])
     if batch_dims == 0:
-        out = b.op("Gather", [node.inputs[0], indices], {"axis": axis})
+        out = b.op("Gather", [data_name, indices], {"axis": axis})
     else:
-        out = _batched_gather(node, ctx, indices, batch_dims, axis, rank)
+        out = _batched_gather(node, ctx, data_name, indices, batch_dims, axis, rank)
     if valid is not None:
         # valid has the indices' shape [B..., I...]; align it with the output [B..., P..., I..., S...].
         between = list(range(batch_dims, axis)) + list(range(-1, axis - rank, -1))
         mask = b.op("Unsqueeze", [valid, b.const(np.array(between, np.int64))]) if between else valid
-        zero = b.const(np.zeros((), numpy_type(node.onnx_input_type(0))))
-        out = b.where(mask, out, zero, node.onnx_input_type(0))
+        zero = b.const(np.zeros((), numpy_type(data_type)))
+        out = b.where(mask, out, zero, data_type)
     return [out]
 
 
@@ -88,9 +110,8 @@ def _known_in_range(node: Node, axis: int) -> bool:
     return bool(np.all((indices >= -dims[axis]) & (indices < dims[axis])))
 
 
-def _batched_gather(node: Node, ctx: Context, indices: str, batch_dims: int, axis: int, rank: int) -> str:
+def _batched_gather(node: Node, ctx: Context, data: str, indices: str, batch_dims: int, axis: int, rank: int) -> str:
     b = ctx.b
-    data = node.inputs[0]
     if axis > batch_dims:
         data = b.op("Transpose", [data], {"perm": _move(list(range(rank)), axis, batch_dims)})
     if indices == node.inputs[1]:
@@ -115,19 +136,19 @@ def _move(order: list[int], src: int, dst: int) -> list[int]:
 @translator("Gather", 1)
 def gather_v1(node: Node, ctx: Context) -> list[str]:
     """Gather-1 -> Gather along a constant ``axis`` input. Indices must lie in [0, dim) (else undefined)."""
-    return _gather(node, ctx, 0, zero_out_of_range=False)
+    return _gather_any(node, ctx, 0, zero_out_of_range=False)
 
 
 @translator("Gather", 7)
 def gather_v7(node: Node, ctx: Context) -> list[str]:
     """Gather-7: adds ``batch_dims`` (negative counts from the indices' rank)."""
-    return _gather(node, ctx, node.attr_int("batch_dims", 0), zero_out_of_range=False)
+    return _gather_any(node, ctx, node.attr_int("batch_dims", 0), zero_out_of_range=False)
 
 
 @translator("Gather", 8)
 def gather_v8(node: Node, ctx: Context) -> list[str]:
     """Gather-8: indices in [-dim, dim) (negative as in ONNX); others give zeros, where ONNX fails."""
-    return _gather(node, ctx, node.attr_int("batch_dims", 0), zero_out_of_range=True)
+    return _gather_any(node, ctx, node.attr_int("batch_dims", 0), zero_out_of_range=True)
 
 
 @translator("GatherND", 5)

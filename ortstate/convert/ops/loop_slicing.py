@@ -47,8 +47,10 @@ class SliceRule:
         if entry.get("axis") in (None, ""):
             return None
         try:
-            values = {k: int(entry.get(k, d)) for k, d in
-                      (("axis", "0"), ("start", "0"), ("end", "-1"), ("stride", "1"), ("part_size", "1"))}
+            values = {
+                k: int(entry.get(k, d))
+                for k, d in (("axis", "0"), ("start", "0"), ("end", "-1"), ("stride", "1"), ("part_size", "1"))
+            }
         except ValueError:
             raise ConversionError(f"{where}: port_map entry {dict(entry)} has a non-integer attribute") from None
         rule = cls(**values)
@@ -167,8 +169,13 @@ def concat_iterations(
         stacked = b.op("Transpose", [stacked], {"perm": perm})
     # [.., N, d_axis, ..] -> [.., N * d_axis, ..]; written out in full so that zero dims stay zero.
     parts = [b.op("Shape", [stacked], {"end": axis})] if axis > 0 else []
-    merged = b.op("Mul", [b.op("Shape", [stacked], {"start": axis, "end": axis + 1}),
-                          b.op("Shape", [stacked], {"start": axis + 1, "end": axis + 2})])
+    merged = b.op(
+        "Mul",
+        [
+            b.op("Shape", [stacked], {"start": axis, "end": axis + 1}),
+            b.op("Shape", [stacked], {"start": axis + 1, "end": axis + 2}),
+        ],
+    )
     parts += [merged, b.op("Shape", [stacked], {"start": axis + 2})]
     shape = b.op("Concat", parts, {"axis": 0})
     return b.op("Reshape", [stacked, shape], {"allowzero": 1})
