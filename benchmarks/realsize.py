@@ -58,8 +58,8 @@ def progress(msg: str) -> None:
     print(f"[realsize {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _dir_mb(folder: Path) -> float:
-    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 1e6
+def _dir_mib(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 2**20
 
 
 def _child(args: list[str], timeout: float) -> dict[str, Any]:
@@ -86,7 +86,7 @@ def run_precision(precision: str, engines: list[Engine], a: argparse.Namespace) 
     """Everything measured for one precision (ONNX files are deleted afterwards unless ``--keep-onnx``)."""
     ir = ir_dir(a.cache, precision)
     entry: dict[str, Any] = {"precision": precision, "engines": [e.to_dict() for e in engines], "errors": []}
-    entry["ir_bin_mb"] = (ir / "openvino_model.bin").stat().st_size / 1e6
+    entry["ir_bin_mib"] = (ir / "openvino_model.bin").stat().st_size / 2**20
     entry["load"], entry["conversions"], load_start = {}, {}, os.getloadavg()[0]
     work = a.cache / "onnx" / precision
     shutil.rmtree(work, ignore_errors=True)
@@ -109,11 +109,11 @@ def run_precision(precision: str, engines: list[Engine], a: argparse.Namespace) 
             ["convert", "--ir", str(ir), "--onnx", str(out), "--convert-kwargs", json.dumps(e.convert)], a.timeout
         )
         if "error" not in conv:
-            conv["onnx_mb"] = _dir_mb(out.parent)
+            conv["onnx_mib"] = _dir_mib(out.parent)
             onnx[e.name], by_key[e.conversion_key] = out, e.name
             progress(
-                f"{precision}: {e.name}: {conv['seconds']:.1f} s, peak RSS {conv['peak_rss_mb']:,.0f} MB, "
-                f"ONNX {conv['onnx_mb']:,.0f} MB"
+                f"{precision}: {e.name}: {conv['seconds']:.1f} s, peak RSS {conv['peak_rss_mib']:,.0f} MiB, "
+                f"ONNX {conv['onnx_mib']:,.0f} MiB"
             )
         else:
             entry["errors"].append(f"convert for {e.name}: {conv['error']}")
@@ -127,7 +127,7 @@ def run_precision(precision: str, engines: list[Engine], a: argparse.Namespace) 
             if "error" in res:
                 entry["errors"].append(f"load of {e.name}: {res['error']}")
             else:
-                progress(f"{precision}: {e.name}: load {res['load_s']:.1f} s, peak RSS {res['peak_rss_mb']:,.0f} MB")
+                progress(f"{precision}: {e.name}: load {res['load_s']:.1f} s, peak RSS {res['peak_rss_mib']:,.0f} MiB")
             entry["load"][e.name] = res
     progress(f"{precision}: speed, {len(runnable)} engines in one process, {a.rounds} rounds")
     args = ["speed", *_common(a, ir), "--rounds", str(a.rounds)]

@@ -27,7 +27,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from realsize_engines import REFERENCE, Engine, greedy, load_engine, peak_rss_mb, prompt_ids, rss_mb  # noqa: E402
+from realsize_engines import REFERENCE, Engine, greedy, load_engine, peak_rss_mib, prompt_ids, rss_mib  # noqa: E402
 
 
 def _engine(text: str) -> Engine:
@@ -38,11 +38,11 @@ def _engine(text: str) -> Engine:
 def convert(xml: Path, out: Path, kwargs: dict[str, Any]) -> dict[str, Any]:
     import ortstate
 
-    base = rss_mb()
+    base = rss_mib()
     started = time.perf_counter()
     ortstate.convert(xml, out, **kwargs)
     seconds = time.perf_counter() - started
-    return {"seconds": seconds, "peak_rss_mb": peak_rss_mb(), "base_rss_mb": base}
+    return {"seconds": seconds, "peak_rss_mib": peak_rss_mib(), "base_rss_mib": base}
 
 
 def _vocab(ir_dir: Path) -> int:
@@ -54,17 +54,17 @@ def load(engine: Engine, ir_dir: Path, onnx_path: Path | None, args: argparse.Na
 
     if engine.kind == "openvino":
         import openvino  # noqa: F401
-    base = rss_mb()
+    base = rss_mib()
     started = time.perf_counter()
     generator = load_engine(engine, ir_dir, onnx_path, args.threads)
     seconds = time.perf_counter() - started
-    loaded = rss_mb()
+    loaded = rss_mib()
     run = greedy(generator, prompt_ids(args.prompt, _vocab(ir_dir)), args.steps)
     return {
         "load_s": seconds,
-        "base_rss_mb": base,
-        "loaded_rss_mb": loaded,
-        "peak_rss_mb": peak_rss_mb(),
+        "base_rss_mib": base,
+        "loaded_rss_mib": loaded,
+        "peak_rss_mib": peak_rss_mib(),
         "prefill_ms": run["prefill_s"] * 1e3,
         "decode_p50_ms": float(np.median(run["decode_s"])) * 1e3,
         "tokens": run["tokens"],

@@ -30,9 +30,9 @@ __all__ = [
     "greedy",
     "load_engine",
     "parse_engine",
-    "peak_rss_mb",
+    "peak_rss_mib",
     "prompt_ids",
-    "rss_mb",
+    "rss_mib",
 ]
 
 OV_EXACT = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
@@ -113,17 +113,17 @@ def parse_engine(spec: str) -> Engine:
     )
 
 
-def rss_mb() -> float:
-    """This process's resident set now, in MB (10^6 bytes)."""
+def rss_mib() -> float:
+    """This process's resident set now, in MiB (2^20 bytes, the unit of the issue's table)."""
     with open("/proc/self/statm", encoding="ascii") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident set so far (``VmHWM``), in MB."""
+def peak_rss_mib() -> float:
+    """This process's peak resident set so far (``VmHWM``), in MiB."""
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # Linux reports KiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
 def prompt_ids(length: int, vocab: int, seed: int = SEED) -> list[int]:

@@ -1,8 +1,8 @@
 """What the real-size benchmark's results say: the issue's targets (PASS/MISS), markdown tables, a plot.
 
 Pure functions of the result document ``realsize.py`` writes (``schema: ortstate.realsize/1``): one
-entry per precision under ``"precisions"``, each with ``ir_bin_mb``, ``conversions`` (per ortstate
-engine: ``onnx_mb``, ``seconds``, ``peak_rss_mb``), ``load`` and ``speed`` (per engine).
+entry per precision under ``"precisions"``, each with ``ir_bin_mib``, ``conversions`` (per ortstate
+engine: ``onnx_mib``, ``seconds``, ``peak_rss_mib``), ``load`` and ``speed`` (per engine).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ EXACT, DEFAULT = "openvino-exact", "openvino-default"
 TARGETS = {
     "onnx_over_bin": 1.15,
     "convert_rss_over_bin": 1.5,
-    "convert_rss_extra_mb": 300.0,
+    "convert_rss_extra_mib": 300.0,
     "load_rss_over_openvino": 1.5,
     "decode_over_openvino": 1.0,
     "prefill_over_openvino": 1.0,
@@ -51,26 +51,26 @@ def ortstate_engines(entry: dict[str, Any]) -> list[str]:
     return [e["name"] for e in entry.get("engines", []) if e["kind"] == "ortstate"]
 
 
-def _conversion_targets(tag: str, precision: str, conv: dict[str, Any], bin_mb: float) -> list[dict[str, Any]]:
+def _conversion_targets(tag: str, precision: str, conv: dict[str, Any], bin_mib: float) -> list[dict[str, Any]]:
     out = []
-    onnx = _ratio(conv.get("onnx_mb"), bin_mb)
+    onnx = _ratio(conv.get("onnx_mib"), bin_mib)
     limit = TARGETS["onnx_over_bin"]
     out.append(
         target(
             f"{tag}: ONNX file ≤ {limit}× IR .bin",
             onnx,
             None if onnx is None else onnx <= limit,
-            f"{_num(conv.get('onnx_mb'))} MB / {bin_mb:,.0f} MB = {_x(onnx)}",
+            f"{_num(conv.get('onnx_mib'))} MiB / {bin_mib:,.0f} MiB = {_x(onnx)}",
         )
     )
-    cap = TARGETS["convert_rss_over_bin"] * bin_mb + TARGETS["convert_rss_extra_mb"]
-    rss = conv.get("peak_rss_mb")
+    cap = TARGETS["convert_rss_over_bin"] * bin_mib + TARGETS["convert_rss_extra_mib"]
+    rss = conv.get("peak_rss_mib")
     out.append(
         target(
-            f"{tag}: convert peak RSS ≤ 1.5× .bin + 300 MB ({cap:,.0f} MB)",
+            f"{tag}: convert peak RSS ≤ 1.5× .bin + 300 MiB ({cap:,.0f} MiB)",
             rss,
             None if rss is None else rss <= cap,
-            f"{_num(rss)} MB",
+            f"{_num(rss)} MiB",
         )
     )
     if precision == "int4":
@@ -85,13 +85,13 @@ def _conversion_targets(tag: str, precision: str, conv: dict[str, Any], bin_mb: 
 def targets(entry: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's targets for one precision, for every ortstate engine measured."""
     p, out = entry["precision"], []
-    bin_mb = entry["ir_bin_mb"]
+    bin_mib = entry["ir_bin_mib"]
     for name in ortstate_engines(entry):
         conv = entry.get("conversions", {}).get(name, {})
         tag = f"{p}, {name}"
         if "shared_with" not in conv:
-            out += _conversion_targets(tag, p, conv, bin_mb)
-        mine, theirs = _get(entry, "load", name, "peak_rss_mb"), _get(entry, "load", EXACT, "peak_rss_mb")
+            out += _conversion_targets(tag, p, conv, bin_mib)
+        mine, theirs = _get(entry, "load", name, "peak_rss_mib"), _get(entry, "load", EXACT, "peak_rss_mib")
         r = _ratio(mine, theirs)
         limit = TARGETS["load_rss_over_openvino"]
         out.append(
@@ -99,7 +99,7 @@ def targets(entry: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{tag}: load + decode peak RSS ≤ {limit}× OpenVINO's",
                 r,
                 None if r is None else r <= limit,
-                f"{_num(mine)} MB vs {_num(theirs)} MB = {_x(r)}",
+                f"{_num(mine)} MiB vs {_num(theirs)} MiB = {_x(r)}",
             )
         )
         for what, key in (("decode p50", "decode_p50_ms"), ("prefill", "prefill_ms")):
@@ -136,25 +136,26 @@ def issue_table(entries: list[dict[str, Any]], engine: str = "ortstate") -> str:
     ]
     for e in entries:
         conv = e.get("conversions", {}).get(engine, {})
-        ov_rss = " / ".join(_gb(_get(e, "load", n, "peak_rss_mb")) for n in (EXACT, DEFAULT))
+        ov_rss = " / ".join(_gib(_get(e, "load", n, "peak_rss_mib")) for n in (EXACT, DEFAULT))
         pre = _ratio(_get(e, "speed", engine, "prefill_ms"), _get(e, "speed", EXACT, "prefill_ms"))
         ov, mine = _get(e, "speed", EXACT, "decode_p50_ms"), _get(e, "speed", engine, "decode_p50_ms")
         lines.append(
-            f"| {e['precision']} | {e['ir_bin_mb']:,.0f} MB | {_num(conv.get('onnx_mb'))} MB "
-            f"| {_gb(conv.get('peak_rss_mb'))} / {_gb(_get(e, 'load', engine, 'peak_rss_mb'))} | {ov_rss} "
+            f"| {e['precision']} | {e['ir_bin_mib']:,.0f} MiB | {_num(conv.get('onnx_mib'))} MiB "
+            f"| {_gib(conv.get('peak_rss_mib'))} / {_gib(_get(e, 'load', engine, 'peak_rss_mib'))} | {ov_rss} "
             f"| {_x(pre)} | {_num(ov, '.1f')} → {_num(mine, '.1f')} ({_x(_ratio(mine, ov))}) |"
         )
     return "\n".join(lines)
 
 
-def _gb(mb: float | None) -> str:
-    return "n/a" if mb is None else f"{mb / 1e3:.2f} GB"
+def _gib(mb: float | None) -> str:
+    return "n/a" if mb is None else f"{mb / 1024:.2f} GiB"
 
 
 def memory_table(entries: list[dict[str, Any]]) -> str:
     """Per precision and engine: conversion (ortstate) and load + decode (each engine in its own process)."""
     lines = [
-        "| weights | engine | ONNX MB | convert s | convert peak RSS | load s | RSS after load | peak RSS load + run |",
+        "| weights | engine | ONNX MiB | convert s | convert peak RSS | load s | RSS after load "
+        "| peak RSS load + run |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for e in entries:
@@ -163,9 +164,9 @@ def memory_table(entries: list[dict[str, Any]]) -> str:
             conv = e.get("conversions", {}).get(name, {})
             load = e.get("load", {}).get(name, {})
             lines.append(
-                f"| {e['precision']} | {name} | {_num(conv.get('onnx_mb'))} | {_num(conv.get('seconds'), '.1f')} "
-                f"| {_gb(conv.get('peak_rss_mb')) if conv else ''} | {_num(load.get('load_s'), '.1f')} "
-                f"| {_gb(load.get('loaded_rss_mb'))} | {_gb(load.get('peak_rss_mb'))} |"
+                f"| {e['precision']} | {name} | {_num(conv.get('onnx_mib'))} | {_num(conv.get('seconds'), '.1f')} "
+                f"| {_gib(conv.get('peak_rss_mib')) if conv else ''} | {_num(load.get('load_s'), '.1f')} "
+                f"| {_gib(load.get('loaded_rss_mib'))} | {_gib(load.get('peak_rss_mib'))} |"
                 + (f" {load['error']}" if "error" in load else "")
             )
     return "\n".join(lines)
@@ -269,16 +270,16 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     for n in names:
         if _converts(doc, n):
             rss[f"{n}: convert"] = [
-                None if (v := e.get("conversions", {}).get(n, {}).get("peak_rss_mb")) is None else v / 1e3
+                None if (v := e.get("conversions", {}).get(n, {}).get("peak_rss_mib")) is None else v / 1024
                 for e in entries
             ]
-        rss[f"{n}: load + run"] = col("load", n, "peak_rss_mb", 1e-3)
-    bars(axes[1, 0], rss, "GB (peak RSS of the process)", "peak memory", ".2f")
-    sizes: dict[str, list[float | None]] = {"IR .bin": [e["ir_bin_mb"] for e in entries]}
+        rss[f"{n}: load + run"] = col("load", n, "peak_rss_mib", 1 / 1024)
+    bars(axes[1, 0], rss, "GiB (peak RSS of the process)", "peak memory", ".2f")
+    sizes: dict[str, list[float | None]] = {"IR .bin": [e["ir_bin_mib"] for e in entries]}
     for n in names:
         if _converts(doc, n):
-            sizes[f"{n} ONNX + data"] = [e.get("conversions", {}).get(n, {}).get("onnx_mb") for e in entries]
-    bars(axes[1, 1], sizes, "MB", "model files", ",.0f")
+            sizes[f"{n} ONNX + data"] = [e.get("conversions", {}).get(n, {}).get("onnx_mib") for e in entries]
+    bars(axes[1, 1], sizes, "MiB", "model files", ",.0f")
     c, m = doc["config"], doc["machine"]
     fig.suptitle(
         f"{doc['model']}: prompt {c['prompt']} + {c['steps']} decode steps, batch 1, {c['threads']} threads\n"
