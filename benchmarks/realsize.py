@@ -62,7 +62,7 @@ def _dir_mib(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 2**20
 
 
-def _child(args: list[str], timeout: float) -> dict[str, Any]:
+def run_child(args: list[str], timeout: float) -> dict[str, Any]:
     """Run a measuring process; its JSON result, or ``{"error": ...}`` when it failed (OOM kills too)."""
     cmd = [sys.executable, str(CHILD), *args]
     try:
@@ -105,7 +105,7 @@ def run_precision(precision: str, engines: list[Engine], a: argparse.Namespace) 
         out = work / e.name / "model.onnx"
         out.parent.mkdir(parents=True)
         progress(f"{precision}: converting for {e.name} ({e.convert or 'defaults'})")
-        conv = _child(
+        conv = run_child(
             ["convert", "--ir", str(ir), "--onnx", str(out), "--convert-kwargs", json.dumps(e.convert)], a.timeout
         )
         if "error" not in conv:
@@ -123,7 +123,7 @@ def run_precision(precision: str, engines: list[Engine], a: argparse.Namespace) 
         for e in runnable:
             progress(f"{precision}: load + run of {e.name} in its own process")
             extra = ["--onnx", str(onnx[e.name])] if e.name in onnx else []
-            res = _child(["load", *_common(a, ir), "--engine", json.dumps(e.to_dict()), *extra], a.timeout)
+            res = run_child(["load", *_common(a, ir), "--engine", json.dumps(e.to_dict()), *extra], a.timeout)
             if "error" in res:
                 entry["errors"].append(f"load of {e.name}: {res['error']}")
             else:
@@ -135,7 +135,7 @@ def run_precision(precision: str, engines: list[Engine], a: argparse.Namespace) 
         args += ["--engine", json.dumps(e.to_dict())]
         if e.name in onnx:
             args += ["--onnx-of", f"{e.name}={onnx[e.name]}"]
-    entry["speed"] = _child(args, a.timeout)
+    entry["speed"] = run_child(args, a.timeout)
     if "error" in entry["speed"]:
         entry["errors"].append(f"speed: {entry['speed'].pop('error')}")
     if not a.keep_onnx:
