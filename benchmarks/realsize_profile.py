@@ -91,6 +91,7 @@ def summarize(trace: list[dict[str, Any]], first_run: int, write: set[str], read
     by_op: dict[str, float] = defaultdict(float)
     by_part: dict[str, float] = defaultdict(float)
     nodes: dict[str, float] = defaultdict(float)
+    other: dict[str, float] = defaultdict(float)
     for e in trace:
         if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
             continue
@@ -100,8 +101,11 @@ def summarize(trace: list[dict[str, Any]], first_run: int, write: set[str], read
         name = e["name"][: -len("_kernel_time")]
         dur = e["dur"] / 1e3  # µs -> ms
         by_op[e.get("args", {}).get("op_name", "?")] += dur
-        by_part[part_of(name, write, read)] += dur
+        part = part_of(name, write, read)
+        by_part[part] += dur
         nodes[name] += dur
+        if part == OTHER:
+            other[f"{name} ({e.get('args', {}).get('op_name', '?')})"] += dur
     n = len(runs)
     run_ms = sum(r["dur"] for r in runs) / 1e3 / n
     kernels = sum(by_op.values()) / n
@@ -117,6 +121,7 @@ def summarize(trace: list[dict[str, Any]], first_run: int, write: set[str], read
         "by_op": table(by_op),
         "by_part": table(by_part),
         "top_nodes": table(nodes)[:15],
+        "top_other_nodes": table(other)[:15],
     }
 
 
@@ -192,6 +197,9 @@ def markdown(doc: dict[str, Any], top: int = 12) -> str:
             left = f"{ops[i]['name']} | {ops[i]['ms']:.2f} | {ops[i]['share']:.1%}" if i < len(ops) else " | | "
             right = f"{prt[i]['name']} | {prt[i]['ms']:.2f} | {prt[i]['share']:.1%}" if i < len(prt) else " | | "
             lines.append(f"| {left} |  | {right} |")
+        others = ", ".join(f"`{o['name']}` {o['ms']:.2f}" for o in e.get("top_other_nodes", [])[:6])
+        if others:
+            lines += ["", f"Heaviest nodes in *other* (ms / step): {others}."]
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 
