@@ -183,8 +183,10 @@ def write(doc: dict[str, Any], out: Path, name: str, readme: bool) -> None:
     (out / f"{name}.md").write_text(f"# Real-size benchmark: {name}\n\n" + realsize_report.markdown(doc, image) + "\n")
     if readme:
         body = realsize_report.markdown(doc, f"results/{image}" if image else None)
-        if not report.rewrite_readme(HERE / "README.md", body, name):
-            progress(f"README.md has no <!-- {name}:start --> / <!-- {name}:end --> markers: left alone")
+        readme_path = HERE / "README.md"
+        if not report.rewrite_readme(readme_path, body, name):  # a new result name: a section of its own
+            section = f"\n### Real-size results: `{name}`\n\n<!-- {name}:start -->\n{body}\n<!-- {name}:end -->\n"
+            readme_path.write_text(readme_path.read_text(encoding="utf-8") + section, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,13 +205,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2, help="intra-op threads of every runtime (default 2)")
     p.add_argument("--prompt", type=int, default=32, help="prompt tokens (default 32)")
     p.add_argument("--steps", type=int, default=64, help="decode steps after the prefill (default 64)")
-    p.add_argument("--rounds", type=int, default=3, help="timed rounds per engine (default 3)")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds per engine (default 5)")
     p.add_argument("--no-load", action="store_true", help="skip the per-engine load/RSS processes")
     p.add_argument("--keep-onnx", action="store_true", help="keep the converted models in CACHE/onnx")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per measuring process (default 3600)")
     p.add_argument("--name", default="realsize", help="result file stem (default realsize)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where results go (default benchmarks/results)")
-    p.add_argument("--readme", action="store_true", help="rewrite the NAME section of benchmarks/README.md")
+    p.add_argument(
+        "--readme",
+        action="store_true",
+        help="write the results into benchmarks/README.md (between <!-- NAME:start/end --> markers; "
+        "appended as a new section when they are missing)",
+    )
     a = p.parse_args(argv)
     unknown = sorted(set(a.precisions) - set(PRECISIONS))
     if unknown:

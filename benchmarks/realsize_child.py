@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--prompt", type=int, default=32)
     p.add_argument("--steps", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
     if args.kind == "convert":
         result = convert(args.ir / "openvino_model.xml", args.onnx, json.loads(args.convert_kwargs))

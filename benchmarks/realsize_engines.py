@@ -15,13 +15,13 @@ as JSON when it parses, else as a string). That is how a faster option of a late
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from concurrency import rss_bytes
 
 __all__ = [
     "DEFAULT_ENGINES",
@@ -115,8 +115,7 @@ def parse_engine(spec: str) -> Engine:
 
 def rss_mib() -> float:
     """This process's resident set now, in MiB (2^20 bytes, the unit of the issue's table)."""
-    with open("/proc/self/statm", encoding="ascii") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return rss_bytes() / 2**20
 
 
 def peak_rss_mib() -> float:
