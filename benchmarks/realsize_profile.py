@@ -92,6 +92,7 @@ def summarize(trace: list[dict[str, Any]], first_run: int, write: set[str], read
     by_part: dict[str, float] = defaultdict(float)
     nodes: dict[str, float] = defaultdict(float)
     other: dict[str, float] = defaultdict(float)
+    count = 0
     for e in trace:
         if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
             continue
@@ -99,6 +100,7 @@ def summarize(trace: list[dict[str, Any]], first_run: int, write: set[str], read
         if not any(lo <= ts <= hi for lo, hi in spans):
             continue
         name = e["name"][: -len("_kernel_time")]
+        count += 1
         dur = e["dur"] / 1e3  # µs -> ms
         by_op[e.get("args", {}).get("op_name", "?")] += dur
         part = part_of(name, write, read)
@@ -118,6 +120,7 @@ def summarize(trace: list[dict[str, Any]], first_run: int, write: set[str], read
         "runs": n,
         "model_run_ms": run_ms,
         "kernels_ms": kernels,
+        "nodes_per_run": count / n,
         "by_op": table(by_op),
         "by_part": table(by_part),
         "top_nodes": table(nodes)[:15],
@@ -185,7 +188,7 @@ def markdown(doc: dict[str, Any], top: int = 12) -> str:
             head,
             "",
             f"Decode step {e['step_ms']:.1f} ms (Generator, wall), of which ONNX Runtime `model_run` "
-            f"{e['model_run_ms']:.1f} ms and node kernels {e['kernels_ms']:.1f} ms "
+            f"{e['model_run_ms']:.1f} ms and the kernels of its {e.get('nodes_per_run', 0):.0f} nodes {e['kernels_ms']:.1f} ms "
             f"({e['runs']} decode runs, positions {c['prompt']}–{c['prompt'] + c['steps'] - 1}, "
             f"{c['threads']} threads, profiler on).",
             "",
