@@ -188,7 +188,8 @@ def markdown(doc: dict[str, Any], top: int = 12) -> str:
             head,
             "",
             f"Decode step {e['step_ms']:.1f} ms (Generator, wall), of which ONNX Runtime `model_run` "
-            f"{e['model_run_ms']:.1f} ms and the kernels of its {e.get('nodes_per_run', 0):.0f} nodes {e['kernels_ms']:.1f} ms "
+            f"{e['model_run_ms']:.1f} ms and the kernels of its {e.get('nodes_per_run', 0):.0f} nodes "
+            f"{e['kernels_ms']:.1f} ms "
             f"({e['runs']} decode runs, positions {c['prompt']}–{c['prompt'] + c['steps'] - 1}, "
             f"{c['threads']} threads, profiler on).",
             "",
