@@ -222,7 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         help="write the results into benchmarks/README.md (between <!-- NAME:start/end --> markers; "
         "appended as a new section when they are missing)",
     )
+    p.add_argument("--from-json", type=Path, metavar="NAME.json", help="only re-render the report of an earlier run")
     a = p.parse_args(argv)
+    if a.from_json:
+        write(json.loads(a.from_json.read_text(encoding="utf-8")), a.out, a.from_json.stem, a.readme)
+        return 0
     unknown = sorted(set(a.precisions) - set(PRECISIONS))
     if unknown:
         p.error(f"unknown precision {', '.join(unknown)}: choose from {', '.join(PRECISIONS)}")

@@ -283,8 +283,8 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     c, m = doc["config"], doc["machine"]
     fig.suptitle(
         f"{doc['model']}: prompt {c['prompt']} + {c['steps']} decode steps, batch 1, {c['threads']} threads\n"
-        f"{m['cpu']}, {m['cores']} cores (shared); onnxruntime {m['onnxruntime']}, OpenVINO {m['openvino']}; "
-        f"{doc['started'][:10]}",
+        f"ortstate {doc.get('ortstate', m['ortstate'])}; {m['cpu']}, {m['cores']} cores (shared); "
+        f"onnxruntime {m['onnxruntime']}, OpenVINO {m['openvino']}; {doc['started'][:10]}",
         fontsize=11,
     )
     fig.tight_layout()
