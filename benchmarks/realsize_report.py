@@ -151,49 +151,54 @@ def _gib(mb: float | None) -> str:
     return "n/a" if mb is None else f"{mb / 1024:.2f} GiB"
 
 
-def memory_table(entries: list[dict[str, Any]]) -> str:
-    """Per precision and engine: conversion (ortstate) and load + decode (each engine in its own process)."""
-    lines = [
-        "| weights | engine | ONNX MiB | convert s | convert peak RSS | load s | RSS after load "
-        "| peak RSS load + run |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
+def _per_engine(entries: list[dict[str, Any]], header: list[str], cells: Any) -> str:
+    """A markdown table with one row per precision and engine: ``cells(entry, name)`` gives the columns
+    after the first two, right-aligned."""
+    lines = ["| " + " | ".join(["weights", "engine", *header]) + " |", "| --- | --- |" + " ---: |" * len(header)]
     for e in entries:
         for eng in e.get("engines", []):
-            name = eng["name"]
-            conv = e.get("conversions", {}).get(name, {})
-            load = e.get("load", {}).get(name, {})
-            lines.append(
-                f"| {e['precision']} | {name} | {_num(conv.get('onnx_mib'))} | {_num(conv.get('seconds'), '.1f')} "
-                f"| {_gib(conv.get('peak_rss_mib')) if conv else ''} | {_num(load.get('load_s'), '.1f')} "
-                f"| {_gib(load.get('loaded_rss_mib'))} | {_gib(load.get('peak_rss_mib'))} |"
-                + (f" {load['error']}" if "error" in load else "")
-            )
+            lines.append("| " + " | ".join([e["precision"], eng["name"], *cells(e, eng["name"])]) + " |")
     return "\n".join(lines)
+
+
+def memory_table(entries: list[dict[str, Any]]) -> str:
+    """Per precision and engine: conversion (ortstate) and load + decode (each engine in its own process)."""
+
+    def cells(e: dict[str, Any], name: str) -> list[str]:
+        conv = e.get("conversions", {}).get(name, {})
+        load = e.get("load", {}).get(name, {})
+        peak = _gib(load.get("peak_rss_mib")) if "error" not in load else f"failed: {load['error'].replace('|', '/')}"
+        return [
+            _num(conv.get("onnx_mib")),
+            _num(conv.get("seconds"), ".1f"),
+            _gib(conv.get("peak_rss_mib")) if conv else "",
+            _num(load.get("load_s"), ".1f"),
+            _gib(load.get("loaded_rss_mib")),
+            peak,
+        ]
+
+    header = ["ONNX MiB", "convert s", "convert peak RSS", "load s", "RSS after load", "peak RSS load + run"]
+    return _per_engine(entries, header, cells)
 
 
 def speed_table(entries: list[dict[str, Any]]) -> str:
     """Per precision and engine: prefill and decode from the shared process, ratios to OpenVINO exact."""
-    lines = [
-        "| weights | engine | prefill ms | decode p50 ms/token | decode p90 | × OV exact (decode) "
-        "| × OV default (decode) | tokens = OV exact | max abs Δlogits |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
-    ]
-    for e in entries:
-        for eng in e.get("engines", []):
-            name = eng["name"]
-            s = e.get("speed", {}).get(name, {})
-            dec = s.get("decode_p50_ms")
-            vs = [_x(_ratio(dec, _get(e, "speed", ov, "decode_p50_ms"))) for ov in (EXACT, DEFAULT)]
-            match = s.get("tokens_match")
-            shown = "n/a" if match is None else ("yes" if match else f"no (step {s.get('first_mismatch')})")
-            diff = s.get("max_abs_logits_diff")
-            lines.append(
-                f"| {e['precision']} | {name} | {_num(s.get('prefill_ms'), '.1f')} | {_num(dec, '.1f')} "
-                f"| {_num(s.get('decode_p90_ms'), '.1f')} | {vs[0]} | {vs[1]} | {shown} "
-                f"| {'n/a' if diff is None else f'{diff:.1e}'} |"
-            )
-    return "\n".join(lines)
+
+    def cells(e: dict[str, Any], name: str) -> list[str]:
+        s = e.get("speed", {}).get(name, {})
+        dec = s.get("decode_p50_ms")
+        match, diff = s.get("tokens_match"), s.get("max_abs_logits_diff")
+        return [
+            _num(s.get("prefill_ms"), ".1f"),
+            _num(dec, ".1f"),
+            _num(s.get("decode_p90_ms"), ".1f"),
+            *[_x(_ratio(dec, _get(e, "speed", ov, "decode_p50_ms"))) for ov in (EXACT, DEFAULT)],
+            "n/a" if match is None else ("yes" if match else f"no (step {s.get('first_mismatch')})"),
+            "n/a" if diff is None else f"{diff:.1e}",
+        ]
+
+    header = ["prefill ms", "decode p50 ms/token", "decode p90", "× OV exact (decode)", "× OV default (decode)"]
+    return _per_engine(entries, [*header, "tokens = OV exact", "max abs Δlogits"], cells)
 
 
 def markdown(doc: dict[str, Any], image: str | None = None) -> str:
