@@ -48,7 +48,12 @@ PARTS = (
     ("MLP (gate/up/down, SiLU)", r"\.mlp\b|\.mlp\."),
     ("attention (SDPA: QK, softmax, ·V, mask)", r"scaled_dot_product_attention"),
     ("RoPE", r"rotary_emb|aten::(cos|sin)\b|self_attn/aten::(mul|neg|slice|cat|add)\b"),
+    ("attention heads plumbing (GQA expand, reshapes, transposes)", r"self_attn/aten::"),
     ("RMSNorm", r"layernorm|\.norm/"),
+    ("residual adds", r"layers\.\d+/aten::add\b"),
+    ("variables: init If / Assign Identity (explicit form)", r"^(ReadValue|Assign)_\d+/"),
+    ("Gather range guards (converter)", r"^Gather_\d+/"),
+    ("causal mask and positions (model level)", r"__module\.model/aten::"),
 )
 KV_WRITE, KV_READ, OTHER = (
     "KV cache: append (Concat written to the variable)",
