@@ -145,7 +145,6 @@ def run_precision(precision: str, engines: list[Engine], a: argparse.Namespace) 
         entry["errors"].append(f"speed: {entry['speed'].pop('error')}")
     if not a.keep_onnx:
         shutil.rmtree(work, ignore_errors=True)
-    entry["load"] = entry["load"] or {}
     entry["loadavg"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
     return entry
 
