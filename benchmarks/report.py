@@ -17,14 +17,13 @@ SHORT |= {"auto": "auto"}
 SHORT |= {"floor": "floor", "torch": "PyTorch"}
 RATIO_RUNNERS = ("custom-op", "auto", "explicit")
 CONCURRENCY_LABELS = {"bare": "bare ORT (control)", "bare-processes": "bare ORT in processes (control, no GIL)"}
-START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
 def _x(value: float | None) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.2f}×"
 
 
-def _target(name: str, value: float | None, ok: bool | None, detail: str) -> dict[str, Any]:
+def target(name: str, value: float | None, ok: bool | None, detail: str) -> dict[str, Any]:
     status = "n/a" if ok is None else ("PASS" if ok else "MISS")
     return {"target": name, "value": value, "status": status, "detail": detail}
 
@@ -54,12 +53,12 @@ def targets(demo: BenchResult, llm: dict[str, Any], rows: list[dict[str, Any]]) 
     for runner, limit in (("auto", 1.25), ("custom-op", 1.25), ("explicit", 1.05)):
         r = demo.ratio(runner, "floor")
         name = f"demo LSTM: {RUNNER_TARGET[runner]} ≤ {limit}× floor"
-        out.append(_target(name, r, None if r is None else r <= limit, _x(r)))
+        out.append(target(name, r, None if r is None else r <= limit, _x(r)))
     vs = {n: demo.ratio(n, "openvino") for n in ("custom-op", "auto", "explicit")}
     shared = {n: demo.ratio(n, "openvino-shared") for n in vs}
     ok = None if None in vs.values() else all(v < 1 for v in vs.values())  # type: ignore[operator]
     detail = ", ".join(f"{n} {_x(v)} of `infer(feeds)`, {_x(shared[n])} of `share_inputs=True`" for n, v in vs.items())
-    out.append(_target("demo LSTM: both forms faster than OpenVINO", max(vs.values(), default=None), ok, detail))
+    out.append(target("demo LSTM: both forms faster than OpenVINO", max(vs.values(), default=None), ok, detail))
     runs_llama = llm["llama"] and all(
         p["result"].get("custom-op") and p["result"].get("explicit") for p in llm["llama"]
     )
@@ -68,7 +67,7 @@ def targets(demo: BenchResult, llm: dict[str, Any], rows: list[dict[str, Any]]) 
         for runner, limit in (("auto", 1.5), ("custom-op", 1.5), ("explicit", 1.1)):
             r, detail = _worst(points, runner, 16, 256)
             name = f"LLM decode, positions 16–256 ({model}): {RUNNER_TARGET[runner]} ≤ {limit}× floor"
-            out.append(_target(name, r, None if r is None else r <= limit, detail))
+            out.append(target(name, r, None if r is None else r <= limit, detail))
     out.append(state_movement(llm["standin"]))
     for model in dict.fromkeys(r["model"] for r in rows):
         control = concurrency.speedup(rows, "bare", 16, model)
@@ -77,7 +76,7 @@ def targets(demo: BenchResult, llm: dict[str, Any], rows: list[dict[str, Any]]) 
             s = concurrency.speedup(rows, form, 16, model)
             name = f"16 concurrent requests, {model} ({form}): 2 threads ≥ 1.5× 1 thread"
             detail = f"{_x(s)} (controls: bare ORT, 2 threads {_x(control)}; bare ORT, 2 processes {_x(processes)})"
-            out.append(_target(name, s, None if s is None else s >= 1.5, detail))
+            out.append(target(name, s, None if s is None else s >= 1.5, detail))
     return out
 
 
@@ -94,10 +93,10 @@ def state_movement(points: list[dict[str, Any]]) -> dict[str, Any]:
         rates.append((p["value"], p["state_bytes"], 2 * p["state_bytes"] / over / 1e9 if over > 0 else math.inf))
     name = "LLM decode (KV-cache stand-in): custom-op form moves state ≥ 1 GB/s of overhead"
     if not rates:
-        return _target(name, None, None, "did not run")
+        return target(name, None, None, "did not run")
     position, size, rate = max(rates, key=lambda r: r[1])
     detail = "; ".join(f"{p}: {_gbs(r)} ({s / 1024:.0f} KiB)" for p, s, r in rates) + f" (judged at {position})"
-    return _target(name, rate, rate >= 1.0, detail)
+    return target(name, rate, rate >= 1.0, detail)
 
 
 def _gbs(rate: float) -> str:
@@ -254,11 +253,26 @@ def plots(out: Path, demo: BenchResult, sweeps: dict[str, Any], llm: dict[str, A
     return ["demo.png", "sweeps.png", "llm.png", "concurrency.png"]
 
 
-def rewrite_readme(readme: Path, body: str) -> None:
-    """Replace what stands between the results markers of ``readme`` with ``body``."""
+def rewrite_readme(readme: Path, body: str, section: str = "results") -> bool:
+    """Replace what stands between the ``<!-- SECTION:start/end -->`` markers of ``readme`` with ``body``;
+    False (and the file untouched) when the markers are not there."""
+    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
     text = readme.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
-    readme.write_text(pattern.sub(lambda _: f"{START}\n{body}\n{END}", text), encoding="utf-8")
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        return False
+    readme.write_text(pattern.sub(lambda _: f"{start}\n{body}\n{end}", text), encoding="utf-8")
+    return True
 
 
-__all__ = ["concurrency_table", "markdown_table", "plots", "profile_text", "rewrite_readme", "sweep_table", "targets"]
+__all__ = [
+    "concurrency_table",
+    "markdown_table",
+    "plots",
+    "profile_text",
+    "rewrite_readme",
+    "sweep_table",
+    "target",
+    "targets",
+    "targets_table",
+]
