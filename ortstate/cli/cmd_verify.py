@@ -130,8 +130,11 @@ def report(result: VerifyResult, fixed: set[str], seed: int, verbose: bool = Fal
     feeds = ", ".join(f"{name} {dtype}[{','.join(map(str, shape))}]" for name, (dtype, shape) in result.inputs.items())
     how = f"seed {seed}, {result.feeding}" + (f"; fixed: {', '.join(sorted(fixed))}" if fixed else "")
     wrap = textwrap.TextWrapper(width=WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+    title = f"{result.source}: ortstate vs OpenVINO {version} (CPU, f32)"
+    if len(title) > WIDTH:  # a long path gets a line of its own; a path is never broken
+        title = f"{result.source}:\n  ortstate vs OpenVINO {version} (CPU, f32)"
     lines = [
-        f"{result.source}: ortstate vs OpenVINO {version} (CPU, f32)",
+        *title.split("\n"),
         *wrap.wrap(f"inputs: {feeds}"),
         *wrap.wrap(f"  {how}"),
         f"{count(result.steps, 'step')}, reset, {count(result.steps, 'step')}; "
