@@ -69,6 +69,42 @@ def test_readme_synopsis_names_every_command_once():
     assert sorted(named) == sorted(subparsers.choices)
 
 
+# The explicit form's tensor names (docs/forms.md): spelled like Python names, but none.
+TENSOR_NAMES = ("ortstate.request", "ortstate.in.", "ortstate.out.", "ortstate.init.")
+
+
+def test_python_names_in_the_docs_exist():
+    """Every ``ortstate.x.y`` the README and docs name in code spans imports or is an attribute."""
+    import importlib
+
+    missing = set()
+    for page in [README, *DOCS]:
+        for name in re.findall(r"`(ortstate(?:\.\w+)+)", prose(page.read_text(encoding="utf-8"))):
+            if name.startswith(TENSOR_NAMES):
+                continue
+            parts, obj = name.split("."), None
+            for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
+                try:
+                    obj = importlib.import_module(".".join(parts[:cut]))
+                except ImportError:
+                    continue
+                for attr in parts[cut:]:
+                    obj = getattr(obj, attr, None)
+                break
+            if obj is None:
+                missing.add(f"{page.name}: {name}")
+    assert not missing, sorted(missing)
+
+
+def test_inline_python_commands_run(tmp_path):
+    """``python -c "..."`` commands quoted in the README's and docs' prose succeed."""
+    commands = [c for page in [README, *DOCS] for c in re.findall(r'`python -c "([^"`]+)"`', prose(page.read_text()))]
+    assert commands, "no inline python -c command found: the test reads nothing"
+    for code in commands:
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+        assert proc.returncode == 0, f"python -c {code!r}: {proc.stderr[-2000:]}"
+
+
 def _printed(comment: str) -> str | None:
     """The output a ``print(...)  # comment`` promises: the comment up to its first complete
     Python literal (``acc [[2. 2. 2.]]``, ``['x']: what it is`` -> ``['x']``), or None for prose."""
