@@ -158,9 +158,7 @@ def rebase_links(text: str, source_dir: Path, target_dir: Path) -> str:
         moved = Path(os.path.relpath(source_dir / path, target_dir)).as_posix()
         return f"{m.group(1)}{moved}{sep}{anchor}{m.group(3)}"
 
-    return "\n".join(
-        _LINK.sub(fix, line) if prose else line for line, prose in _outside_fences(text)
-    )
+    return "\n".join(_LINK.sub(fix, line) if prose else line for line, prose in _outside_fences(text))
 
 
 def _cell(value: Any) -> str:

@@ -180,7 +180,8 @@ def test_performance_doc_orders_runs_shifts_headings_and_rebases_links(tmp_path)
     results.parent.mkdir()
     machine = {"cpu": "CPU X", "cores": 2, "onnxruntime": "1.2", "openvino": "2026.1"}
     real = "# Real size\n\nRun 2026-01-02.\n\n### Table\n\n![plot](real.png)\n\n```\n# not a heading\n```\n"
-    _results(results, "realsize-a", {"schema": "ortstate.realsize/1", "started": "2026-01-02", "machine": machine}, real)
+    real_run = {"schema": "ortstate.realsize/1", "started": "2026-01-02", "machine": machine}
+    _results(results, "realsize-a", real_run, real)
     suite = "# Suite\n\nRun 2026-01-01 ([more](../README.md#x), [web](https://example.com)).\n\n#### Deep\n"
     _results(results, "latest", {"schema": "ortstate.bench-suite/1", "started": "2026-01-01", "machine": {}}, suite)
     _results(results, "other", {"schema": "someone-else/1"}, None)  # not ours: ignored
@@ -202,7 +203,10 @@ def test_performance_doc_orders_runs_shifts_headings_and_rebases_links(tmp_path)
     ("md", "message"),
     [
         (None, "latest.json: no latest.md beside it (rerun the benchmark that wrote it)"),
-        ("# Suite\n\nRun 2025-12-31.\n", "latest.md: not rendered from latest.json (its run 2026-01-01 is not named in it)"),
+        (
+            "# Suite\n\nRun 2025-12-31.\n",
+            "latest.md: not rendered from latest.json (its run 2026-01-01 is not named in it)",
+        ),
         ("Run 2026-01-01, no title\n", "latest.md: no '# ' title line (not a benchmark's rendering)"),
     ],
 )
