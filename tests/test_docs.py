@@ -136,7 +136,7 @@ def python_samples():
                 yield pytest.param(code, id=f"{page.relative_to(ROOT)}[{i}]")
 
 
-@pytest.mark.parametrize("code", python_samples())
+@pytest.mark.parametrize("code", list(python_samples()))
 def test_python_sample_runs_and_prints_what_it_says(tmp_path, code):
     """Run from a copy of the checkout's layout (models/, an empty out/): it succeeds, each
     ``print`` whose comment shows a value prints that value, in order, and nothing lands outside out/."""
@@ -202,7 +202,6 @@ def test_performance_doc_orders_runs_shifts_headings_and_rebases_links(tmp_path)
 @pytest.mark.parametrize(
     ("md", "message"),
     [
-        (None, "latest.json: no latest.md beside it (rerun the benchmark that wrote it)"),
         (
             "# Suite\n\nRun 2025-12-31.\n",
             "latest.md: not rendered from latest.json (its run 2026-01-01 is not named in it)",
@@ -218,6 +217,53 @@ def test_performance_doc_refuses_results_that_disagree(tmp_path, capsys, md, mes
     assert perfdoc.main(["--results", str(tmp_path), "--out", str(tmp_path / "p.md")]) == 2
     assert capsys.readouterr().err == f"make_performance_doc: error: {tmp_path}/{message}\n"
     assert not (tmp_path / "p.md").exists()
+
+
+def _realsize(folder: Path, name: str, started: str) -> None:
+    run = {"schema": "ortstate.realsize/1", "started": started, "machine": {}}
+    _results(folder, name, run, f"# Real-size benchmark: {name}\n\nRun {started}.\n")
+
+
+def test_performance_doc_shows_a_baseline_until_its_own_run_is_there(tmp_path):
+    """realsize-before.json is the real-size section until realsize.json arrives; then it is
+    only listed, and whatever else is missing (here the bench suite) leaves no gap."""
+    results, doc = tmp_path / "results", tmp_path / "docs" / "performance.md"
+    _realsize(results, "realsize-before", "2026-01-01")
+    text = perfdoc.render(results, doc)
+    assert "## Real-size benchmark: realsize-before\n\nRun 2026-01-01." in text
+    assert "not shown" not in text
+
+    _realsize(results, "realsize", "2026-02-02")
+    text = perfdoc.render(results, doc)
+    assert "## Real-size benchmark: realsize\n\nRun 2026-02-02." in text
+    assert "realsize-before\n" not in text and "2026-01-01" not in text
+    assert (
+        "Results files not shown here:\n\n"
+        "- [`realsize-before.json`](../results/realsize-before.json): the baseline of `realsize.json`, shown instead\n"
+    ) in text
+
+
+def test_performance_doc_lists_a_run_without_its_rendering_and_warns(tmp_path, capsys):
+    results, out = tmp_path / "results", tmp_path / "docs" / "performance.md"
+    _realsize(results, "realsize", "2026-02-02")
+    _results(results, "latest", {"schema": "ortstate.bench-suite/1", "started": "2026-01-01"}, None)
+    assert perfdoc.main(["--results", str(results), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "- [`latest.json`](../results/latest.json): not rendered: no `latest.md` beside it\n" in text
+    assert "## Real-size benchmark: realsize\n" in text
+    assert capsys.readouterr().err.splitlines() == [
+        f"make_performance_doc: warning: {results}/latest.json: not rendered: no latest.md beside it "
+        "(rerun the benchmark)",
+        f"wrote {out}",
+    ]
+
+
+def test_performance_doc_without_results(tmp_path):
+    (tmp_path / "results").mkdir()
+    text = perfdoc.render(tmp_path / "results", tmp_path / "docs" / "performance.md")
+    assert text == perfdoc.HEADER + "\n## Runs\n\nNo benchmark results rendered from `../results` yet.\n"
+    with pytest.raises(perfdoc.DocError, match="nowhere: no such results folder"):
+        perfdoc.render(tmp_path / "nowhere", tmp_path / "docs" / "performance.md")
 
 
 def test_performance_doc_check_mode(tmp_path, capsys):
