@@ -59,6 +59,32 @@ def test_readme_is_the_front_door():
     assert lines <= 120, f"README.md has {lines} lines: move reference material into docs/"
 
 
+# The two commands a newcomer runs first, kept verbatim through every README rewrite.
+INSTALL_AND_DEMO = "python -m venv .venv && . .venv/bin/activate && pip install '.[verify]' && ortstate demo"
+TEST_COMMAND = (
+    "rm -rf .venv-test && python -m venv .venv-test && . .venv-test/bin/activate && pip install '.[test]' "
+    "&& python -m pytest"
+)
+
+
+def test_readme_keeps_the_install_and_test_commands_and_names_real_extras():
+    from importlib.metadata import entry_points, metadata
+
+    text = README.read_text(encoding="utf-8")
+    assert [m.group(2).strip() for m in FENCE.finditer(text) if m.group(1) == "bash"] == [
+        INSTALL_AND_DEMO,
+        TEST_COMMAND,
+    ]
+    extras = set(metadata("ortstate").get_all("Provides-Extra"))
+    quoted = set(re.findall(r"'\.\[(\w+)\]'", INSTALL_AND_DEMO + TEST_COMMAND))
+    paragraph = text.split("\nExtras: ")[1].split("\n\n")[0]
+    described = set(re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", paragraph)))  # not what the (...) quote
+    assert quoted <= extras and described == extras, (quoted, described, extras)
+    assert [e.value for e in entry_points(group="console_scripts", name="ortstate")] == ["ortstate.cli:main"]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "pip install '.[test]'" in ci and "python -m pytest" in ci  # CI runs the README's test command
+
+
 def test_readme_synopsis_names_every_command_once():
     from ortstate.cli import build_parser
 
