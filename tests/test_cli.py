@@ -343,16 +343,16 @@ def test_help_shows_every_default(capsys):
             assert "default" in (action.help or ""), f"ortstate {name} {action.option_strings}: no default in its help"
 
 
-def readme() -> str:
-    return (ROOT / "README.md").read_text(encoding="utf-8")
+def cli_doc() -> str:
+    return (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
 
 
-def test_readme_command_summary_lists_every_option():
+def test_cli_doc_synopsis_lists_every_option():
     import argparse
 
     from ortstate.cli import build_parser
 
-    summary = readme().split("## Command line")[1].split("```text\n")[1].split("```")[0]
+    summary = cli_doc().split("## Synopsis")[1].split("```text\n")[1].split("```")[0]
     blocks = re.split(r"\n(?=ortstate )", summary)
     subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for name, parser in subparsers.choices.items():
@@ -360,14 +360,14 @@ def test_readme_command_summary_lists_every_option():
         for action in parser._actions:
             if action.option_strings and action.dest != "help":
                 assert any(o in block for o in action.option_strings), (
-                    f"README: ortstate {name} lacks {action.option_strings}"
+                    f"docs/cli.md: ortstate {name} lacks {action.option_strings}"
                 )
 
 
-def test_readme_examples_run_verbatim_and_write_only_into_out(tmp_path):
-    """Each example line of the README, run in a copy of the checkout's layout: all succeed, and
+def test_cli_doc_examples_run_verbatim_and_write_only_into_out(tmp_path):
+    """Each example line of docs/cli.md, run in a copy of the checkout's layout: all succeed, and
     nothing but out/ appears."""
-    block = readme().split("```bash\nmkdir -p out\n")[1].split("```")[0]
+    block = cli_doc().split("```bash\nmkdir -p out\n")[1].split("```")[0]
     (tmp_path / "models").symlink_to(MODELS)
     script = "set -e\nmkdir -p out\n" + block.replace("ortstate ", f"{sys.executable} -m ortstate ")
     script = script.replace('python -c "', f'{sys.executable} -c "')

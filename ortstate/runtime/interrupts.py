@@ -17,7 +17,7 @@ own raising handlers for other signals can still fire inside a custom-op run.
 
 from __future__ import annotations
 
-import _signal  # the functions behind ``signal``, whose wrappers cost ~5 µs a call (enum conversion)
+import _signal  # the functions behind ``signal``, whose wrappers convert to enums on every call (slow, per run)
 import threading
 from collections.abc import Callable
 from typing import Any

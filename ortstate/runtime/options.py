@@ -1,14 +1,15 @@
 """The ONNX Runtime session options ortstate chooses for a model when the caller gives none.
 
-One choice so far, measured on 2 cores (``benchmarks/``): ONNX Runtime's CPU memory arena hands
-out every intermediate tensor under one mutex per session. A recurrent model steps in tens of µs
-with many small tensors, and 16 requests stepped from 2 threads on one session ran *slower* than
-from 1 thread with the arena (0.8–1.2×) and 1.4–1.6× faster without it; one thread runs ~1 µs
-faster without it too. Decoders whose caches grow every step allocate large, changing buffers the
-arena recycles (one stream 0–25 % slower without it), so they keep it: the arena goes off only for
-models whose variables all have static shapes. (Serving many decode streams from several threads
-is the exception: without the arena 16 llama streams on 2 threads ran 1.51× the 1-thread rate,
-1.26× with it; callers who do that pass their own ``sess_options``.)
+One choice so far, measured on 2 cores (``benchmarks/concurrency.py``; the measurements are in
+``benchmarks/README.md``, "Concurrency", and ``docs/performance.md``): ONNX Runtime's CPU memory
+arena hands out every intermediate tensor under one mutex per session. A recurrent model steps in
+tens of µs with many small tensors, so requests stepped from several threads on one session
+serialise on that mutex: with the arena they ran no faster than from one thread, without it they
+scaled, and one thread is a little faster without it too. Decoders whose caches grow every step
+allocate large, changing buffers the arena recycles (one stream is slower without it), so they keep
+it: the arena goes off only for models whose variables all have static shapes. (Serving many decode
+streams from several threads is the exception: there the arena costs more than it saves; callers
+who do that pass their own ``sess_options`` with ``enable_cpu_mem_arena = False``.)
 """
 
 from __future__ import annotations
