@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import OrtStateError
+from .errors import InputError
 from .generate.feeds import FeedRules, InputSpec
 from .generate.ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size, tensor_name
 from .generate.model_dir import read_config
@@ -21,10 +21,6 @@ from .ir import Graph, Layer
 __all__ = ["DEFAULT_DIM", "InputError", "VerifyInputs", "input_specs", "inputs_reaching", "random_inputs"]
 
 DEFAULT_DIM = 4  # dynamic dims other than the first; a decoder's prompt length
-
-
-class InputError(OrtStateError):
-    """Inputs or shapes asked for do not fit the model's Parameters."""
 
 
 def input_specs(graph: Graph) -> list[InputSpec]:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UsageError
+
 FORM_HELP = (
     "how the variables are kept: auto (default) = the explicit form, the fastest; a custom-op .onnx "
     "is rewritten into it on load; custom-op = run the Python state ops (an IR is converted to that "
@@ -40,10 +42,6 @@ __all__ = [
     "parse_shapes",
     "split_assignment",
 ]
-
-
-class UsageError(Exception):
-    """The command line is wrong or names a missing/unreadable file (exit code 2)."""
 
 
 def existing_file(path: str | Path, what: str = "") -> Path:

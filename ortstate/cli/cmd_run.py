@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from .. import StatefulSession, convert
-from .args import UsageError, add_form_option, add_verbose_option, existing_file, parse_inputs
+from ..errors import UsageError
+from .args import add_form_option, add_verbose_option, existing_file, parse_inputs
 from .command import EXIT_OK, Command
 from .report import array_summary, count, natural_key, progress, table
 

@@ -7,9 +7,10 @@ import re
 import textwrap
 from collections.abc import Sequence
 
+from ..errors import UsageError
 from ..model_meta import CUSTOM_OP, EXPLICIT
 from ..verify import DEFAULT_ATOL, DEFAULT_RTOL, Check, FormResult, VerifyResult, verify
-from .args import UsageError, add_verbose_option, existing_file, parse_inputs, parse_shapes
+from .args import add_verbose_option, existing_file, parse_inputs, parse_shapes
 from .command import EXIT_FAILURE, EXIT_OK, Command
 from .report import count, format_error, natural_key, progress, table
 

@@ -9,11 +9,9 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import NoReturn
 
-from ..errors import IRFileError, OrtStateError
+from ..errors import InputError, IRFileError, OpenVINOUnavailable, OrtStateError, UsageError
 from ..runtime import options as ort_options
-from ..verify import InputError, OpenVINOUnavailable
 from . import cmd_bench, cmd_convert, cmd_demo, cmd_generate, cmd_inspect, cmd_run, cmd_verify
-from .args import UsageError
 from .command import EXIT_FAILURE, EXIT_USAGE, Command
 
 __all__ = ["COMMANDS", "build_parser", "main"]

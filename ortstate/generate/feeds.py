@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from .model_dir import GenerationError, ModelConfig
+from ..errors import GenerationError
+from .model_dir import ModelConfig
 
 __all__ = ["MAMBA_FAMILY", "FeedRules", "InputSpec", "input_specs"]
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..convert import convert_graph
+from ..errors import GenerationError
 from ..ir import read_ir
 from ..model_meta import CUSTOM_OP
 from ..runtime import StatefulSession
@@ -24,7 +25,7 @@ from .decoding import GenerationRun, Job, beam_search, sample_or_greedy
 from .encoder_decoder import Encoder, TextEmbedder
 from .feeds import FeedRules, input_specs
 from .ir_inputs import cache_position_window
-from .model_dir import GenerationError, ModelConfig, find_model_files, read_config
+from .model_dir import ModelConfig, find_model_files, read_config
 from .options import SearchOptions, file_defaults
 from .prompts import FirstRow, check_prompts, is_sequence, nested
 from .state_layout import StateLayout, state_layout
