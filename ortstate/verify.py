@@ -30,6 +30,7 @@ from .errors import InputError, OpenVINOUnavailable, OrtStateError, RunError
 from .generate.feeds import InputSpec
 from .ir import Graph, read_ir
 from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
+from .runtime import StatefulSession
 from .verify_inputs import DEFAULT_DIM, VerifyInputs, input_specs, inputs_reaching, random_inputs
 
 __all__ = [
@@ -221,8 +222,6 @@ def verify(
     Raises:
         OpenVINOUnavailable, and any ``OrtStateError`` of reading, converting or running.
     """
-    from .runtime import StatefulSession
-
     if steps < 1:
         raise OrtStateError(f"steps must be at least 1, got {steps}")
     ov = load_openvino()

@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import InputError
 from .generate.feeds import FeedRules, InputSpec
-from .generate.ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size, tensor_name
+from .generate.ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size
 from .generate.model_dir import read_config
 from .generate.synthetic import concrete_shape, decoder_steps
 from .generate.synthetic import random_inputs as _random_inputs
@@ -154,7 +154,7 @@ def inputs_reaching(graph: Graph, layer: Layer) -> list[str]:
     while stack:
         current = stack.pop()
         if current.type == "Parameter":
-            found.append(tensor_name(current))
+            found.append(current.tensor_name())
         for index in range(len(current.inputs)):
             try:
                 source, _ = graph.producer(current, index)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UsageError
+from ..runtime.loaded import FORMS
 
 FORM_HELP = (
     "how the variables are kept: auto (default) = the explicit form, the fastest; a custom-op .onnx "
@@ -20,8 +21,6 @@ FORM_HELP = (
 
 def add_form_option(p: argparse.ArgumentParser, help: str = FORM_HELP) -> None:  # noqa: A002 - argparse's word
     """``--form``: which form ``StatefulSession`` runs (see its ``form`` argument)."""
-    from ..runtime.session import FORMS
-
     p.add_argument("--form", choices=FORMS, default="auto", help=help)
 
 

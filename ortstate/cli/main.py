@@ -11,6 +11,7 @@ from typing import NoReturn
 
 from ..errors import InputError, IRFileError, OpenVINOUnavailable, OrtStateError, UsageError
 from ..runtime import options as ort_options
+from ..version import __version__
 from . import cmd_bench, cmd_convert, cmd_demo, cmd_generate, cmd_inspect, cmd_run, cmd_verify
 from .command import EXIT_FAILURE, EXIT_USAGE, Command
 
@@ -70,8 +71,6 @@ def _version() -> str:
             parts.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             parts.append(f"{dist} not installed")
-    from .. import __version__
-
     return f"ortstate {__version__} ({', '.join(parts)})"
 
 

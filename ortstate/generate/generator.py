@@ -49,7 +49,8 @@ class Generator:
         layout: how the decoder's variables follow rows and tokens (read from its graph by
             :meth:`from_dir`); without it, beam search and padding are refused.
         tokenizer: for stop strings (anything with ``decode(ids, skip_special_tokens=...)``);
-            :meth:`from_dir` loads the folder's ``tokenizer.json`` when first needed.
+            without it, ``folder``'s ``tokenizer.json`` is loaded when first needed.
+        folder: the export folder the model came from (:meth:`from_dir` gives it).
 
     Raises:
         GenerationError: the decoder has inputs no rule feeds, needs an embedder that is missing, or
@@ -66,6 +67,7 @@ class Generator:
         rules: FeedRules | None = None,
         layout: StateLayout | None = None,
         tokenizer: Any = None,
+        folder: Path | None = None,
     ) -> None:
         self.session = session
         self.config = config or ModelConfig()
@@ -82,7 +84,7 @@ class Generator:
         self.vocab_size: int | None = last if isinstance(last, int) else None
         self._rows = self.stepper.rows
         self._tokenizer = tokenizer
-        self._folder: Path | None = None
+        self._folder = folder  # where the tokenizer is looked for when none is given
         self.last_run: GenerationRun | None = None
 
     @classmethod
@@ -106,11 +108,16 @@ class Generator:
         rules = FeedRules.for_model(input_specs(session.get_inputs()), config, window=window)
         encoder = Encoder.from_ir(files.encoder, form) if files.encoder else None
         embedder = TextEmbedder.from_ir(files.embeddings, form) if files.embeddings else None
-        generator = cls(
-            session, config, encoder=encoder, embedder=embedder, rules=rules, layout=layout, tokenizer=tokenizer
+        return cls(
+            session,
+            config,
+            encoder=encoder,
+            embedder=embedder,
+            rules=rules,
+            layout=layout,
+            tokenizer=tokenizer,
+            folder=files.folder,
         )
-        generator._folder = files.folder
-        return generator
 
     @property
     def tokenizer(self) -> Any:

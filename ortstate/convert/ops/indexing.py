@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto
 
+from ..compressed import float_weight, gather_quantized
 from ..context import Context, Node
 from ..dtypes import numpy_type
 from ..registry import translator
 from ..weights import FloatWeight, QuantizedWeight
-from .compressed import float_weight, gather_quantized
 from .shape import int64_input, scalar_const
 
 _MAX = np.iinfo(np.int64).max

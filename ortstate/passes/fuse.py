@@ -2,7 +2,7 @@
 
 Every state op is a Python call holding the GIL (~5 µs); a model with many variables would pay it
 twice per variable per step. The model file keeps one node per variable (the readable form the
-converter writes); the session runs this fused copy: one ``ReadValues{n}`` and one
+converter writes); the session runs it fused: one ``ReadValues{n}`` and one
 ``AssignValues{n}`` node per group of variables sharing a carrier dtype. Reads are grouped by
 level as well: a variable whose init value is computed from another variable's read (T5 keeps
 ``encoder_hidden_states`` as a state that other inits read) must be read after it.
@@ -16,22 +16,40 @@ from collections import defaultdict
 import onnx
 from onnx import helper
 
-from ..model_meta import ModelMeta
-from .pyops import MAX_FUSED
+from ..model_meta import (
+    ASSIGN,
+    CONTRIB_DOMAIN,
+    FUSED_ASSIGN,
+    FUSED_READ,
+    MAX_FUSED,
+    READ_VALUE,
+    VARIABLE_ID,
+    VARIABLE_IDS,
+    ModelMeta,
+    fresh_name,
+    fused_op,
+)
+from .walk import all_names, outer_reads
 
-__all__ = ["fuse_state_ops"]
-
-_DOMAIN = "ai.onnx.contrib"
+__all__ = ["fusable", "fuse_state_ops"]
 
 
-def fuse_state_ops(model: onnx.ModelProto, meta: ModelMeta) -> onnx.ModelProto:
-    """A copy of ``model`` with its state ops fused; ``model`` itself is not changed."""
+def _state_ops(graph: onnx.GraphProto, op_type: str) -> list[onnx.NodeProto]:
+    return [n for n in graph.node if n.domain == CONTRIB_DOMAIN and n.op_type == op_type]
+
+
+def fusable(model: onnx.ModelProto) -> bool:
+    """Whether :func:`fuse_state_ops` would change ``model``: two reads or two writes."""
+    return len(_state_ops(model.graph, READ_VALUE)) > 1 or len(_state_ops(model.graph, ASSIGN)) > 1
+
+
+def fuse_state_ops(model: onnx.ModelProto, meta: ModelMeta) -> None:
+    """Fuse ``model``'s state ops (custom-op form), in place."""
     carrier = {v.id: v.carrier or v.dtype for v in meta.variables}
     graph = model.graph
-    reads = [n for n in graph.node if n.domain == _DOMAIN and n.op_type == "ReadValue"]
-    assigns = [n for n in graph.node if n.domain == _DOMAIN and n.op_type == "Assign"]
+    reads, assigns = _state_ops(graph, READ_VALUE), _state_ops(graph, ASSIGN)
     if len(reads) < 2 and len(assigns) < 2:
-        return model
+        return
     levels = _read_levels(graph, reads)
     read_groups: dict[tuple[int, str], list[onnx.NodeProto]] = defaultdict(list)
     for node in reads:
@@ -40,31 +58,30 @@ def fuse_state_ops(model: onnx.ModelProto, meta: ModelMeta) -> onnx.ModelProto:
     for node in assigns:
         assign_groups[carrier[_variable_id(node)]].append(node)
 
-    fused = onnx.ModelProto()
-    fused.CopyFrom(model)
+    taken = all_names(graph)
     replaced: set[str] = set()
     new_nodes: list[onnx.NodeProto] = []
-    for kind, groups in (("ReadValues", read_groups.values()), ("AssignValues", assign_groups.values())):
+    for kind, groups in ((FUSED_READ, read_groups.values()), (FUSED_ASSIGN, assign_groups.values())):
         for group in groups:
             for chunk in _chunks(group):
                 replaced.update(n.name for n in chunk)
-                name = f"ortstate_fused_{len(new_nodes)}"
-                outputs = [n.output[0] for n in chunk] if kind == "ReadValues" else [name]
+                name = fresh_name(f"ortstate_fused_{len(new_nodes)}", taken)
+                taken.add(name)
+                outputs = [n.output[0] for n in chunk] if kind == FUSED_READ else [name]
                 new_nodes.append(
                     helper.make_node(
-                        f"{kind}{len(chunk)}",
+                        fused_op(kind, len(chunk)),
                         [n.input[0] for n in chunk] + [chunk[0].input[1]],  # values, then the request key
                         outputs,
                         name=name,
-                        domain=_DOMAIN,
-                        variable_ids=json.dumps([_variable_id(n) for n in chunk]),
+                        domain=CONTRIB_DOMAIN,
+                        **{VARIABLE_IDS: json.dumps([_variable_id(n) for n in chunk])},
                     )
                 )
-    kept = [n for n in fused.graph.node if n.name not in replaced]
-    del fused.graph.node[:]
+    kept = [n for n in graph.node if n.name not in replaced]
+    del graph.node[:]
     # onnxruntime sorts nodes topologically when it loads a graph, so appending is enough.
-    fused.graph.node.extend(kept + new_nodes)
-    return fused
+    graph.node.extend(kept + new_nodes)
 
 
 def _chunks(group: list[onnx.NodeProto]) -> list[list[onnx.NodeProto]]:
@@ -73,7 +90,7 @@ def _chunks(group: list[onnx.NodeProto]) -> list[list[onnx.NodeProto]]:
 
 
 def _variable_id(node: onnx.NodeProto) -> str:
-    return next(a.s.decode() for a in node.attribute if a.name == "variable_id")
+    return next(a.s.decode() for a in node.attribute if a.name == VARIABLE_ID)
 
 
 def _read_levels(graph: onnx.GraphProto, reads: list[onnx.NodeProto]) -> dict[str, int]:
@@ -99,7 +116,7 @@ def _read_levels(graph: onnx.GraphProto, reads: list[onnx.NodeProto]) -> dict[st
             if node is None:
                 continue
             stack.extend(node.input)
-            stack.extend(_outer_reads(node))
+            stack.extend(outer_reads(node))
         memo[value] = frozenset(found)
         return memo[value]
 
@@ -115,13 +132,3 @@ def _read_levels(graph: onnx.GraphProto, reads: list[onnx.NodeProto]) -> dict[st
     for out in read_outputs:
         level(out)
     return levels
-
-
-def _outer_reads(node: onnx.NodeProto) -> list[str]:
-    names = []
-    for attr in node.attribute:
-        for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-            for inner in g.node:
-                names.extend(inner.input)
-                names.extend(_outer_reads(inner))
-    return names

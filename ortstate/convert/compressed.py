@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from ..context import Context, Node
-from ..weights import FloatWeight, QuantizedWeight
+from .context import Context, Node
+from .weights import FloatWeight, QuantizedWeight
 
 __all__ = ["MS_DOMAIN", "float_weight", "gather_quantized", "matmul_quantized"]
 

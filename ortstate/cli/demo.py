@@ -23,7 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-DEMO_DIR = Path(__file__).parent / "_demo"
+from ..convert import convert
+from ..errors import OrtStateError
+from ..model_meta import read_meta
+from ..runtime import StatefulSession
+from ..runtime.options import default_session_options
+from .args import add_form_option
+
+DEMO_DIR = Path(__file__).resolve().parent.parent / "_demo"
 SECOND_PROMPT = "Errors should"  # the "different prompt" after a reset
 TEMPERATURE = 0.8  # sampling temperature when --seed is given
 
@@ -107,16 +114,12 @@ def stream(
 
 
 def _ortstate_step(xml: Path, vocab: Vocab, form: str) -> tuple[Step, Callable[[], None], str, float]:
-    import ortstate
-    from ortstate.model_meta import read_meta
-    from ortstate.runtime.options import default_session_options
-
     start = time.perf_counter()
-    model = ortstate.convert(xml, explicit_state=form != "custom-op")
+    model = convert(xml, explicit_state=form != "custom-op")
     options = default_session_options(read_meta(model))  # type: ignore[arg-type]
     options.intra_op_num_threads = 1  # a one-character step is far too small to split across threads
     options.inter_op_num_threads = 1
-    session = ortstate.StatefulSession(model, options, form=form)
+    session = StatefulSession(model, options, form=form)
     seconds = time.perf_counter() - start
     outputs = [vocab.output_name]
 
@@ -152,26 +155,17 @@ def _echo(text: str) -> None:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Add the demo's options (shared by ``ortstate demo`` and ``python -m ortstate.demo``)."""
+    """Add the demo's options to ``ortstate demo``'s parser."""
     parser.add_argument(
         "--prompt", default="Beautiful is", help="text fed one character per step (default %(default)r)"
     )
     parser.add_argument("--chars", type=int, default=120, help="characters to generate per stream (default 120)")
-    from .cli.args import add_form_option
-
     add_form_option(
         parser,
         "how ortstate keeps the variables: auto (default) = explicit, the faster; custom-op = the Python state ops",
     )
     parser.add_argument("--no-openvino", action="store_true", help="skip the side-by-side OpenVINO run")
     parser.add_argument("--seed", type=int, default=None, help=f"sample at temperature {TEMPERATURE} (default greedy)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the demo; see the module docstring. Returns the exit code."""
-    parser = argparse.ArgumentParser(prog="ortstate demo", description=__doc__.splitlines()[0])
-    configure(parser)
-    return run(parser.parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -187,8 +181,6 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _err(f"ortstate: error: --prompt: {exc}")
         return 2
-
-    from .errors import OrtStateError
 
     try:
         step, reset, form, seconds = _ortstate_step(xml, vocab, args.form)
@@ -242,7 +234,3 @@ def _compare_openvino(xml: Path, vocab: Vocab, args: argparse.Namespace, second:
     _err(f"OpenVINO (stateful InferRequest, CPU f32): {verdict} {count} characters, max |logit difference| {diff:.2e}")
     _err(f"OpenVINO: {_percentiles([t for s in theirs for t in s.step_us])} per step")
     return same
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
