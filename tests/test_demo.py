@@ -1,4 +1,4 @@
-"""``ortstate.demo``: the packaged char-LSTM IR streams Zen text and agrees with OpenVINO."""
+"""``ortstate demo``: the packaged char-LSTM IR streams Zen text and agrees with OpenVINO."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import openvino as ov
 import pytest
 from oracle import OV_CONFIG
 
-from ortstate import demo
+import ortstate
+from ortstate.cli import demo, main
 
 CHARS = 60
 
@@ -32,7 +33,7 @@ def _openvino_greedy(prompt: str, count: int) -> str:
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = demo.main([*args])
+    code = main(["demo", *args])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -96,13 +97,11 @@ def test_unknown_prompt_characters(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_demo_files_are_packaged() -> None:
-    assert demo.DEMO_DIR == Path(demo.__file__).parent / "_demo"
+    assert demo.DEMO_DIR == Path(ortstate.__file__).parent / "_demo"  # package data
     assert {p.name for p in demo.DEMO_DIR.iterdir()} >= {"char_lstm.xml", "char_lstm.bin", "vocab.json"}
 
 
 def test_cli_runs_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
-    from ortstate.cli import main
-
     assert main(["demo", "--chars", "30", "--no-openvino"]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("Beautiful is better than ugly.")

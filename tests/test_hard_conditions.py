@@ -22,6 +22,7 @@ from oracle import REWRITTEN, open_session, save_ir, variable
 
 import ortstate
 from ortstate.runtime import pyops
+from ortstate.runtime.store import StateStore
 
 ROOT = Path(__file__).resolve().parent.parent
 LSTM = ROOT / "models/lstm_1l/model.xml"  # x f32 [1,?,8]; h, c f32 [1,1,16]
@@ -68,7 +69,7 @@ def check_bad_calls_change_nothing(
             np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
     assert_same(states(request), states(reference))
     if session.form == "explicit":
-        assert request._runner.fast is not None  # type: ignore[attr-defined]
+        assert request.bound
 
 
 @pytest.mark.parametrize("explicit", FORMS)
@@ -150,7 +151,7 @@ def test_state_shape_following_an_input_value(resize_xml: Path, explicit: bool, 
     previous = 0
     for n in (4, 4, 4, 4, 6, 6, 6, 6, 2, 2, 2, 2, 4):
         if explicit and n != previous and previous:
-            assert request._runner.fast is not None  # type: ignore[attr-defined]  # bound when n changes
+            assert request.bound  # bound when n changes
         assert request.run(None, {"n": np.array([n])})[0].tolist() == [[previous]]
         assert request.query_state()[0].state.shape == (1, n)
         previous = n
@@ -172,17 +173,9 @@ def multi_xml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_ir(ov.Model(results, sinks, [x, shape], "multi"), tmp_path_factory.mktemp("multi"), "multi")
 
 
-class _Exploding(dict):
-    """A store dict whose reads and writes raise, as a bug in the state ops would."""
-
-    def get(self, *args: object) -> object:
-        raise RuntimeError("read exploded")
-
-    def update(self, *args: object, **kwargs: object) -> None:
-        raise RuntimeError("write exploded")
-
-
 def _explode(message: str) -> Callable[..., object]:
+    """A store method raising, as a bug in the state ops would."""
+
     def raising(*args: object) -> object:
         raise RuntimeError(message)
 
@@ -195,22 +188,23 @@ def test_runs_failing_half_way_change_nothing(multi_xml: Path, explicit: bool) -
     good = [{"x": RNG.standard_normal((1, 4)).astype(np.float32), "shape": np.array([2, 2])} for _ in range(9)]
     bad = [(lambda r: r.run(None, {**good[0], "shape": np.array([3, 3])}), ortstate.RunError, "Reshape")]
 
-    def patched(attr: str, make: Callable[[ortstate.InferRequest], object]) -> Callable[..., object]:
-        """A good run while the request's store has ``attr`` replaced: the state ops fail inside it."""
+    def patched(attr: str, replacement: Callable[..., object]) -> Callable[..., object]:
+        """A good run while the state store's method ``attr`` is replaced: the state ops fail inside it
+        (only the request run here uses a store meanwhile)."""
 
         def call(r: ortstate.InferRequest) -> object:
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(r._store, attr, make(r))
+                mp.setattr(StateStore, attr, replacement)
                 return r.run(None, good[0])
 
         return call
 
     if not explicit:  # count is alone in its dtype (ReadValue/Assign ops); acc and sq share fused ops
         bad += [
-            (patched("stage", lambda r: _explode("stage exploded")), ortstate.RunError, "Assign 'count': stage"),
-            (patched("read", lambda r: _explode("read exploded")), ortstate.RunError, "ReadValue 'count': read"),
-            (patched("pending", lambda r: _Exploding()), ortstate.RunError, "Assign .*acc.*write exploded"),
-            (patched("values", lambda r: _Exploding(r._store.values)), ortstate.RunError, "ReadValue .*exploded"),
+            (patched("stage", _explode("stage exploded")), ortstate.RunError, "Assign 'count': stage"),
+            (patched("read", _explode("read exploded")), ortstate.RunError, "ReadValue 'count': read"),
+            (patched("stage_many", _explode("write exploded")), ortstate.RunError, "Assign .*acc.*write exploded"),
+            (patched("read_many", _explode("values exploded")), ortstate.RunError, "ReadValue .*exploded"),
         ]
     check_bad_calls_change_nothing(session, good, bad)
 
@@ -320,12 +314,12 @@ def test_requests_and_sessions_do_not_leak() -> None:
         return _rss_mb()
 
     gc.collect()  # requests of earlier tests waiting in reference cycles
-    stores, threads = len(pyops._stores), len(os.listdir("/proc/self/task"))
+    stores, threads = pyops.live_stores(), len(os.listdir("/proc/self/task"))
     # The allocator and onnxruntime keep growing their pools for the first few hundred sessions (by
     # ~80 MB here), then stay flat: measure every quarter, and the last half on its own.
     rss = [churn(100, 1_000)]
     rss += [churn(250, 2_500) for _ in range(4)]
     assert rss[-1] - rss[0] < 50, f"RSS (MB) after warm-up and each quarter: {rss}"
     assert rss[-1] - rss[2] < 10, f"RSS (MB) after warm-up and each quarter: {rss}"
-    assert len(pyops._stores) == stores
+    assert pyops.live_stores() == stores
     assert len(os.listdir("/proc/self/task")) == threads

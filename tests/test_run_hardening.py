@@ -178,7 +178,7 @@ def test_session_options_are_never_changed() -> None:
         session = ortstate.StatefulSession(model, options, form=form)
         session.run(None, {"x": x})
         assert session.run(None, {"x": x})[0].tolist() == [[2, 2, 2]]
-        used = session._ort.get_session_options()
+        used = session.loaded.session.get_session_options()
         assert (used.intra_op_num_threads, used.log_severity_level, used.enable_cpu_mem_arena) == (1, 3, False)
         assert used.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     plain = ort.InferenceSession(explicit.SerializeToString(), options, providers=["CPUExecutionProvider"])

@@ -16,6 +16,7 @@ from oracle import REWRITTEN, open_session, save_ir, variable
 
 import ortstate
 from ortstate.runtime import pyops
+from ortstate.runtime.store import StateStore
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +131,11 @@ def test_error_inside_a_state_op_is_raised_after_the_run(acc_xml, monkeypatch):
     session = open_session(acc_xml)
     ones = {"x": np.ones((1, 4), np.float32)}
     session.run(None, ones)
-    store = session._default._store
 
-    def broken(var_id, value):
+    def broken(self, var_id, value):
         raise ValueError("disk on fire")
 
-    monkeypatch.setattr(store, "stage", broken)
+    monkeypatch.setattr(StateStore, "stage", broken)
     with pytest.raises(
         ortstate.RunError, match=r"run failed inside a state op: Assign 'acc': disk on fire; no variable was changed"
     ):
@@ -148,12 +148,12 @@ def test_error_inside_a_state_op_is_raised_after_the_run(acc_xml, monkeypatch):
 def test_request_state_is_freed_with_the_request(acc_xml):
     session = open_session(acc_xml)
     gc.collect()
-    before = len(pyops._stores)
+    before = pyops.live_stores()
     request = session.create_infer_request()
     request.run(None, {"x": np.ones((1, 4), np.float32)})
-    assert len(pyops._stores) == before + 1
+    assert pyops.live_stores() == before + 1
     del request  # no gc.collect(): plain reference counting frees it
-    assert len(pyops._stores) == before
+    assert pyops.live_stores() == before
 
 
 def test_run_errors_name_the_problem(acc_xml):
@@ -232,32 +232,32 @@ def test_explicit_fast_path_follows_every_state_change(acc_xml):
     """The ping-pong fast path engages on steady shapes and hands back to the general path on
     set_state, reset, load, a new input signature or a failing run, never losing a step."""
     session = ortstate.StatefulSession(ortstate.convert(acc_xml, explicit_state=True))
-    runner = session._default._runner
+    request = session.create_infer_request()
     want = np.zeros((1, 4), np.float32)
 
     def step(x):
         nonlocal want
         want = want + x
-        np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
-        np.testing.assert_array_equal(session.query_state()[0].state, want)
+        np.testing.assert_array_equal(request.run(None, {"x": x})[0], want)
+        np.testing.assert_array_equal(request.query_state()[0].state, want)
 
     for i in range(4):
         step(np.full((1, 4), i, np.float32))
-    assert runner.fast is not None
-    session.query_state()[0].state = np.full((1, 4), 100, np.float32)
+    assert request.bound
+    request.query_state()[0].state = np.full((1, 4), 100, np.float32)
     want = np.full((1, 4), 100, np.float32)
     for i in range(4):
         step(np.full((1, 4), i, np.float32))
-    assert runner.fast is not None
-    session.reset_state()
+    assert request.bound
+    request.reset_state()
     want = np.zeros((1, 4), np.float32)
     step(np.ones((1, 4), np.float32))
     with pytest.raises(ortstate.RunError, match="no variable was changed"):
-        session.run(None, {"x": np.ones((1, 4), np.float64)})
+        request.run(None, {"x": np.ones((1, 4), np.float64)})
     for _ in range(3):
         step(np.ones((1, 4), np.float32))
     step(np.ones((1, 4), np.float32)[:, ::-1].copy())
-    session.query_state()[0].reset()
+    request.query_state()[0].reset()
     want = np.zeros((1, 4), np.float32)
     step(np.full((1, 4), 7, np.float32))
 
@@ -274,25 +274,26 @@ def test_large_models_hand_their_initializers_to_onnxruntime(monkeypatch, form):
     """Past protobuf's 2 GB the session can't serialise the model: its large initializers go to ONNX
     Runtime as OrtValues. Lowered thresholds run that path on the demo LSTM: same outputs exactly,
     and the caller's ModelProto is left whole."""
+    from ortstate.passes import offload
     from ortstate.protosize import tensor_bytes
     from ortstate.runtime import large
 
     xml = Path(__file__).resolve().parent.parent / "ortstate" / "_demo" / "char_lstm.xml"
     model = ortstate.convert(xml)
     before = model.SerializeToString()
-    from ortstate.runtime import session as session_module
+    from ortstate.runtime import loaded
 
     handed_over: list = []
 
     def spy(*args, **kwargs):
-        proto, keep = large.offload_large_initializers(*args, **kwargs)
+        keep = large.hand_over(*args, **kwargs)
         handed_over.append([a for a in keep if isinstance(a, np.ndarray)])
-        return proto, keep
+        return keep
 
-    monkeypatch.setattr(session_module, "offload_large_initializers", spy)
+    monkeypatch.setattr(loaded, "hand_over", spy)
     normal = ortstate.StatefulSession(model, form=form)
-    monkeypatch.setattr(large, "OFFLOAD_ABOVE", 0)
-    monkeypatch.setattr(large, "MIN_BYTES", 1024)
+    monkeypatch.setattr(offload, "OFFLOAD_ABOVE", 0)
+    monkeypatch.setattr(offload, "MIN_BYTES", 1024)
     offloaded = ortstate.StatefulSession(model, form=form)
     large_ones = [t for t in model.graph.initializer if tensor_bytes(t) >= 1024]  # embedding, LSTM W/R/B, head...
     assert len(large_ones) >= 5 and not handed_over[0]

@@ -105,6 +105,13 @@ class Node:
     def input_shape(self, i: int) -> PartialShape:
         return self.layer.inputs[i].shape
 
+    def static_dim(self, i: int, axis: int) -> int | None:
+        """Dim ``axis`` (non-negative) of input ``i`` when the IR port states it, else None."""
+        dims = self.input_shape(i).dims
+        if dims is None or not 0 <= axis < len(dims) or not dims[axis].is_static:
+            return None
+        return dims[axis].lo
+
     def input_rank(self, i: int) -> int:
         """The rank of input ``i``. Ports cannot tell scalars from dynamic ranks; see :class:`Port`."""
         producer, port = self.graph.producer(self.layer, i)

@@ -25,8 +25,7 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import OrtStateError
-from ..passes.offload import OFFLOAD_ABOVE, offload_initializers, offloads_any
-from ..protosize import initializer_bytes
+from ..passes.offload import offload_initializers, offloads_any
 from .source import Source
 
 __all__ = ["adds_to_options", "hand_over", "release_mapped_pages"]
@@ -35,9 +34,8 @@ __all__ = ["adds_to_options", "hand_over", "release_mapped_pages"]
 def adds_to_options(source: Source) -> bool:
     """Whether loading ``source`` adds to its session options: initializers handed over as values,
     or a model file's external data to be found."""
-    initializers = source.model.graph.initializer
-    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in initializers)
-    return bool(source.arrays) or external or initializer_bytes(source.model.graph) > OFFLOAD_ABOVE
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in source.model.graph.initializer)
+    return external or offloads_any(source.model, source.arrays)
 
 
 def hand_over(source: Source, options: ort.SessionOptions) -> list[Any]:

@@ -107,6 +107,12 @@ class InferRequest:
         with self._lock:
             snapshot.load_state(self._store, self._model.meta.variables, path, self._model.fingerprint)
 
+    @property
+    def bound(self) -> bool:
+        """True while this request's runs go through the explicit form's pre-bound buffers (its
+        fast path: steady shapes, see :mod:`.pingpong`)."""
+        return self._runner.bound
+
     def variable(self, name: str) -> VariableState:
         if name not in self._store.meta:
             raise StateError(f"no variable '{name}' (variables: {', '.join(self._store.meta) or 'none'})")

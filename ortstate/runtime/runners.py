@@ -50,6 +50,11 @@ class Runner:
         self.ort_run = model.fast.run
         self.guards = model.guards  # inputs ONNX Runtime kernels cannot take empty
 
+    @property
+    def bound(self) -> bool:
+        """True while runs go through pre-bound buffers (the explicit form's fast path)."""
+        return False
+
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         """A model without variables: a plain run."""
         full = feed_dict(feeds)
@@ -119,6 +124,10 @@ class ExplicitRunner(Runner):
         self.plan = [(v.id, v.init_flag, v.state_input or "") for v in self.variables]
         self.fast: PingPong | None = None
         self._previous: tuple | None = None  # the last general run's signature
+
+    @property
+    def bound(self) -> bool:
+        return self.fast is not None
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         if self.fast is not None and run_options is None:

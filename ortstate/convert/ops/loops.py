@@ -31,10 +31,10 @@ from ...ir import ElementType, Graph, Layer, parse_partial_shape
 from ..builder import GraphBuilder
 from ..context import Context, Node
 from ..dtypes import numpy_type, onnx_type
+from ..loop_slicing import Int, SliceRule, concat_iterations, dim_of, int64_scalar, slice_in_body
 from ..loop_state import BodyScope, body_variables
 from ..registry import translator
 from ..translate import translate_body
-from .loop_slicing import Int, SliceRule, concat_iterations, dim_of, int64_scalar, slice_in_body
 
 __all__ = ["loop_v5", "tensor_iterator_v1"]
 

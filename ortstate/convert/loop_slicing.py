@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto
 
-from ...errors import ConversionError
-from ..builder import GraphBuilder
+from ..errors import ConversionError
+from .builder import GraphBuilder
 
 __all__ = ["Int", "SliceRule", "concat_iterations", "dim_of", "int64_scalar", "slice_in_body"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..context import Context, Node
 from ..registry import translator
-from .rnn_layout import GRU, LSTM, RNN, Family, Float, bias, recurrent_attrs, sequence_lens, transpose, weights
+from ..rnn_layout import GRU, LSTM, RNN, Family, Float, bias, recurrent_attrs, sequence_lens, transpose, weights
 
 _DIRECTIONS = ("forward", "reverse", "bidirectional")
 

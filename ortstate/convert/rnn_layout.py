@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto, helper
 
-from ..builder import GraphBuilder
-from ..context import Node
+from .builder import GraphBuilder
+from .context import Node
 
 __all__ = [
     "GRU",
