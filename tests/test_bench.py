@@ -287,7 +287,7 @@ def test_floor_runs_through_onnxruntimes_own_session_object():
     its internals, this says so (the code would still run, slower, through the wrapper)."""
     import onnxruntime as ort
 
-    from ortstate.runtime.pingpong import raw_binding, raw_session
+    from ortstate.runtime.ort_adapter import raw_binding, raw_session
 
     model = ortstate.convert(DEMO, explicit_state=True)
     session = ort.InferenceSession(model.SerializeToString())

@@ -78,10 +78,10 @@ def test_gather_v8_on_constant_data(tmp_path, monkeypatch, doubled, axis, dtype,
     """An embedding table: constant data gets the cheap guard (data stored twice plus a zero slice,
     Clip on the shifted index); too large a table the general one. Same answers either way: negative
     indices count from the end, out-of-range ones give zeros."""
-    from ortstate.convert.ops import indexing
+    from ortstate.convert.ops import gather as gather_ops
 
     if not doubled:
-        monkeypatch.setattr(indexing, "DOUBLED_LIMIT", 0)
+        monkeypatch.setattr(gather_ops, "DOUBLED_LIMIT", 0)
     table = ops.constant(values((5, 4, 3), dtype))
     indices = ops.parameter([2, 5], np.int64, name="indices")
     xml = single_op(tmp_path, ops8.gather(table, indices, np.int64(axis)), [indices], compress=compress)

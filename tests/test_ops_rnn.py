@@ -17,7 +17,7 @@ from openvino.utils.node_factory import NodeFactory
 from oracle import check_model, open_session, single_op
 
 import ortstate
-from ortstate.convert.ops.rnn_layout import GRU, LSTM, RNN, gate_order, onnx_bias_array, reorder_gates
+from ortstate.convert.rnn_layout import GRU, LSTM, RNN, gate_order, onnx_bias_array, reorder_gates
 
 RNG = np.random.default_rng(0)
 INPUT = 3
