@@ -3,8 +3,7 @@
 import numpy as np
 import openvino.opset13 as ops
 import pytest
-from oracle import check_model, single_op
-from test_ops_elementwise import check_spec
+from oracle import check_model, check_spec, single_op
 
 RNG = np.random.default_rng(7)
 REDUCE = ["sum", "mean", "max", "min", "prod", "l1", "l2"]

@@ -46,15 +46,17 @@ def _ti_model(axis: int, stride: int, part: int, length: int | None, last: bool,
     if last:
         outs += [ti.get_iter_value(r_h.output(0), -1), ti.get_iter_value(r_y.output(0), -1)]
     if concat:
-        outs += [ti.get_concatenated_slices(r_h.output(0), start, stride, part, end, axis),
-                 ti.get_concatenated_slices(r_y.output(0), end, -stride, part, start, axis)]
+        outs += [
+            ti.get_concatenated_slices(r_h.output(0), start, stride, part, end, axis),
+            ti.get_concatenated_slices(r_y.output(0), end, -stride, part, start, axis),
+        ]
     return outs, [x, h0, w]
 
 
 def _ti_reference(x, h, w, axis, stride, part, last, concat):
     chunks = [np.take(x, range(i, i + part), axis) for i in range(0, x.shape[axis], part)]
     hs, ys = [], []
-    for chunk in chunks[::1 if stride > 0 else -1]:
+    for chunk in chunks[:: 1 if stride > 0 else -1]:
         h = h * w + chunk
         hs.append(h)
         ys.append(2 * chunk)
@@ -127,8 +129,10 @@ def test_tensor_iterator_part_size_must_match_stride(tmp_path):
     )
 
 
-@pytest.mark.parametrize("start, end, stride, chunks", [(1, -2, 1, [1, 2, 3, 4]), (-2, 0, -1, [4, 3, 2, 1, 0]),
-                                                       (4, 1, -1, [4, 3, 2, 1]), (2, 5, 1, [2, 3, 4, 5])])
+@pytest.mark.parametrize(
+    "start, end, stride, chunks",
+    [(1, -2, 1, [1, 2, 3, 4]), (-2, 0, -1, [4, 3, 2, 1, 0]), (4, 1, -1, [4, 3, 2, 1]), (2, 5, 1, [2, 3, 4, 5])],
+)
 def test_tensor_iterator_start_end(tmp_path, start, end, stride, chunks):
     """start/end are inclusive indices, negative ones counting from the end (the TensorIterator-1 spec).
     Checked against numpy only: OpenVINO's CPU plugin takes the count from start/end but always reads
@@ -170,9 +174,11 @@ def _loop_model(trip, cond, *, with_iteration: bool, condition_limit: bool, iter
     loop.set_merged_input(acci, acc0.output(0), results[1].output(0))
     loop.set_merged_input(si, s0.output(0), results[3].output(0))
     loop.set_invariant_input(limi, limit.output(0))
-    outs = [loop.get_iter_value(results[1].output(0), -1),
-            loop.get_concatenated_slices(results[2].output(0), 0, 1, 1, -1, 0),
-            loop.get_iter_value(results[3].output(0), -1)]
+    outs = [
+        loop.get_iter_value(results[1].output(0), -1),
+        loop.get_concatenated_slices(results[2].output(0), 0, 1, 1, -1, 0),
+        loop.get_iter_value(results[3].output(0), -1),
+    ]
     return outs, [x, acc0, s0, limit]
 
 
@@ -193,8 +199,9 @@ def _loop_reference(feeds, trip: int, with_iteration: bool) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("with_iteration", [False, True])
 def test_loop_constant_trip_count(tmp_path, with_iteration):
-    outs, params = _loop_model(ops.constant(np.int64(4)), ops.constant(True), with_iteration=with_iteration,
-                               condition_limit=False)
+    outs, params = _loop_model(
+        ops.constant(np.int64(4)), ops.constant(True), with_iteration=with_iteration, condition_limit=False
+    )
     xml = single_op(tmp_path, outs, params)
     feeds = _loop_feeds()
     want = check_model(xml, feeds)
@@ -206,8 +213,9 @@ def test_loop_constant_trip_count(tmp_path, with_iteration):
 @pytest.mark.parametrize("iteration_type, rank1", [(np.int64, False), (np.int32, True)])
 def test_loop_parameter_trip_count(tmp_path, trip_type, iteration_type, rank1):
     trip = ops.parameter([], trip_type, name="trip")
-    outs, params = _loop_model(trip, ops.constant(True), with_iteration=True, condition_limit=False,
-                               iteration_type=iteration_type, rank1=rank1)
+    outs, params = _loop_model(
+        trip, ops.constant(True), with_iteration=True, condition_limit=False, iteration_type=iteration_type, rank1=rank1
+    )
     xml = single_op(tmp_path, outs, [trip, *params])
     # zero iterations first (see test_loop_computed_trip_count_and_condition)
     steps = [{"trip": np.array(n, trip_type), **_loop_feeds()} for n in (0, 3, 1, 6)]
@@ -217,8 +225,9 @@ def test_loop_parameter_trip_count(tmp_path, trip_type, iteration_type, rank1):
 @pytest.mark.parametrize("trip", [-1, 10])
 def test_loop_data_dependent_condition(tmp_path, trip):
     """A while loop: s doubles until it reaches the limit (or the trip count ends it first)."""
-    outs, params = _loop_model(ops.constant(np.int64(trip)), ops.constant(True), with_iteration=True,
-                               condition_limit=True)
+    outs, params = _loop_model(
+        ops.constant(np.int64(trip)), ops.constant(True), with_iteration=True, condition_limit=True
+    )
     xml = single_op(tmp_path, outs, params)
     steps = [_loop_feeds(1.0, 20.0), _loop_feeds(0.5, 3.0), _loop_feeds(1.0, 1e6)]
     check_steps(xml, steps, check_states=False)
@@ -271,8 +280,10 @@ def test_loop_sliced_input(tmp_path, axis, trip):
     loop.set_sliced_input(xi, x.output(0), 0, 1, 1, -1, axis)
     loop.set_merged_input(acci, acc0.output(0), results[1].output(0))
     loop.set_invariant_input(ni, length.output(0))
-    outs = [loop.get_iter_value(results[1].output(0), -1),
-            loop.get_concatenated_slices(results[2].output(0), 0, 1, 1, -1, axis)]
+    outs = [
+        loop.get_iter_value(results[1].output(0), -1),
+        loop.get_concatenated_slices(results[2].output(0), 0, 1, 1, -1, axis),
+    ]
     xml = single_op(tmp_path, outs, params)
     steps = []
     for size, trips in ((4, 4), (1, 1), (7, 5)):
