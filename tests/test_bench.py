@@ -282,20 +282,6 @@ def test_floor_carries_the_state_like_the_explicit_session(xml, binds):
         assert floor.bound is binds
 
 
-def test_floor_runs_through_onnxruntimes_own_session_object():
-    """The floor and the explicit form's fast path skip the Python wrapper: if onnxruntime renames
-    its internals, this says so (the code would still run, slower, through the wrapper)."""
-    import onnxruntime as ort
-
-    from ortstate.runtime.ort_adapter import raw_binding, raw_session
-
-    model = ortstate.convert(DEMO, explicit_state=True)
-    session = ort.InferenceSession(model.SerializeToString())
-    assert raw_session(session) is not session and hasattr(raw_session(session), "run_with_iobinding")
-    binding = session.io_binding()
-    assert raw_binding(binding) is not binding
-
-
 def test_measure_alternates_rounds_and_resets_each_round():
     calls: list[str] = []
 

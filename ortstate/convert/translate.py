@@ -20,7 +20,7 @@ from .context import Context, ConvertOptions
 from .dtypes import numpy_type, onnx_type
 from .folding import constant_value, feeds_only_folds
 from .loop_state import BodyScope
-from .registry import lookup
+from .registry import translator_for
 from .weights import FloatWeight, plan_weights, weight_source
 from .weights_report import EXPANDED
 
@@ -120,7 +120,7 @@ def translate_layer(layer: Layer, ctx: Context, values: Values, value_of: ValueO
         if source and set(source.split("+")) - {"f32", "f64"}:
             ctx.record_weight(layer.name, source, EXPANDED, [name])
         return
-    fn = lookup(layer.type, layer.op_version)
+    fn = translator_for(layer.type, layer.op_version)
     assert fn is not None  # unsupported_ops() ran first
     node = ctx.node(layer, [value_of(layer, i) for i in range(len(layer.inputs))])
     first = len(ctx.b.nodes)
