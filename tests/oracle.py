@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -11,9 +12,11 @@ from xml.etree import ElementTree
 import ml_dtypes
 import numpy as np
 import openvino as ov
+import pytest
 from openvino.op.util import Variable, VariableInfo
 
 import ortstate
+from ortstate.cli import main
 from ortstate.convert.rnn_layout import GRU, LSTM, RNN
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout: models/ and ortstate/ below it
@@ -290,3 +293,72 @@ RNN_ALT_ACTIVATIONS = {  # non-default functions OpenVINO's CPU plugin runs (it 
     "gru": (["tanh", "relu"], [], []),
     "rnn": (["relu"], [], []),
 }
+
+
+# -- the CLI ----------------------------------------------------------------------------------------
+# What ``ortstate generate`` prints last (its timing summary), on stderr.
+SUMMARY = re.compile(
+    r"ortstate: (encoder [\d.]+ ms; )?prefill [\d.]+ ms \((\d+) prompt tokens?\); "
+    r"decode (\d+) tokens?: median \d+ µs, p90 \d+ µs per token \((custom-op|explicit) form, (.+)\)\n"
+)
+
+
+def run_cli(capsys: Any, *argv: Any) -> tuple[int, str, str]:
+    """``ortstate <argv>`` in this process: (exit code, stdout, stderr)."""
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(err: str, expected: str) -> None:
+    """The CLI failed with exactly one line: ``expected``."""
+    assert "Traceback" not in err
+    assert err == f"ortstate: error: {expected}\n"
+
+
+def ids_arg(ids: list[int]) -> str:
+    """Token ids as the CLI takes them."""
+    return ",".join(map(str, ids))
+
+
+def linked_copy(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> Path:
+    """``src``'s files symlinked into ``dst`` (a model folder to add or leave out files)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name not in skip:
+            (dst / f.name).symlink_to(f)
+    return dst
+
+
+# -- a bad call changes nothing --------------------------------------------------------------------
+def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    """The same variables, bit for bit."""
+    assert got.keys() == want.keys()
+    for name in want:
+        assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape, name
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def check_bad_calls_change_nothing(
+    session: ortstate.StatefulSession,
+    good: list[dict[str, np.ndarray]],
+    bad: list[tuple[Callable[[ortstate.InferRequest], object], type[Exception], str]],
+) -> None:
+    """Before every third good step, make every bad call: each raises as expected and leaves every
+    variable as it was; the good steps give exactly what they give on a request that saw no bad call.
+    (Good steps in a row with steady shapes let the explicit form's fast path serve some of them, and
+    the bad calls then hit it.)"""
+    reference = session.create_infer_request()
+    want = [reference.run(None, feed) for feed in good]
+    request = session.create_infer_request()
+    for step, feed in enumerate(good):
+        for call, error, pattern in bad if step % 3 == 1 else []:
+            before = ort_states(request)
+            with pytest.raises(error, match=pattern):
+                call(request)
+            assert_same(ort_states(request), before)
+        for got, expected in zip(request.run(None, feed), want[step]):
+            np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
+    assert_same(ort_states(request), ort_states(reference))
+    if session.form == "explicit":
+        assert request.bound

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from oracle import REPO
 
 import ortstate
 from ortstate.bench.workloads import model_workload
 from ortstate.generate import Generator, find_model_files, read_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 # lstm_2l_dynbatch can't run before its states are set (see models/README.md); test_models_recurrent
 # covers its rewritten form.
 IRS = [p for p in sorted((ROOT / "models").glob("*/model.xml")) if p.parent.name != "lstm_2l_dynbatch"]

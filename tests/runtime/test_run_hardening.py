@@ -13,12 +13,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from isolated import outcome, run_isolated
-from oracle import REWRITTEN, check_steps, open_session
-from test_hard_conditions import assert_same, check_bad_calls_change_nothing, states
+from oracle import REPO, REWRITTEN, assert_same, check_bad_calls_change_nothing, check_steps, open_session, ort_states
 
 import ortstate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 LSTM = ROOT / "models/lstm_1l/model.xml"  # x f32 [1,?,8]; h, c f32 [1,1,16]
 GRU = ROOT / "models/gru_1l/model.xml"
 DYNBATCH = ROOT / "models/lstm_2l_dynbatch/model.xml"  # x f32 [?,?,8]; h, c f32 [2,?,16]
@@ -45,7 +44,7 @@ def test_fast_path_after_a_run_with_run_options_and_a_new_shape(explicit: bool) 
         options = ort.RunOptions() if step in (4, 9) else None
         for got, expected in zip(request.run(None, feed, options), want[step]):
             np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
-    assert_same(states(request), states(reference))
+    assert_same(ort_states(request), ort_states(reference))
 
 
 def _other_byte_order(a: np.ndarray) -> np.ndarray:
@@ -64,12 +63,12 @@ def test_feeds_and_states_in_the_other_byte_order(explicit: bool) -> None:
     reference, request = session.create_infer_request(), session.create_infer_request()
     reference.variable("h_inh_out").state = h0
     request.variable("h_inh_out").state = _other_byte_order(h0)
-    assert_same(states(request), states(reference))
+    assert_same(ort_states(request), ort_states(reference))
     for step, feed in enumerate(feeds):
         want = reference.run(None, feed)
         got = request.run(None, {"x": _other_byte_order(feed["x"])})
         np.testing.assert_array_equal(got[0], want[0], err_msg=f"step {step}")
-        assert_same(states(request), states(reference))
+        assert_same(ort_states(request), ort_states(reference))
 
 
 DYNBATCH_SCENARIO = """

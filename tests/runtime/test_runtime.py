@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import threading
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -12,7 +11,7 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset6
-from oracle import REWRITTEN, open_session, save_ir, variable
+from oracle import REPO, REWRITTEN, open_session, save_ir, variable
 
 import ortstate
 from ortstate.runtime import pyops
@@ -52,7 +51,7 @@ def test_default_options_drop_the_arena_only_for_static_states(folder, arena):
     from ortstate.model_meta import read_meta
     from ortstate.runtime.options import default_session_options
 
-    model = ortstate.convert(Path(__file__).resolve().parent.parent / "models" / folder / "model.xml")
+    model = ortstate.convert(REPO / "models" / folder / "model.xml")
     assert default_session_options(read_meta(model)).enable_cpu_mem_arena is arena
 
 
@@ -278,7 +277,7 @@ def test_large_models_hand_their_initializers_to_onnxruntime(monkeypatch, form):
     from ortstate.protosize import tensor_bytes
     from ortstate.runtime import large
 
-    xml = Path(__file__).resolve().parent.parent / "ortstate" / "_demo" / "char_lstm.xml"
+    xml = REPO / "ortstate" / "_demo" / "char_lstm.xml"
     model = ortstate.convert(xml)
     before = model.SerializeToString()
     from ortstate.runtime import loaded
@@ -314,7 +313,7 @@ def test_models_past_protobufs_limit_convert_save_and_load(monkeypatch, tmp_path
     with the same outputs. (A real 2.3 GB IR was run this way by hand; too large for CI.)"""
     from ortstate.convert import builder, external
 
-    xml = Path(__file__).resolve().parent.parent / "ortstate" / "_demo" / "char_lstm.xml"
+    xml = REPO / "ortstate" / "_demo" / "char_lstm.xml"
     want = ortstate.convert(xml).SerializeToString()
     monkeypatch.setattr(builder, "COPY_LIMIT", 0)
     assert ortstate.convert(xml).SerializeToString() == want

@@ -13,26 +13,15 @@ import openvino.opset13 as ops
 import pytest
 from openvino import opset6
 from openvino.op.util import Variable, VariableInfo
-from oracle import save_ir
+from oracle import REPO, assert_one_line_error, run_cli, save_ir
 
 import ortstate
-from ortstate.cli import COMMANDS, main
+from ortstate.cli import COMMANDS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 MODELS = ROOT / "models"
 ACCUMULATOR = MODELS / "accumulator" / "model.xml"
 COUNTER = MODELS / "counter_i64" / "model.xml"
-
-
-def run_cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(err: str, expected: str) -> None:
-    assert "Traceback" not in err
-    assert err == f"ortstate: error: {expected}\n"
 
 
 @pytest.fixture

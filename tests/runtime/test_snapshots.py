@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from isolated import outcome, run_isolated
-from oracle import REWRITTEN, open_session
+from oracle import REPO, REWRITTEN, open_session
 
 import ortstate
 from ortstate.generate import Generator
 from ortstate.runtime import snapshot
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 ACC = ROOT / "models/accumulator/model.xml"  # acc f32 [1,?]
 LLM = ROOT / "models/llm"
 X = np.arange(3, dtype=np.float32).reshape(1, 3)

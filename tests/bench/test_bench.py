@@ -8,13 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from oracle import REPO
 
 import ortstate
 from ortstate import bench
 from ortstate.bench.runners import Floor
 from ortstate.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 DEMO = ROOT / "ortstate" / "_demo" / "char_lstm.xml"
 KV_TOY = ROOT / "models" / "kv_cache_toy" / "model.xml"
 ACCUMULATOR = ROOT / "models" / "accumulator" / "model.xml"

@@ -8,37 +8,23 @@ come from ``reference.json`` (OpenVINO greedy decoding).
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cli import assert_one_line_error, run_cli
+from oracle import REPO, SUMMARY, assert_one_line_error, ids_arg, linked_copy, run_cli
 
 from ortstate.generate import FeedRules, GenerationError, Generator, InputSpec, ModelConfig, read_config
 
-LLM = Path(__file__).resolve().parents[1] / "models" / "llm"
+LLM = REPO / "models" / "llm"
 MAMBA, T5 = LLM / "mamba", LLM / "t5"
 I64, I32, F32 = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.float32)
 
 
 def reference(folder: Path) -> dict:
     return json.loads((folder / "reference.json").read_text())
-
-
-def ids_arg(ids: list[int]) -> str:
-    return ",".join(map(str, ids))
-
-
-def linked_copy(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> Path:
-    """``src``'s files symlinked into ``dst`` (a model folder to add or leave out files)."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.name not in skip:
-            (dst / f.name).symlink_to(f)
-    return dst
 
 
 # -- feeding rules ------------------------------------------------------------------------------------
@@ -279,10 +265,6 @@ def test_encoder_decoder_needs_encoder_input() -> None:
 
 
 # -- the CLI --------------------------------------------------------------------------------------------
-SUMMARY = re.compile(
-    r"ortstate: (encoder [\d.]+ ms; )?prefill [\d.]+ ms \((\d+) prompt tokens?\); "
-    r"decode (\d+) tokens?: median \d+ µs, p90 \d+ µs per token \((custom-op|explicit) form, (.+)\)\n"
-)
 
 
 @pytest.mark.parametrize("form", ["auto", "custom-op", "explicit"])

@@ -18,13 +18,22 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset6
-from oracle import REWRITTEN, open_session, save_ir, variable
+from oracle import (
+    REPO,
+    REWRITTEN,
+    assert_same,
+    check_bad_calls_change_nothing,
+    open_session,
+    ort_states,
+    save_ir,
+    variable,
+)
 
 import ortstate
 from ortstate.runtime import pyops
 from ortstate.runtime.store import StateStore
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 LSTM = ROOT / "models/lstm_1l/model.xml"  # x f32 [1,?,8]; h, c f32 [1,1,16]
 CHAR = ROOT / "ortstate/_demo/char_lstm.xml"  # char i64 [1,1]; two f32 states
 ACC = ROOT / "models/accumulator/model.xml"  # x f32 [1,?]; one state
@@ -34,42 +43,6 @@ RNG = np.random.default_rng(11)
 
 def session_of(xml: Path, explicit: bool) -> ortstate.StatefulSession:
     return open_session(xml, explicit)
-
-
-def states(runner: object) -> dict[str, np.ndarray]:
-    return {s.name: s.state for s in runner.query_state()}  # type: ignore[attr-defined]
-
-
-def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
-    assert got.keys() == want.keys()
-    for name in want:
-        assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape, name
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-
-
-def check_bad_calls_change_nothing(
-    session: ortstate.StatefulSession,
-    good: list[dict[str, np.ndarray]],
-    bad: list[tuple[Callable[[ortstate.InferRequest], object], type[Exception], str]],
-) -> None:
-    """Before every third good step, make every bad call: each raises as expected and leaves every
-    variable as it was; the good steps give exactly what they give on a request that saw no bad call.
-    (Good steps in a row with steady shapes let the explicit form's fast path serve some of them, and
-    the bad calls then hit it.)"""
-    reference = session.create_infer_request()
-    want = [reference.run(None, feed) for feed in good]
-    request = session.create_infer_request()
-    for step, feed in enumerate(good):
-        for call, error, pattern in bad if step % 3 == 1 else []:
-            before = states(request)
-            with pytest.raises(error, match=pattern):
-                call(request)
-            assert_same(states(request), before)
-        for got, expected in zip(request.run(None, feed), want[step]):
-            np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
-    assert_same(states(request), states(reference))
-    if session.form == "explicit":
-        assert request.bound
 
 
 @pytest.mark.parametrize("explicit", FORMS)
@@ -248,7 +221,7 @@ def test_many_threads_on_many_requests_match_sequential(explicit: bool) -> None:
     for r in range(n_requests):
         alone = session.create_infer_request()
         want.append([alone.run(None, f)[0] for f in feeds[r]])
-        want_states.append(states(alone))
+        want_states.append(ort_states(alone))
     requests = [session.create_infer_request() for _ in range(n_requests)]
     got: list[list[np.ndarray]] = [[] for _ in range(n_requests)]
 
@@ -266,7 +239,7 @@ def test_many_threads_on_many_requests_match_sequential(explicit: bool) -> None:
         assert len(got[r]) == steps
         for k in range(steps):
             np.testing.assert_array_equal(got[r][k], want[r][k], err_msg=f"request {r} step {k}")
-        assert_same(states(requests[r]), want_states[r])
+        assert_same(ort_states(requests[r]), want_states[r])
 
 
 @pytest.mark.parametrize("explicit", FORMS)
@@ -285,7 +258,7 @@ def test_one_request_from_two_threads_is_serialised(explicit: bool) -> None:
 
     _run_threads([worker(0), worker(1)])
     assert sorted(o.tobytes() for o in got[0] + got[1]) == sorted(o.tobytes() for o in want)
-    assert_same(states(shared), states(alone))
+    assert_same(ort_states(shared), ort_states(alone))
 
 
 def _rss_mb() -> float:

@@ -18,11 +18,11 @@ import openvino.opset13 as ops
 import pytest
 from isolated import outcome, run_isolated
 from openvino import opset6
-from oracle import RESET, check_steps, save_ir, variable
+from oracle import REPO, RESET, check_steps, save_ir, variable
 
 import ortstate
 
-ACC = Path(__file__).resolve().parent.parent / "models/accumulator/model.xml"
+ACC = REPO / "models/accumulator/model.xml"
 
 
 def big_variable_ir(tmp_path: Path, shape: list[int]) -> Path:

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import assert_one_line_error, run_cli
-from test_generate import SUMMARY, ids_arg, linked_copy
+from oracle import REPO, SUMMARY, assert_one_line_error, ids_arg, linked_copy, run_cli
 from text_tokenizers import CHAT_TEMPLATE, word_tokenizer, write_word_tokenizer
 
 from ortstate.generate import Chat, Generator, TextStreamer, Tokenizer
 
-LLM = Path(__file__).resolve().parents[1] / "models" / "llm"
+LLM = REPO / "models" / "llm"
 LLAMA, MAMBA, T5 = LLM / "llama", LLM / "mamba", LLM / "t5"
 PROMPT = [18, 152, 24, 240, 209]  # llama's reference prompt
 
@@ -77,7 +76,7 @@ def test_chat_one_turn(capsys: pytest.CaptureFixture[str], chat_llama: Path) -> 
 
 def test_chat_turns_from_standard_input_continue_the_cache(chat_llama: Path) -> None:
     """The real command, turns piped in: each reply equals the API's, and turn 2 continues the cache."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-m", "ortstate", "generate", str(chat_llama), "--chat", "-n", "4", "--ignore-eos"],
         input="t5 t6\n\nt7 t8 t9\n",
