@@ -1,6 +1,6 @@
 """How OpenVINO packs sub-byte and string constants in the ``.bin``, and how to unpack them.
 
-Layouts, checked against what OpenVINO's own ``Convert`` computes (see ``tests/test_ir_reader.py``):
+Layouts, checked against what OpenVINO's own ``Convert`` computes (see ``tests/ir/test_ir_reader.py``):
 
 - ``u1``: eight values a byte, the first in the highest bit.
 - ``u2``: four values a byte, the first in the lowest two bits.
