@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -199,6 +199,35 @@ def run_unary(tmp_path: Path, make: Callable[..., Any], values: np.ndarray, rtol
     """``make(x)`` on one Parameter fed ``values``, checked against the OpenVINO CPU plugin."""
     x = ov.opset13.parameter(values.shape, values.dtype, name="x")
     check_model(single_op(tmp_path, make(x), [x]), {"x": values}, rtol=rtol, atol=rtol)
+
+
+UNARY_FLOATS = [np.float32, np.float16, np.float64]
+UNARY_INTS = [np.int32, np.int64, np.int8, np.uint8, np.int16]
+# A table of unary ops: {op (its openvino.opset13 builder): (float values, integer values or None
+# where OpenVINO has no integer form worth testing)}.
+UnaryTable = dict[str, tuple[list[float], list[int] | None]]
+
+
+def unary_cases(table: UnaryTable, no_unsigned: Collection[str] = ()) -> list[tuple[str, Any]]:
+    """The (op, dtype) pairs of ``table`` OpenVINO defines: float math on integers too, except where
+    the table says floats only (and no unsigned types for the ops in ``no_unsigned``)."""
+    return [
+        (op, dtype)
+        for op, (_, ints) in table.items()
+        for dtype in UNARY_FLOATS + UNARY_INTS
+        if np.issubdtype(dtype, np.floating)
+        or (ints is not None and not (op in no_unsigned and np.issubdtype(dtype, np.unsignedinteger)))
+    ]
+
+
+def unary_values(table: UnaryTable, op: str, dtype: Any) -> np.ndarray:
+    """``op``'s test values from ``table`` as a [1, n] array of ``dtype`` (unsigned: the non-negative ones)."""
+    floats, ints = table[op]
+    if np.issubdtype(dtype, np.floating):
+        return np.array(floats, dtype).reshape(1, -1)
+    assert ints is not None
+    ints = [v for v in ints if v >= 0] if np.issubdtype(dtype, np.unsignedinteger) else ints
+    return np.array(ints, dtype).reshape(1, -1)
 
 
 def binary(tmp_path: Path, make: Callable[..., Any], x: np.ndarray, y: np.ndarray, name: str = "op") -> Path:

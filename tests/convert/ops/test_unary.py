@@ -1,5 +1,5 @@
 """``convert/ops/unary.py`` (Abs ... Atanh, SoftSign, Floor, Ceiling, Round, Clamp) against the OpenVINO CPU
-plugin; the table also runs the unary activations of ``activations.py``.
+plugin.
 
 Integer inputs to float math (Exp, Sin, Sigmoid, ...) are part of OpenVINO's op set: the CPU plugin
 computes them in f32 and rounds, which the integer cases pin.
@@ -8,13 +8,7 @@ computes them in f32 and rounds, which the integer cases pin.
 import numpy as np
 import openvino.opset13 as ops
 import pytest
-from oracle import check_model, check_spec, run_unary, single_op
-
-FLOATS = [np.float32, np.float16, np.float64]
-
-
-INTS = [np.int32, np.int64, np.int8, np.uint8, np.int16]
-
+from oracle import check_model, check_spec, run_unary, single_op, unary_cases, unary_values
 
 # op: (float values, integer values or None where OpenVINO has no integer form worth testing)
 UNARY = {
@@ -39,42 +33,15 @@ UNARY = {
     "floor": ([-2.5, -1.0, -0.2, 0.0, 0.7, 3.5], [-5, -1, 0, 1, 7]),
     "ceiling": ([-2.5, -1.0, -0.2, 0.0, 0.7, 3.5], [-5, -1, 0, 1, 7]),
     "softsign": ([-10.0, -1.0, 0.0, 0.5, 3.0], None),
-    # activations
-    "relu": ([-2.0, -0.5, 0.0, 0.5, 3.0], [-5, -1, 0, 1, 7]),
-    "sigmoid": ([-6.0, -1.0, 0.0, 0.5, 3.0], [-5, -1, 1, 2, 7]),
-    "tanh": ([-6.0, -1.0, 0.0, 0.5, 3.0], [-5, -1, 0, 1, 7]),
-    "hswish": ([-4.0, -3.0, -1.0, 0.0, 0.5, 3.0, 5.0], [-5, -3, -1, 0, 1, 2, 7]),
-    "hsigmoid": ([-4.0, -3.0, -1.0, 0.0, 0.5, 3.0, 5.0], [-5, -3, -1, 1, 2, 7]),
-    "mish": ([-6.0, -1.0, 0.0, 0.5, 3.0, 30.0], None),
-    "softplus": ([-30.0, -6.0, -1.0, 0.0, 0.5, 3.0, 30.0, 100.0], None),
 }
 
 
 NO_UNSIGNED = {"negative"}
 
 
-# (op, dtype) pairs OpenVINO defines: float math on integers too, except where it says floats only.
-UNARY_CASES = [
-    (op, dtype)
-    for op, (_, ints) in UNARY.items()
-    for dtype in FLOATS + INTS
-    if np.issubdtype(dtype, np.floating)
-    or (ints is not None and not (op in NO_UNSIGNED and np.issubdtype(dtype, np.unsignedinteger)))
-]
-
-
-def values_of(op: str, dtype) -> np.ndarray:
-    floats, ints = UNARY[op]
-    if np.issubdtype(dtype, np.floating):
-        return np.array(floats, dtype).reshape(1, -1)
-    assert ints is not None
-    ints = [v for v in ints if v >= 0] if np.issubdtype(dtype, np.unsignedinteger) else ints
-    return np.array(ints, dtype).reshape(1, -1)
-
-
-@pytest.mark.parametrize(("op", "dtype"), UNARY_CASES)
+@pytest.mark.parametrize(("op", "dtype"), unary_cases(UNARY, NO_UNSIGNED))
 def test_unary(tmp_path, op, dtype):
-    values = values_of(op, dtype)
+    values = unary_values(UNARY, op, dtype)
     run_unary(tmp_path, getattr(ops, op), values, rtol=1e-3 if dtype == np.float16 else 1e-5)
 
 
