@@ -18,7 +18,7 @@ from .dtypes import numpy_type
 
 __all__ = [
     "FLOAT_TYPES", "SIGNED_INTS", "UNSIGNED_INTS", "ORT_F32", "ORT_FLOATS", "ORT_ARITHMETIC",
-    "check_broadcast", "computed_in", "float_math", "scalar",
+    "check_broadcast", "computed_in", "element_wise", "float_math", "scalar",
 ]  # fmt: skip
 
 
@@ -52,6 +52,12 @@ def check_broadcast(node: Node) -> None:
     mode = node.attr("auto_broadcast", "numpy").lower()
     if mode not in ("numpy", "none"):
         raise node.error(f"auto_broadcast={mode} is not supported (expected numpy or none)")
+
+
+def element_wise(node: Node, ctx: Context, onnx_op: str) -> list[str]:
+    """A binary element-wise op that maps one to one onto ``onnx_op`` (numpy broadcasting in both)."""
+    check_broadcast(node)
+    return [ctx.b.op(onnx_op, node.inputs[:2])]
 
 
 def scalar(ctx: Context, value: float, etype: int) -> str:

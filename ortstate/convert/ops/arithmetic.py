@@ -13,45 +13,40 @@ from ..kernels import (
     SIGNED_INTS,
     check_broadcast,
     computed_in,
+    element_wise,
     scalar,
 )
 from ..registry import translator
 
 
-def _binary(node: Node, ctx: Context, onnx_op: str) -> list[str]:
-    """An element-wise op that maps one to one."""
-    check_broadcast(node)
-    return [ctx.b.op(onnx_op, node.inputs[:2])]
-
-
 @translator("Add", 1)
 def add_v1(node: Node, ctx: Context) -> list[str]:
     """Add-1 -> Add (numpy broadcasting in both)."""
-    return _binary(node, ctx, "Add")
+    return element_wise(node, ctx, "Add")
 
 
 @translator("Subtract", 1)
 def subtract_v1(node: Node, ctx: Context) -> list[str]:
     """Subtract-1 -> Sub (numpy broadcasting in both)."""
-    return _binary(node, ctx, "Sub")
+    return element_wise(node, ctx, "Sub")
 
 
 @translator("Multiply", 1)
 def multiply_v1(node: Node, ctx: Context) -> list[str]:
     """Multiply-1 -> Mul (numpy broadcasting in both)."""
-    return _binary(node, ctx, "Mul")
+    return element_wise(node, ctx, "Mul")
 
 
 @translator("Maximum", 1)
 def maximum_v1(node: Node, ctx: Context) -> list[str]:
     """Maximum-1 -> Max (numpy broadcasting in both)."""
-    return _binary(node, ctx, "Max")
+    return element_wise(node, ctx, "Max")
 
 
 @translator("Minimum", 1)
 def minimum_v1(node: Node, ctx: Context) -> list[str]:
     """Minimum-1 -> Min (numpy broadcasting in both)."""
-    return _binary(node, ctx, "Min")
+    return element_wise(node, ctx, "Min")
 
 
 def _check_divisor(node: Node) -> None:

@@ -9,21 +9,16 @@ from onnx import TensorProto as T
 from ..context import Context, Node
 from ..kernels import (
     check_broadcast,
+    element_wise,
     scalar,
 )
 from ..registry import translator
 
 
-def _binary(node: Node, ctx: Context, onnx_op: str) -> list[str]:
-    """An element-wise op that maps one to one."""
-    check_broadcast(node)
-    return [ctx.b.op(onnx_op, node.inputs[:2])]
-
-
 @translator("Equal", 1)
 def equal_v1(node: Node, ctx: Context) -> list[str]:
     """Equal-1 -> Equal (numpy broadcasting in both)."""
-    return _binary(node, ctx, "Equal")
+    return element_wise(node, ctx, "Equal")
 
 
 @translator("NotEqual", 1)
@@ -36,43 +31,43 @@ def not_equal_v1(node: Node, ctx: Context) -> list[str]:
 @translator("Less", 1)
 def less_v1(node: Node, ctx: Context) -> list[str]:
     """Less-1 -> Less (numpy broadcasting in both)."""
-    return _binary(node, ctx, "Less")
+    return element_wise(node, ctx, "Less")
 
 
 @translator("LessEqual", 1)
 def less_equal_v1(node: Node, ctx: Context) -> list[str]:
     """LessEqual-1 -> LessOrEqual (numpy broadcasting in both)."""
-    return _binary(node, ctx, "LessOrEqual")
+    return element_wise(node, ctx, "LessOrEqual")
 
 
 @translator("Greater", 1)
 def greater_v1(node: Node, ctx: Context) -> list[str]:
     """Greater-1 -> Greater (numpy broadcasting in both)."""
-    return _binary(node, ctx, "Greater")
+    return element_wise(node, ctx, "Greater")
 
 
 @translator("GreaterEqual", 1)
 def greater_equal_v1(node: Node, ctx: Context) -> list[str]:
     """GreaterEqual-1 -> GreaterOrEqual (numpy broadcasting in both)."""
-    return _binary(node, ctx, "GreaterOrEqual")
+    return element_wise(node, ctx, "GreaterOrEqual")
 
 
 @translator("LogicalAnd", 1)
 def logical_and_v1(node: Node, ctx: Context) -> list[str]:
     """LogicalAnd-1 -> And (numpy broadcasting in both)."""
-    return _binary(node, ctx, "And")
+    return element_wise(node, ctx, "And")
 
 
 @translator("LogicalOr", 1)
 def logical_or_v1(node: Node, ctx: Context) -> list[str]:
     """LogicalOr-1 -> Or (numpy broadcasting in both)."""
-    return _binary(node, ctx, "Or")
+    return element_wise(node, ctx, "Or")
 
 
 @translator("LogicalXor", 1)
 def logical_xor_v1(node: Node, ctx: Context) -> list[str]:
     """LogicalXor-1 -> Xor (numpy broadcasting in both)."""
-    return _binary(node, ctx, "Xor")
+    return element_wise(node, ctx, "Xor")
 
 
 @translator("LogicalNot", 1)
