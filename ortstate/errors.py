@@ -1,15 +1,21 @@
-"""Error types. Every error ortstate raises derives from :class:`OrtStateError`."""
+"""Every error type ortstate defines. Everything a library call raises derives from
+:class:`OrtStateError`; :class:`UsageError` is the command line's own (a bad option or file)."""
 
 from __future__ import annotations
 
 __all__ = [
     "ConversionError",
+    "GenerationError",
     "IRError",
     "IRFileError",
+    "InputError",
+    "OpenVINOUnavailable",
     "OrtStateError",
+    "PassError",
     "RunError",
     "StateError",
     "UnsupportedOpsError",
+    "UsageError",
 ]
 
 
@@ -52,3 +58,24 @@ class StateError(OrtStateError):
 
 class RunError(OrtStateError):
     """An inference run failed; no variable was changed."""
+
+
+class PassError(OrtStateError):
+    """A graph pass does not apply to the model as laid out (see :mod:`ortstate.passes`); the
+    model was not changed."""
+
+
+class GenerationError(OrtStateError):
+    """A model folder or a generation request cannot be served (missing IR, unknown input, bad prompt)."""
+
+
+class InputError(OrtStateError):
+    """Inputs or shapes asked for (``verify``) do not fit the model's Parameters."""
+
+
+class OpenVINOUnavailable(OrtStateError):
+    """``openvino`` (the reference runtime ``verify`` compares with) is not installed."""
+
+
+class UsageError(Exception):
+    """The command line is wrong or names a missing/unreadable file (the CLI's exit code 2)."""

@@ -1,29 +1,50 @@
-"""The contract between the converter and the runtime: variable metadata carried in the ONNX model.
+"""The contract between the converter and the runtime: the state format's names, and the variable
+metadata carried in the ONNX model.
 
-Stored as JSON under the ``ortstate`` key of ``ModelProto.metadata_props``. Both sides import this
-module and nothing else of each other.
+The metadata is stored as JSON under the ``ortstate`` key of ``ModelProto.metadata_props``. Every
+name the two ONNX forms give their state (op types, domain, attributes, graph inputs and outputs)
+is spelled here and nowhere else; the converter, the passes and the runtime import it from here.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Container, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import onnx
 
 __all__ = [
+    "ASSIGN",
+    "CONTRIB_DOMAIN",
+    "CUSTOM_OP",
     "DTYPES",
+    "EXPLICIT",
+    "FUSED_ASSIGN",
+    "FUSED_OP",
+    "FUSED_READ",
+    "MAX_FUSED",
+    "READ_VALUE",
+    "REQUEST_INPUT",
+    "VARIABLE_ID",
+    "VARIABLE_IDS",
     "FORMAT_VERSION",
     "MAX_INIT_BYTES",
     "MAX_STATE_ELEMENTS",
     "META_KEY",
     "ModelMeta",
     "VariableMeta",
+    "fresh_name",
+    "fused_op",
+    "init_flag_name",
     "read_meta",
     "spanned_elements",
+    "state_dims",
+    "state_input_name",
+    "state_output_name",
     "write_meta",
 ]
 
@@ -43,6 +64,67 @@ MAX_STATE_ELEMENTS = 1 << 40
 # A variable's initial value (zeros of ``init_shape``) is made before any run and, in the custom-op
 # form, stored in the model: protobuf caps a model at 2 GB.
 MAX_INIT_BYTES = 1 << 31
+
+
+# -- the state format's names ----------------------------------------------------------------------
+# Custom-op form: ``ReadValue(init, request) -> value`` and ``Assign(value, request) -> token`` in
+# this domain, the only one onnxruntime-extensions serves Python ops from by default.
+CONTRIB_DOMAIN = "ai.onnx.contrib"
+READ_VALUE = "ReadValue"
+ASSIGN = "Assign"
+VARIABLE_ID = "variable_id"  # the state ops' one attribute
+# The int64 scalar graph input every state op takes as its key (a request's store).
+REQUEST_INPUT = "ortstate.request"
+# The fused variant (made on load, never saved): ``ReadValues{n}`` / ``AssignValues{n}`` for
+# 2..MAX_FUSED variables of one carrier dtype, their ids a JSON list in ``variable_ids``.
+FUSED_READ = "ReadValues"
+FUSED_ASSIGN = "AssignValues"
+VARIABLE_IDS = "variable_ids"
+MAX_FUSED = 16
+FUSED_OP = re.compile(rf"({FUSED_READ}|{FUSED_ASSIGN})(\d+)")
+
+
+def fused_op(kind: str, count: int) -> str:
+    """``ReadValues3``: the op type fusing ``count`` state ops of ``kind`` (FUSED_READ/FUSED_ASSIGN)."""
+    return f"{kind}{count}"
+
+
+def state_input_name(var_id: str) -> str:
+    """Explicit form: the graph input carrying the variable's value into a run."""
+    return f"ortstate.in.{var_id}"
+
+
+def state_output_name(var_id: str) -> str:
+    """Explicit form: the graph output carrying the variable's next value out of a run."""
+    return f"ortstate.out.{var_id}"
+
+
+def init_flag_name(var_id: str) -> str:
+    """Both forms: the bool scalar input telling a run the variable is uninitialised (computed inits)."""
+    return f"ortstate.init.{var_id}"
+
+
+def state_dims(shape: list[int | list[int | None]] | None, var_id: str) -> list[int | str] | None:
+    """The ONNX dims of a variable's state input and output: static dims as they are, each dynamic
+    one a symbol ``<id>_d<i>``; None for a dynamic rank."""
+    if shape is None:
+        return None
+    return [d if isinstance(d, int) else f"{var_id}_d{i}" for i, d in enumerate(shape)]
+
+
+def fresh_name(base: str, taken: Container[str], start: int = 1) -> str:
+    """``base``, or where the model already uses it, ``base_N`` for the first free N from ``start``.
+
+    The one rule by which every name ortstate makes (the names above, and the converter's own
+    value names) steps aside from a name the model already has; ``taken`` is every name of the
+    model, subgraphs included (ONNX forbids defining a name twice anywhere in a model).
+    """
+    if base not in taken:
+        return base
+    n = start
+    while f"{base}_{n}" in taken:
+        n += 1
+    return f"{base}_{n}"
 
 
 def spanned_elements(shape: Sequence[int]) -> int:

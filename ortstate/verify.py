@@ -26,11 +26,12 @@ import numpy as np
 import onnx
 
 from .convert import convert_graph
-from .errors import OrtStateError, RunError
+from .errors import InputError, OpenVINOUnavailable, OrtStateError, RunError
 from .generate.feeds import InputSpec
 from .ir import Graph, read_ir
 from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
-from .verify_inputs import DEFAULT_DIM, InputError, VerifyInputs, input_specs, inputs_reaching, random_inputs
+from .runtime import StatefulSession
+from .verify_inputs import DEFAULT_DIM, VerifyInputs, input_specs, inputs_reaching, random_inputs
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -56,10 +57,6 @@ DEFAULT_ATOL = 1e-4
 # activations on the fly for compressed weights (MODELS.md).
 OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 INSTALL_HINT = "pip install 'ortstate[verify]'"
-
-
-class OpenVINOUnavailable(OrtStateError):
-    """``openvino`` (the reference runtime) is not installed."""
 
 
 def load_openvino() -> ModuleType:
@@ -225,8 +222,6 @@ def verify(
     Raises:
         OpenVINOUnavailable, and any ``OrtStateError`` of reading, converting or running.
     """
-    from .runtime import StatefulSession
-
     if steps < 1:
         raise OrtStateError(f"steps must be at least 1, got {steps}")
     ov = load_openvino()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import OrtStateError
+from .errors import InputError
 from .generate.feeds import FeedRules, InputSpec
-from .generate.ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size, tensor_name
+from .generate.ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size
 from .generate.model_dir import read_config
 from .generate.synthetic import concrete_shape, decoder_steps
 from .generate.synthetic import random_inputs as _random_inputs
@@ -21,10 +21,6 @@ from .ir import Graph, Layer
 __all__ = ["DEFAULT_DIM", "InputError", "VerifyInputs", "input_specs", "inputs_reaching", "random_inputs"]
 
 DEFAULT_DIM = 4  # dynamic dims other than the first; a decoder's prompt length
-
-
-class InputError(OrtStateError):
-    """Inputs or shapes asked for do not fit the model's Parameters."""
 
 
 def input_specs(graph: Graph) -> list[InputSpec]:
@@ -158,7 +154,7 @@ def inputs_reaching(graph: Graph, layer: Layer) -> list[str]:
     while stack:
         current = stack.pop()
         if current.type == "Parameter":
-            found.append(tensor_name(current))
+            found.append(current.tensor_name())
         for index in range(len(current.inputs)):
             try:
                 source, _ = graph.producer(current, index)

@@ -75,7 +75,8 @@ class Mutant:
 _cache: dict[str, tuple[bytes, bytes, ET.Element]] = {}
 
 
-def _base(path: str) -> tuple[bytes, bytes, ET.Element]:
+def base_files(path: str) -> tuple[bytes, bytes, ET.Element]:
+    """A base IR's .xml and .bin bytes and its parsed tree (read once)."""
     if path not in _cache:
         xml = (ROOT / path).read_bytes()
         _cache[path] = (xml, (ROOT / path).with_suffix(".bin").read_bytes(), ET.fromstring(xml))  # trusted input
@@ -86,7 +87,7 @@ def mutant(seed: int, index: int, bases: tuple[str, ...] = BASES) -> Mutant:
     """The ``index``-th mutant of campaign ``seed`` (independent of every other index)."""
     rng = random.Random(f"{seed}:{index}")
     base = bases[index % len(bases)]
-    xml, weights, tree = _base(base)
+    xml, weights, tree = base_files(base)
     kind = rng.choices(list(_OPS), weights=[w for w, _ in _OPS.values()])[0]
     detail, layer, new_xml, new_bin = _OPS[kind][1](rng, xml, weights, copy.deepcopy(tree))
     return Mutant(index, base, kind, detail, layer, new_xml, new_bin)

@@ -18,6 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ortstate
 from ortstate.model_meta import META_KEY
+from ortstate.runtime import pyops
+from ortstate.runtime.store import StateStore
 
 ROOT = Path(__file__).resolve().parent.parent
 ACC = ROOT / "models/accumulator/model.xml"  # x f32 [1,?]; variable acc; output sum
@@ -140,8 +142,10 @@ def test_a_second_reading_of_a_variable_is_fine() -> None:
 
 def test_request_keys_are_not_guessable() -> None:
     """Keys are random 63-bit numbers, not a count: no model could name another request's."""
-    session = ortstate.StatefulSession(custom_model(), form="custom-op")
-    keys = [int(session.create_infer_request()._runner.fixed["ortstate.request"]) for _ in range(50)]
+    stores = [StateStore(()) for _ in range(50)]
+    keys = [pyops.register_store(store) for store in stores]
+    for key in keys:
+        pyops.unregister_store(key)
     assert len(set(keys)) == 50 and max(keys) > 2**40
 
 

@@ -10,6 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..version import __version__
 from .measure import BenchResult
 from .runners import LABELS
 
@@ -28,8 +29,6 @@ def machine_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    from .. import __version__
-
     info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
     info["ortstate"] = __version__
     for dist in ("onnxruntime", "onnxruntime-extensions", "onnx", "openvino", "numpy"):

@@ -9,10 +9,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from ..convert import convert
 from ..errors import OrtStateError, RunError
-from ..model_meta import EXPLICIT, read_meta
+from ..model_meta import EXPLICIT, VariableMeta, read_meta
+from ..runtime import StatefulSession
 from ..runtime.options import quiet_session_options, tune_session_options
-from ..runtime.pingpong import raw_binding, raw_session
+from ..runtime.ort_adapter import FastRun
+from ..runtime.pingpong import bind_output
 from .workloads import Feeds, Workload
 
 __all__ = ["LABELS", "RUNNERS", "Runner", "make_runners", "session_options"]
@@ -26,6 +29,7 @@ LABELS = {
     "floor": "floor: bare ORT + IOBinding, no state management",
     "torch": "PyTorch eager",
 }
+_FALSE = np.array(False)
 RUNNERS = ("openvino", "openvino-shared", "custom-op", "auto", "explicit", "floor")
 # the model each ortstate runner loads (True: the explicit conversion) and the form it asks for
 _FORMS = {
@@ -83,8 +87,6 @@ class _OpenVINO:
 
 class _Session:
     def __init__(self, name: str, model: onnx.ModelProto, threads: int, form: str, initial: Feeds) -> None:
-        from ..runtime import StatefulSession
-
         self.name = name
         self._session = StatefulSession(model, session_options(threads, model), form=form)
         self._initial = initial
@@ -124,11 +126,11 @@ class Floor:
         options = session_options(threads, model)
         options.log_severity_level = 4  # a bound run that no longer fits falls back quietly in step()
         self._session = ort.InferenceSession(model.SerializeToString(), options)
-        self._raw = raw_session(self._session)
+        self._fast = FastRun(self._session)
         self._vars = meta.variables
         self._outputs = [o.name for o in self._session.get_outputs() if o.name not in meta.hidden_outputs]
         self._names = self._outputs + [v.state_output or "" for v in self._vars]
-        self._flags = {True: np.array(True), False: np.array(False)}
+        self._flags = {True: np.array(True), False: _FALSE}
         self._bound: _Bound | None = None
         self._initial = initial or {}
         self.reset()
@@ -161,7 +163,7 @@ class Floor:
             fed[v.state_input or ""] = self._state[v.id]
             if v.init_flag:
                 fed[v.init_flag] = self._flags[self._first]
-        values = self._raw.run(self._names, fed, None)
+        values = self._fast.run(self._names, fed, None)
         count = len(self._outputs)
         steady = not self._first and bool(self._vars)
         for v, value in zip(self._vars, values[count:]):
@@ -169,7 +171,7 @@ class Floor:
             self._state[v.id] = value
         self._first = False
         if steady and self.mode == "auto" and all(a.size for a in values):
-            self._bound = _Bound(self, feeds, values[:count])
+            self._bound = _Bound(self._fast, self._vars, self._outputs, feeds, values[:count], self._state)
         return values[:count]
 
 
@@ -180,28 +182,36 @@ class _Unbound(Exception):
 class _Bound:
     """The floor's two IOBindings over two state buffer sets (see :class:`Floor`)."""
 
-    def __init__(self, floor: Floor, feeds: Feeds, outputs: list[np.ndarray]) -> None:
-        session = floor._session
-        self.vars = floor._vars
+    def __init__(
+        self,
+        fast: FastRun,
+        variables: tuple[VariableMeta, ...],
+        output_names: list[str],
+        feeds: Feeds,
+        outputs: list[np.ndarray],
+        states: dict[str, np.ndarray],
+    ) -> None:
+        self.vars = variables
         self.inputs = [(name, np.array(value, copy=True, order="C")) for name, value in feeds.items()]
         self.outputs = [np.empty_like(o, order="C") for o in outputs]
-        current = [np.array(floor._state[v.id], copy=True, order="C") for v in self.vars]
+        current = [np.array(states[v.id], copy=True, order="C") for v in self.vars]
         self.sets = [current, [np.empty_like(a) for a in current]]
-        self.run_bound = raw_session(session).run_with_iobinding
+        self.run_bound = fast.run_bound
         self.bindings = []  # the wrappers keep the raw bindings (and so the buffers' binding) alive
+        self.raw = []
         for k in (0, 1):
-            io = session.io_binding()
+            io, raw = fast.binding()
             for name, buffer in self.inputs:
                 io.bind_cpu_input(name, buffer)
             for i, v in enumerate(self.vars):
                 if v.init_flag:
-                    io.bind_cpu_input(v.init_flag, floor._flags[False])
+                    io.bind_cpu_input(v.init_flag, _FALSE)
                 io.bind_cpu_input(v.state_input or "", self.sets[k][i])
-                _bind_output(io, v.state_output or "", self.sets[1 - k][i])
-            for name, buffer in zip(floor._outputs, self.outputs):
-                _bind_output(io, name, buffer)
+                bind_output(io, v.state_output or "", self.sets[1 - k][i])
+            for name, buffer in zip(output_names, self.outputs):
+                bind_output(io, name, buffer)
             self.bindings.append(io)
-        self.raw = [raw_binding(io) for io in self.bindings]
+            self.raw.append(raw)
         self.k = 0
 
     def step(self, feeds: Feeds) -> list[np.ndarray]:
@@ -222,10 +232,6 @@ class _Bound:
         return {v.id: self.sets[self.k][i].copy() for i, v in enumerate(self.vars)}
 
 
-def _bind_output(io: ort.IOBinding, name: str, buffer: np.ndarray) -> None:
-    io.bind_output(name, "cpu", 0, buffer.dtype, list(buffer.shape), buffer.ctypes.data)
-
-
 def make_runners(
     workload: Workload, threads: int = 1, names: Sequence[str] = RUNNERS
 ) -> tuple[list[Runner], dict[str, str]]:
@@ -233,8 +239,6 @@ def make_runners(
 
     The IR is converted once per form; a conversion error skips the ortstate runners and the floor.
     """
-    from ..convert import convert
-
     models: dict[bool, onnx.ModelProto | str] = {}
     for explicit in (False, True):
         try:

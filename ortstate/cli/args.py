@@ -9,6 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UsageError
+from ..runtime.loaded import FORMS
+
 FORM_HELP = (
     "how the variables are kept: auto (default) = the explicit form, the fastest; a custom-op .onnx "
     "is rewritten into it on load; custom-op = run the Python state ops (an IR is converted to that "
@@ -18,8 +21,6 @@ FORM_HELP = (
 
 def add_form_option(p: argparse.ArgumentParser, help: str = FORM_HELP) -> None:  # noqa: A002 - argparse's word
     """``--form``: which form ``StatefulSession`` runs (see its ``form`` argument)."""
-    from ..runtime.session import FORMS
-
     p.add_argument("--form", choices=FORMS, default="auto", help=help)
 
 
@@ -40,10 +41,6 @@ __all__ = [
     "parse_shapes",
     "split_assignment",
 ]
-
-
-class UsageError(Exception):
-    """The command line is wrong or names a missing/unreadable file (exit code 2)."""
 
 
 def existing_file(path: str | Path, what: str = "") -> Path:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from .. import bench
-from ..errors import OrtStateError, RunError
-from .args import UsageError, add_verbose_option, existing_file, parse_shapes
+from ..errors import OrtStateError, RunError, UsageError
+from .args import add_verbose_option, existing_file, parse_shapes
 from .command import EXIT_OK, Command
 from .report import count, progress
 

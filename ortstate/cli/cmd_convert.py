@@ -8,9 +8,10 @@ from pathlib import Path
 
 from ..convert import build, save_model
 from ..convert.context import ConvertOptions
+from ..errors import UsageError
 from ..ir import read_ir
 from ..model_meta import read_meta
-from .args import UsageError, existing_file
+from .args import existing_file
 from .command import EXIT_OK, Command
 from .report import count, natural_key, progress
 

@@ -1,8 +1,8 @@
-"""``ortstate demo``: the streaming character-LSTM demo (see :mod:`ortstate.demo`)."""
+"""``ortstate demo``: the streaming character-LSTM demo (see :mod:`ortstate.cli.demo`)."""
 
 from __future__ import annotations
 
-from .. import demo
+from . import demo
 from .command import Command
 
 DESCRIPTION = """\

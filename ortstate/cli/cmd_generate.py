@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import UsageError
 from ..generate import (
     Chat,
     GenerationError,
@@ -21,7 +22,7 @@ from ..generate import (
     find_model_files,
 )
 from ..generate.tokenizer import TOKENIZER_FILE
-from .args import UsageError, add_form_option, add_verbose_option, load_npy
+from .args import add_form_option, add_verbose_option, load_npy
 from .command import EXIT_OK, Command
 from .report import progress
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import onnx
 
-from ..convert import build, read_report, unsupported_ops
-from ..convert.state import collect_variables
+from ..convert import build, collect_variables, read_report, unsupported_ops
 from ..errors import OrtStateError, StateError
 from ..ir import Graph, read_ir
-from ..model_meta import read_meta
+from ..model_meta import EXPLICIT, read_meta
+from ..passes.walk import nodes
 from .args import existing_file
 from .command import EXIT_OK, Command
 from .report import format_dims, natural_key, table
@@ -52,15 +52,8 @@ def _section(title: str, header: list[str], rows: list[list[str]]) -> str:
     return f"\n{title}\n" + (table(header, rows) if rows else "  (none)")
 
 
-def _all_layers(graph: Graph) -> Iterator:  # -> Iterator[Layer]
-    for layer in graph.layers.values():
-        yield layer
-        if layer.body is not None:
-            yield from _all_layers(layer.body)
-
-
 def _inspect_ir(graph: Graph) -> str:
-    layers = list(_all_layers(graph))
+    layers = list(graph.all_layers())
     name = f" '{graph.name}'" if graph.name else ""
     out = [f"{graph.source}: OpenVINO IR v{graph.version}{name}, {len(layers)} layers"]
     inputs = []
@@ -68,13 +61,13 @@ def _inspect_ir(graph: Graph) -> str:
         port = layer.outputs[0]
         etype = port.element_type
         shape = layer.attrs.get("shape", "")
-        inputs.append([min(port.names) if port.names else layer.name, _dtype(etype), f"[{shape}]".replace(" ", "")])
+        inputs.append([layer.tensor_name(), _dtype(etype), f"[{shape}]".replace(" ", "")])
     out.append(_section("inputs", ["name", "dtype", "shape"], inputs))
     outputs = []
     for layer in graph.results:
         _, port = graph.producer(layer, 0)
         etype = port.element_type or layer.inputs[0].element_type
-        outputs.append([min(port.names) if port.names else layer.name, _dtype(etype), str(port.shape)])
+        outputs.append([graph.result_name(layer), _dtype(etype), str(port.shape)])
     out.append(_section("outputs", ["name", "dtype", "shape"], outputs))
     try:
         found = sorted(collect_variables(graph), key=lambda v: natural_key(v.id))
@@ -123,7 +116,7 @@ def _inspect_onnx(path: Path) -> str:
     outputs = [_value_row(v) for v in model.graph.output if v.name not in hidden_out]
     out.append(_section("outputs", ["name", "dtype", "shape"], outputs))
     variables = []
-    explicit = meta is not None and meta.form == "explicit"
+    explicit = meta is not None and meta.form == EXPLICIT
     for v in sorted(meta.variables, key=lambda v: natural_key(v.id)) if meta else ():
         shape = None if v.shape is None else [d if isinstance(d, int) else _range(d) for d in v.shape]
         row = [v.id, v.element_type, format_dims(shape).replace("'", ""), v.init]
@@ -152,13 +145,8 @@ def _weights_section(rows: list[dict] | None) -> str:
 
 
 def _node_ops(graph: onnx.GraphProto) -> Iterator[str]:
-    for node in graph.node:
+    for node in nodes(graph):
         yield f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _node_ops(attr.g)
-            for g in attr.graphs:
-                yield from _node_ops(g)
 
 
 def _by_count(counts: Counter) -> list[tuple[str, int]]:

@@ -10,8 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import StatefulSession, convert
-from .args import UsageError, add_form_option, add_verbose_option, existing_file, parse_inputs
+from ..convert import convert
+from ..errors import UsageError
+from ..runtime import StatefulSession, numpy_dtype
+from .args import add_form_option, add_verbose_option, existing_file, parse_inputs
 from .command import EXIT_OK, Command
 from .report import array_summary, count, natural_key, progress, table
 
@@ -40,13 +42,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_verbose_option(p)
 
 
-_NUMPY_OF_ORT = {
-    "float": "float32", "double": "float64", "float16": "float16", "bool": "bool",
-    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
-    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
-}  # fmt: skip
-
-
 def _check_feeds(session: StatefulSession, feeds: dict[str, np.ndarray]) -> None:
     """Say which input is wrong before onnxruntime does, in the command line's terms."""
     inputs = {i.name: i for i in session.get_inputs()}
@@ -58,9 +53,8 @@ def _check_feeds(session: StatefulSession, feeds: dict[str, np.ndarray]) -> None
         raise UsageError(f"{'; '.join(problems)} (the model takes: {expected})")
     for name, value in feeds.items():
         arg = inputs[name]
-        match = re.fullmatch(r"tensor\((\w+)\)", arg.type)
-        want = _NUMPY_OF_ORT.get(match.group(1)) if match else None
-        if want is not None and value.dtype != np.dtype(want):
+        want = numpy_dtype(arg.type)
+        if want is not None and value.dtype != want:
             raise UsageError(f"input '{name}': the file holds {value.dtype} values, the model takes {want}")
         dims = arg.shape
         fits = dims is None or (

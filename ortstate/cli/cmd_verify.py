@@ -7,9 +7,12 @@ import re
 import textwrap
 from collections.abc import Sequence
 
+import onnx
+
+from ..errors import OrtStateError, UsageError
 from ..model_meta import CUSTOM_OP, EXPLICIT
 from ..verify import DEFAULT_ATOL, DEFAULT_RTOL, Check, FormResult, VerifyResult, verify
-from .args import UsageError, add_verbose_option, existing_file, parse_inputs, parse_shapes
+from .args import add_verbose_option, existing_file, parse_inputs, parse_shapes
 from .command import EXIT_FAILURE, EXIT_OK, Command
 from .report import count, format_error, natural_key, progress, table
 
@@ -95,10 +98,6 @@ def run(args: argparse.Namespace) -> int:
     fixed = parse_inputs(args.input)
     onnx_model = None
     if args.onnx:
-        import onnx
-
-        from ..errors import OrtStateError
-
         path = existing_file(args.onnx)
         try:
             onnx_model = onnx.load(str(path))

@@ -9,11 +9,10 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import NoReturn
 
-from ..errors import IRFileError, OrtStateError
+from ..errors import InputError, IRFileError, OpenVINOUnavailable, OrtStateError, UsageError
 from ..runtime import options as ort_options
-from ..verify import InputError, OpenVINOUnavailable
+from ..version import __version__
 from . import cmd_bench, cmd_convert, cmd_demo, cmd_generate, cmd_inspect, cmd_run, cmd_verify
-from .args import UsageError
 from .command import EXIT_FAILURE, EXIT_USAGE, Command
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -72,8 +71,6 @@ def _version() -> str:
             parts.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             parts.append(f"{dist} not installed")
-    from .. import __version__
-
     return f"ortstate {__version__} ({', '.join(parts)})"
 
 

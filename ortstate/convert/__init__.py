@@ -3,6 +3,18 @@
 from .driver import Built, build, convert, convert_graph, unsupported_ops
 from .external import save_model
 from .registry import registered
+from .state import Variable, collect_variables
 from .weights_report import read_report
 
-__all__ = ["Built", "build", "convert", "convert_graph", "read_report", "registered", "save_model", "unsupported_ops"]
+__all__ = [
+    "Built",
+    "Variable",
+    "build",
+    "collect_variables",
+    "convert",
+    "convert_graph",
+    "read_report",
+    "registered",
+    "save_model",
+    "unsupported_ops",
+]

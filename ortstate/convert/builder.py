@@ -9,10 +9,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..model_meta import fresh_name
+from ..passes.walk import rename_in_nodes
 from ..protosize import tensor_bytes
 from .external import LARGE_BYTES, Array, Lazy, stub
 
-__all__ = ["GraphBuilder", "Names", "prune"]
+__all__ = ["GraphBuilder", "Names"]
 
 # Element types onnxruntime's Where lacks -> a type it has that holds every value exactly.
 _WHERE_CARRIER = {
@@ -39,12 +41,11 @@ class Names:
         return name in self._used
 
     def fresh(self, hint: str) -> str:
+        """``hint``, or ``hint_N`` where taken (:func:`~ortstate.model_meta.fresh_name`'s rule)."""
         base = hint or "v"
-        name, i = base, self._next.get(base, 1)
-        while name in self._used:
-            name = f"{base}_{i}"
-            i += 1
-        self._next[base] = i
+        name = fresh_name(base, self._used, self._next.get(base, 1))
+        if name != base:  # a layer may make thousands of one hint: start the next search past this one
+            self._next[base] = int(name[len(base) + 1 :]) + 1
         self._used.add(name)
         return name
 
@@ -138,7 +139,6 @@ class GraphBuilder:
     def sub(self, name: str) -> GraphBuilder:
         """A builder for a subgraph (If/Loop body) sharing this graph's names."""
         child = GraphBuilder(name, self.names, self.hint)
-        child._const_cache = {}
         return child
 
     def graph(self) -> onnx.GraphProto:
@@ -150,8 +150,7 @@ class GraphBuilder:
     def rename_all(self, names: dict[str, str]) -> None:
         """Rename values produced by this graph's nodes (``{old: new}``), everywhere they are used,
         in one pass over the nodes."""
-        if names:
-            _rename_in_nodes(self.nodes, names)
+        rename_in_nodes(self.nodes, names)
 
 
 # protobuf copies a message into a repeated field by serialising it, which fails past 2 GB: a
@@ -167,60 +166,3 @@ def _append_tensor(graph: onnx.GraphProto, tensor: onnx.TensorProto) -> None:
     new.name, new.data_type = tensor.name, tensor.data_type
     new.dims.extend(tensor.dims)
     new.raw_data = tensor.raw_data
-
-
-def _rename_in_nodes(nodes: list[onnx.NodeProto], names: dict[str, str]) -> None:
-    for node in nodes:
-        for field in (node.input, node.output):
-            for i, name in enumerate(field):
-                new = names.get(name)
-                if new is not None:
-                    field[i] = new
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _rename_in_graph(attr.g, names)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    _rename_in_graph(g, names)
-
-
-def _rename_in_graph(graph: onnx.GraphProto, names: dict[str, str]) -> None:
-    _rename_in_nodes(list(graph.node), names)
-    for out in graph.output:
-        new = names.get(out.name)
-        if new is not None:
-            out.name = new
-
-
-def prune(graph: onnx.GraphProto, side_effect_domains: frozenset[str]) -> None:
-    """Drop nodes nothing needs and initializers nothing reads (ONNX Runtime runs dead nodes).
-
-    Nodes of ``side_effect_domains`` (our state ops) are always kept. Only the top-level graph is
-    pruned; a subgraph's reads of outer values count as uses.
-    """
-    needed = {out.name for out in graph.output}
-    kept: list[onnx.NodeProto] = []
-    for node in reversed(graph.node):
-        if node.domain in side_effect_domains or any(out in needed for out in node.output):
-            kept.append(node)
-            needed.update(node.input)
-            needed.update(_subgraph_reads(node))
-    kept.reverse()
-    if len(kept) != len(graph.node):
-        del graph.node[:]
-        graph.node.extend(kept)
-    # by index: ``remove`` compares messages, which serialises them (and fails past 2 GB)
-    for index in reversed(range(len(graph.initializer))):
-        if graph.initializer[index].name not in needed:
-            del graph.initializer[index]
-
-
-def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
-    names: set[str] = set()
-    for attr in node.attribute:
-        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-        for g in graphs:
-            for inner in g.node:
-                names.update(inner.input)
-                names.update(_subgraph_reads(inner))
-    return names

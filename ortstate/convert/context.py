@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import ConversionError
-from ..ir import ElementType, Graph, Layer, PartialShape, element_type
+from ..ir import ElementType, Graph, Layer, PartialShape, element_type, parse_partial_shape
 from .builder import GraphBuilder
 from .dtypes import onnx_type
 from .folding import constant_value
+from .loop_state import VariableScope
 from .weights import FloatWeight, QuantizedWeight, plan_weights
-
-if TYPE_CHECKING:
-    from .loop_state import VariableScope
 
 __all__ = ["Context", "ConvertOptions", "Node", "OPSET"]
 
@@ -107,12 +105,17 @@ class Node:
     def input_shape(self, i: int) -> PartialShape:
         return self.layer.inputs[i].shape
 
+    def static_dim(self, i: int, axis: int) -> int | None:
+        """Dim ``axis`` (non-negative) of input ``i`` when the IR port states it, else None."""
+        dims = self.input_shape(i).dims
+        if dims is None or not 0 <= axis < len(dims) or not dims[axis].is_static:
+            return None
+        return dims[axis].lo
+
     def input_rank(self, i: int) -> int:
         """The rank of input ``i``. Ports cannot tell scalars from dynamic ranks; see :class:`Port`."""
         producer, port = self.graph.producer(self.layer, i)
         if producer.type == "Parameter":
-            from ..ir import parse_partial_shape
-
             rank = parse_partial_shape(producer.attrs.get("shape", "")).rank
             if rank is None:
                 raise self.error(f"input {i} has a dynamic rank, which this op needs to know")
@@ -196,19 +199,3 @@ class Context:
 
     def node(self, layer: Layer, inputs: list[str]) -> Node:
         return Node(layer, inputs, self.graph)
-
-    def translate_body(
-        self, body: Graph, builder: GraphBuilder, params: dict[int, str], scope: VariableScope | None = None
-    ) -> dict[int, str]:
-        """Translate a TensorIterator/Loop body into ``builder``.
-
-        Args:
-            params: ONNX value name for each body Parameter (by layer id).
-            scope: the body's variables (a :class:`~.loop_state.BodyScope`), if it has any.
-
-        Returns:
-            The ONNX value feeding each body Result (by layer id).
-        """
-        from .driver import translate_body  # the driver owns the walk; imported late to avoid a cycle
-
-        return translate_body(body, builder, params, scope, self.options)

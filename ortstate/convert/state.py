@@ -1,12 +1,13 @@
 """ReadValue/Assign: pair and validate variables, plan their init subgraphs, write their ONNX form.
 
-Custom-op form: ``ReadValue(init, request) -> value`` and ``Assign(value, request)`` in the
-``ai.onnx.contrib`` domain; the runtime's Python ops read committed values and stage writes.
-Explicit form: the value arrives as a graph input and leaves as a graph output.
+The converter writes the custom-op form only: ``ReadValue(init, request) -> value`` and
+``Assign(value, request)`` in the contrib domain (names: :mod:`ortstate.model_meta`); the
+runtime's Python ops read committed values and stage writes. The explicit form is made from it by
+:func:`ortstate.passes.to_explicit`.
 
-A computed init is guarded by ``If(init_flag)`` when it is worth skipping (custom-op form) or
-always (explicit form, where the ``If`` also selects between the init and the fed value); the
-runtime sets the flag only on a variable's first run and after a reset.
+A computed init is guarded by ``If(init_flag)`` when it is worth skipping (an expensive one, or
+one computed in a loop body); the runtime sets the flag only on a variable's first run and after a
+reset.
 """
 
 from __future__ import annotations
@@ -20,15 +21,23 @@ from onnx import TensorProto
 
 from ..errors import StateError
 from ..ir import ElementType, Graph, Layer, PartialShape, element_type, parse_partial_shape
-from ..model_meta import MAX_INIT_BYTES, MAX_STATE_ELEMENTS, VariableMeta, spanned_elements
+from ..model_meta import (
+    ASSIGN,
+    CONTRIB_DOMAIN,
+    MAX_INIT_BYTES,
+    MAX_STATE_ELEMENTS,
+    READ_VALUE,
+    REQUEST_INPUT,
+    VARIABLE_ID,
+    VariableMeta,
+    init_flag_name,
+    spanned_elements,
+)
 from .builder import GraphBuilder
-from .context import constant_value
 from .dtypes import numpy_type, onnx_type
+from .folding import constant_value
 
-__all__ = ["CONTRIB_DOMAIN", "REQUEST_INPUT", "Variable", "collect_variables", "StateWriter"]
-
-CONTRIB_DOMAIN = "ai.onnx.contrib"
-REQUEST_INPUT = "ortstate.request"
+__all__ = ["StateWriter", "Variable", "collect_variables", "plan_inits"]
 # Init-only layers of these types are cheap enough to run every step instead of paying for an If.
 _CHEAP_INIT_OPS = frozenset(
     "Const Convert ShapeOf Gather Concat Broadcast Reshape Squeeze Unsqueeze Slice StridedSlice Range".split()
@@ -234,7 +243,7 @@ def _check_size(var: Variable, where: str) -> None:
         )
 
 
-def plan_inits(graph: Graph, variables: list[Variable], explicit: bool) -> None:
+def plan_inits(graph: Graph, variables: list[Variable]) -> None:
     """Find each computed init's exclusive layers and decide which inits an ``If`` guards."""
     by_read = {v.read.id: v for v in variables if v.body is None}
     owner: dict[int, str] = {}
@@ -255,7 +264,7 @@ def plan_inits(graph: Graph, variables: list[Variable], explicit: bool) -> None:
             continue
         var.exclusive = {lid for lid, o in owner.items() if o == var.id}
         expensive = any(graph.layers[lid].type not in _CHEAP_INIT_OPS for lid in var.exclusive)
-        var.guarded = explicit or expensive
+        var.guarded = expensive
 
 
 TranslateFn = Callable[[list[Layer], GraphBuilder], None]
@@ -265,26 +274,20 @@ ValueFn = Callable[[Layer, int], str]
 class StateWriter:
     """Writes the ONNX form of every variable into the main graph as the driver reaches it."""
 
-    def __init__(self, graph: Graph, variables: list[Variable], builder: GraphBuilder, explicit: bool) -> None:
+    def __init__(self, graph: Graph, variables: list[Variable], builder: GraphBuilder) -> None:
         self.graph = graph
         self.variables = {v.id: v for v in variables}
         self.b = builder
-        self.explicit = explicit
         self.meta: dict[str, VariableMeta] = {}
         self._flags: dict[str, str] = {}
-        self._state_in: dict[str, str] = {}
-        self._state_out: dict[str, str] = {}
         self._written: dict[str, str] = {}  # the value each Assign wrote, by variable
         # The model's own names were reserved first: these get a suffix where one is taken.
         for var in variables:
             if var.guarded:
-                self._flags[var.id] = builder.names.fresh(f"ortstate.init.{var.id}")
+                self._flags[var.id] = builder.names.fresh(init_flag_name(var.id))
                 builder.add_input(self._flags[var.id], TensorProto.BOOL, [])
-            if explicit:
-                self._state_in[var.id] = builder.names.fresh(f"ortstate.in.{var.id}")
-                builder.add_input(self._state_in[var.id], onnx_type(var.etype), _onnx_dims(var.shape, f"{var.id}_d"))
         self.request_input: str | None = None
-        if variables and not explicit:
+        if variables:
             self.request_input = builder.names.fresh(REQUEST_INPUT)
             builder.add_input(self.request_input, TensorProto.INT64, [])
 
@@ -326,35 +329,28 @@ class StateWriter:
         if var.guarded:
             init_branch = b.sub(f"init_{var.id}")
             init = init_in(init_branch)
-            if not self.explicit and var.carrier_type != etype:
+            if var.carrier_type != etype:
                 init = init_branch.op("Cast", [init], {"to": var.carrier_type})
             init_out = init_branch.op("Identity", [init])
-            init_branch.add_output(init_out, etype if self.explicit else var.carrier_type, None)
+            init_branch.add_output(init_out, var.carrier_type, None)
             other = b.sub(f"skip_init_{var.id}")
-            if self.explicit:
-                skip = other.op("Identity", [self._state_in[var.id]])
-                other.add_output(skip, etype, None)
-            else:
-                empty = np.zeros([0] * max(1, len(var.init_shape)), dtype=numpy_type(var.carrier_type))
-                skip = other.op("Identity", [other.const(empty, hint=f"{var.id}_empty")])
-                other.add_output(skip, var.carrier_type, None)
+            # A placeholder the run never reads (the variable is initialised when the flag is off);
+            # the explicit form puts the state input here (see ortstate.passes.to_explicit).
+            empty = np.zeros([0] * max(1, len(var.init_shape)), dtype=numpy_type(var.carrier_type))
+            skip = other.op("Identity", [other.const(empty, hint=f"{var.id}_empty")])
+            other.add_output(skip, var.carrier_type, None)
             init = b.op("If", [self._flags[var.id]], {"then_branch": init_branch.graph(), "else_branch": other.graph()})
-            if self.explicit:
-                return self._record(var, init)
-        elif self.explicit:
-            if var.init == "zeros":
-                return self._record(var, self._state_in[var.id])
-            raise AssertionError("explicit computed inits are always guarded")
         elif var.init == "zeros":
             init = b.const(np.zeros(var.init_shape, dtype=numpy_type(var.carrier_type)), hint=f"{var.id}_zeros")
         else:
             init = init_in(b)
             if var.carrier_type != etype:
                 init = b.op("Cast", [init], {"to": var.carrier_type})
-        value = b.op("ReadValue", [init, self.request_input], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
+        value = b.op(READ_VALUE, [init, self.request_input], {VARIABLE_ID: var.id}, domain=CONTRIB_DOMAIN)
         if var.carrier_type != etype:
             value = b.op("Cast", [value], {"to": etype})
-        return self._record(var, value)
+        self._record(var)
+        return value
 
     def assign(self, layer: Layer, value: str) -> str:
         """An Assign of the main graph writes ``value``; returns the Assign's output (the same value)."""
@@ -366,24 +362,11 @@ class StateWriter:
         var = self.variables[var_id]
         b = self.b
         self._written[var.id] = value
-        if self.explicit:
-            out = b.names.fresh(f"ortstate.out.{var.id}")
-            b.op("Identity", [value], names=[out])
-            self._state_out[var.id] = out
-            return value
         carried = value if var.carrier_type == onnx_type(var.etype) else b.op("Cast", [value], {"to": var.carrier_type})
-        b.op("Assign", [carried, self.request_input], {"variable_id": var.id}, domain=CONTRIB_DOMAIN)
+        b.op(ASSIGN, [carried, self.request_input], {VARIABLE_ID: var.id}, domain=CONTRIB_DOMAIN)
         return value
 
-    def finish(self) -> None:
-        """Declare the explicit form's state outputs, after the model's own outputs."""
-        for var in self.variables.values():
-            out = self._state_out.get(var.id)
-            if out:
-                self.meta[var.id] = replace(self.meta[var.id], state_output=out)
-                self.b.add_output(out, onnx_type(var.etype), _onnx_dims(var.shape, f"{var.id}_d"))
-
-    def _record(self, var: Variable, value: str) -> str:
+    def _record(self, var: Variable) -> None:
         self.meta[var.id] = VariableMeta(
             id=var.id,
             element_type=var.etype.name,
@@ -392,19 +375,11 @@ class StateWriter:
             init=var.init,
             init_shape=list(var.init_shape),
             init_flag=self._flags.get(var.id),
-            state_input=self._state_in.get(var.id),
-            carrier=numpy_type(onnx_type(var.etype) if self.explicit else var.carrier_type).name,
+            carrier=numpy_type(var.carrier_type).name,
         )
-        return value
 
 
 def _meta_shape(shape: PartialShape) -> list[int | list[int | None]] | None:
     if shape.dims is None:
         return None
     return [d.lo if d.is_static else [d.lo, d.hi] for d in shape.dims]
-
-
-def _onnx_dims(shape: PartialShape, prefix: str) -> list[int | str] | None:
-    if shape.dims is None:
-        return None
-    return [d.lo if d.is_static else f"{prefix}{i}" for i, d in enumerate(shape.dims)]

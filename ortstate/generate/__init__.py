@@ -7,12 +7,13 @@ from the state a generation left (``reset=False``); :class:`TextStreamer` prints
 :class:`Chat` keeps a conversation in the cache.
 """
 
+from ..errors import GenerationError
 from .beam_search import Hypothesis
 from .chat import Chat
 from .encoder_decoder import Encoder, TextEmbedder
 from .feeds import FeedRules, InputSpec, input_specs
 from .generator import GenerationRun, Generator
-from .model_dir import GenerationError, ModelConfig, ModelFiles, find_model_files, read_config
+from .model_dir import ModelConfig, ModelFiles, find_model_files, read_config
 from .options import SearchOptions
 from .state_layout import StateLayout, state_layout
 from .streamer import IncrementalDecoder, TextStreamer

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import GenerationError
 from .logits_process import softmax
-from .model_dir import GenerationError
 
 __all__ = ["BeamSearch", "BeamStep", "Hypothesis"]
 

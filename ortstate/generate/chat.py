@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import GenerationError
 from .generator import Generator
-from .model_dir import GenerationError
 from .tokenizer import Tokenizer
 
 __all__ = ["Chat"]

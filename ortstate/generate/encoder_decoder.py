@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 
+from ..errors import GenerationError
 from ..runtime import StatefulSession
 from .feeds import InputSpec, input_specs
-from .model_dir import GenerationError
 
 __all__ = ["Encoder", "TextEmbedder"]
 

@@ -31,14 +31,15 @@ had to assume (no config.json) or read from the graph instead of the config is k
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .model_dir import GenerationError, ModelConfig
+from ..errors import GenerationError
+from ..runtime import numpy_dtype
+from .model_dir import ModelConfig
 
 __all__ = ["MAMBA_FAMILY", "FeedRules", "InputSpec", "input_specs"]
 
@@ -49,12 +50,6 @@ CONTEXT_INPUTS = ("encoder_hidden_states", "encoder_attention_mask", "inputs_emb
 KNOWN_INPUTS = frozenset(
     {"input_ids", "attention_mask", "position_ids", "cache_position", "beam_idx", "token_type_ids", *CONTEXT_INPUTS}
 )
-
-_NUMPY_OF_ORT = {
-    "float": np.float32, "double": np.float64, "float16": np.float16, "bool": np.bool_,
-    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -74,12 +69,11 @@ def input_specs(node_args: Sequence[Any]) -> list[InputSpec]:
     """:class:`InputSpec` of onnxruntime ``NodeArg``s (``StatefulSession.get_inputs()``)."""
     specs = []
     for arg in node_args:
-        match = re.fullmatch(r"tensor\((\w+)\)", arg.type)
-        dtype = _NUMPY_OF_ORT.get(match.group(1)) if match else None
+        dtype = numpy_dtype(arg.type)
         if dtype is None:
             raise GenerationError(f"input '{arg.name}': unsupported type {arg.type}")
         shape = None if arg.shape is None else tuple(arg.shape)
-        specs.append(InputSpec(arg.name, np.dtype(dtype), shape))
+        specs.append(InputSpec(arg.name, dtype, shape))
     return specs
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..convert import convert_graph
+from ..errors import GenerationError
 from ..ir import read_ir
 from ..model_meta import CUSTOM_OP
 from ..runtime import StatefulSession
@@ -24,7 +25,7 @@ from .decoding import GenerationRun, Job, beam_search, sample_or_greedy
 from .encoder_decoder import Encoder, TextEmbedder
 from .feeds import FeedRules, input_specs
 from .ir_inputs import cache_position_window
-from .model_dir import GenerationError, ModelConfig, find_model_files, read_config
+from .model_dir import ModelConfig, find_model_files, read_config
 from .options import SearchOptions, file_defaults
 from .prompts import FirstRow, check_prompts, is_sequence, nested
 from .state_layout import StateLayout, state_layout
@@ -48,7 +49,8 @@ class Generator:
         layout: how the decoder's variables follow rows and tokens (read from its graph by
             :meth:`from_dir`); without it, beam search and padding are refused.
         tokenizer: for stop strings (anything with ``decode(ids, skip_special_tokens=...)``);
-            :meth:`from_dir` loads the folder's ``tokenizer.json`` when first needed.
+            without it, ``folder``'s ``tokenizer.json`` is loaded when first needed.
+        folder: the export folder the model came from (:meth:`from_dir` gives it).
 
     Raises:
         GenerationError: the decoder has inputs no rule feeds, needs an embedder that is missing, or
@@ -65,6 +67,7 @@ class Generator:
         rules: FeedRules | None = None,
         layout: StateLayout | None = None,
         tokenizer: Any = None,
+        folder: Path | None = None,
     ) -> None:
         self.session = session
         self.config = config or ModelConfig()
@@ -81,7 +84,7 @@ class Generator:
         self.vocab_size: int | None = last if isinstance(last, int) else None
         self._rows = self.stepper.rows
         self._tokenizer = tokenizer
-        self._folder: Path | None = None
+        self._folder = folder  # where the tokenizer is looked for when none is given
         self.last_run: GenerationRun | None = None
 
     @classmethod
@@ -105,11 +108,16 @@ class Generator:
         rules = FeedRules.for_model(input_specs(session.get_inputs()), config, window=window)
         encoder = Encoder.from_ir(files.encoder, form) if files.encoder else None
         embedder = TextEmbedder.from_ir(files.embeddings, form) if files.embeddings else None
-        generator = cls(
-            session, config, encoder=encoder, embedder=embedder, rules=rules, layout=layout, tokenizer=tokenizer
+        return cls(
+            session,
+            config,
+            encoder=encoder,
+            embedder=embedder,
+            rules=rules,
+            layout=layout,
+            tokenizer=tokenizer,
+            folder=files.folder,
         )
-        generator._folder = files.folder
-        return generator
 
     @property
     def tokenizer(self) -> Any:

@@ -23,7 +23,6 @@ __all__ = [
     "empty_start_states",
     "ir_input_specs",
     "logits_size",
-    "tensor_name",
 ]
 
 # Ops through which cache_position's *values* flow unchanged in meaning (an index, shifted, clamped,
@@ -32,12 +31,6 @@ _VALUE_OPS = frozenset(
     {"Convert", "Clamp", "Add", "Subtract", "Mod", "FloorMod", "Minimum", "Maximum", "Unsqueeze", "Squeeze", "Reshape"}
 )
 _SCATTERS = frozenset({"ScatterNDUpdate", "ScatterUpdate", "ScatterElementsUpdate"})
-
-
-def tensor_name(layer: Layer) -> str:
-    """A Parameter's input name as the converter and OpenVINO's ``get_any_name()`` give it."""
-    names = layer.outputs[0].names if layer.outputs else ()
-    return min(names) if names else layer.name
 
 
 def ir_input_specs(graph: Graph) -> list[InputSpec]:
@@ -52,12 +45,12 @@ def ir_input_specs(graph: Graph) -> list[InputSpec]:
         dtype = np.dtype(etype.dtype) if etype is not None and etype.dtype is not None else None
         shape = parse_partial_shape(layer.attrs.get("shape", "..."))
         dims = None if shape.dims is None else tuple(d.lo if d.is_static else None for d in shape.dims)
-        specs.append(InputSpec(tensor_name(layer), dtype, dims))  # type: ignore[arg-type]
+        specs.append(InputSpec(layer.tensor_name(), dtype, dims))  # type: ignore[arg-type]
     return specs
 
 
 def _parameter(graph: Graph, name: str) -> Layer | None:
-    return next((p for p in graph.parameters if tensor_name(p) == name), None)
+    return next((p for p in graph.parameters if p.tensor_name() == name), None)
 
 
 def _followers(graph: Graph, start: Layer, limit: int = 64) -> Iterator[tuple[Layer, int]]:

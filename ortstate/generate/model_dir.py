@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import OrtStateError
+from ..errors import GenerationError
 
 __all__ = ["GenerationError", "ModelConfig", "ModelFiles", "find_model_files", "read_config"]
 
@@ -27,10 +27,6 @@ ENCODER = "openvino_encoder_model.xml"
 DECODER = "openvino_decoder_model.xml"
 # generation_config.json keys giving a search parameter's default (transformers' names)
 SEARCH_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "length_penalty", "early_stopping")
-
-
-class GenerationError(OrtStateError):
-    """A model folder or a generation request cannot be served (missing IR, unknown input, bad prompt)."""
 
 
 @dataclass(frozen=True)

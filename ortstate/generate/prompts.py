@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .model_dir import GenerationError
+from ..errors import GenerationError
 
 __all__ = ["FirstRow", "check_prompts", "is_sequence", "nested"]
 

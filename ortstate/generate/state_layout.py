@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Graph, Layer
-from .ir_inputs import tensor_name
 
 __all__ = ["StateLayout", "state_layout"]
 
@@ -116,7 +115,7 @@ def _axis_zero(graph: Graph, gather: Layer) -> bool:
 
 def state_layout(graph: Graph) -> StateLayout:
     """Sort the top-level variables of a decoder's graph (see the module docstring)."""
-    beam = next((p for p in graph.parameters if tensor_name(p) == "beam_idx"), None)
+    beam = next((p for p in graph.parameters if p.tensor_name() == "beam_idx"), None)
     reads = {r.attrs.get("variable_id", r.name): r for r in graph.of_type("ReadValue")}
     assigns = {a.attrs.get("variable_id", a.name): a for a in graph.of_type("Assign")}
     reordered, static, caches = [], [], []

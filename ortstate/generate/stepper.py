@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..errors import GenerationError
 from ..runtime import StatefulSession
 from .encoder_decoder import TextEmbedder
 from .feeds import FeedRules
-from .model_dir import GenerationError
 from .rows import CacheRows
 from .state_layout import StateLayout
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..errors import GenerationError
 from .feeds import FeedRules, InputSpec
-from .model_dir import GenerationError
 
 __all__ = ["concrete_shape", "decoder_steps", "random_inputs"]
 

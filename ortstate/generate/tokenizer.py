@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .model_dir import GenerationError
+from ..errors import GenerationError
 
 __all__ = ["TOKENIZER_FILE", "Tokenizer"]
 

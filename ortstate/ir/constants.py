@@ -10,30 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import IRError
 from .graph import Layer
-from .packing import decode_strings, packed_size, unpack
+from .packing import Packed, decode_strings, frozen, packed_size
 from .shapes import parse_static_shape
-from .types import ElementType, element_type
+from .types import element_type
 
 __all__ = ["ConstantTable", "Packed", "decode_constant"]
-
-
-@dataclass(frozen=True)
-class Packed:
-    """A sub-byte constant as stored: ``raw`` (read-only ``uint8``, a view into the ``.bin``) holds
-    ``count`` values of ``etype`` packed as :mod:`ortstate.ir.packing` describes."""
-
-    etype: ElementType
-    shape: tuple[int, ...]
-    raw: np.ndarray
-
-    def unpack(self) -> np.ndarray:
-        return _frozen(unpack(self.raw, self.etype, math.prod(self.shape)).reshape(self.shape))
 
 
 class ConstantTable(Mapping[int, np.ndarray]):
@@ -91,7 +77,7 @@ def decode_constant(
             strings = decode_strings(memoryview(weights)[offset : offset + size], count)
         except ValueError as exc:
             raise IRError(f"{where}: cannot decode string data: {exc}") from None
-        return _frozen(strings.reshape(shape))
+        return frozen(strings.reshape(shape))
     if etype.dtype is None:
         raise IRError(f"{where}: constants of element type {etype.name} cannot be decoded")
     needed = packed_size(etype, count)
@@ -105,14 +91,14 @@ def decode_constant(
         raise IRError(f"{where}: size {size} does not match shape {list(shape)} of {etype.name} ({needed} bytes)")
     if count == 0:
         try:
-            return _frozen(np.empty(shape, dtype=etype.dtype))
+            return frozen(np.empty(shape, dtype=etype.dtype))
         except ValueError:  # numpy refuses shapes whose non-zero dims overflow, even when empty
             raise IRError(f"{where}: empty shape {list(shape)} is too large for numpy") from None
     raw = np.frombuffer(weights, dtype=np.uint8, count=needed, offset=offset)
     if etype.bits < 8:
         return Packed(etype, tuple(shape), raw)
     if etype.dtype == np.bool_ and raw.max() > 1:
-        return _frozen((raw != 0).reshape(shape))  # any non-zero byte is true, as in OpenVINO
+        return frozen((raw != 0).reshape(shape))  # any non-zero byte is true, as in OpenVINO
     return raw.view(etype.dtype).reshape(shape)
 
 
@@ -126,9 +112,4 @@ def _int(layer: Layer, key: str, where: str) -> int:
         raise IRError(f"{where}: attribute '{key}' is not an integer: {raw!r}") from None
     if value < 0:
         raise IRError(f"{where}: negative {key} {value}")
-    return value
-
-
-def _frozen(value: np.ndarray) -> np.ndarray:
-    value.flags.writeable = False
     return value

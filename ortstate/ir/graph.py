@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .packing import Packed
 from .shapes import PartialShape
 from .types import ElementType
-
-if TYPE_CHECKING:
-    from .constants import Packed
 
 __all__ = ["Edge", "Graph", "Layer", "Port"]
 
@@ -68,6 +65,12 @@ class Layer:
 
     def describe(self) -> str:
         return f"layer '{self.name}' (id {self.id}, {self.op_name})"
+
+    def tensor_name(self, port_index: int = 0) -> str:
+        """What OpenVINO's ``get_any_name()`` gives output ``port_index``: its smallest tensor name,
+        else the layer's name. A Parameter's is the model input's name (in OpenVINO and in ONNX)."""
+        names = self.outputs[port_index].names if port_index < len(self.outputs) else ()
+        return min(names) if names else self.name
 
     def input_port(self, port_id: int) -> Port | None:
         found = self._input_index.get(port_id)
@@ -144,8 +147,30 @@ class Graph:
             result.append((dst, index))
         return result
 
+    def result_name(self, result: Layer) -> str:
+        """A Result's output name as OpenVINO gives it: the smallest name of the tensor it takes,
+        else its own name.
+
+        Raises:
+            IndexError, KeyError: ``result`` has no input (a damaged IR).
+        """
+        _, port = self.producer(result, 0)
+        return min(port.names) if port.names else result.name
+
     def topological(self) -> list[Layer]:
         return [self.layers[i] for i in self.order]
+
+    def all_layers(self) -> Iterator[Layer]:
+        """Every layer, those of loop bodies (however deep) right after the loop's own."""
+        stack: list[Iterator[Layer]] = [iter(self.layers.values())]
+        while stack:
+            layer = next(stack[-1], None)
+            if layer is None:
+                stack.pop()
+                continue
+            yield layer
+            if layer.body is not None:
+                stack.append(iter(layer.body.layers.values()))
 
     def of_type(self, *types: str) -> list[Layer]:
         return [layer for layer in self.layers.values() if layer.type in types]

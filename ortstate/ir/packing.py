@@ -1,6 +1,6 @@
 """How OpenVINO packs sub-byte and string constants in the ``.bin``, and how to unpack them.
 
-Layouts, checked against what OpenVINO's own ``Convert`` computes (see ``tests/test_ir_reader.py``):
+Layouts, checked against what OpenVINO's own ``Convert`` computes (see ``tests/ir/test_ir_reader.py``):
 
 - ``u1``: eight values a byte, the first in the highest bit.
 - ``u2``: four values a byte, the first in the lowest two bits.
@@ -14,11 +14,14 @@ Layouts, checked against what OpenVINO's own ``Convert`` computes (see ``tests/t
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
 from .types import ElementType
 
-__all__ = ["NF4_VALUES", "decode_strings", "packed_size", "unpack"]
+__all__ = ["NF4_VALUES", "Packed", "decode_strings", "frozen", "packed_size", "unpack"]
 
 # The 16 values an nf4 code stands for, as OpenVINO's ConvertNF4 spells them.
 NF4_VALUES = np.array(
@@ -109,3 +112,22 @@ def decode_strings(raw: memoryview, count: int) -> np.ndarray:
     except UnicodeDecodeError as exc:
         raise ValueError(f"string {i} is not UTF-8 ({exc.reason})") from None
     return out
+
+
+def frozen(value: np.ndarray) -> np.ndarray:
+    """``value``, made read-only (constants are shared: nobody may write into them)."""
+    value.flags.writeable = False
+    return value
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A sub-byte constant as stored: ``raw`` (read-only ``uint8``, a view into the ``.bin``) holds
+    ``count`` values of ``etype`` packed as this module describes."""
+
+    etype: ElementType
+    shape: tuple[int, ...]
+    raw: np.ndarray
+
+    def unpack(self) -> np.ndarray:
+        return frozen(unpack(self.raw, self.etype, math.prod(self.shape)).reshape(self.shape))

@@ -15,7 +15,7 @@ reaches the kernel.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 
 from ..errors import RunError
+from ..passes.walk import inner_nodes, outer_reads
 
 __all__ = ["Guard", "check_not_empty", "empty_input_guards"]
 
@@ -48,9 +49,9 @@ def empty_input_guards(model: onnx.ModelProto) -> dict[str, Guard]:
         if index is not None and index < len(node.input):
             anchors.append((node.input[index], _describe(node), True))
             continue
-        inner = next((n for n in _inner_nodes(node) if (n.domain, n.op_type) in _NO_EMPTY_BATCH), None)
+        inner = next((n for n in inner_nodes(node) if (n.domain, n.op_type) in _NO_EMPTY_BATCH), None)
         if inner is not None:
-            anchors.extend((name, _describe(inner), False) for name in [*node.input, *_outer_reads(node)])
+            anchors.extend((name, _describe(inner), False) for name in [*node.input, *outer_reads(node)])
     if not anchors:
         return {}
     inputs = [i for i in graph.input if i.name not in {t.name for t in graph.initializer}]
@@ -132,30 +133,10 @@ def _upstream_inputs(graph: onnx.GraphProto, inputs: set[str], starts: list[tupl
             found.setdefault(value, kernel)
         node = producer.get(value)
         if node is not None:
-            stack.extend((name, kernel) for name in reversed([*node.input, *_outer_reads(node)]))
+            stack.extend((name, kernel) for name in reversed([*node.input, *outer_reads(node)]))
     return found
 
 
 def _describe(node: onnx.NodeProto) -> str:
     layer = f" ({node.doc_string})" if node.doc_string.startswith("layer ") else ""
     return f"{node.op_type} node '{node.name}'{layer}"
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    graphs: list[onnx.GraphProto] = []
-    for attr in node.attribute:
-        graphs.extend([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs))
-    return graphs
-
-
-def _inner_nodes(node: onnx.NodeProto) -> Iterator[onnx.NodeProto]:
-    stack = _subgraphs(node)
-    while stack:
-        for inner in stack.pop().node:
-            yield inner
-            stack.extend(_subgraphs(inner))
-
-
-def _outer_reads(node: onnx.NodeProto) -> list[str]:
-    """Names a node's subgraphs read (outer-scope values among them)."""
-    return [name for inner in _inner_nodes(node) for name in inner.input]

@@ -7,11 +7,9 @@ model, a session holds ~2.9x the weights after load and peaks at ~5x. So ``State
   the file's folder (``session.model_external_initializers_file_folder_path``): it maps the file
   and holds one copy after prepacking (peak 1.04x; f16 weights behind a Cast: one f32 copy, peak
   1.35x);
-- hands over a converter stub's value (an IR converted in memory: a view into the IR's
-  memory-mapped ``.bin``, or an array made from it, see ``ortstate.convert.external``) and, when
-  the inline initializers pass :data:`OFFLOAD_ABOVE` (protobuf can't serialise 2 GB), those of at
-  least :data:`MIN_BYTES`, with ``add_external_initializers``, which copies them into the session
-  (its documented contract): each becomes an external-data reference to no file.
+- hands over a converter stub's value and, when the inline initializers pass protobuf's reach,
+  the large ones (which: :mod:`ortstate.passes.offload`), with ``add_external_initializers``,
+  which copies them into the session (its documented contract).
 
 Once the session exists nothing handed over is needed, and :func:`release_mapped_pages` drops the
 pages of the IR's ``.bin`` a conversion read from the process.
@@ -20,54 +18,38 @@ pages of the IR's ``.bin`` a conversion read from the process.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper, numpy_helper
 
 from ..errors import OrtStateError
-from ..protosize import tensor_bytes
+from ..passes.offload import offload_initializers, offloads_any
+from .source import Source
 
-__all__ = ["MIN_BYTES", "OFFLOAD_ABOVE", "Offloaded", "offload_large_initializers", "release_mapped_pages"]
-
-OFFLOAD_ABOVE = 1 << 30  # inline initializer bytes of the main graph; protobuf's limit is 2 GB
-MIN_BYTES = 1 << 20  # smaller inline initializers stay in the model
-_NOWHERE = "ortstate-offloaded-initializer"  # never read: ONNX Runtime is handed the values
-# ONNX element types numpy has no dtype for: handed over as raw storage of the same width.
-_STORAGE = {onnx.TensorProto.BFLOAT16: np.uint16}
+__all__ = ["adds_to_options", "hand_over", "release_mapped_pages"]
 
 
-class Offloaded(list):
-    """What must outlive the session's creation (arrays, OrtValues, mapped files)."""
+def adds_to_options(source: Source) -> bool:
+    """Whether loading ``source`` adds to its session options: initializers handed over as values,
+    or a model file's external data to be found."""
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in source.model.graph.initializer)
+    return external or offloads_any(source.model, source.arrays)
 
 
-def offload_large_initializers(
-    model: onnx.ModelProto,
-    options: ort.SessionOptions,
-    in_place: bool = False,
-    arrays: Mapping[str, np.ndarray | Callable[[], np.ndarray]] | None = None,
-    base_dir: Path | None = None,
-) -> tuple[onnx.ModelProto, Offloaded]:
-    """The model (changed in place if ``in_place``, else a copy when anything changes) with the
-    initializers described above handed to ``options``, and what must outlive the session's
-    creation.
-
-    Args:
-        arrays: values of the converter's in-memory stubs, by initializer name.
-        base_dir: where a model file's external data lives (its directory).
+def hand_over(source: Source, options: ort.SessionOptions) -> list[Any]:
+    """Tell ``options`` where the model file's external data is, and hand them the initializers
+    :func:`~ortstate.passes.offload.offload_initializers` takes out of the model (copied first if
+    it is the caller's). Returns what must outlive the session's creation.
 
     Raises:
         OrtStateError: the model refers to external data but was not opened from its file.
     """
-    arrays = arrays or {}
-    graph = model.graph
-    external = [i for i, t in enumerate(graph.initializer) if t.name in arrays]
-    elsewhere = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL and t.name not in arrays]
-    if elsewhere and base_dir is None:
+    graph = source.model.graph
+    elsewhere = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    elsewhere = [t for t in elsewhere if t.name not in source.arrays]
+    if elsewhere and source.base_dir is None:
         location = next((e.value for e in elsewhere[0].external_data if e.key == "location"), "?")
         raise OrtStateError(
             f"initializer '{elsewhere[0].name}' is external data in '{location}': open the model from its file "
@@ -75,36 +57,13 @@ def offload_large_initializers(
         )
     if elsewhere:
         # the model file's own external data: ONNX Runtime maps it, relative to the file's folder
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
-    sizes = [tensor_bytes(t) for t in graph.initializer]
-    inline = [i for i, size in enumerate(sizes) if size >= MIN_BYTES] if sum(sizes) > OFFLOAD_ABOVE else []
-    if not external and not inline:
-        return model, Offloaded()
-    out = model
-    if not in_place:
-        out = onnx.ModelProto()
-        out.CopyFrom(model)
-    handed: dict[str, tuple[np.ndarray, int]] = {}
-    for index in sorted(external + inline):
-        tensor = out.graph.initializer[index]
-        if index in external:
-            array = _in_memory_value(tensor, arrays[tensor.name])
-        else:
-            array = np.ascontiguousarray(numpy_helper.to_array(tensor))
-        handed[tensor.name] = (array, tensor.data_type)
-    keep = Offloaded()
-    names: list[str] = []
-    values: list[ort.OrtValue] = []
-    for tensor in out.graph.initializer:
-        if tensor.name in handed:
-            array, data_type = handed[tensor.name]
-            _point_nowhere(tensor, array.nbytes)
-            names.append(tensor.name)
-            values.append(ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array, data_type))
-            keep.append(array)
-    options.add_external_initializers(names, values)
-    keep.extend(values)
-    return out, keep
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(source.base_dir))
+    if not offloads_any(source.model, source.arrays):
+        return []
+    offloaded = offload_initializers(source.own(), source.arrays)
+    values = [ort.OrtValue.ortvalue_from_numpy_with_onnx_type(o.value, o.data_type) for o in offloaded]
+    options.add_external_initializers([o.name for o in offloaded], values)
+    return [*(o.value for o in offloaded), *values]
 
 
 def release_mapped_pages(keep: list[Any]) -> None:
@@ -126,20 +85,3 @@ def _owner(array: np.ndarray) -> mmap.mmap | None:
         base = base.base
     owner = base.obj if isinstance(base, memoryview) else base
     return owner if isinstance(owner, mmap.mmap) and not owner.closed else None
-
-
-def _in_memory_value(tensor: onnx.TensorProto, value: Any) -> np.ndarray:
-    """A converter stub's value (made now if lazy), as the storage ONNX Runtime reads."""
-    dtype = np.dtype(_STORAGE.get(tensor.data_type) or helper.tensor_dtype_to_np_dtype(tensor.data_type))
-    array = np.ascontiguousarray(value() if callable(value) else value)
-    return (array.view(dtype) if array.dtype != dtype else array).reshape(tuple(tensor.dims))
-
-
-def _point_nowhere(tensor: onnx.TensorProto, nbytes: int) -> None:
-    name, data_type, dims = tensor.name, tensor.data_type, list(tensor.dims)
-    tensor.Clear()  # frees the data held in the model
-    tensor.name, tensor.data_type = name, data_type
-    tensor.dims.extend(dims)
-    for key, value in (("location", _NOWHERE), ("offset", "0"), ("length", str(nbytes))):
-        tensor.external_data.add(key=key, value=value)
-    tensor.data_location = onnx.TensorProto.EXTERNAL

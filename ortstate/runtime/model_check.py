@@ -15,20 +15,15 @@ error here, because inside ONNX Runtime a state op that fails aborts the process
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Iterator
 
 import onnx
 
 from ..errors import OrtStateError
-from ..model_meta import EXPLICIT, ModelMeta
+from ..model_meta import ASSIGN, CONTRIB_DOMAIN, EXPLICIT, FUSED_OP, READ_VALUE, VARIABLE_ID, ModelMeta
+from ..passes.walk import nodes
 
 __all__ = ["check_model"]
-
-_DOMAIN = "ai.onnx.contrib"
-_STATE_OPS = ("ReadValue", "Assign")
-_FUSED = re.compile(r"(ReadValues|AssignValues)\d+")
 
 
 def check_model(model: onnx.ModelProto, meta: ModelMeta, origin: str) -> None:
@@ -79,13 +74,13 @@ def check_model(model: onnx.ModelProto, meta: ModelMeta, origin: str) -> None:
 def _check_state_nodes(graph: onnx.GraphProto, meta: ModelMeta, origin: str) -> None:
     known = {v.id for v in meta.variables}
     count: Counter[tuple[str, str]] = Counter()
-    for node in _nodes(graph):
-        if node.domain != _DOMAIN:
+    for node in nodes(graph):
+        if node.domain != CONTRIB_DOMAIN:
             continue
         where = f"{origin}: node '{node.name}' ({node.op_type})"
-        if _FUSED.fullmatch(node.op_type):
+        if FUSED_OP.fullmatch(node.op_type):
             raise OrtStateError(f"{where}: fused state ops are made by the runtime, not read from a model")
-        if node.op_type not in _STATE_OPS:
+        if node.op_type not in (READ_VALUE, ASSIGN):
             continue
         if len(node.input) != 2 or len(node.output) != 1:
             got = f"{len(node.input)} inputs and {len(node.output)} outputs"
@@ -95,7 +90,7 @@ def _check_state_nodes(graph: onnx.GraphProto, meta: ModelMeta, origin: str) -> 
                 f"{where}: its key input is '{node.input[1]}', not the request key '{meta.request_input}'"
             )
         attrs = list(node.attribute)
-        if len(attrs) != 1 or attrs[0].name != "variable_id" or attrs[0].type != onnx.AttributeProto.STRING:
+        if len(attrs) != 1 or attrs[0].name != VARIABLE_ID or attrs[0].type != onnx.AttributeProto.STRING:
             raise OrtStateError(f"{where}: a state op has one string attribute, variable_id")
         try:
             var_id = attrs[0].s.decode()
@@ -105,17 +100,5 @@ def _check_state_nodes(graph: onnx.GraphProto, meta: ModelMeta, origin: str) -> 
             raise OrtStateError(f"{where}: variable '{var_id}' is not in the model's ortstate metadata")
         count[(var_id, node.op_type)] += 1
     for var_id in sorted(known):  # reads may repeat (they give one value); two writes would race
-        if count[(var_id, "Assign")] != 1:
-            raise OrtStateError(
-                f"{origin}: variable '{var_id}' has {count[(var_id, 'Assign')]} Assign nodes, expected 1"
-            )
-
-
-def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """Every node, subgraphs included (iteratively: the nesting depth is the file's to choose)."""
-    stack = [graph]
-    while stack:
-        for node in stack.pop().node:
-            yield node
-            for attr in node.attribute:
-                stack.extend([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs))
+        if count[(var_id, ASSIGN)] != 1:
+            raise OrtStateError(f"{origin}: variable '{var_id}' has {count[(var_id, ASSIGN)]} Assign nodes, expected 1")

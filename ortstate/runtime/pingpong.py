@@ -12,17 +12,17 @@ Buffers are kept alive by this object: ONNX Runtime holds only raw pointers to t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
+from ..model_meta import VariableMeta
 from .interrupts import checkpoint as _checkpoint
+from .loaded import LoadedModel
+from .store import StateStore
 
-if TYPE_CHECKING:
-    from .runners import ExplicitRunner
-
-__all__ = ["PingPong", "PingPongMiss", "raw_binding", "raw_session"]
+__all__ = ["PingPong", "PingPongMiss", "bind_output"]
 
 _FALSE = np.array(False)
 _copyto = np.copyto
@@ -32,55 +32,47 @@ _QUIET = ort.RunOptions()
 _QUIET.log_severity_level = 4
 
 
-def raw_session(session: ort.InferenceSession) -> Any:
-    """onnxruntime's own session object under the Python wrapper, whose ``run`` re-validates the
-    feeds (~2 µs a run) and whose ``run_with_iobinding`` costs ~30 µs more when given run options.
-    The wrapper itself when a future onnxruntime has no such object."""
-    return getattr(session, "_sess", session)
-
-
-def raw_binding(binding: Any) -> Any:
-    """The IOBinding object :func:`raw_session`'s ``run_with_iobinding`` takes."""
-    return getattr(binding, "_iobinding", binding)
-
-
 class PingPongMiss(Exception):
     """This run does not fit the bound buffers (or the state changed from outside): go general."""
 
 
 class PingPong:
-    def __init__(self, runner: ExplicitRunner, feeds: Mapping[str, Any], results: list[np.ndarray]) -> None:
-        session = runner.session
-        self.store = runner.store
-        self.ort = session._ort
-        user_inputs = [i.name for i in session._inputs]
-        self.inputs = {name: np.array(feeds[name], copy=True, order="C") for name in user_inputs}
-        self.outputs = {name: np.empty_like(r, order="C") for name, r in zip(runner.all_outputs, results)}
-        current = {v.id: np.array(self.store.values[v.id], copy=True, order="C") for v in runner.variables}
+    """The bound buffers of one request, made from a general run's ``feeds`` and ``results``
+    (the model's outputs, in ``model.output_names`` order, then the variables' next values)."""
+
+    def __init__(
+        self, model: LoadedModel, store: StateStore, feeds: Mapping[str, Any], results: list[np.ndarray]
+    ) -> None:
+        self.store = store
+        variables: tuple[VariableMeta, ...] = model.meta.variables
+        self.inputs = {i.name: np.array(feeds[i.name], copy=True, order="C") for i in model.inputs}
+        self.outputs = {name: np.empty_like(r, order="C") for name, r in zip(model.output_names, results)}
+        current = {v.id: np.array(store.committed(v.id), copy=True, order="C") for v in variables}
         self.sets = [current, {k: np.empty_like(a) for k, a in current.items()}]
         if any(a.size == 0 for a in [*self.outputs.values(), *current.values()]):
             raise PingPongMiss  # ORT cannot bind empty buffers by pointer
-        self.bindings = []
+        self.bindings = []  # the wrappers keep the raw bindings (and so the buffers' binding) alive
+        self.raw_bindings = []
         for k in (0, 1):
-            binding = self.ort.io_binding()
+            binding, raw = model.fast.binding()
             for name, arr in self.inputs.items():
                 binding.bind_cpu_input(name, arr)
-            for v in runner.variables:
+            for v in variables:
                 if v.init_flag:
                     binding.bind_cpu_input(v.init_flag, _FALSE)
                 binding.bind_cpu_input(v.state_input or "", self.sets[k][v.id])
-                _bind_output(binding, v.state_output or "", self.sets[1 - k][v.id])
+                bind_output(binding, v.state_output or "", self.sets[1 - k][v.id])
             for name, arr in self.outputs.items():
-                _bind_output(binding, name, arr)
+                bind_output(binding, name, arr)
             self.bindings.append(binding)
+            self.raw_bindings.append(raw)
         self.k = 0
-        self.run_bound = raw_session(self.ort).run_with_iobinding
-        self.raw_bindings = [raw_binding(b) for b in self.bindings]
-        self.store.values.update(current)  # the store reads the live buffer set (no version bump)
-        self.version = self.store.version
+        self.run_bound = model.fast.run_bound
+        store.swap(current)  # the store reads the live buffer set (no version bump)
+        self.version = store.version
         # Flattened for the hot path: (name, buffer, shape, dtype) per input.
         self.specs = [(n, b, b.shape, b.dtype) for n, b in self.inputs.items()]
-        self.all_names = runner.all_outputs
+        self.all_names = model.output_names
         self.output_list = list(self.outputs.values())
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any]) -> list[np.ndarray]:
@@ -98,12 +90,13 @@ class PingPong:
             raise PingPongMiss from None
         _checkpoint()  # a Ctrl-C during the run is raised here: the next run still reads set k
         self.k = k ^ 1
-        self.store.values.update(self.sets[k ^ 1])
+        self.store.swap(self.sets[k ^ 1])
         if names is self.all_names:
             return [o.copy() for o in self.output_list]
         outputs = self.outputs
         return [outputs[n].copy() for n in names]
 
 
-def _bind_output(binding: Any, name: str, arr: np.ndarray) -> None:
-    binding.bind_output(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
+def bind_output(binding: ort.IOBinding, name: str, buffer: np.ndarray) -> None:
+    """Bind output ``name`` to ``buffer`` (CPU, by pointer: the caller keeps ``buffer`` alive)."""
+    binding.bind_output(name, "cpu", 0, buffer.dtype, list(buffer.shape), buffer.ctypes.data)

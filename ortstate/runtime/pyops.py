@@ -1,10 +1,10 @@
 """The ReadValue/Assign Python ops (onnxruntime-extensions) and the live request stores they serve.
 
-Facts this module is built around (see DESIGN.md): an exception inside a PyOp kills the process,
-so op bodies never raise; f16/bf16 cannot cross (the converter casts them to f32); every op must be
-registered before any session exists, so all overloads are registered at import; the default
-output path converts through Python lists, so we install a hook that hands back ndarrays after
-checking their dtype and size ourselves (the C++ side copies raw bytes).
+Facts this module is built around (see DESIGN.md): an exception inside a Python op kills the
+process, so op bodies never raise (they record the problem in the store, whose commit raises
+after the run); f16/bf16 cannot cross (the converter carries them as f32); every op must be
+registered before any session exists, so all overloads are registered at import, through
+:mod:`.ort_adapter`, which also hands their outputs back without the default list round trip.
 """
 
 from __future__ import annotations
@@ -12,31 +12,18 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
-from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path
+
+from ..model_meta import ASSIGN, FUSED_ASSIGN, FUSED_READ, MAX_FUSED, READ_VALUE, VARIABLE_ID, VARIABLE_IDS, fused_op
+from .ort_adapter import PYOP_DTYPES, custom_op_library, register_pyop
 
 if TYPE_CHECKING:
     from .store import StateStore
 
-__all__ = ["DOMAIN", "library_path", "register_store", "unregister_store"]
+__all__ = ["library_path", "live_stores", "register_store", "unregister_store"]
 
-DOMAIN = "ai.onnx.contrib"  # the only domain onnxruntime-extensions serves Python ops from by default
-
-_CARRIERS: dict[np.dtype, int] = {
-    np.dtype(np.float32): PyCustomOpDef.dt_float,
-    np.dtype(np.float64): PyCustomOpDef.dt_double,
-    np.dtype(np.int64): PyCustomOpDef.dt_int64,
-    np.dtype(np.int32): PyCustomOpDef.dt_int32,
-    np.dtype(np.int16): PyCustomOpDef.dt_int16,
-    np.dtype(np.int8): PyCustomOpDef.dt_int8,
-    np.dtype(np.uint64): PyCustomOpDef.dt_uint64,
-    np.dtype(np.uint32): PyCustomOpDef.dt_uint32,
-    np.dtype(np.uint16): PyCustomOpDef.dt_uint16,
-    np.dtype(np.uint8): PyCustomOpDef.dt_uint8,
-    np.dtype(np.bool_): PyCustomOpDef.dt_bool,
-}
 _TOKEN = np.ones((), dtype=np.bool_)
 
 _stores: dict[int, StateStore] = {}
@@ -64,7 +51,14 @@ def unregister_store(key: int) -> None:
 
 
 def library_path() -> str:
-    return get_library_path()
+    """The custom-op library a session of the custom-op form registers on its options."""
+    return custom_op_library()
+
+
+def live_stores() -> int:
+    """How many request stores the ops can reach (each is freed with its request)."""
+    with _stores_lock:
+        return len(_stores)
 
 
 def _store(key: np.ndarray) -> StateStore | None:
@@ -96,26 +90,25 @@ def _assign(value: np.ndarray, key: np.ndarray, variable_id: str) -> np.ndarray:
 
 
 def _read_values(*args: np.ndarray, variable_ids: str) -> tuple[np.ndarray, ...]:
-    """Fused ReadValue of several variables of one dtype (see :mod:`.fuse`)."""
+    """Fused ReadValue of several variables of one dtype (see :mod:`ortstate.passes.fuse`)."""
     *inits, key = args
     store = _store(key)
     if store is None:
         return tuple(inits)
     try:
-        values = store.values
-        return tuple(init if (v := values.get(i)) is None else v for i, init in zip(_ids(variable_ids), inits))
+        return store.read_many(_ids(variable_ids), inits)
     except Exception as exc:  # noqa: BLE001 - raising here would abort the process
         store.fail(f"ReadValue {variable_ids}: {exc}")
         return tuple(inits)
 
 
 def _assign_values(*args: np.ndarray, variable_ids: str) -> np.ndarray:
-    """Fused Assign of several variables of one dtype (see :mod:`.fuse`)."""
+    """Fused Assign of several variables of one dtype (see :mod:`ortstate.passes.fuse`)."""
     *values, key = args
     store = _store(key)
     if store is not None:
         try:
-            store.pending.update(zip(_ids(variable_ids), values))
+            store.stage_many(_ids(variable_ids), values)
         except Exception as exc:  # noqa: BLE001 - raising here would abort the process
             store.fail(f"Assign {variable_ids}: {exc}")
     return _TOKEN
@@ -131,59 +124,15 @@ def _ids(variable_ids: str) -> list[str]:
     return ids
 
 
-# Fused state ops exist for 2..MAX_FUSED variables of one dtype; larger groups are split.
-MAX_FUSED = 16
-
-# k_id -> (body, attribute name, output dtypes)
-_OURS: dict[int, tuple[Any, str, tuple[np.dtype, ...]]] = {}
-
-
-def _add(body: Any, op_type: str, inputs: list[int], outputs: list[np.dtype], attr: str) -> None:
-    opdef = _ocos.Opdef.create(
-        body,
-        op_type=op_type,
-        inputs=inputs,
-        outputs=[_CARRIERS[o] for o in outputs],
-        attrs={attr: PyCustomOpDef.dt_string},
-    )
-    _OURS[id(opdef)] = (body, attr, tuple(outputs))
-
-
 def _register() -> None:
     token = np.dtype(np.bool_)
-    key = PyCustomOpDef.dt_int64
-    for dtype, dt in _CARRIERS.items():
-        _add(_read_value, "ReadValue", [dt, key], [dtype], "variable_id")
-        _add(_assign, "Assign", [dt, key], [token], "variable_id")
+    key = np.dtype(np.int64)
+    for dtype in PYOP_DTYPES:
+        register_pyop(_read_value, READ_VALUE, [dtype, key], [dtype], VARIABLE_ID)
+        register_pyop(_assign, ASSIGN, [dtype, key], [token], VARIABLE_ID)
         for n in range(2, MAX_FUSED + 1):
-            _add(_read_values, f"ReadValues{n}", [dt] * n + [key], [dtype] * n, "variable_ids")
-            _add(_assign_values, f"AssignValues{n}", [dt] * n + [key], [token], "variable_ids")
-
-
-_default_hook = _ocos._on_pyop_invocation
-
-
-def _hook(k_id: int, feed: tuple, attributes: dict) -> tuple:
-    """Call our ops without the list round trip; everything else goes the default way.
-
-    The C++ side copies each returned array's raw bytes into an output of the returned shape,
-    so every array is made contiguous and of its declared dtype first.
-    """
-    entry = _OURS.get(k_id)
-    if entry is None:
-        return _default_hook(k_id, feed, attributes)
-    body, attr, dtypes = entry
-    out = body(*feed, **{attr: attributes.get(attr, "")})
-    if len(dtypes) == 1:
-        out = (out,)
-    result: list[Any] = [k_id]
-    for arr, dtype in zip(out, dtypes):
-        if arr.dtype != dtype or not arr.flags.c_contiguous:
-            arr = np.asarray(arr, dtype=dtype, order="C")  # keeps 0-d arrays 0-d
-        result.append(arr.shape)
-        result.append(arr)
-    return tuple(result)
+            register_pyop(_read_values, fused_op(FUSED_READ, n), [dtype] * n + [key], [dtype] * n, VARIABLE_IDS)
+            register_pyop(_assign_values, fused_op(FUSED_ASSIGN, n), [dtype] * n + [key], [token], VARIABLE_IDS)
 
 
 _register()
-PyCustomOpDef.install_hooker(_hook)

@@ -5,18 +5,16 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import StateError
 from ..model_meta import EXPLICIT
 from . import snapshot
+from .loaded import LoadedModel
 from .runners import ExplicitRunner, PyOpRunner, Runner
 from .store import StateStore
-
-if TYPE_CHECKING:
-    from .session import StatefulSession
 
 __all__ = ["InferRequest", "VariableState"]
 
@@ -24,9 +22,10 @@ __all__ = ["InferRequest", "VariableState"]
 class VariableState:
     """One variable of one request, as OpenVINO's ``VariableState``."""
 
-    def __init__(self, request: InferRequest, var_id: str) -> None:
-        self._request = request
+    def __init__(self, var_id: str, store: StateStore, lock: threading.Lock) -> None:
         self._id = var_id
+        self._store = store
+        self._lock = lock  # the request's: a state is not read or set during its run
 
     @property
     def name(self) -> str:
@@ -35,36 +34,37 @@ class VariableState:
     @property
     def state(self) -> np.ndarray:
         """A copy of the value the next run reads (zeros, dynamic dims 0, while uninitialised)."""
-        with self._request._lock:
-            return self._request._store.get(self._id)
+        with self._lock:
+            return self._store.get(self._id)
 
     @state.setter
     def state(self, value: object) -> None:
-        with self._request._lock:
-            self._request._store.set(self._id, value)
+        with self._lock:
+            self._store.set(self._id, value)
 
     def reset(self) -> None:
-        with self._request._lock:
-            self._request._store.reset(self._id)
+        with self._lock:
+            self._store.reset(self._id)
 
     def __repr__(self) -> str:
         return f"VariableState(name={self._id!r})"
 
 
 class InferRequest:
-    """Runs the session with its own variables. Runs on one request are serialised by a lock."""
+    """Runs a loaded model with its own variables (``StatefulSession.create_infer_request()``).
+    Runs on one request are serialised by a lock."""
 
-    def __init__(self, session: StatefulSession) -> None:
-        self._session = session
-        self._store = StateStore(session._meta.variables)
+    def __init__(self, model: LoadedModel) -> None:
+        self._model = model
+        self._store = StateStore(model.meta.variables)
         self._lock = threading.Lock()
         self._runner: Runner
-        if session._meta.form == EXPLICIT:
-            self._runner = ExplicitRunner(session, self._store)
-        elif session._meta.variables:
-            self._runner = PyOpRunner(session, self._store, self)
+        if model.meta.form == EXPLICIT:
+            self._runner = ExplicitRunner(model, self._store)
+        elif model.meta.variables:
+            self._runner = PyOpRunner(model, self._store, self)
         else:
-            self._runner = Runner(session, self._store)
+            self._runner = Runner(model, self._store)
 
     def run(
         self,
@@ -73,15 +73,15 @@ class InferRequest:
         run_options: Any = None,
     ) -> list[np.ndarray]:
         """Like ``InferenceSession.run``; variables advance only if the run succeeds."""
-        session = self._session
-        names = output_names or session._output_names
-        session._check_io(names, input_feed)
+        model = self._model
+        names = output_names or model.output_names
+        model.check_io(names, input_feed)
         with self._lock:
             return self._runner.run(names, input_feed, run_options)
 
     def infer(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """OpenVINO-style: all outputs, by name."""
-        names = self._session._output_names
+        names = self._model.output_names
         return dict(zip(names, self.run(names, inputs)))
 
     # -- state ------------------------------------------------------------------------------------
@@ -90,12 +90,12 @@ class InferRequest:
             self._store.reset()
 
     def query_state(self) -> list[VariableState]:
-        return [VariableState(self, v.id) for v in self._session._meta.variables]
+        return [VariableState(v.id, self._store, self._lock) for v in self._model.meta.variables]
 
     def save_state(self, path: str | os.PathLike[str]) -> None:
         """Write this request's variables to an ``.npz`` snapshot (see :mod:`.snapshot`)."""
         with self._lock:
-            snapshot.save_state(self._store, self._session._meta.variables, path, self._session._fingerprint)
+            snapshot.save_state(self._store, self._model.meta.variables, path, self._model.fingerprint)
 
     def load_state(self, path: str | os.PathLike[str]) -> None:
         """Restore variables from a snapshot of this model (either form; see :mod:`.snapshot`).
@@ -105,9 +105,15 @@ class InferRequest:
                 nothing changes.
         """
         with self._lock:
-            snapshot.load_state(self._store, self._session._meta.variables, path, self._session._fingerprint)
+            snapshot.load_state(self._store, self._model.meta.variables, path, self._model.fingerprint)
+
+    @property
+    def bound(self) -> bool:
+        """True while this request's runs go through the explicit form's pre-bound buffers (its
+        fast path: steady shapes, see :mod:`.pingpong`)."""
+        return self._runner.bound
 
     def variable(self, name: str) -> VariableState:
         if name not in self._store.meta:
             raise StateError(f"no variable '{name}' (variables: {', '.join(self._store.meta) or 'none'})")
-        return VariableState(self, name)
+        return VariableState(name, self._store, self._lock)

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import RunError
 from . import interrupts, pyops
 from .guards import check_not_empty
-from .pingpong import PingPong, PingPongMiss, raw_session
+from .loaded import LoadedModel
+from .pingpong import PingPong, PingPongMiss
 from .store import StateStore
-
-if TYPE_CHECKING:
-    from .session import StatefulSession
 
 __all__ = ["ExplicitRunner", "PyOpRunner", "Runner", "feed_dict", "ort_error"]
 
@@ -42,15 +40,20 @@ def ort_error(exc: BaseException) -> RunError:
 
 
 class Runner:
-    """Runs the session for one request; ``run`` returns the requested outputs."""
+    """Runs the model for one request; ``run`` returns the requested outputs."""
 
-    def __init__(self, session: StatefulSession, store: StateStore) -> None:
-        self.session = session
+    def __init__(self, model: LoadedModel, store: StateStore) -> None:
+        self.model = model
         self.store = store
-        self.variables = session._meta.variables
-        # StatefulSession._check_io has validated the feeds: skip the wrapper's second look.
-        self.ort_run = raw_session(session._ort).run
-        self.guards = session._guards  # inputs ONNX Runtime kernels cannot take empty
+        self.variables = model.meta.variables
+        # LoadedModel.check_io has validated the feeds: skip the wrapper's second look.
+        self.ort_run = model.fast.run
+        self.guards = model.guards  # inputs ONNX Runtime kernels cannot take empty
+
+    @property
+    def bound(self) -> bool:
+        """True while runs go through pre-bound buffers (the explicit form's fast path)."""
+        return False
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         """A model without variables: a plain run."""
@@ -66,13 +69,13 @@ class Runner:
 class PyOpRunner(Runner):
     """Custom-op form: ReadValue/Assign nodes call into this request's store by its key."""
 
-    def __init__(self, session: StatefulSession, store: StateStore, owner: object) -> None:
-        super().__init__(session, store)
+    def __init__(self, model: LoadedModel, store: StateStore, owner: object) -> None:
+        super().__init__(model, store)
         key = pyops.register_store(store)
-        self.fixed = {session._meta.request_input or "": np.array(key, dtype=np.int64)}
+        self.fixed = {model.meta.request_input or "": np.array(key, dtype=np.int64)}
         self.flags = [(v.id, v.init_flag) for v in self.variables if v.init_flag]
-        # A model without outputs is run for its variables: fetch the Assign token the session added.
-        self.token = [session._token] if session._token else []
+        # A model without outputs is run for its variables: fetch the Assign token the loader added.
+        self.token = [model.token] if model.token else []
         weakref.finalize(owner, pyops.unregister_store, key)  # state is freed with its request
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
@@ -82,7 +85,7 @@ class PyOpRunner(Runner):
         full.update(self.fixed)
         store = self.store
         for var_id, flag in self.flags:
-            full[flag] = _FALSE if var_id in store.values else _TRUE
+            full[flag] = _FALSE if store.initialized(var_id) else _TRUE
         store.begin()
         handler = interrupts.defer_sigint()  # a KeyboardInterrupt inside a state op aborts the process
         error: RunError | None = None
@@ -113,14 +116,18 @@ class ExplicitRunner(Runner):
     over and falls back here whenever that no longer holds.
     """
 
-    def __init__(self, session: StatefulSession, store: StateStore) -> None:
-        super().__init__(session, store)
-        self.all_outputs = list(session._output_names)
+    def __init__(self, model: LoadedModel, store: StateStore) -> None:
+        super().__init__(model, store)
+        self.all_outputs = model.output_names  # this very list: a run given it fetches every output
         self.fetch = self.all_outputs + [v.state_output or "" for v in self.variables]
         self.ids = [v.id for v in self.variables]
         self.plan = [(v.id, v.init_flag, v.state_input or "") for v in self.variables]
         self.fast: PingPong | None = None
         self._previous: tuple | None = None  # the last general run's signature
+
+    @property
+    def bound(self) -> bool:
+        return self.fast is not None
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         if self.fast is not None and run_options is None:
@@ -132,11 +139,10 @@ class ExplicitRunner(Runner):
 
     def _general(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         store = self.store
-        values = store.values
         full = feed_dict(feeds)
         all_initialized = True
         for var_id, flag, state_in in self.plan:
-            value = values.get(var_id)
+            value = store.committed(var_id)
             if flag:
                 full[flag] = _TRUE if value is None else _FALSE
             if value is None:
@@ -151,14 +157,12 @@ class ExplicitRunner(Runner):
             raise ort_error(exc) from None
         interrupts.checkpoint()  # a Ctrl-C during the run is raised here, before the commit
         count = len(self.all_outputs)
-        store.begin()
-        store.pending.update(zip(self.ids, results[count:]))
-        store.commit()
+        store.commit_values(self.ids, results[count:])
         # The bound buffers (if any) hold the values from before this run: a run with run_options
         # comes here with the fast path bound, and the next one must not read them.
         self.fast = None
         self._consider_fast(full, results, all_initialized)
-        if names is self.session._output_names:
+        if names is self.all_outputs:
             return results[:count]
         return [results[self.all_outputs.index(n)] for n in names]
 
@@ -175,7 +179,7 @@ class ExplicitRunner(Runner):
         signature = (inputs, tuple(r.shape for r in results))
         if signature == self._previous:
             try:
-                self.fast = PingPong(self, feeds, results)
+                self.fast = PingPong(self.model, self.store, feeds, results)
             except PingPongMiss:
                 self.fast = None
         self._previous = signature

@@ -134,7 +134,7 @@ def load_state(store: StateStore, variables: tuple[VariableMeta, ...], path: str
             staged.set(var_id, value)  # validates dtype and shape against the variable
     except StateError as exc:
         raise StateError(f"{where}: {exc}") from None
-    store.replace(staged.values)
+    store.replace(staged)
 
 
 def _read(

@@ -54,9 +54,13 @@ def _show(shape: list | None) -> str:
 
 
 class StateStore:
-    """Values live in the carrier dtype (what the model's state ops exchange); users see ``dtype``.
+    """One request's variables. Values live in the carrier dtype (what the model exchanges with the
+    runtime, see ``VariableMeta.carrier``); users see ``dtype``.
 
-    Not thread-safe by itself: the owning request serialises runs and state access.
+    A run changes the store only through :meth:`commit` (or :meth:`commit_values`), all or nothing;
+    everything else (set, reset, load) bumps :attr:`version`, so a runner caching the values in
+    buffers of its own knows to re-read them. Not thread-safe by itself: the owning request
+    serialises runs and state access.
     """
 
     def __init__(self, variables: tuple[VariableMeta, ...]) -> None:
@@ -64,34 +68,46 @@ class StateStore:
         self._dtype = {v.id: np.dtype(v.dtype) for v in variables}
         self._carrier = {v.id: np.dtype(v.carrier or v.dtype) for v in variables}
         self._rules = {v.id: ShapeRule(v.shape) for v in variables}
-        self.values: dict[str, np.ndarray] = {}
-        self.pending: dict[str, np.ndarray] = {}
-        self.errors: list[str] = []
-        # Bumped by every change from outside a run (set, reset, load), so a runner caching the
-        # values in buffers of its own knows to re-read them.
+        self._values: dict[str, np.ndarray] = {}
+        self._pending: dict[str, np.ndarray] = {}
+        self._errors: list[str] = []
         self.version = 0
 
-    # -- what the ops and the runner call during a run ------------------------------------------
+    # -- what the state ops call during a run (they never raise: see pyops) ---------------------
     def read(self, var_id: str, init: np.ndarray) -> np.ndarray:
-        value = self.values.get(var_id)
+        """The committed value, else ``init`` (the model's init value)."""
+        value = self._values.get(var_id)
         return init if value is None else value
 
+    def read_many(self, var_ids: list[str], inits: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+        """:meth:`read` of several variables at once (a fused ReadValue)."""
+        values = self._values
+        return tuple(init if (v := values.get(i)) is None else v for i, init in zip(var_ids, inits))
+
     def stage(self, var_id: str, value: np.ndarray) -> None:
-        self.pending[var_id] = value
+        """Keep a value the run writes, for :meth:`commit`."""
+        self._pending[var_id] = value
+
+    def stage_many(self, var_ids: list[str], values: list[np.ndarray]) -> None:
+        """:meth:`stage` of several variables at once (a fused Assign)."""
+        self._pending.update(zip(var_ids, values))
 
     def fail(self, message: str) -> None:
-        self.errors.append(message)
+        """Record a state op's problem: the commit raises it and changes nothing."""
+        self._errors.append(message)
 
+    # -- what a runner calls around a run ---------------------------------------------------------
     def begin(self) -> None:
-        self.pending.clear()
-        self.errors.clear()
+        """Forget what an earlier (failed or interrupted) run staged."""
+        self._pending.clear()
+        self._errors.clear()
 
     def commit(self) -> None:
         """Apply the run's writes, all or none (the run's error is raised, state untouched)."""
         try:
-            if self.errors:
-                raise RunError(f"run failed inside a state op: {self.errors[0]}; no variable was changed")
-            pending, values, carrier, rules = self.pending, self.values, self._carrier, self._rules
+            if self._errors:
+                raise RunError(f"run failed inside a state op: {self._errors[0]}; no variable was changed")
+            pending, values, carrier, rules = self._pending, self._values, self._carrier, self._rules
             if len(pending) != len(self.meta):
                 missing = [v for v in self.meta if v not in pending]
                 raise RunError(f"run did not write variable(s) {', '.join(missing)}; no variable was changed")
@@ -105,15 +121,30 @@ class StateStore:
                         self._check(var_id, value, carrier[var_id], "the model's Assign wrote")
             values.update(pending)
         finally:
-            self.pending.clear()
-            self.errors.clear()
+            self._pending.clear()
+            self._errors.clear()
+
+    def commit_values(self, var_ids: list[str], values: list[np.ndarray]) -> None:
+        """Commit a run's values of ``var_ids`` (every variable), checked as :meth:`commit` does."""
+        self.begin()
+        self._pending.update(zip(var_ids, values))
+        self.commit()
+
+    def swap(self, buffers: dict[str, np.ndarray]) -> None:
+        """Take ``buffers`` as the current values, unchecked and without a version bump: the
+        explicit form's fast path, whose buffers hold values of shapes already committed."""
+        self._values.update(buffers)
+
+    def committed(self, var_id: str) -> np.ndarray | None:
+        """The value the next run reads (carrier dtype, not a copy), None while uninitialised."""
+        return self._values.get(var_id)
 
     def initialized(self, var_id: str) -> bool:
-        return var_id in self.values
+        return var_id in self._values
 
     def carried(self, var_id: str) -> np.ndarray:
         """The value to feed the model (carrier dtype): committed, else the zero init."""
-        value = self.values.get(var_id)
+        value = self._values.get(var_id)
         if value is None:
             return np.zeros(self.meta[var_id].init_shape, dtype=self._carrier[var_id])
         return value
@@ -121,7 +152,7 @@ class StateStore:
     # -- the state API ------------------------------------------------------------------------
     def get(self, var_id: str) -> np.ndarray:
         """A copy in the variable's dtype; zeros (dynamic dims 0) while uninitialised."""
-        value = self.values.get(var_id)
+        value = self._values.get(var_id)
         if value is None:
             return np.zeros(self.meta[var_id].init_shape, dtype=self._dtype[var_id])
         return value.astype(self._dtype[var_id], copy=True)
@@ -141,19 +172,20 @@ class StateStore:
                 f"{MAX_STATE_ELEMENTS} elements"
             )
         # np.array, not np.ascontiguousarray: that one makes a 0-d value (a scalar variable) 1-d.
-        self.values[var_id] = np.array(arr, dtype=self._carrier[var_id], order="C", copy=True)
+        self._values[var_id] = np.array(arr, dtype=self._carrier[var_id], order="C", copy=True)
         self.version += 1
 
-    def replace(self, values: dict[str, np.ndarray]) -> None:
-        """Take another store's (validated) values wholesale."""
-        self.values = dict(values)
+    def replace(self, other: StateStore) -> None:
+        """Take ``other``'s values wholesale (a store of the same variables, whose values were
+        validated by :meth:`set`): a snapshot loads into a new store first, then here."""
+        self._values = dict(other._values)
         self.version += 1
 
     def reset(self, var_id: str | None = None) -> None:
         if var_id is None:
-            self.values.clear()
+            self._values.clear()
         else:
-            self.values.pop(var_id, None)
+            self._values.pop(var_id, None)
         self.version += 1
 
     def _check(self, var_id: str, arr: np.ndarray, dtype: np.dtype, what: str) -> None:

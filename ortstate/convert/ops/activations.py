@@ -10,32 +10,46 @@ import numpy as np
 from onnx import TensorProto as T
 
 from ..context import Context, Node
+from ..kernels import FLOAT_TYPES, ORT_F32, ORT_FLOATS, computed_in, float_math, scalar
 from ..registry import translator
-from .elementwise import FLOAT_TYPES, ORT_F32, ORT_FLOATS, computed_in, scalar
-from .unary import float_math
-
-# OpenVINO type -> (ONNX op, attributes, the types ORT has kernels for, first OpenVINO version).
-_SIMPLE = {
-    "Sigmoid": ("Sigmoid", {}, ORT_FLOATS, 1),
-    "Tanh": ("Tanh", {}, ORT_FLOATS, 1),
-    "HSwish": ("HardSwish", {}, ORT_F32, 4),
-    "HSigmoid": ("HardSigmoid", {"alpha": 1.0 / 6.0, "beta": 0.5}, ORT_F32, 5),  # min(max(x + 3, 0), 6) / 6
-    "Mish": ("Mish", {}, ORT_F32, 4),
-    "SoftPlus": ("Softplus", {}, ORT_F32, 4),
-}
 
 
-def _simple(onnx_op: str, attrs: dict, kernels: frozenset[int], name: str):  # noqa: ANN202
-    def translate(node: Node, ctx: Context) -> list[str]:
-        return [float_math(node, ctx, onnx_op, kernels, attrs)]
-
-    translate.__name__ = name
-    translate.__doc__ = f"{name} -> {onnx_op}; integer inputs go through f32 and round back, as on OpenVINO's CPU."
-    return translate
+@translator("Sigmoid", 1)
+def sigmoid_v1(node: Node, ctx: Context) -> list[str]:
+    """Sigmoid-1 -> Sigmoid; integer inputs go through f32 and round back, as on OpenVINO's CPU."""
+    return [float_math(node, ctx, "Sigmoid", ORT_FLOATS)]
 
 
-for _ov, (_onnx, _attrs, _kernels, _since) in _SIMPLE.items():
-    translator(_ov, _since)(_simple(_onnx, _attrs, _kernels, f"{_ov.lower()}_v{_since}"))
+@translator("Tanh", 1)
+def tanh_v1(node: Node, ctx: Context) -> list[str]:
+    """Tanh-1 -> Tanh; integer inputs go through f32 and round back, as on OpenVINO's CPU."""
+    return [float_math(node, ctx, "Tanh", ORT_FLOATS)]
+
+
+@translator("HSwish", 4)
+def h_swish_v4(node: Node, ctx: Context) -> list[str]:
+    """HSwish-4 -> HardSwish; integer inputs go through f32 and round back, as on OpenVINO's CPU."""
+    return [float_math(node, ctx, "HardSwish", ORT_F32)]
+
+
+@translator("HSigmoid", 5)
+def h_sigmoid_v5(node: Node, ctx: Context) -> list[str]:
+    """HSigmoid-5 -> HardSigmoid (min(max(x + 3, 0), 6) / 6); integer inputs go through f32 and round
+    back, as on OpenVINO's CPU."""
+    return [float_math(node, ctx, "HardSigmoid", ORT_F32, {"alpha": 1.0 / 6.0, "beta": 0.5})]
+
+
+@translator("Mish", 4)
+def mish_v4(node: Node, ctx: Context) -> list[str]:
+    """Mish-4 -> Mish; integer inputs go through f32 and round back, as on OpenVINO's CPU."""
+    return [float_math(node, ctx, "Mish", ORT_F32)]
+
+
+@translator("SoftPlus", 4)
+def soft_plus_v4(node: Node, ctx: Context) -> list[str]:
+    """SoftPlus-4 -> Softplus; integer inputs go through f32 and round back, as on OpenVINO's CPU."""
+    return [float_math(node, ctx, "Softplus", ORT_F32)]
+
 
 # Max has no int16/uint16 kernel in ORT; Relu only float, int8 and int32 ones.
 _MAX_KERNELS = ORT_FLOATS | {T.INT8, T.UINT8, T.INT32, T.UINT32, T.INT64, T.UINT64}

@@ -1,4 +1,4 @@
-"""ShapeOf and Broadcast."""
+"""Broadcast (numpy, bidirectional and explicit modes)."""
 
 from __future__ import annotations
 
@@ -6,24 +6,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ..context import Context, Node
-from ..dtypes import onnx_type
 from ..registry import translator
-
-
-@translator("ShapeOf", 1)
-def shape_of_v1(node: Node, ctx: Context) -> list[str]:
-    """ShapeOf-1 always yields i64."""
-    return [ctx.b.op("Shape", [node.inputs[0]])]
-
-
-@translator("ShapeOf", 3)
-def shape_of_v3(node: Node, ctx: Context) -> list[str]:
-    """ShapeOf-3: ``output_type`` i64 or i32."""
-    out_type = (
-        onnx_type(node.attr_type("output_type"), node.where) if "output_type" in node.layer.attrs else TensorProto.INT64
-    )
-    shape = ctx.b.op("Shape", [node.inputs[0]])
-    return [shape if out_type == TensorProto.INT64 else ctx.b.op("Cast", [shape], {"to": out_type})]
 
 
 def _broadcast(node: Node, ctx: Context, bidirectional_ok: bool) -> list[str]:

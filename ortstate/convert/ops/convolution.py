@@ -23,8 +23,8 @@ import numpy as np
 from onnx import TensorProto as T
 
 from ..context import Context, Node
+from ..kernels import computed_in
 from ..registry import translator
-from .elementwise import computed_in
 
 _AUTO_PAD = ("explicit", "notset", "valid", "same_upper", "same_lower")
 _CONV_KERNELS = frozenset({T.FLOAT})

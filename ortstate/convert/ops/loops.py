@@ -31,9 +31,10 @@ from ...ir import ElementType, Graph, Layer, parse_partial_shape
 from ..builder import GraphBuilder
 from ..context import Context, Node
 from ..dtypes import numpy_type, onnx_type
+from ..loop_slicing import Int, SliceRule, concat_iterations, dim_of, int64_scalar, slice_in_body
 from ..loop_state import BodyScope, body_variables
 from ..registry import translator
-from .loop_slicing import Int, SliceRule, concat_iterations, dim_of, int64_scalar, slice_in_body
+from ..translate import translate_body
 
 __all__ = ["loop_v5", "tensor_iterator_v1"]
 
@@ -195,7 +196,7 @@ def _write_body(
         params[param] = slice_in_body(sub, node.inputs[index], rule, axis, offsets[param], iteration)
     if plan.current_iteration is not None:
         params[plan.current_iteration] = _iteration_value(sub, body.layers[plan.current_iteration], iteration)
-    values = ctx.translate_body(body, sub, params, scope)
+    values = translate_body(body, sub, params, scope, ctx.options)
 
     produced = {out for n in sub.nodes for out in n.output}
     used: set[str] = set()

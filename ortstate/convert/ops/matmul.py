@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from ..compressed import float_weight, matmul_quantized
 from ..context import Context, Node
 from ..dtypes import numpy_type
 from ..registry import translator
 from ..weights import FloatWeight, QuantizedWeight, weight_source
 from ..weights_report import EXPANDED
-from .compressed import float_weight, matmul_quantized
 
 
 def _swap_last_two(node: Node, ctx: Context, i: int) -> str:

@@ -21,8 +21,8 @@ from onnx import TensorProto as T
 
 from ..context import Context, Node
 from ..dtypes import numpy_type
+from ..int64 import int64_vector
 from ..registry import translator
-from .shape import int64_vector
 
 _FLOATS = (T.FLOAT, T.FLOAT16, T.DOUBLE)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..context import Context, Node
+from ..int64 import int64_vector
 from ..registry import translator
-from .shape import int64_vector
 
 _MODES = ("constant", "edge", "reflect", "symmetric")
 

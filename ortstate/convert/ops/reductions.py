@@ -12,22 +12,11 @@ import numpy as np
 from onnx import TensorProto as T
 
 from ..context import Context, Node
+from ..kernels import ORT_ARITHMETIC, ORT_FLOATS, computed_in
 from ..registry import translator
-from .elementwise import ORT_ARITHMETIC, ORT_FLOATS, computed_in
 
 # ReduceMax/Min also have 8-bit kernels; Sum/Mean/Prod/L1/L2 only int32, int64 and floats.
 _ORDER_KERNELS = ORT_FLOATS | {T.INT8, T.UINT8, T.INT32, T.INT64}
-
-# OpenVINO type -> (ONNX op, the types ORT has kernels for, first OpenVINO version).
-_REDUCE = {
-    "ReduceSum": ("ReduceSum", ORT_ARITHMETIC, 1),
-    "ReduceMean": ("ReduceMean", ORT_ARITHMETIC, 1),
-    "ReduceProd": ("ReduceProd", ORT_ARITHMETIC, 1),
-    "ReduceMax": ("ReduceMax", _ORDER_KERNELS, 1),
-    "ReduceMin": ("ReduceMin", _ORDER_KERNELS, 1),
-    "ReduceL1": ("ReduceL1", ORT_ARITHMETIC, 4),
-    "ReduceL2": ("ReduceL2", ORT_ARITHMETIC, 4),
-}
 
 
 def _axes(node: Node, ctx: Context) -> str:
@@ -45,27 +34,55 @@ def _axes(node: Node, ctx: Context) -> str:
 
 
 def _reduce(node: Node, ctx: Context, onnx_op: str, kernels: frozenset[int]) -> str:
+    """``onnx_op`` over input 1's axes. Integers without an ORT kernel widen to int32/int64 (integer
+    means and L2 norms truncate in both runtimes); overflow is not matched (OpenVINO's CPU plugin
+    saturates 8-bit sums, a widened sum wraps when cast back)."""
     attrs = {"keepdims": int(node.attr_bool("keep_dims", False)), "noop_with_empty_axes": 1}
     axes = _axes(node, ctx)
     etype = node.onnx_input_type(0)
     return computed_in(ctx, [node.inputs[0]], etype, kernels, lambda v, _: ctx.b.op(onnx_op, [*v, axes], attrs))
 
 
-def _reduction(onnx_op: str, kernels: frozenset[int], name: str):  # noqa: ANN202
-    def translate(node: Node, ctx: Context) -> list[str]:
-        return [_reduce(node, ctx, onnx_op, kernels)]
-
-    translate.__name__ = name
-    translate.__doc__ = (
-        f"{name} -> {onnx_op} with ``noop_with_empty_axes=1``. Integers without an ORT kernel widen to "
-        "int32/int64 (integer means and L2 norms truncate in both runtimes); overflow is not matched "
-        "(OpenVINO's CPU plugin saturates 8-bit sums, a widened sum wraps when cast back)."
-    )
-    return translate
+@translator("ReduceSum", 1)
+def reduce_sum_v1(node: Node, ctx: Context) -> list[str]:
+    """ReduceSum-1 -> ReduceSum with ``noop_with_empty_axes=1`` (see :func:`_reduce`)."""
+    return [_reduce(node, ctx, "ReduceSum", ORT_ARITHMETIC)]
 
 
-for _ov, (_onnx, _kernels, _since) in _REDUCE.items():
-    translator(_ov, _since)(_reduction(_onnx, _kernels, f"{_ov.lower()}_v{_since}"))
+@translator("ReduceMean", 1)
+def reduce_mean_v1(node: Node, ctx: Context) -> list[str]:
+    """ReduceMean-1 -> ReduceMean with ``noop_with_empty_axes=1`` (see :func:`_reduce`)."""
+    return [_reduce(node, ctx, "ReduceMean", ORT_ARITHMETIC)]
+
+
+@translator("ReduceProd", 1)
+def reduce_prod_v1(node: Node, ctx: Context) -> list[str]:
+    """ReduceProd-1 -> ReduceProd with ``noop_with_empty_axes=1`` (see :func:`_reduce`)."""
+    return [_reduce(node, ctx, "ReduceProd", ORT_ARITHMETIC)]
+
+
+@translator("ReduceMax", 1)
+def reduce_max_v1(node: Node, ctx: Context) -> list[str]:
+    """ReduceMax-1 -> ReduceMax with ``noop_with_empty_axes=1`` (see :func:`_reduce`)."""
+    return [_reduce(node, ctx, "ReduceMax", _ORDER_KERNELS)]
+
+
+@translator("ReduceMin", 1)
+def reduce_min_v1(node: Node, ctx: Context) -> list[str]:
+    """ReduceMin-1 -> ReduceMin with ``noop_with_empty_axes=1`` (see :func:`_reduce`)."""
+    return [_reduce(node, ctx, "ReduceMin", _ORDER_KERNELS)]
+
+
+@translator("ReduceL1", 4)
+def reduce_l_1_v4(node: Node, ctx: Context) -> list[str]:
+    """ReduceL1-4 -> ReduceL1 with ``noop_with_empty_axes=1`` (see :func:`_reduce`)."""
+    return [_reduce(node, ctx, "ReduceL1", ORT_ARITHMETIC)]
+
+
+@translator("ReduceL2", 4)
+def reduce_l_2_v4(node: Node, ctx: Context) -> list[str]:
+    """ReduceL2-4 -> ReduceL2 with ``noop_with_empty_axes=1`` (see :func:`_reduce`)."""
+    return [_reduce(node, ctx, "ReduceL2", ORT_ARITHMETIC)]
 
 
 def _logical(node: Node, ctx: Context, onnx_op: str) -> str:

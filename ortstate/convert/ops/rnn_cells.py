@@ -12,7 +12,7 @@ import numpy as np
 
 from ..context import Context, Node
 from ..registry import translator
-from .rnn_layout import GRU, LSTM, RNN, Family, Float, bias, recurrent_attrs, weights
+from ..rnn_layout import GRU, LSTM, RNN, Family, Float, bias, recurrent_attrs, weights
 
 
 def _cell(node: Node, ctx: Context, family: Family, *, lbr: bool = False) -> list[str]:

@@ -1,21 +1,16 @@
-"""Scatter and sorting-style indexing: ScatterUpdate, ScatterNDUpdate, ScatterElementsUpdate, TopK, CumSum."""
+"""Scatters: ScatterUpdate, ScatterNDUpdate, ScatterElementsUpdate."""
 
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
 
 from ..context import Context, Node
 from ..dtypes import numpy_type
+from ..int64 import i64, int64_input, scalar_const
 from ..registry import translator
-from .shape import int64_input, scalar_const
 
 # OpenVINO reduction -> ONNX ScatterND/ScatterElements reduction ("sub" adds negated updates, "mean" is built).
 _REDUCTIONS = {"none": "none", "sum": "add", "sub": "add", "prod": "mul", "min": "min", "max": "max"}
-
-
-def _i64(ctx: Context, value: object) -> str:
-    return ctx.b.const(np.array(value, np.int64))
 
 
 def _filled(node: Node, ctx: Context, like: str, value: float) -> str:
@@ -40,7 +35,7 @@ def scatter_update_v3(node: Node, ctx: Context) -> list[str]:
     rank, q = node.input_rank(0), node.input_rank(1)
     axis = scalar_const(node, 3, "axis")
     axis += rank if axis < 0 else 0
-    points = b.op("Unsqueeze", [int64_input(node, ctx, 1), _i64(ctx, [-1])])
+    points = b.op("Unsqueeze", [int64_input(node, ctx, 1), i64(ctx, [-1])])
     if axis == 0:
         return [b.op("ScatterND", [node.inputs[0], points, node.inputs[2]])]
     to_front = [axis] + [d for d in range(rank) if d != axis]
@@ -112,49 +107,3 @@ def scatter_elements_update_v12(node: Node, ctx: Context) -> list[str]:
         return [b.op("Div", [out, counts])]
     # Div truncates integers toward zero; subtracting the (non-negative) remainder first makes it floor.
     return [b.op("Div", [b.op("Sub", [out, b.op("Mod", [out, counts])]), counts])]
-
-
-def _top_k(node: Node, ctx: Context) -> list[str]:
-    """TopK (data, k; ``axis``, ``mode``, ``sort``) -> TopK (``largest``, ``sorted=1``); equal values come out
-    lowest index first, which is what OpenVINO's ``stable`` asks for. ``sort=index`` re-sorts the k results
-    by index with a second TopK over the indices; ``sort=none`` (any order) is given in value order."""
-    b = ctx.b
-    axis = node.attr_int("axis")
-    largest = node.attr_choice("mode", ("max", "min")) == "max"
-    sort = node.attr_choice("sort", ("value", "index", "none"))
-    k = b.op("Reshape", [int64_input(node, ctx, 1), _i64(ctx, [1])])
-    values, indices = b.op("TopK", [node.inputs[0], k], {"axis": axis, "largest": int(largest)}, outputs=2)
-    if sort == "index":
-        indices, order = b.op("TopK", [indices, k], {"axis": axis, "largest": 0}, outputs=2)
-        values = b.op("GatherElements", [values, order], {"axis": axis})
-    index_type = node.onnx_output_type(1)
-    if index_type != TensorProto.INT64:
-        indices = b.op("Cast", [indices], {"to": index_type})
-    return [values, indices]
-
-
-@translator("TopK", 1)
-def top_k_v1(node: Node, ctx: Context) -> list[str]:
-    """TopK-1: the index output type is the output port's (i32 unless ``index_element_type`` says)."""
-    return _top_k(node, ctx)
-
-
-@translator("TopK", 3)
-def top_k_v3(node: Node, ctx: Context) -> list[str]:
-    """TopK-3: as TopK-1; ``index_element_type`` i32/i64 decides the index output type."""
-    return _top_k(node, ctx)
-
-
-@translator("TopK", 11)
-def top_k_v11(node: Node, ctx: Context) -> list[str]:
-    """TopK-11: adds ``stable``, which the ONNX mapping always satisfies."""
-    node.attr_bool("stable", False)
-    return _top_k(node, ctx)
-
-
-@translator("CumSum", 3)
-def cum_sum_v3(node: Node, ctx: Context) -> list[str]:
-    """CumSum-3 (data[, axis]; ``exclusive``, ``reverse``) -> CumSum with the same attributes; axis defaults to 0."""
-    axis = node.inputs[1] if len(node.inputs) > 1 else _i64(ctx, 0)
-    attrs = {"exclusive": int(node.attr_bool("exclusive", False)), "reverse": int(node.attr_bool("reverse", False))}
-    return [ctx.b.op("CumSum", [node.inputs[0], axis], attrs)]

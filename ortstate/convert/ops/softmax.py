@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from ..context import Context, Node
+from ..kernels import ORT_FLOATS, float_math
 from ..registry import translator
-from .elementwise import ORT_FLOATS
-from .unary import float_math
 
 
 def _axis(node: Node, allow_negative: bool) -> int:

@@ -14,55 +14,128 @@ from onnx import TensorProto as T
 
 from ..context import Context, Node
 from ..dtypes import numpy_type
+from ..kernels import FLOAT_TYPES, ORT_F32, ORT_FLOATS, computed_in, float_math, scalar
 from ..registry import translator
-from .elementwise import FLOAT_TYPES, ORT_F32, ORT_FLOATS, computed_in, scalar
-
-__all__ = ["float_math"]
 
 _ANY_NUMBER = frozenset(ORT_FLOATS | {T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16, T.UINT32, T.UINT64})
 _SIGNED_NUMBER = frozenset(ORT_FLOATS | {T.INT8, T.INT16, T.INT32, T.INT64})
 
-# OpenVINO type -> (ONNX op, the types ORT has kernels for, first OpenVINO version).
-_UNARY = {
-    "Abs": ("Abs", _ANY_NUMBER, 1),
-    "Negative": ("Neg", _SIGNED_NUMBER, 1),
-    "Sign": ("Sign", _ANY_NUMBER, 1),
-    "Exp": ("Exp", ORT_FLOATS, 1),
-    "Log": ("Log", ORT_FLOATS, 1),
-    "Sqrt": ("Sqrt", ORT_FLOATS, 1),
-    "Erf": ("Erf", ORT_F32, 1),
-    "Sin": ("Sin", ORT_FLOATS, 1),
-    "Cos": ("Cos", ORT_FLOATS, 1),
-    "Tan": ("Tan", ORT_F32, 1),
-    "Asin": ("Asin", ORT_F32, 1),
-    "Acos": ("Acos", ORT_F32, 1),
-    "Atan": ("Atan", ORT_F32, 1),
-    "Sinh": ("Sinh", ORT_F32, 1),
-    "Cosh": ("Cosh", ORT_F32, 1),
-    "Asinh": ("Asinh", ORT_F32, 3),
-    "Acosh": ("Acosh", ORT_F32, 3),
-    "Atanh": ("Atanh", ORT_F32, 3),
-    "SoftSign": ("Softsign", ORT_F32, 9),
-}
+# Unary math that maps one to one: integer inputs without an ORT kernel go through f32 and round
+# back (:func:`~ortstate.convert.kernels.computed_in`), as OpenVINO's CPU plugin does.
 
 
-def float_math(node: Node, ctx: Context, onnx_op: str, kernels: frozenset[int], attrs: dict | None = None) -> str:
-    """``onnx_op`` on input 0, through f32 (rounded back) for types ORT has no kernel for."""
-    etype = node.onnx_input_type(0)
-    return computed_in(ctx, [node.inputs[0]], etype, kernels, lambda v, _: ctx.b.op(onnx_op, v, attrs))
+@translator("Abs", 1)
+def abs_v1(node: Node, ctx: Context) -> list[str]:
+    """Abs-1 -> Abs."""
+    return [float_math(node, ctx, "Abs", _ANY_NUMBER)]
 
 
-def _unary(onnx_op: str, kernels: frozenset[int], name: str):  # noqa: ANN202
-    def translate(node: Node, ctx: Context) -> list[str]:
-        return [float_math(node, ctx, onnx_op, kernels)]
-
-    translate.__name__ = name
-    translate.__doc__ = f"{name} -> {onnx_op}; integer inputs without an ORT kernel go through f32 and round back."
-    return translate
+@translator("Negative", 1)
+def negative_v1(node: Node, ctx: Context) -> list[str]:
+    """Negative-1 -> Neg."""
+    return [float_math(node, ctx, "Neg", _SIGNED_NUMBER)]
 
 
-for _ov, (_onnx, _kernels, _since) in _UNARY.items():
-    translator(_ov, _since)(_unary(_onnx, _kernels, f"{_ov.lower()}_v{_since}"))
+@translator("Sign", 1)
+def sign_v1(node: Node, ctx: Context) -> list[str]:
+    """Sign-1 -> Sign."""
+    return [float_math(node, ctx, "Sign", _ANY_NUMBER)]
+
+
+@translator("Exp", 1)
+def exp_v1(node: Node, ctx: Context) -> list[str]:
+    """Exp-1 -> Exp."""
+    return [float_math(node, ctx, "Exp", ORT_FLOATS)]
+
+
+@translator("Log", 1)
+def log_v1(node: Node, ctx: Context) -> list[str]:
+    """Log-1 -> Log."""
+    return [float_math(node, ctx, "Log", ORT_FLOATS)]
+
+
+@translator("Sqrt", 1)
+def sqrt_v1(node: Node, ctx: Context) -> list[str]:
+    """Sqrt-1 -> Sqrt."""
+    return [float_math(node, ctx, "Sqrt", ORT_FLOATS)]
+
+
+@translator("Erf", 1)
+def erf_v1(node: Node, ctx: Context) -> list[str]:
+    """Erf-1 -> Erf."""
+    return [float_math(node, ctx, "Erf", ORT_F32)]
+
+
+@translator("Sin", 1)
+def sin_v1(node: Node, ctx: Context) -> list[str]:
+    """Sin-1 -> Sin."""
+    return [float_math(node, ctx, "Sin", ORT_FLOATS)]
+
+
+@translator("Cos", 1)
+def cos_v1(node: Node, ctx: Context) -> list[str]:
+    """Cos-1 -> Cos."""
+    return [float_math(node, ctx, "Cos", ORT_FLOATS)]
+
+
+@translator("Tan", 1)
+def tan_v1(node: Node, ctx: Context) -> list[str]:
+    """Tan-1 -> Tan."""
+    return [float_math(node, ctx, "Tan", ORT_F32)]
+
+
+@translator("Asin", 1)
+def asin_v1(node: Node, ctx: Context) -> list[str]:
+    """Asin-1 -> Asin."""
+    return [float_math(node, ctx, "Asin", ORT_F32)]
+
+
+@translator("Acos", 1)
+def acos_v1(node: Node, ctx: Context) -> list[str]:
+    """Acos-1 -> Acos."""
+    return [float_math(node, ctx, "Acos", ORT_F32)]
+
+
+@translator("Atan", 1)
+def atan_v1(node: Node, ctx: Context) -> list[str]:
+    """Atan-1 -> Atan."""
+    return [float_math(node, ctx, "Atan", ORT_F32)]
+
+
+@translator("Sinh", 1)
+def sinh_v1(node: Node, ctx: Context) -> list[str]:
+    """Sinh-1 -> Sinh."""
+    return [float_math(node, ctx, "Sinh", ORT_F32)]
+
+
+@translator("Cosh", 1)
+def cosh_v1(node: Node, ctx: Context) -> list[str]:
+    """Cosh-1 -> Cosh."""
+    return [float_math(node, ctx, "Cosh", ORT_F32)]
+
+
+@translator("Asinh", 3)
+def asinh_v3(node: Node, ctx: Context) -> list[str]:
+    """Asinh-3 -> Asinh."""
+    return [float_math(node, ctx, "Asinh", ORT_F32)]
+
+
+@translator("Acosh", 3)
+def acosh_v3(node: Node, ctx: Context) -> list[str]:
+    """Acosh-3 -> Acosh."""
+    return [float_math(node, ctx, "Acosh", ORT_F32)]
+
+
+@translator("Atanh", 3)
+def atanh_v3(node: Node, ctx: Context) -> list[str]:
+    """Atanh-3 -> Atanh."""
+    return [float_math(node, ctx, "Atanh", ORT_F32)]
+
+
+@translator("SoftSign", 9)
+def soft_sign_v9(node: Node, ctx: Context) -> list[str]:
+    """SoftSign-9 -> Softsign."""
+    return [float_math(node, ctx, "Softsign", ORT_F32)]
 
 
 def _integral_identity(node: Node, ctx: Context, onnx_op: str, attrs: dict | None = None) -> str:

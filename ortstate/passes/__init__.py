@@ -1,0 +1,33 @@
+"""Graph passes: ONNX model -> ONNX model, on one walker (:mod:`.walk`).
+
+The converter writes the custom-op form; every other form the runtime or a user gets is made here,
+each by exactly one pass:
+
+- :func:`to_explicit`: the explicit form (``convert(explicit_state=True)``, and a session's
+  ``form="auto"``);
+- :func:`fuse_state_ops`: the custom-op form with one state op per dtype group (what a session of
+  the custom-op form runs; never saved);
+- :func:`prune`: what no output needs, dropped;
+- :func:`offload_initializers`: large initializers out of the protobuf, for ONNX Runtime to be
+  handed (see :mod:`ortstate.runtime.large`).
+
+A pass changes the model it is given in place and checks before it changes anything (raising
+:class:`~ortstate.errors.PassError`); the caller copies a model that is not its own. A pass imports
+nothing from the converter or the runtime: the ONNX model and :mod:`ortstate.model_meta` are all it
+knows. Another layout (e.g. the past/present names of onnxruntime-genai) is one more module here.
+"""
+
+from .fuse import fusable, fuse_state_ops
+from .offload import Offloaded, offload_initializers, offloads_any
+from .prune import prune
+from .to_explicit import to_explicit
+
+__all__ = [
+    "Offloaded",
+    "fusable",
+    "fuse_state_ops",
+    "offload_initializers",
+    "offloads_any",
+    "prune",
+    "to_explicit",
+]

@@ -1,0 +1,134 @@
+"""Fuse a custom-op model's per-variable ReadValue/Assign nodes into one node per dtype group.
+
+Every state op is a Python call holding the GIL (~5 µs); a model with many variables would pay it
+twice per variable per step. The model file keeps one node per variable (the readable form the
+converter writes); the session runs it fused: one ``ReadValues{n}`` and one
+``AssignValues{n}`` node per group of variables sharing a carrier dtype. Reads are grouped by
+level as well: a variable whose init value is computed from another variable's read (T5 keeps
+``encoder_hidden_states`` as a state that other inits read) must be read after it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import onnx
+from onnx import helper
+
+from ..model_meta import (
+    ASSIGN,
+    CONTRIB_DOMAIN,
+    FUSED_ASSIGN,
+    FUSED_READ,
+    MAX_FUSED,
+    READ_VALUE,
+    VARIABLE_ID,
+    VARIABLE_IDS,
+    ModelMeta,
+    fresh_name,
+    fused_op,
+)
+from .walk import all_names, outer_reads
+
+__all__ = ["fusable", "fuse_state_ops"]
+
+
+def _state_ops(graph: onnx.GraphProto, op_type: str) -> list[onnx.NodeProto]:
+    return [n for n in graph.node if n.domain == CONTRIB_DOMAIN and n.op_type == op_type]
+
+
+def fusable(model: onnx.ModelProto) -> bool:
+    """Whether :func:`fuse_state_ops` would change ``model``: two reads or two writes."""
+    return len(_state_ops(model.graph, READ_VALUE)) > 1 or len(_state_ops(model.graph, ASSIGN)) > 1
+
+
+def fuse_state_ops(model: onnx.ModelProto, meta: ModelMeta) -> None:
+    """Fuse ``model``'s state ops (custom-op form), in place."""
+    carrier = {v.id: v.carrier or v.dtype for v in meta.variables}
+    graph = model.graph
+    reads, assigns = _state_ops(graph, READ_VALUE), _state_ops(graph, ASSIGN)
+    if len(reads) < 2 and len(assigns) < 2:
+        return
+    levels = _read_levels(graph, reads)
+    read_groups: dict[tuple[int, str], list[onnx.NodeProto]] = defaultdict(list)
+    for node in reads:
+        read_groups[(levels[node.output[0]], carrier[_variable_id(node)])].append(node)
+    assign_groups: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in assigns:
+        assign_groups[carrier[_variable_id(node)]].append(node)
+
+    taken = all_names(graph)
+    replaced: set[str] = set()
+    new_nodes: list[onnx.NodeProto] = []
+    for kind, groups in ((FUSED_READ, read_groups.values()), (FUSED_ASSIGN, assign_groups.values())):
+        for group in groups:
+            for chunk in _chunks(group):
+                replaced.update(n.name for n in chunk)
+                name = fresh_name(f"ortstate_fused_{len(new_nodes)}", taken)
+                taken.add(name)
+                outputs = [n.output[0] for n in chunk] if kind == FUSED_READ else [name]
+                new_nodes.append(
+                    helper.make_node(
+                        fused_op(kind, len(chunk)),
+                        [n.input[0] for n in chunk] + [chunk[0].input[1]],  # values, then the request key
+                        outputs,
+                        name=name,
+                        domain=CONTRIB_DOMAIN,
+                        **{VARIABLE_IDS: json.dumps([_variable_id(n) for n in chunk])},
+                    )
+                )
+    kept = [n for n in graph.node if n.name not in replaced]
+    del graph.node[:]
+    # onnxruntime sorts nodes topologically when it loads a graph, so appending is enough.
+    graph.node.extend(kept + new_nodes)
+
+
+def _chunks(group: list[onnx.NodeProto]) -> list[list[onnx.NodeProto]]:
+    out = [group[i : i + MAX_FUSED] for i in range(0, len(group), MAX_FUSED)]
+    return [c for c in out if len(c) > 1]  # a lone node keeps its per-variable op
+
+
+def _variable_id(node: onnx.NodeProto) -> str:
+    return next(a.s.decode() for a in node.attribute if a.name == VARIABLE_ID)
+
+
+def _read_levels(graph: onnx.GraphProto, reads: list[onnx.NodeProto]) -> dict[str, int]:
+    """For each read's output: 0, or 1 + the highest level of the reads its init depends on."""
+    producer = {out: node for node in graph.node for out in node.output}
+    read_outputs = {n.output[0]: n for n in reads}
+    memo: dict[str, frozenset[str]] = {}
+
+    def reads_behind(value: str) -> frozenset[str]:
+        """Read outputs ``value`` depends on (iteratively, to survive deep graphs)."""
+        if value in memo:
+            return memo[value]
+        stack, seen, found = [value], set(), set()
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in read_outputs:
+                found.add(name)
+                continue
+            node = producer.get(name)
+            if node is None:
+                continue
+            stack.extend(node.input)
+            stack.extend(outer_reads(node))
+        memo[value] = frozenset(found)
+        return memo[value]
+
+    levels: dict[str, int] = {}
+
+    def level(out: str) -> int:
+        if out not in levels:
+            levels[out] = 0  # guards against cycles, which a valid model cannot have
+            deps = reads_behind(read_outputs[out].input[0])
+            levels[out] = 1 + max((level(d) for d in deps), default=-1)
+        return levels[out]
+
+    for out in read_outputs:
+        level(out)
+    return levels

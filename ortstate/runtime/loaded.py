@@ -1,0 +1,239 @@
+"""A model loaded into ONNX Runtime, as every runtime module sees it: :class:`LoadedModel`.
+
+:func:`load_model` does all a session does before its first run: read the source, check it against
+its metadata, pick the form (a custom-op model becomes explicit through
+:func:`ortstate.passes.to_explicit` unless asked not to), fuse the custom-op form's state ops, hand
+large initializers over, and make the ONNX Runtime session. Requests, runners and the fast path
+take what they need from the :class:`LoadedModel` and nothing from ``StatefulSession``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..errors import OrtStateError, PassError, RunError
+from ..model_meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
+from ..passes import fusable, fuse_state_ops, to_explicit
+from ..passes.walk import nodes
+from . import pyops, snapshot
+from .guards import Guard, empty_input_guards
+from .large import adds_to_options, hand_over, release_mapped_pages
+from .model_check import check_model
+from .options import copy_session_options, default_session_options
+from .ort_adapter import FastRun
+from .source import Source, read_source
+
+__all__ = ["FORMS", "LoadedModel", "load_model", "numpy_dtype"]
+
+FORMS = ("auto", CUSTOM_OP, EXPLICIT)
+_NUMPY_OF_ORT = {
+    "float": "float32", "double": "float64", "float16": "float16", "bool": "bool",
+    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+}  # fmt: skip
+
+
+def numpy_dtype(ort_type: str) -> np.dtype | None:
+    """The numpy dtype of an ONNX Runtime ``NodeArg.type`` (``tensor(float)``); None for a type
+    numpy has no dtype for (bfloat16, strings, sequences...)."""
+    match = re.fullmatch(r"tensor\((\w+)\)", ort_type)
+    name = _NUMPY_OF_ORT.get(match.group(1)) if match else None
+    return None if name is None else np.dtype(name)
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedModel:
+    """A model in an ONNX Runtime session, with what running it needs.
+
+    Attributes:
+        session: the ONNX Runtime session.
+        fast: its runs without the Python wrapper (see :class:`~.ort_adapter.FastRun`).
+        meta: the metadata of the form that runs.
+        model_form: the form of the model given (a custom-op model may run in the explicit form).
+        origin: how messages name the model (its path, or ``model``).
+        fingerprint: what a snapshot must carry to load into it (see :mod:`.snapshot`).
+        inputs, outputs: the graph inputs and outputs a caller feeds and fetches (``NodeArg``\\ s),
+            without those the runtime drives (request key, init flags, state inputs and outputs).
+        output_names: the names of ``outputs``; runners treat this very list as "all outputs".
+        guards: inputs some ONNX Runtime kernels cannot take empty (see :mod:`.guards`).
+        token: the custom-op form of a model without outputs: an Assign's token, fetched so that a
+            run has something to fetch; else None.
+    """
+
+    session: ort.InferenceSession
+    fast: FastRun
+    meta: ModelMeta
+    model_form: str
+    origin: str
+    fingerprint: str
+    inputs: tuple[Any, ...]
+    outputs: tuple[Any, ...]
+    output_names: list[str]
+    guards: Mapping[str, Guard]
+    token: str | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_input_set", frozenset(i.name for i in self.inputs))
+        object.__setattr__(self, "_output_set", frozenset(self.output_names))
+
+    @property
+    def form(self) -> str:
+        """The form the variables are kept in: ``custom-op`` or ``explicit``."""
+        return self.meta.form
+
+    def check_io(self, output_names: Sequence[str], feeds: Mapping[str, Any]) -> None:
+        """Raise :class:`RunError` naming what is wrong unless ``feeds`` has exactly the inputs and
+        ``output_names`` are outputs."""
+        inputs, outputs = self._input_set, self._output_set  # type: ignore[attr-defined]
+        try:
+            if feeds.keys() == inputs and outputs.issuperset(output_names) and type(output_names) is not str:
+                return  # the common case, checked cheaply on every run
+        except (AttributeError, TypeError):  # not a mapping, unhashable names: worded below
+            pass
+        if not isinstance(feeds, Mapping):
+            raise RunError(f"the feeds must be a mapping of input names to arrays, not {type(feeds).__name__}")
+        if isinstance(output_names, (str, bytes)) or not isinstance(output_names, Sequence):
+            raise RunError(f"output_names must be a list of output names or None, not {type(output_names).__name__}")
+        for what, names in (("output", output_names), ("input", feeds)):
+            odd = next((n for n in names if not isinstance(n, str)), None)
+            if odd is not None:
+                raise RunError(f"{what} names are strings, got {odd!r} ({type(odd).__name__})")
+        unknown_out = [n for n in output_names if n not in outputs]
+        if unknown_out:
+            raise RunError(f"unknown output(s) {', '.join(unknown_out)} (outputs: {', '.join(self.output_names)})")
+        missing = [i.name for i in self.inputs if i.name not in feeds]
+        unknown = [n for n in feeds if n not in inputs]
+        parts = [f"missing input(s) {', '.join(sorted(missing))}"] if missing else []
+        parts += [f"unknown input(s) {', '.join(sorted(unknown))}"] if unknown else []
+        raise RunError("; ".join(parts) + f" (inputs: {', '.join(i.name for i in self.inputs)})")
+
+
+def load_model(
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    sess_options: ort.SessionOptions | None = None,
+    providers: Sequence[str] | None = None,
+    form: str = "auto",
+) -> LoadedModel:
+    """Load ``model`` into ONNX Runtime (the arguments are ``StatefulSession``'s).
+
+    Raises:
+        OrtStateError: a bad form, an unreadable model or metadata, a model not laid out as its
+            metadata says, a form the model cannot run in, or ONNX Runtime refusing it.
+    """
+    if form not in FORMS:
+        raise OrtStateError(f"form {form!r}: expected one of {', '.join(FORMS)}")
+    source = read_source(model)
+    origin = source.origin
+    try:
+        meta = read_meta(source.model) or ModelMeta(form=EXPLICIT, variables=())
+    except ValueError as exc:
+        raise OrtStateError(f"{origin}: {exc}") from None
+    check_model(source.model, meta, origin)
+    # What snapshots must match: the IR the converter hashed, else (an older conversion) this graph.
+    digest = meta.digest or (snapshot.model_digest(source.model) if meta.variables else "")
+    fingerprint = snapshot.fingerprint(meta.variables, digest)
+    model_form = meta.form
+    meta = _pick_form(source, meta, form)
+    if source.converted:  # an IR given: it is in the form it was converted to
+        model_form = meta.form
+    custom_ops = meta.form != EXPLICIT and bool(meta.variables)
+    if sess_options is None:
+        options = default_session_options(meta)
+    elif custom_ops or adds_to_options(source):
+        options = copy_session_options(sess_options)  # the caller's are not ours to change
+    else:
+        options = sess_options
+    token = None
+    if custom_ops:
+        options.register_custom_ops_library(pyops.library_path())
+        if fusable(source.model):
+            fuse_state_ops(source.own(), meta)
+        token = _fetchable(source)
+    keep = hand_over(source, options)  # alive until ONNX Runtime copied them
+    proto = source.model
+    # Feeds only: an empty state meets a non-empty input and ONNX Runtime words that error itself.
+    guards = empty_input_guards(proto)
+    try:
+        session = ort.InferenceSession(
+            proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])
+        )
+        release_mapped_pages(keep)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
+        # Name the IR it came from: a converted model ORT refuses means that IR is inconsistent.
+        converted = f" (converted from {meta.source})" if meta.source else ""
+        layer = _layer_behind(proto, str(exc))
+        raise OrtStateError(f"{origin}{converted}: {layer}onnxruntime cannot load the model: {exc}") from None
+    del keep
+    hidden_in, hidden_out = meta.hidden_inputs, meta.hidden_outputs | {token}
+    inputs = tuple(i for i in session.get_inputs() if i.name not in hidden_in)
+    outputs = tuple(o for o in session.get_outputs() if o.name not in hidden_out)
+    names = {i.name for i in inputs}
+    return LoadedModel(
+        session=session,
+        fast=FastRun(session),
+        meta=meta,
+        model_form=model_form,
+        origin=origin,
+        fingerprint=fingerprint,
+        inputs=inputs,
+        outputs=outputs,
+        output_names=[o.name for o in outputs],
+        guards={name: what for name, what in guards.items() if name in names},
+        token=token,
+    )
+
+
+def _pick_form(source: Source, meta: ModelMeta, form: str) -> ModelMeta:
+    """The metadata of the form the model runs in, ``source``'s model rewritten to it if need be."""
+    if not meta.variables:
+        return meta
+    if meta.form == EXPLICIT:
+        if form == CUSTOM_OP:
+            raise OrtStateError(
+                f"{source.origin}: an explicit-form model has no custom state ops to run (form='custom-op')"
+            )
+        return meta
+    if form == CUSTOM_OP:
+        return meta
+    # The explicit form, the faster (no Python in the graph), through the same pass as
+    # convert(explicit_state=True). The pass checks before it changes anything, so the caller's
+    # model is copied only when it applies.
+    try:
+        return to_explicit(source.own(), meta)
+    except PassError as exc:
+        if form == EXPLICIT:
+            why = f"its state ops are not laid out as ortstate writes them: {exc}"
+            raise OrtStateError(f"{source.origin}: {why} (form='explicit')") from None
+        return meta
+
+
+def _fetchable(source: Source) -> str | None:
+    """ONNX Runtime refuses a run that fetches nothing. A custom-op model whose only effect is on its
+    variables (no outputs: OpenVINO's MakeStateful can leave that) gets the token of one of its
+    Assign nodes as an extra output, which each run fetches and drops; returns its name."""
+    graph = source.model.graph
+    if graph.output:
+        return None
+    # Assign or AssignValues{n} (fused)
+    token = next((n.output[0] for n in graph.node if n.domain == CONTRIB_DOMAIN and n.op_type.startswith(ASSIGN)), None)
+    if token is not None:
+        source.own().graph.output.append(onnx.helper.make_tensor_value_info(token, onnx.TensorProto.BOOL, None))
+    return token
+
+
+def _layer_behind(proto: onnx.ModelProto, message: str) -> str:
+    """``"layer 'NAME' (id N, Type-v): "`` for the first node onnxruntime's message names, if the
+    converter recorded the layer it came from in the node's doc_string; else ``""``."""
+    named = re.findall(r'[Nn]ode ?\(\s*"?([^",)]+)', message)
+    if not named:
+        return ""
+    docs = {node.name: node.doc_string for node in nodes(proto.graph)}
+    return next((f"{docs[n]}: " for n in named if docs.get(n, "").startswith("layer ")), "")

@@ -1,0 +1,148 @@
+"""Every use of onnxruntime's and onnxruntime-extensions' internals, and nothing else.
+
+ortstate reaches past both packages' documented APIs where the hot path pays for them, and only
+here; ``tests/runtime/test_ort_adapter.py`` fails loudly when a new release moves any of it.
+
+onnxruntime:
+- ``InferenceSession._sess`` is onnxruntime's own session object under the Python wrapper, whose
+  ``run`` re-validates the feeds (~2 µs a run) and whose ``run_with_iobinding`` costs ~30 µs more
+  when given run options; ``IOBinding._iobinding`` is the binding object that ``run_with_iobinding``
+  takes. Where a release has neither, the public wrapper is used (correct, a little slower).
+
+onnxruntime-extensions (Python custom ops, see DESIGN.md for the facts measured):
+- ops are registered with ``_ocos.Opdef.create`` and typed with ``PyCustomOpDef.dt_*``;
+- ``PyCustomOpDef.install_hooker`` replaces the function the C++ kernel calls with
+  ``(op id, inputs, attributes)``; the default one (``_ocos._on_pyop_invocation``) converts every
+  output through a Python list (~80 ns an element). Ours hands back contiguous ndarrays as
+  ``(op id, shape, array, shape, array, ...)``, after checking each array's dtype and layout itself:
+  the C++ side copies raw bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path
+
+__all__ = [
+    "PYOP_DTYPES",
+    "FastRun",
+    "custom_op_library",
+    "has_fast_path",
+    "raw_binding",
+    "raw_session",
+    "register_pyop",
+]
+
+# numpy dtypes a Python op can take and give (no float16/bfloat16: the process aborts on them).
+PYOP_DTYPES: dict[np.dtype, int] = {
+    np.dtype(np.float32): PyCustomOpDef.dt_float,
+    np.dtype(np.float64): PyCustomOpDef.dt_double,
+    np.dtype(np.int64): PyCustomOpDef.dt_int64,
+    np.dtype(np.int32): PyCustomOpDef.dt_int32,
+    np.dtype(np.int16): PyCustomOpDef.dt_int16,
+    np.dtype(np.int8): PyCustomOpDef.dt_int8,
+    np.dtype(np.uint64): PyCustomOpDef.dt_uint64,
+    np.dtype(np.uint32): PyCustomOpDef.dt_uint32,
+    np.dtype(np.uint16): PyCustomOpDef.dt_uint16,
+    np.dtype(np.uint8): PyCustomOpDef.dt_uint8,
+    np.dtype(np.bool_): PyCustomOpDef.dt_bool,
+}
+
+
+# -- onnxruntime ---------------------------------------------------------------------------------
+def raw_session(session: ort.InferenceSession) -> Any:
+    """onnxruntime's own session object under ``session`` (see the module doc); the wrapper itself
+    when a release has none."""
+    return getattr(session, "_sess", session)
+
+
+def raw_binding(binding: ort.IOBinding) -> Any:
+    """The binding object :func:`raw_session`'s ``run_with_iobinding`` takes."""
+    return getattr(binding, "_iobinding", binding)
+
+
+def has_fast_path(session: ort.InferenceSession) -> bool:
+    """Whether runs skip the Python wrapper (False: this onnxruntime moved its internals)."""
+    return raw_session(session) is not session
+
+
+class FastRun:
+    """A session's runs without the Python wrapper's checks: the caller has checked the feeds.
+
+    Attributes:
+        session: the session.
+        run: ``run(output names, feeds, run options) -> list of arrays``.
+        run_bound: ``run_bound(raw binding, run options)`` runs an IOBinding made by
+            :meth:`binding`; the outputs are left in the buffers bound.
+    """
+
+    __slots__ = ("_raw", "run", "run_bound", "session")
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self.session = session
+        raw = raw_session(session)
+        self._raw = raw is not session
+        self.run: Callable[[Sequence[str], dict[str, Any], Any], list[np.ndarray]] = raw.run
+        self.run_bound: Callable[[Any, Any], Any] = raw.run_with_iobinding if self._raw else session.run_with_iobinding
+
+    def binding(self) -> tuple[ort.IOBinding, Any]:
+        """A new IOBinding, and what :attr:`run_bound` takes for it (keep both alive while used:
+        onnxruntime holds raw pointers to the buffers bound)."""
+        binding = self.session.io_binding()
+        return binding, raw_binding(binding) if self._raw else binding
+
+
+# -- onnxruntime-extensions ------------------------------------------------------------------------
+def custom_op_library() -> str:
+    """The shared library to register on ``SessionOptions`` for the Python ops."""
+    return get_library_path()
+
+
+# op id -> (body, its one string attribute, output dtypes)
+_OURS: dict[int, tuple[Callable[..., Any], str, tuple[np.dtype, ...]]] = {}
+_default_hook = _ocos._on_pyop_invocation
+
+
+def register_pyop(
+    body: Callable[..., Any], op_type: str, inputs: Sequence[np.dtype], outputs: Sequence[np.dtype], attr: str
+) -> None:
+    """Register a Python op of the contrib domain: ``body(*inputs, **{attr: str})`` returns one
+    array per output (a tuple when more than one), each of the dtype declared here.
+
+    Every op must be registered before any session exists: onnxruntime keeps raw pointers into the
+    registry, which registering more can move. The same op type may be registered once per
+    input signature.
+    """
+    opdef = _ocos.Opdef.create(
+        body,
+        op_type=op_type,
+        inputs=[PYOP_DTYPES[np.dtype(d)] for d in inputs],
+        outputs=[PYOP_DTYPES[np.dtype(d)] for d in outputs],
+        attrs={attr: PyCustomOpDef.dt_string},
+    )
+    _OURS[id(opdef)] = (body, attr, tuple(np.dtype(d) for d in outputs))
+
+
+def _hook(k_id: int, feed: tuple, attributes: dict) -> tuple:
+    """Call our ops without the list round trip; every other op the default way."""
+    entry = _OURS.get(k_id)
+    if entry is None:
+        return _default_hook(k_id, feed, attributes)
+    body, attr, dtypes = entry
+    out = body(*feed, **{attr: attributes.get(attr, "")})
+    if len(dtypes) == 1:
+        out = (out,)
+    result: list[Any] = [k_id]
+    for arr, dtype in zip(out, dtypes):
+        if arr.dtype != dtype or not arr.flags.c_contiguous:
+            arr = np.asarray(arr, dtype=dtype, order="C")  # keeps 0-d arrays 0-d
+        result.append(arr.shape)
+        result.append(arr)
+    return tuple(result)
+
+
+PyCustomOpDef.install_hooker(_hook)
