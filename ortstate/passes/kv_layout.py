@@ -79,8 +79,8 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
     if meta.form != EXPLICIT:
         raise PassError(f"the past/present layout is made from the explicit form, not the {meta.form} form")
     graph = model.graph
-    slots = _slots(meta.variables)
     shape = _cache_shape(meta.variables)
+    slots = _slots(meta.variables)
     used = consumers(graph)
     inputs = {i.name for i in graph.input}
     taken = all_names(graph)
@@ -180,14 +180,26 @@ def _cache_shape(variables: tuple[VariableMeta, ...]) -> tuple[int, int]:
         if var.state_input is None or var.state_output is None:
             raise PassError(f"variable '{var.id}' has no state input or output")
         if shape is None or len(shape) != 4 or not isinstance(shape[1], int) or not isinstance(shape[3], int):
-            raise PassError(f"variable '{var.id}' of shape {shape} is not a [batch, kv_heads, seq, head_size] cache")
+            raise PassError(
+                f"variable '{var.id}' of shape {_shape_text(shape)} is not a [batch, kv_heads, seq, head_size] KV cache"
+            )
         if var.init_shape[_SEQ_AXIS] != 0:
-            raise PassError(f"variable '{var.id}' starts non-empty along the sequence axis ({var.init_shape})")
+            raise PassError(
+                f"variable '{var.id}' of shape {_shape_text(shape)} is not a KV cache: it does not start empty "
+                f"along the sequence axis (initial shape {_shape_text(var.init_shape)})"
+            )
         found.add((shape[1], shape[3], var.carrier or var.dtype))
     if len(found) != 1:
         raise PassError(f"the KV caches differ in heads, head size or dtype: {sorted(found)}")
     heads, size, _ = found.pop()
     return heads, size
+
+
+def _shape_text(shape: list[int | list[int | None]] | None) -> str:
+    """``[?, 2, ?, 16]``: a dynamic dim as ``?``."""
+    if shape is None:
+        return "[...]"
+    return "[" + ", ".join(str(d) if isinstance(d, int) else "?" for d in shape) + "]"
 
 
 def _cache_value(name: str, var: VariableMeta, shape: tuple[int, int], seq: str) -> onnx.ValueInfoProto:
@@ -213,8 +225,8 @@ def _beam_reorder(
     The reorder is what the cache (``state``: its value, under any of these names) and one other
     graph input compute together with constants alone, when that holds a ``Gather(cache, axis=0)``
     and ends in one value read by the rest of the graph (or several, all computed from the
-    first). Whatever checks and clamps the indices
-    (the converter's Gather keeps OpenVINO's zeros for out-of-range indices) belongs to it, so with
+    first). Whatever checks and clamps the indices (the converter's Gather keeps OpenVINO's zeros
+    for out-of-range indices) belongs to it, so with
     the beam input ``arange(batch)`` its result is the cache: that is the value the cache then
     replaces, the caller now reordering before it feeds the past.
     """
