@@ -9,7 +9,8 @@ An optimum-intel IR keeps the same caches in variables instead, each read throug
 
 - renames its state input to ``past_key_values.N.key|value`` and its state output to
   ``present.N.key|value`` (``N`` and key/value read from the variable id, which optimum-intel
-  makes of those very names: ``past_key_values.0.keypresent.0.key``);
+  makes of those very names: ``past_key_values.0.keypresent.0.key``), listed after the model's own
+  inputs and outputs in layer order, key before value;
 - drops its init: the ``If(init flag, init, state)`` becomes the state input itself, and its flag
   input goes. An optimum-intel KV init is zeros of ``[batch, kv_heads, 0, head_dim]``, i.e. the
   empty past the caller now feeds; the pass requires the variable's initial shape to be empty
@@ -127,20 +128,12 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
         ecosystem[var.state_output] = PRESENT_NAME % (layer, kind)
     rename_uses(graph, ecosystem)
     flags = {v.init_flag for v in meta.variables}
-    states = {v.state_input: v for v in meta.variables}
-    new_inputs = []
-    for value in graph.input:
-        if value.name in flags:
-            continue
-        var = states.get(value.name)
-        if var is not None:
-            value = _cache_value(ecosystem[value.name], var, shape, "past_sequence_length")
-        new_inputs.append(value)
-    outputs = {v.state_output: v for v in meta.variables}
-    new_outputs = [
-        _cache_value(ecosystem[o.name], outputs[o.name], shape, "total_sequence_length") if o.name in outputs else o
-        for o in graph.output
-    ]
+    ordered = sorted(meta.variables, key=lambda v: (slots[v.id][0], KINDS.index(slots[v.id][1])))
+    states, outputs = {v.state_input for v in ordered}, {v.state_output for v in ordered}
+    new_inputs = [i for i in graph.input if i.name not in flags and i.name not in states]
+    new_inputs += [_cache_value(ecosystem[v.state_input], v, shape, "past_sequence_length") for v in ordered]
+    new_outputs = [o for o in graph.output if o.name not in outputs]
+    new_outputs += [_cache_value(ecosystem[v.state_output], v, shape, "total_sequence_length") for v in ordered]
     del graph.output[:]
     graph.output.extend(new_outputs)
     prune(graph)
