@@ -15,6 +15,7 @@ optimum's ``ORTModelForCausalLM`` load as they are, checked against OpenVINO run
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import onnxruntime as ort
 import onnxruntime_genai as og
 import pytest
 from ov_search import LLM, ov_beam_search, ov_greedy, ov_model
+from test_kv_layout import one_layer
 from text_tokenizers import byte_bpe
 
 import ortstate
@@ -245,6 +247,23 @@ def test_search_defaults_and_tokenizer_files(tmp_path: Path) -> None:
     assert search["max_length"] == 64 and config["model"]["eos_token_id"] == [2, 3]
     text = "Grüße aus Zürich"
     assert list(og.Tokenizer(og.Model(str(tmp_path / "out"))).encode(text)) == tokenizer.encode(text).ids
+
+
+def test_refuses_a_cache_that_does_not_start_empty(tmp_path: Path) -> None:
+    """The layout drops the init for the empty past the tool feeds: a longer init would be lost."""
+    for length, folder in ((0, tmp_path / "empty"), (1, tmp_path / "one")):
+        folder.mkdir()
+        one_layer(folder, token_ids=True, init_length=length).rename(folder / "openvino_model.xml")
+        (folder / "layer.bin").rename(folder / "openvino_model.bin")
+        (folder / "config.json").write_text(json.dumps({"model_type": "toy", "max_position_embeddings": 32}))
+        (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
+    assert ortstate.export(tmp_path / "empty", tmp_path / "out").cache.beam_input == "beam_idx"
+    message = (
+        "toy cannot be exported for genai: variable 'past_key_values.0.valuepresent.0.value' starts as [?,2,1,4], "
+        "not as an empty past [batch, heads, 0, head_size]"
+    )
+    with pytest.raises(ortstate.ExportError, match=re.escape(message)):
+        ortstate.export(tmp_path / "one", tmp_path / "out1")
 
 
 def test_bad_generation_config_is_named(tmp_path: Path) -> None:

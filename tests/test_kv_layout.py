@@ -28,12 +28,25 @@ W = {kind: RNG.standard_normal((HIDDEN, HEADS * DIM)).astype(np.float32) for kin
 
 
 def one_layer(
-    tmp_path, ids: tuple[str, str] = ("past_key_values.0.keypresent.0.key", "past_key_values.0.valuepresent.0.value")
+    tmp_path,
+    ids: tuple[str, str] = ("past_key_values.0.keypresent.0.key", "past_key_values.0.valuepresent.0.value"),
+    *,
+    token_ids: bool = False,
+    init_length: int = 0,
 ):
-    x = ops.parameter([-1, -1, HIDDEN], np.float32, name="x")
+    """One attention-free layer with a key and a value cache; ``token_ids``: fed ``input_ids``
+    through an embedding table instead of ``x``; ``init_length``: the caches start that long."""
+    if token_ids:
+        ids_input = ops.parameter([-1, -1], np.int64, name="input_ids")
+        table = RNG.standard_normal((16, HIDDEN)).astype(np.float32)
+        x = ops.gather(ops.constant(table), ids_input, ops.constant(np.int64(0)))
+        params = [ids_input]
+    else:
+        x = ops.parameter([-1, -1, HIDDEN], np.float32, name="x")
+        params = [x]
     beam_idx = ops.parameter([-1], np.int32, name="beam_idx")
     batch = ops.gather(ops.shape_of(x), ops.constant(np.array([0], np.int64)), ops.constant(np.int64(0)))
-    shape = ops.concat([batch, ops.constant(np.array([HEADS, 0, DIM], np.int64))], 0)
+    shape = ops.concat([batch, ops.constant(np.array([HEADS, init_length, DIM], np.int64))], 0)
     results, assigns = [], []
     for kind, vid in zip(("key", "value"), ids):
         var = variable(vid, [-1, HEADS, -1, DIM])
@@ -45,7 +58,7 @@ def one_layer(
         results.append(ops.reduce_sum(cache, ops.constant(np.array([1, 2], np.int64)), False))
     logits = ops.add(results[0], results[1])
     logits.output(0).get_tensor().set_names({"logits"})
-    model = ov.Model([ops.result(logits)], assigns, [x, beam_idx], "layer")
+    model = ov.Model([ops.result(logits)], assigns, [*params, beam_idx], "layer")
     return save_ir(model, tmp_path, "layer")
 
 

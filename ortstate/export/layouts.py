@@ -27,7 +27,7 @@ from ..convert import build, save_model
 from ..convert.context import ConvertOptions
 from ..errors import ExportError, GenerationError, PassError
 from ..generate.model_dir import find_model_files
-from ..ir import read_ir
+from ..ir import Graph, read_ir
 from ..model_meta import read_meta
 from ..passes.kv_layout import KvCache, kv_layout
 from .configs import GENAI_CONFIG, TOKENIZER_FILES, genai_config, read_json
@@ -121,6 +121,8 @@ def export(
             "only past/present KV caches between steps, not SSM or convolution states)"
         ) from None
 
+    _check_empty_inits(graph, source, named, layout)
+
     out.mkdir(parents=True, exist_ok=True)
     written = [MODEL_FILE]
     try:
@@ -156,6 +158,22 @@ def export(
             "only; copy them into the output folder for text"
         )
     return Exported(out, tuple(sorted(written)), family, cache, tuple(notices))
+
+
+def _check_empty_inits(graph: Graph, source: Path, named: str, layout: str) -> None:
+    """Each KV cache starts as the empty past the tool feeds: OpenVINO's shape inference, written
+    into the IR, gives its init value the shape ``[batch, heads, 0, head_size]`` (what the layout
+    drops in favour of the fed past must have been exactly that)."""
+    for layer in graph.all_layers():
+        if layer.type != "ReadValue" or not layer.inputs:
+            continue
+        _, port = graph.producer(layer, 0)
+        dims = port.shape.dims
+        if dims is None or len(dims) != 4 or (dims[2].lo, dims[2].hi) != (0, 0):
+            raise ExportError(
+                f"{source}: {named} cannot be exported for {layout}: variable '{layer.attrs.get('variable_id')}' "
+                f"starts as {port.shape}, not as an empty past [batch, heads, 0, head_size]"
+            )
 
 
 def _vocab(model: onnx.ModelProto) -> int | None:

@@ -109,7 +109,9 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
             renames[result] = var.state_input
             dropped.add(node)
     if len(set(beam_inputs.values())) > 1:
-        raise PassError(f"the KV caches are reordered by more than one input ({', '.join(sorted(beam_inputs))})")
+        raise PassError(
+            f"the KV caches are reordered by more than one input ({', '.join(sorted(set(beam_inputs.values())))})"
+        )
     if beam_inputs and len(beam_inputs) != len(meta.variables):
         odd = next(v.id for v in meta.variables if v.id not in beam_inputs)
         raise PassError(f"variable '{odd}' is not reordered by '{next(iter(beam_inputs.values()))}' as the others")
