@@ -48,7 +48,7 @@ EXPORTED = (
     "qwen2",
     "qwen3",
 )
-NOT_KV = "is not a [batch, kv_heads, seq, head_size] KV cache (onnxruntime-genai and optimum carry only past/present"
+NOT_KV = "is not a [batch, kv_heads, seq, head_size] KV cache (onnxruntime-genai and optimum carry nothing but"
 REFUSED = {
     "falcon_mamba": f"variable 'cache_params.past.ssm.1cache_params.present.ssm.1' of shape [?, 128, 8] {NOT_KV}",
     "granitemoehybrid": f"variable 'cache_params.past.conv.0cache_params.present.conv.0' of shape [?, 144, 4] {NOT_KV}",

@@ -39,6 +39,7 @@ OPTIMUM = "optimum"
 LAYOUTS = (GENAI, OPTIMUM)
 MODEL_FILE = "model.onnx"
 _HF_CONFIGS = ("config.json", "generation_config.json")
+_DECODER_IR = "openvino_model.xml"  # optimum-intel's name for a decoder-only LLM (a VLM's is another)
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def export(
             f"{source}: {named} is an encoder-decoder: its decoder's state holds cross-attention K/V computed "
             f"from the encoder's output, which the {layout} layout of a decoder-only LLM cannot carry"
         )
-    if files.embeddings is not None or files.decoder.name != "openvino_model.xml":
+    if files.embeddings is not None or files.decoder.name != _DECODER_IR:
         raise ExportError(
             f"{source}: {named} is a vision-language model: its language model takes inputs_embeds from "
             f"separate embedding models, not input_ids; the {layout} layout is for decoder-only LLMs"
@@ -118,10 +119,14 @@ def export(
     except PassError as exc:
         raise ExportError(
             f"{source}: {named} cannot be exported for {layout}: {exc} (onnxruntime-genai and optimum carry "
-            "only past/present KV caches between steps, not SSM or convolution states)"
+            "nothing but past/present KV caches between steps)"
         ) from None
 
     _check_empty_inits(graph, source, named, layout)
+    settings = None
+    if layout == GENAI:  # before anything is written: a config it cannot make leaves no half folder
+        inputs = tuple(i.name for i in model.graph.input)
+        settings = genai_config(config, generation, cache, filename=MODEL_FILE, inputs=inputs, vocab_size=_vocab(model))
 
     out.mkdir(parents=True, exist_ok=True)
     written = [MODEL_FILE]
@@ -129,19 +134,11 @@ def export(
         save_model(model, built.arrays, out / MODEL_FILE)
     except OSError as exc:
         raise ExportError(f"{out / MODEL_FILE}: cannot be written ({exc.strerror or exc})") from None
-    if (out / (MODEL_FILE + ".data")).is_file() and _uses_data_file(model):
+    if _uses_data_file(model):
         written.append(MODEL_FILE + ".data")
     notices = []
-    if layout == GENAI:
-        text = genai_config(
-            config,
-            generation,
-            cache,
-            filename=MODEL_FILE,
-            inputs=tuple(i.name for i in model.graph.input),
-            vocab_size=_vocab(model),
-        )
-        _write(out / GENAI_CONFIG, json.dumps(text, indent=2) + "\n")
+    if settings is not None:
+        _write(out / GENAI_CONFIG, json.dumps(settings, indent=2) + "\n")
         written.append(GENAI_CONFIG)
     else:
         for name in _HF_CONFIGS:
@@ -187,7 +184,8 @@ def _vocab(model: onnx.ModelProto) -> int | None:
 
 
 def _uses_data_file(model: onnx.ModelProto) -> bool:
-    return any(t.external_data for t in model.graph.initializer)
+    """Whether :func:`save_model` put the weights in ``MODEL_FILE.data`` (above 64 MB of them)."""
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
 def _write(path: Path, text: str) -> None:
