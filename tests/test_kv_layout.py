@@ -33,9 +33,11 @@ def one_layer(
     *,
     token_ids: bool = False,
     init_length: int = 0,
+    scaled_past: bool = False,
 ):
     """One attention-free layer with a key and a value cache; ``token_ids``: fed ``input_ids``
-    through an embedding table instead of ``x``; ``init_length``: the caches start that long."""
+    through an embedding table instead of ``x``; ``init_length``: the caches start that long;
+    ``scaled_past``: the reordered cache is doubled (not a reorder alone any more)."""
     if token_ids:
         ids_input = ops.parameter([-1, -1], np.int64, name="input_ids")
         table = RNG.standard_normal((16, HIDDEN)).astype(np.float32)
@@ -52,6 +54,8 @@ def one_layer(
         var = variable(vid, [-1, HEADS, -1, DIM])
         read = opset6.read_value(ops.broadcast(ops.constant(np.array(0, np.float32)), shape), var)
         past = ops.gather(read, beam_idx, ops.constant(np.int64(0)))
+        if scaled_past:
+            past = ops.multiply(past, ops.constant(np.array(2, np.float32)))
         proj = ops.reshape(ops.matmul(x, ops.constant(W[kind]), False, False), [0, -1, HEADS, DIM], True)
         cache = ops.concat([past, ops.transpose(proj, [0, 2, 1, 3])], 2)
         assigns.append(opset6.assign(cache, var))
@@ -111,6 +115,12 @@ def test_refuses_a_key_without_its_value(tmp_path) -> None:
     ids = ("past_key_values.0.key", "past_key_values.1.value")
     model = ortstate.convert(one_layer(tmp_path, ids), explicit_state=True)
     _refused(model, read_meta(model), r"not one key and one value for each of layers 0..0")
+
+
+def test_refuses_a_reorder_that_computes(tmp_path) -> None:
+    model = ortstate.convert(one_layer(tmp_path, scaled_past=True), explicit_state=True)
+    message = "a Gather selects its rows, but not as a beam reorder the layout can drop"
+    _refused(model, read_meta(model), f"variable 'past_key_values.0.(key|value)present.0.(key|value)': {message}")
 
 
 def test_refuses_a_beam_input_read_elsewhere(tmp_path) -> None:

@@ -15,9 +15,9 @@ An optimum-intel IR keeps the same caches in variables instead, each read throug
   input goes. An optimum-intel KV init is zeros of ``[batch, kv_heads, 0, head_dim]``, i.e. the
   empty past the caller now feeds; the pass requires the variable's initial shape to be empty
   along the sequence axis;
-- removes the beam reorder: a ``Gather(axis=0)`` of the cache whose indices are a graph input
-  (through casts) reads the cache itself, and that input (``beam_idx``) goes when nothing else
-  reads it.
+- removes the beam reorder: the rows of the cache selected by a graph input's indices (a
+  ``Gather(axis=0)``, with the converter's zeros for out-of-range ones) become the cache itself,
+  and that input (``beam_idx``) goes; nothing else may read it.
 
 Anything else in state (SSM or convolution states of mamba and hybrid models, cross-attention K/V
 computed from an encoder's output) is not a KV cache these tools feed, and the pass refuses it.
@@ -102,7 +102,7 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
             value = graph.node[guard].output[0]
             renames[value] = var.state_input
             dropped.add(guard)
-        reorder = _beam_reorder(graph, {var.state_input, value}, inputs, constants)
+        reorder = _beam_reorder(graph, var.id, {var.state_input, value}, inputs, constants)
         if reorder is not None:
             result, node, beam_input = reorder
             beam_inputs[var.id] = beam_input
@@ -212,18 +212,17 @@ def _constants(graph: onnx.GraphProto) -> set[str]:
 
 
 def _beam_reorder(
-    graph: onnx.GraphProto, state: set[str], inputs: set[str], constants: set[str]
+    graph: onnx.GraphProto, var_id: str, state: set[str], inputs: set[str], constants: set[str]
 ) -> tuple[str, int, str] | None:
     """The beam reorder of one cache: ``(its result, the node making it, the beam input)``, None if
-    the cache is read as it is.
+    no ``Gather`` selects the cache's rows.
 
     The reorder is what the cache (``state``: its value, under any of these names) and one other
     graph input compute together with constants alone, when that holds a ``Gather(cache, axis=0)``
     and ends in one value read by the rest of the graph (or several, all computed from the
-    first). Whatever checks and clamps the indices (the converter's Gather keeps OpenVINO's zeros
-    for out-of-range indices) belongs to it, so with
-    the beam input ``arange(batch)`` its result is the cache: that is the value the cache then
-    replaces, the caller now reordering before it feeds the past.
+    first), made of the cache's rows and constant zeros alone (:func:`_selects`: the converter's
+    Gather gives OpenVINO's zeros for out-of-range indices). With the beam input ``arange(batch)``
+    its result is the cache, so the cache replaces it: the caller reorders before it feeds the past.
     """
     gathers = [
         i
@@ -232,9 +231,12 @@ def _beam_reorder(
     ]
     if not gathers:
         return None
+    refused = PassError(
+        f"variable '{var_id}': a Gather selects its rows, but not as a beam reorder the layout can drop"
+    )
     sources = _graph_inputs_of(graph, graph.node[gathers[0]].input[1], inputs - state, state)
     if len(sources) != 1:
-        return None
+        raise refused
     beam = sources.pop()
     known = state | constants | {beam}
     derived = {beam}  # values that depend on the beam input
@@ -251,7 +253,7 @@ def _beam_reorder(
             if any(i in both or i in state for i in reads):
                 both.update(node.output)
     if not set(gathers) <= inside:
-        return None
+        raise refused
     graph_outputs = {o.name for o in graph.output}
     exits = {
         name
@@ -263,14 +265,54 @@ def _beam_reorder(
     producer = producers(graph)
     result = min(exits, key=lambda name: producer.get(name, -1), default=None)
     if result is None or result not in producer:
-        return None
+        raise refused
     downstream = {result}  # the cache's shape read after the reorder, say: it reads the cache then
     for index in sorted(inside):
         if any(i in downstream for i in graph.node[index].input):
             downstream.update(graph.node[index].output)
-    if not exits <= downstream:
-        return None
+    if not exits <= downstream or not _selects(graph, result, state, both, constants, producer):
+        raise refused
     return result, producer[result], beam
+
+
+def _selects(
+    graph: onnx.GraphProto, result: str, state: set[str], both: set[str], constants: set[str], producer: dict[str, int]
+) -> bool:
+    """Whether ``result`` is made of the cache's rows or constant zeros alone: every node from the
+    cache to it is a ``Gather`` of the cache's rows, a ``Where`` between such a value and constant
+    zeros (where an index is out of range), or an ``Identity``. With the indices ``arange(batch)``
+    it then *is* the cache."""
+    stack, seen = [result], set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name in state:
+            continue
+        seen.add(name)
+        node = graph.node[producer[name]]
+        if node.op_type == "Gather" and node.input[0] in state and _axis(node) == 0:
+            continue
+        if node.op_type == "Identity" and node.input[0] in both | state:
+            stack.append(node.input[0])
+        elif node.op_type == "Where" and node.input[0] not in both:
+            values = [v for v in node.input[1:] if v in both | state]
+            zeros = [v for v in node.input[1:] if v in constants and _is_zero(graph, v)]
+            if len(values) != 1 or len(zeros) != 1:
+                return False
+            stack.extend(values)
+        else:
+            return False
+    return True
+
+
+def _is_zero(graph: onnx.GraphProto, name: str) -> bool:
+    """Whether ``name`` is an initializer or ``Constant`` node holding zeros only."""
+    tensor = next((t for t in graph.initializer if t.name == name), None)
+    if tensor is None:
+        node = next((n for n in graph.node if name in n.output and n.op_type == "Constant"), None)
+        tensor = next((a.t for a in node.attribute if a.name == "value"), None) if node is not None else None
+    if tensor is None or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return False
+    return not np.any(onnx.numpy_helper.to_array(tensor))
 
 
 def _needed(graph: onnx.GraphProto, renames: dict[str, str], dropped: set[int]) -> set[str]:
