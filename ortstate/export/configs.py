@@ -117,7 +117,10 @@ def genai_config(
             decoder[key] = value
     eos = _token_ids(generation, config, "eos_token_id")
     if not eos:
-        raise ExportError("neither generation_config.json nor config.json gives an eos_token_id")
+        raise ExportError(
+            "neither generation_config.json nor config.json gives an eos_token_id, which genai_config.json needs "
+            "(genai would stop on token 0)"
+        )
     pad = _token_ids(generation, config, "pad_token_id")
     bos = _token_ids(generation, config, "bos_token_id")
     model: dict[str, Any] = {

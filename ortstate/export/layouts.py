@@ -126,7 +126,12 @@ def export(
     settings = None
     if layout == GENAI:  # before anything is written: a config it cannot make leaves no half folder
         inputs = tuple(i.name for i in model.graph.input)
-        settings = genai_config(config, generation, cache, filename=MODEL_FILE, inputs=inputs, vocab_size=_vocab(model))
+        try:
+            settings = genai_config(
+                config, generation, cache, filename=MODEL_FILE, inputs=inputs, vocab_size=_vocab(model)
+            )
+        except ExportError as exc:
+            raise ExportError(f"{source}: {exc}") from None
 
     out.mkdir(parents=True, exist_ok=True)
     written = [MODEL_FILE]
