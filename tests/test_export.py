@@ -272,6 +272,14 @@ def test_bad_generation_config_is_named(tmp_path: Path) -> None:
     (source / "generation_config.json").write_text(json.dumps({"eos_token_id": 2, "top_k": "many"}))
     with pytest.raises(ortstate.ExportError, match=r"generation_config.json: top_k: expected int, got 'many'"):
         ortstate.export(source, tmp_path / "out")
+    config = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "eos_token_id"}))
+    (source / "generation_config.json").write_text("{}")
+    message = f"{source}: neither generation_config.json nor config.json gives an eos_token_id, which genai_config"
+    with pytest.raises(ortstate.ExportError, match=re.escape(message)):
+        ortstate.export(source, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # nothing written
+    assert ortstate.export(source, tmp_path / "out", layout="optimum").family == "llama"  # optimum needs none
 
 
 def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
