@@ -127,6 +127,21 @@ def test_genai_greedy_is_openvinos(family: str, exports: dict) -> None:
     assert og.Model(str(folder)).type in ({_reference(family)["model_type"]} | {"decoder"})
 
 
+@pytest.mark.parametrize("family", ["qwen2", "gpt2"])
+def test_genai_batch_is_openvinos(family: str, exports: dict) -> None:
+    """Two rows in one batch (genai feeds every token given, a pad id too, as a real one)."""
+    rows = [_reference(family)["prompt_ids"][0], [0, 0, 7, 99, 3]]
+    want, _ = ov_greedy(family, rows, 6, set())
+    model = og.Model(str(exports[family, "genai"]))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=11, min_length=11, batch_size=2)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array(rows, np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    assert [[int(t) for t in generator.get_sequence(i)][5:] for i in range(2)] == want
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2", "llama_int4"])
 def test_genai_beam_search_is_openvinos(family: str, exports: dict) -> None:
     """genai reorders the past itself between steps; an OpenVINO loop reorders it through beam_idx."""
