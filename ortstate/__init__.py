@@ -13,6 +13,7 @@ import onnx
 from .convert import build, convert
 from .errors import (
     ConversionError,
+    ExportError,
     IRError,
     IRFileError,
     OrtStateError,
@@ -20,6 +21,7 @@ from .errors import (
     StateError,
     UnsupportedOpsError,
 )
+from .export import export
 from .ir import read_ir
 from .runtime import InferRequest, StatefulSession, VariableState
 from .runtime.source import register_loader
@@ -27,6 +29,7 @@ from .version import __version__ as __version__
 
 __all__ = [
     "ConversionError",
+    "ExportError",
     "IRError",
     "IRFileError",
     "InferRequest",
@@ -37,6 +40,7 @@ __all__ = [
     "UnsupportedOpsError",
     "VariableState",
     "convert",
+    "export",
 ]
 
 

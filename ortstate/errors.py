@@ -5,6 +5,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConversionError",
+    "ExportError",
     "GenerationError",
     "IRError",
     "IRFileError",
@@ -67,6 +68,11 @@ class PassError(OrtStateError):
 
 class GenerationError(OrtStateError):
     """A model folder or a generation request cannot be served (missing IR, unknown input, bad prompt)."""
+
+
+class ExportError(OrtStateError):
+    """A model folder cannot be laid out for another tool (``ortstate export``): a family whose
+    state is not a KV cache, a file missing or malformed."""
 
 
 class InputError(OrtStateError):

@@ -26,7 +26,8 @@ ALLOWED = {
     "bench": BASE | {"ir", "convert", "runtime", "generate"},
     "verify_inputs": BASE | {"ir", "convert", "runtime", "generate"},
     "verify": BASE | {"ir", "convert", "runtime", "generate", "verify_inputs"},
-    "cli": BASE | {"ir", "convert", "passes", "runtime", "generate", "bench", "verify", "verify_inputs"},
+    "export": BASE | {"ir", "convert", "passes", "generate"},  # an LLM folder for other tools
+    "cli": BASE | {"ir", "convert", "passes", "runtime", "generate", "bench", "verify", "verify_inputs", "export"},
 }
 
 

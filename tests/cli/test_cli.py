@@ -461,7 +461,9 @@ def test_usage_errors_are_one_line(capsys):
     code, _, err = run_cli(capsys)
     assert code == 2
     assert_one_line_error(
-        err, "no command given; commands: demo, convert, inspect, run, generate, verify, bench (see 'ortstate --help')"
+        err,
+        "no command given; commands: demo, convert, inspect, run, generate, export, verify, bench "
+        "(see 'ortstate --help')",
     )
     code, _, err = run_cli(capsys, "convert")
     assert code == 2

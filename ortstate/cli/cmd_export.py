@@ -1,0 +1,67 @@
+"""``ortstate export``: an optimum-intel LLM folder as a folder onnxruntime-genai or optimum loads."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ..errors import UsageError
+from ..export import LAYOUTS, export
+from .command import EXIT_OK, Command
+from .report import progress
+
+DESCRIPTION = """\
+Export the decoder-only LLM of an optimum-intel folder (openvino_model.xml + config.json) as a
+folder another tool loads as it is: the decoder as ONNX in the ecosystem's convention (inputs
+input_ids, attention_mask, position_ids when the model has it, past_key_values.N.key|value;
+outputs logits, present.N.key|value; the first step fed an empty past [batch, kv_heads, 0,
+head_dim]; no beam_idx: the caller reorders the past between beam-search steps), with compressed
+weights kept compressed, plus
+  --layout genai    genai_config.json (model type, head size, KV heads, layers, context length,
+                    token ids, search defaults from generation_config.json) and the tokenizer files:
+                    onnxruntime_genai.Model(OUT_DIR)
+  --layout optimum  config.json, generation_config.json and the tokenizer files:
+                    optimum.onnxruntime.ORTModelForCausalLM.from_pretrained(OUT_DIR)
+A folder without tokenizer files exports with a notice (token-id generation needs none). Families
+whose state is not only a KV cache (mamba, hybrid SSM models), encoder-decoders (Whisper, T5) and
+vision-language models are refused, saying why.
+
+examples:
+  ortstate export qwen2-ov/ qwen2-genai/                  # for onnxruntime-genai (the default)
+  ortstate export qwen2-ov/ qwen2-ort/ --layout optimum   # for optimum's ORTModelForCausalLM"""
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="an optimum-intel export folder of a decoder-only LLM")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="where to write (created if missing; same-named files replaced)")
+    p.add_argument(
+        "--layout", choices=LAYOUTS, default=LAYOUTS[0], help="which tool's folder to write (default: genai)"
+    )
+    p.add_argument(
+        "--int8-activations",
+        action="store_true",
+        help="compressed (int4/int8) weights compute on int8-quantized activations: faster, logits move ~1e-2",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    source = Path(args.model_dir)
+    if not source.is_dir():
+        raise UsageError(f"{source}: no such directory")
+    start = time.perf_counter()
+    progress(f"exporting {source} for {args.layout}")
+    done = export(source, args.out_dir, layout=args.layout, int8_activations=args.int8_activations)
+    for notice in done.notices:
+        print(f"ortstate: notice: {notice}", file=sys.stderr)
+    cache = done.cache
+    print(
+        f"{source} -> {done.folder} ({args.layout}): {done.family or 'decoder'}, {cache.layers} layers, "
+        f"KV cache {cache.kv_heads}x{cache.head_size} {cache.dtype}; {', '.join(done.files)}; "
+        f"{time.perf_counter() - start:.2f} s"
+    )
+    return EXIT_OK
+
+
+COMMAND = Command("export", "an optimum-intel LLM folder for onnxruntime-genai or optimum", DESCRIPTION, configure, run)

@@ -1,0 +1,207 @@
+"""``export``: an optimum-intel folder of a decoder-only LLM, as a folder another tool loads as it is.
+
+The decoder IR is converted, made explicit (:func:`~ortstate.passes.to_explicit`) and laid out as
+ONNX LLM tools expect (:func:`~ortstate.passes.kv_layout.kv_layout`: ``past_key_values.N.*`` in,
+``present.N.*`` out, an empty past on the first step, no ``beam_idx``), with compressed weights
+kept compressed (``MatMulNBits``, ``GatherBlockQuantized``; above 64 MB in ``model.onnx.data``).
+Beside it go the files the tool reads:
+
+- ``genai``: ``genai_config.json`` and the tokenizer files (onnxruntime-genai's ``og.Model(OUT)``);
+- ``optimum``: ``config.json``, ``generation_config.json`` and the tokenizer files (optimum's
+  ``ORTModelForCausalLM.from_pretrained(OUT)``).
+
+A folder without tokenizer files still exports (generation from token ids needs none), with a notice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from ..convert import build, save_model
+from ..convert.context import ConvertOptions
+from ..errors import ExportError, GenerationError, PassError
+from ..generate.model_dir import find_model_files
+from ..ir import Graph, read_ir
+from ..model_meta import read_meta
+from ..passes.kv_layout import KvCache, kv_layout
+from .configs import GENAI_CONFIG, TOKENIZER_FILES, genai_config, read_json
+
+__all__ = ["LAYOUTS", "MODEL_FILE", "Exported", "export"]
+
+GENAI = "genai"
+OPTIMUM = "optimum"
+LAYOUTS = (GENAI, OPTIMUM)
+MODEL_FILE = "model.onnx"
+_HF_CONFIGS = ("config.json", "generation_config.json")
+_DECODER_IR = "openvino_model.xml"  # optimum-intel's name for a decoder-only LLM (a VLM's is another)
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What :func:`export` wrote.
+
+    Attributes:
+        folder: the output folder.
+        files: the files written there (the model's data file included), sorted.
+        family: ``config.json``'s ``model_type`` ("" when unknown).
+        cache: the KV cache's geometry as the tool feeds it.
+        notices: what a user should know (no tokenizer files, say), one line each.
+    """
+
+    folder: Path
+    files: tuple[str, ...]
+    family: str
+    cache: KvCache
+    notices: tuple[str, ...]
+
+
+def export(
+    model_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    layout: str = GENAI,
+    int8_activations: bool = False,
+) -> Exported:
+    """Export the decoder-only LLM of optimum-intel folder ``model_dir`` into ``out_dir`` (created
+    if missing; files of the same names are replaced) for ``layout`` (``genai`` or ``optimum``).
+
+    Args:
+        int8_activations: compressed weights compute on int8-quantized activations (as
+            :func:`ortstate.convert`): faster, logits move ~1e-2.
+
+    Raises:
+        ExportError: an unknown layout; ``out_dir`` is ``model_dir``; the folder holds no decoder-only
+            LLM; its family keeps state other than KV caches (mamba and hybrid SSM models) or is an
+            encoder-decoder (Whisper, T5) or a vision-language model; a config file is malformed.
+        IRError, UnsupportedOpsError, ConversionError: the IR cannot be converted.
+    """
+    if layout not in LAYOUTS:
+        raise ExportError(f"unknown layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    source, out = Path(model_dir), Path(out_dir)
+    try:
+        files = find_model_files(source)
+    except GenerationError as exc:
+        raise ExportError(str(exc)) from None
+    config = read_json(source / "config.json")
+    generation = read_json(source / "generation_config.json")
+    family = config.get("model_type") if isinstance(config.get("model_type"), str) else ""
+    named = family or "the model"
+    if files.encoder is not None:
+        raise ExportError(
+            f"{source}: {named} is an encoder-decoder: its decoder's state holds cross-attention K/V computed "
+            f"from the encoder's output, which the {layout} layout of a decoder-only LLM cannot carry"
+        )
+    if files.embeddings is not None or files.decoder.name != _DECODER_IR:
+        raise ExportError(
+            f"{source}: {named} is a vision-language model: its language model takes inputs_embeds from "
+            f"separate embedding models, not input_ids; the {layout} layout is for decoder-only LLMs"
+        )
+    if out.resolve() == source.resolve():
+        raise ExportError(f"{out}: the output folder must not be the model folder")
+
+    graph = read_ir(files.decoder)
+    built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
+    model = built.model
+    names = [i.name for i in model.graph.input]
+    if "input_ids" not in names or "logits" not in [o.name for o in model.graph.output]:
+        raise ExportError(f"{files.decoder}: a decoder-only LLM takes input_ids and gives logits")
+    meta = read_meta(model)
+    if meta is None:
+        raise ExportError(f"{files.decoder}: the model has no state: there is no KV cache to lay out")
+    try:
+        cache = kv_layout(model, meta)
+    except PassError as exc:
+        raise ExportError(
+            f"{source}: {named} cannot be exported for {layout}: {exc} (onnxruntime-genai and optimum carry "
+            "nothing but past/present KV caches between steps)"
+        ) from None
+
+    _check_empty_inits(graph, source, named, layout)
+    settings = None
+    if layout == GENAI:  # before anything is written: a config it cannot make leaves no half folder
+        inputs = tuple(i.name for i in model.graph.input)
+        try:
+            settings = genai_config(
+                config, generation, cache, filename=MODEL_FILE, inputs=inputs, vocab_size=_vocab(model)
+            )
+        except ExportError as exc:
+            raise ExportError(f"{source}: {exc}") from None
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = [MODEL_FILE]
+    try:
+        save_model(model, built.arrays, out / MODEL_FILE)
+    except OSError as exc:
+        raise ExportError(f"{out / MODEL_FILE}: cannot be written ({exc.strerror or exc})") from None
+    if _uses_data_file(model):
+        written.append(MODEL_FILE + ".data")
+    notices = []
+    if settings is not None:
+        _write(out / GENAI_CONFIG, json.dumps(settings, indent=2) + "\n")
+        written.append(GENAI_CONFIG)
+    else:
+        for name in _HF_CONFIGS:
+            if (source / name).is_file():
+                _copy(source / name, out / name)
+                written.append(name)
+    tokenizer = [name for name in TOKENIZER_FILES if (source / name).is_file()]
+    for name in tokenizer:
+        _copy(source / name, out / name)
+    written.extend(tokenizer)
+    if not tokenizer:
+        notices.append(
+            f"{source} has no tokenizer files ({TOKENIZER_FILES[0]} ...): the export generates from token ids "
+            "only; copy them into the output folder for text"
+        )
+    return Exported(out, tuple(sorted(written)), family, cache, tuple(notices))
+
+
+def _check_empty_inits(graph: Graph, source: Path, named: str, layout: str) -> None:
+    """Each KV cache starts as the empty past the tool feeds: OpenVINO's shape inference, written
+    into the IR, gives its init value the shape ``[batch, heads, 0, head_size]`` (what the layout
+    drops in favour of the fed past must have been exactly that)."""
+    for layer in graph.all_layers():
+        if layer.type != "ReadValue" or not layer.inputs:
+            continue
+        _, port = graph.producer(layer, 0)
+        dims = port.shape.dims
+        if dims is None or len(dims) != 4 or (dims[2].lo, dims[2].hi) != (0, 0):
+            raise ExportError(
+                f"{source}: {named} cannot be exported for {layout}: variable '{layer.attrs.get('variable_id')}' "
+                f"starts as {port.shape}, not as an empty past [batch, heads, 0, head_size]"
+            )
+
+
+def _vocab(model: onnx.ModelProto) -> int | None:
+    """The logits' last dim when the graph states it."""
+    for output in model.graph.output:
+        if output.name == "logits":
+            dims = output.type.tensor_type.shape.dim
+            if dims and dims[-1].HasField("dim_value"):
+                return dims[-1].dim_value
+    return None
+
+
+def _uses_data_file(model: onnx.ModelProto) -> bool:
+    """Whether :func:`save_model` put the weights in ``MODEL_FILE.data`` (above 64 MB of them)."""
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ExportError(f"{path}: cannot be written ({exc.strerror or exc})") from None
+
+
+def _copy(source: Path, target: Path) -> None:
+    try:
+        shutil.copyfile(source, target)
+    except OSError as exc:
+        raise ExportError(f"{target}: cannot be copied from {source} ({exc.strerror or exc})") from None

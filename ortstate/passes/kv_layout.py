@@ -1,0 +1,356 @@
+"""The past/present layout of ONNX LLM tools, made from the explicit form of a decoder-only LLM.
+
+onnxruntime-genai and optimum's ``ORTModelForCausalLM`` run a decoder as a stateless function of
+``past_key_values.N.key|value`` to ``present.N.key|value``: the caller feeds the past, an empty one
+(``[batch, kv_heads, 0, head_dim]``) on the first step, and reorders it between beam-search steps.
+An optimum-intel IR keeps the same caches in variables instead, each read through
+``Gather(cache, beam_idx)`` so that OpenVINO reorders beams inside the model. On the explicit form
+(:func:`~ortstate.passes.to_explicit`) this pass, per KV variable:
+
+- renames its state input to ``past_key_values.N.key|value`` and its state output to
+  ``present.N.key|value`` (``N`` and key/value read from the variable id, which optimum-intel
+  makes of those very names: ``past_key_values.0.keypresent.0.key``), listed after the model's own
+  inputs and outputs in layer order, key before value;
+- drops its init: the ``If(init flag, init, state)`` becomes the state input itself, and its flag
+  input goes. An optimum-intel KV init is zeros of ``[batch, kv_heads, 0, head_dim]``, i.e. the
+  empty past the caller now feeds; the pass requires the variable's initial shape to be empty
+  along the sequence axis;
+- removes the beam reorder: the rows of the cache selected by a graph input's indices (a
+  ``Gather(axis=0)``, with the converter's zeros for out-of-range ones) become the cache itself,
+  and that input (``beam_idx``) goes; nothing else may read it.
+
+Anything else in state (SSM or convolution states of mamba and hybrid models, cross-attention K/V
+computed from an encoder's output) is not a KV cache these tools feed, and the pass refuses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..errors import PassError
+from ..model_meta import EXPLICIT, META_KEY, ModelMeta, VariableMeta
+from .prune import prune
+from .walk import all_names, consumers, outer_reads, producers, rename_uses
+
+__all__ = ["PAST_NAME", "PRESENT_NAME", "KvCache", "kv_layout"]
+
+# The names every ONNX LLM tool uses (printf style, as genai_config.json spells them).
+PAST_NAME = "past_key_values.%d.%s"
+PRESENT_NAME = "present.%d.%s"
+KINDS = ("key", "value")
+# optimum-intel's variable ids: the past input's name, then the present output's
+_KV_ID = re.compile(r"past_key_values\.(\d+)\.(key|value)(?:present\.\1\.\2)?$")
+_SEQ_AXIS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class KvCache:
+    """What the caller of a past/present model must know about its cache.
+
+    Attributes:
+        layers: number of layers (each has a key and a value cache).
+        kv_heads: heads of the cache (dim 1).
+        head_size: dim 3.
+        dtype: numpy dtype name of the cache.
+        beam_input: the graph input the removed beam reorder read (``beam_idx``), None if none.
+    """
+
+    layers: int
+    kv_heads: int
+    head_size: int
+    dtype: str
+    beam_input: str | None
+
+
+def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
+    """Rewrite explicit-form ``model`` into the past/present layout, in place.
+
+    The ortstate metadata is removed: the model keeps no state of its own afterwards.
+
+    Raises:
+        PassError: ``model`` is not of the explicit form, a variable is not a KV cache laid out as
+            optimum-intel writes it (naming the variable and what is wrong), or a new name is taken;
+            ``model`` is not changed.
+    """
+    if meta.form != EXPLICIT:
+        raise PassError(f"the past/present layout is made from the explicit form, not the {meta.form} form")
+    graph = model.graph
+    shape = _cache_shape(meta.variables)
+    slots = _slots(meta.variables)
+    used = consumers(graph)
+    inputs = {i.name for i in graph.input}
+    taken = all_names(graph)
+    constants = _constants(graph)
+    renames: dict[str, str] = {}
+    dropped: set[int] = set()
+    beam_inputs: dict[str, str] = {}  # variable id: the input its reorder reads
+    for var in meta.variables:
+        layer, kind = slots[var.id]
+        for name in (PAST_NAME % (layer, kind), PRESENT_NAME % (layer, kind)):
+            if name in taken:
+                raise PassError(f"variable '{var.id}': the name '{name}' is already used by the model")
+        value = var.state_input
+        if var.init_flag is not None:
+            guard = next((i for i in used.get(var.init_flag, set()) if graph.node[i].op_type == "If"), None)
+            if guard is None or len(used[var.init_flag]) != 1:
+                raise PassError(f"variable '{var.id}': its init flag does not guard one If alone")
+            value = graph.node[guard].output[0]
+            renames[value] = var.state_input
+            dropped.add(guard)
+        reorder = _beam_reorder(graph, var.id, {var.state_input, value}, inputs, constants)
+        if reorder is not None:
+            result, node, beam_input = reorder
+            beam_inputs[var.id] = beam_input
+            renames[result] = var.state_input
+            dropped.add(node)
+    if len(set(beam_inputs.values())) > 1:
+        raise PassError(
+            f"the KV caches are reordered by more than one input ({', '.join(sorted(set(beam_inputs.values())))})"
+        )
+    if beam_inputs and len(beam_inputs) != len(meta.variables):
+        odd = next(v.id for v in meta.variables if v.id not in beam_inputs)
+        raise PassError(f"variable '{odd}' is not reordered by '{next(iter(beam_inputs.values()))}' as the others")
+    beam = next(iter(beam_inputs.values()), None)
+    if beam is not None and beam in _needed(graph, renames, dropped):
+        raise PassError(f"input '{beam}' is read by more than the KV caches' beam reorder")
+
+    kept = [node for index, node in enumerate(graph.node) if index not in dropped]
+    del graph.node[:]
+    graph.node.extend(kept)
+    rename_uses(graph, {k: _final(v, renames) for k, v in renames.items()})
+    ecosystem = {}
+    for var in meta.variables:
+        layer, kind = slots[var.id]
+        ecosystem[var.state_input] = PAST_NAME % (layer, kind)
+        ecosystem[var.state_output] = PRESENT_NAME % (layer, kind)
+    rename_uses(graph, ecosystem)
+    flags = {v.init_flag for v in meta.variables}
+    ordered = sorted(meta.variables, key=lambda v: (slots[v.id][0], KINDS.index(slots[v.id][1])))
+    states, outputs = {v.state_input for v in ordered}, {v.state_output for v in ordered}
+    new_inputs = [i for i in graph.input if i.name not in flags and i.name not in states]
+    new_inputs += [_cache_value(ecosystem[v.state_input], v, shape, "past_sequence_length") for v in ordered]
+    new_outputs = [o for o in graph.output if o.name not in outputs]
+    new_outputs += [_cache_value(ecosystem[v.state_output], v, shape, "total_sequence_length") for v in ordered]
+    del graph.output[:]
+    graph.output.extend(new_outputs)
+    prune(graph)
+    del graph.input[:]
+    graph.input.extend(v for v in new_inputs if v.name != beam)
+    for index in reversed(range(len(model.metadata_props))):
+        if model.metadata_props[index].key == META_KEY:
+            del model.metadata_props[index]
+    carrier = meta.variables[0].carrier or meta.variables[0].dtype
+    return KvCache(len(slots) // 2, shape[0], shape[1], carrier, beam)
+
+
+def _slots(variables: tuple[VariableMeta, ...]) -> dict[str, tuple[int, str]]:
+    """``{variable id: (layer, "key"|"value")}``, checked to cover layers 0..N-1 once each."""
+    if not variables:
+        raise PassError("the model has no state: there is no KV cache to lay out")
+    slots: dict[str, tuple[int, str]] = {}
+    for var in variables:
+        match = _KV_ID.match(var.id)
+        if match is None:
+            raise PassError(f"variable '{var.id}' is not a KV cache named past_key_values.N.key|value")
+        slots[var.id] = (int(match.group(1)), match.group(2))
+    seen = sorted(slots.values())
+    layers = len(seen) // 2
+    expected = [(layer, kind) for layer in range(layers) for kind in KINDS]
+    if seen != expected:
+        raise PassError(f"the KV caches are not one key and one value for each of layers 0..{layers - 1}")
+    return slots
+
+
+def _cache_shape(variables: tuple[VariableMeta, ...]) -> tuple[int, int]:
+    """(kv_heads, head_size) shared by every cache, each checked to be ``[batch, heads, seq, head]``
+    with an empty sequence at first."""
+    found: set[tuple[int, int, str]] = set()
+    for var in variables:
+        shape = var.shape
+        if var.state_input is None or var.state_output is None:
+            raise PassError(f"variable '{var.id}' has no state input or output")
+        if shape is None or len(shape) != 4 or not isinstance(shape[1], int) or not isinstance(shape[3], int):
+            raise PassError(
+                f"variable '{var.id}' of shape {_shape_text(shape)} is not a [batch, kv_heads, seq, head_size] KV cache"
+            )
+        if var.init_shape[_SEQ_AXIS] != 0:
+            raise PassError(
+                f"variable '{var.id}' of shape {_shape_text(shape)} is not a KV cache: it does not start empty "
+                f"along the sequence axis (initial shape {_shape_text(var.init_shape)})"
+            )
+        found.add((shape[1], shape[3], var.carrier or var.dtype))
+    if len(found) != 1:
+        raise PassError(f"the KV caches differ in heads, head size or dtype: {sorted(found)}")
+    heads, size, _ = found.pop()
+    return heads, size
+
+
+def _shape_text(shape: list[int | list[int | None]] | None) -> str:
+    """``[?, 2, ?, 16]``: a dynamic dim as ``?``."""
+    if shape is None:
+        return "[...]"
+    return "[" + ", ".join(str(d) if isinstance(d, int) else "?" for d in shape) + "]"
+
+
+def _cache_value(name: str, var: VariableMeta, shape: tuple[int, int], seq: str) -> onnx.ValueInfoProto:
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(var.carrier or var.dtype))
+    return helper.make_tensor_value_info(name, elem, ["batch_size", shape[0], seq, shape[1]])
+
+
+def _constants(graph: onnx.GraphProto) -> set[str]:
+    """Values that are the same every run: initializers and what is computed from them alone."""
+    known = {t.name for t in graph.initializer}
+    for node in graph.node:
+        if all(i in known for i in node.input if i) and not outer_reads(node):
+            known.update(node.output)
+    return known
+
+
+def _beam_reorder(
+    graph: onnx.GraphProto, var_id: str, state: set[str], inputs: set[str], constants: set[str]
+) -> tuple[str, int, str] | None:
+    """The beam reorder of one cache: ``(its result, the node making it, the beam input)``, None if
+    no ``Gather`` selects the cache's rows.
+
+    The reorder is what the cache (``state``: its value, under any of these names) and one other
+    graph input compute together with constants alone, when that holds a ``Gather(cache, axis=0)``
+    and ends in one value read by the rest of the graph (or several, all computed from the
+    first), made of the cache's rows and constant zeros alone (:func:`_selects`: the converter's
+    Gather gives OpenVINO's zeros for out-of-range indices). With the beam input ``arange(batch)``
+    its result is the cache, so the cache replaces it: the caller reorders before it feeds the past.
+    """
+    gathers = [
+        i
+        for i, node in enumerate(graph.node)
+        if node.op_type == "Gather" and node.input[0] in state and _axis(node) == 0
+    ]
+    if not gathers:
+        return None
+    refused = PassError(
+        f"variable '{var_id}': a Gather selects its rows, but not as a beam reorder the layout can drop"
+    )
+    sources = _graph_inputs_of(graph, graph.node[gathers[0]].input[1], inputs - state, state)
+    if len(sources) != 1:
+        raise refused
+    beam = sources.pop()
+    known = state | constants | {beam}
+    derived = {beam}  # values that depend on the beam input
+    both: set[str] = set()  # ... and on the cache
+    inside: set[int] = set()
+    for index, node in enumerate(graph.node):
+        reads = [i for i in node.input if i]
+        if outer_reads(node) or not all(i in known for i in reads):
+            continue
+        known.update(node.output)  # the cache's shape, say: kept, but the reorder may read it
+        if any(i in derived for i in reads):
+            inside.add(index)
+            derived.update(node.output)
+            if any(i in both or i in state for i in reads):
+                both.update(node.output)
+    if not set(gathers) <= inside:
+        raise refused
+    graph_outputs = {o.name for o in graph.output}
+    exits = {
+        name
+        for index, node in enumerate(graph.node)
+        if index not in inside
+        for name in (*node.input, *outer_reads(node))
+        if name in both
+    } | (both & graph_outputs)
+    producer = producers(graph)
+    result = min(exits, key=lambda name: producer.get(name, -1), default=None)
+    if result is None or result not in producer:
+        raise refused
+    downstream = {result}  # the cache's shape read after the reorder, say: it reads the cache then
+    for index in sorted(inside):
+        if any(i in downstream for i in graph.node[index].input):
+            downstream.update(graph.node[index].output)
+    if not exits <= downstream or not _selects(graph, result, state, both, constants, producer):
+        raise refused
+    return result, producer[result], beam
+
+
+def _selects(
+    graph: onnx.GraphProto, result: str, state: set[str], both: set[str], constants: set[str], producer: dict[str, int]
+) -> bool:
+    """Whether ``result`` is made of the cache's rows or constant zeros alone: every node from the
+    cache to it is a ``Gather`` of the cache's rows, a ``Where`` between such a value and constant
+    zeros (where an index is out of range), or an ``Identity``. With the indices ``arange(batch)``
+    it then *is* the cache."""
+    stack, seen = [result], set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name in state:
+            continue
+        seen.add(name)
+        node = graph.node[producer[name]]
+        if node.op_type == "Gather" and node.input[0] in state and _axis(node) == 0:
+            continue
+        if node.op_type == "Identity" and node.input[0] in both | state:
+            stack.append(node.input[0])
+        elif node.op_type == "Where" and node.input[0] not in both:
+            values = [v for v in node.input[1:] if v in both | state]
+            zeros = [v for v in node.input[1:] if v in constants and _is_zero(graph, v)]
+            if len(values) != 1 or len(zeros) != 1:
+                return False
+            stack.extend(values)
+        else:
+            return False
+    return True
+
+
+def _is_zero(graph: onnx.GraphProto, name: str) -> bool:
+    """Whether ``name`` is an initializer or ``Constant`` node holding zeros only."""
+    tensor = next((t for t in graph.initializer if t.name == name), None)
+    if tensor is None:
+        node = next((n for n in graph.node if name in n.output and n.op_type == "Constant"), None)
+        tensor = next((a.t for a in node.attribute if a.name == "value"), None) if node is not None else None
+    if tensor is None or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return False
+    return not np.any(onnx.numpy_helper.to_array(tensor))
+
+
+def _needed(graph: onnx.GraphProto, renames: dict[str, str], dropped: set[int]) -> set[str]:
+    """The values the graph's outputs would need with ``dropped`` gone and ``renames`` applied."""
+    needed = {o.name for o in graph.output}
+    for index in reversed(range(len(graph.node))):
+        node = graph.node[index]
+        if index not in dropped and any(o in needed for o in node.output):
+            needed.update(_final(i, renames) for i in (*node.input, *outer_reads(node)))
+    return needed
+
+
+def _graph_inputs_of(graph: onnx.GraphProto, value: str, inputs: set[str], stop: set[str]) -> set[str]:
+    """The graph inputs among ``inputs`` that ``value`` is computed from, not looking past ``stop``."""
+    producer = producers(graph)
+    found: set[str] = set()
+    seen: set[str] = set()
+    stack = [value]
+    while stack:
+        name = stack.pop()
+        if name in seen or name in stop:
+            continue
+        seen.add(name)
+        if name in inputs:
+            found.add(name)
+        elif name in producer:
+            node = graph.node[producer[name]]
+            stack.extend([*node.input, *outer_reads(node)])
+    return found
+
+
+def _axis(node: onnx.NodeProto) -> int:
+    return next((a.i for a in node.attribute if a.name == "axis"), 0)
+
+
+def _final(name: str, renames: dict[str, str]) -> str:
+    seen = set()
+    while name in renames and name not in seen:
+        seen.add(name)
+        name = renames[name]
+    return name
