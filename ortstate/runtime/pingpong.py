@@ -88,13 +88,17 @@ class PingPong:
             self.run_bound(self.raw_bindings[k], _QUIET)
         except Exception:  # noqa: BLE001 - the general path re-runs and reports a real error properly
             raise PingPongMiss from None
-        _checkpoint()  # a Ctrl-C during the run is raised here: the next run still reads set k
+        if names is self.all_names:
+            out = [o.copy() for o in self.output_list]
+        else:
+            outputs = self.outputs
+            out = [outputs[n].copy() for n in names]
+        # A Ctrl-C during the run is raised here (the next run still reads set k); after it only the
+        # switch of sets and the return are left, so a KeyboardInterrupt means nothing was committed.
+        _checkpoint()
         self.k = k ^ 1
         self.store.swap(self.sets[k ^ 1])
-        if names is self.all_names:
-            return [o.copy() for o in self.output_list]
-        outputs = self.outputs
-        return [outputs[n].copy() for n in names]
+        return out
 
 
 def bind_output(binding: ort.IOBinding, name: str, buffer: np.ndarray) -> None:

@@ -124,12 +124,23 @@ class ExplicitRunner(Runner):
         self.plan = [(v.id, v.init_flag, v.state_input or "") for v in self.variables]
         self.fast: PingPong | None = None
         self._previous: tuple | None = None  # the last general run's signature
+        # What the last general run leaves to consider for the fast path: looked at when next needed,
+        # not right after the commit, so a Ctrl-C cannot land between a commit and the return.
+        self._candidate: tuple | None = None
 
     @property
     def bound(self) -> bool:
+        self._settle()
         return self.fast is not None
 
+    def _settle(self) -> None:
+        if self._candidate is not None:
+            (*candidate, version), self._candidate = self._candidate, None
+            if version == self.store.version:  # no state was set or reset since that run
+                self._consider_fast(*candidate)
+
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
+        self._settle()
         if self.fast is not None and run_options is None:
             try:
                 return self.fast.run(names, feeds)
@@ -155,16 +166,17 @@ class ExplicitRunner(Runner):
             results = self.ort_run(self.fetch, full, run_options)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise ort_error(exc) from None
-        interrupts.checkpoint()  # a Ctrl-C during the run is raised here, before the commit
         count = len(self.all_outputs)
-        store.commit_values(self.ids, results[count:])
+        out = results[:count] if names is self.all_outputs else [results[self.all_outputs.index(n)] for n in names]
         # The bound buffers (if any) hold the values from before this run: a run with run_options
         # comes here with the fast path bound, and the next one must not read them.
         self.fast = None
-        self._consider_fast(full, results, all_initialized)
-        if names is self.all_outputs:
-            return results[:count]
-        return [results[self.all_outputs.index(n)] for n in names]
+        # A Ctrl-C during the run is raised here, before the commit; after it only the commit and
+        # the return are left, so a KeyboardInterrupt out of run() means nothing was committed.
+        interrupts.checkpoint()
+        store.commit_values(self.ids, results[count:])
+        self._candidate = (full, results, all_initialized, store.version)
+        return out
 
     def _consider_fast(self, feeds: dict[str, Any], results: list[np.ndarray], all_initialized: bool) -> None:
         """Switch to ping-pong buffers once two runs in a row had the same shapes everywhere."""
