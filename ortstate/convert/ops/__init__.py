@@ -24,6 +24,7 @@ from . import (  # noqa: F401
     padding,
     ranges,
     reductions,
+    rms_norm,
     rnn_cells,
     rnn_sequences,
     roll,

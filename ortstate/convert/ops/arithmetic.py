@@ -1,5 +1,6 @@
-"""Element-wise arithmetic with numpy broadcasting: Add, Subtract, Multiply, Divide, Power, Maximum,
-Minimum, SquaredDifference, FloorMod, Mod.
+"""Element-wise arithmetic with numpy broadcasting: Add, Subtract, Divide, Power, Maximum,
+Minimum, SquaredDifference, FloorMod, Mod (Multiply is in ``rms_norm``, which fuses the RMS norms
+it closes).
 """
 
 from __future__ import annotations
@@ -29,12 +30,6 @@ def add_v1(node: Node, ctx: Context) -> list[str]:
 def subtract_v1(node: Node, ctx: Context) -> list[str]:
     """Subtract-1 -> Sub (numpy broadcasting in both)."""
     return element_wise(node, ctx, "Sub")
-
-
-@translator("Multiply", 1)
-def multiply_v1(node: Node, ctx: Context) -> list[str]:
-    """Multiply-1 -> Mul (numpy broadcasting in both)."""
-    return element_wise(node, ctx, "Mul")
 
 
 @translator("Maximum", 1)
