@@ -12,6 +12,7 @@ __all__ = [
     "InputError",
     "OpenVINOUnavailable",
     "OrtStateError",
+    "OutputFileError",
     "PassError",
     "RunError",
     "StateError",
@@ -30,6 +31,10 @@ class IRError(OrtStateError):
 
 class IRFileError(IRError):
     """An IR file (the ``.xml`` or its ``.bin``) is missing or cannot be read: the model itself may be fine."""
+
+
+class OutputFileError(OrtStateError):
+    """A file ortstate was asked to write (a converted model, its external data) cannot be written."""
 
 
 class ConversionError(OrtStateError):

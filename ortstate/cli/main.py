@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import NoReturn
 
-from ..errors import InputError, IRFileError, OpenVINOUnavailable, OrtStateError, UsageError
+from ..errors import InputError, IRFileError, OpenVINOUnavailable, OrtStateError, OutputFileError, UsageError
 from ..runtime import options as ort_options
 from ..version import __version__
 from . import cmd_bench, cmd_convert, cmd_demo, cmd_export, cmd_generate, cmd_inspect, cmd_run, cmd_verify
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(COMMANDS[args.command], args)
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
-    except (UsageError, InputError, OpenVINOUnavailable, IRFileError) as exc:
+    except (UsageError, InputError, OpenVINOUnavailable, IRFileError, OutputFileError) as exc:
         return _fail(exc, EXIT_USAGE)
     except FileNotFoundError as exc:
         return _fail(f"{exc.filename}: no such file" if exc.filename else exc, EXIT_USAGE)

@@ -20,6 +20,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..errors import OutputFileError
+
 __all__ = ["ALIGN", "EXTERNAL_ABOVE", "LARGE_BYTES", "MEMORY", "Lazy", "inline", "save_model", "stub"]
 
 LARGE_BYTES = 4096
@@ -88,13 +90,22 @@ def save_model(model: onnx.ModelProto, arrays: Mapping[str, Array], path: str | 
     """Write ``model``; with more than :data:`EXTERNAL_ABOVE` bytes of stubs, their data goes to
     ``PATH.data`` (streamed one array at a time) and the stubs point there, else it is inlined."""
     path = Path(path)
+    try:
+        _save(model, arrays, path)
+    except OSError as exc:
+        raise OutputFileError(f"{exc.filename or path}: cannot be written ({exc.strerror or exc})") from None
+
+
+def _save(model: onnx.ModelProto, arrays: Mapping[str, Array], path: Path) -> None:
     stubs = [t for t in model.graph.initializer if is_stub(t)]
     total = sum(arrays[t.name].nbytes for t in stubs)
+    data = path.with_name(path.name + ".data")
     if total <= EXTERNAL_ABOVE:
         inline(model.graph, arrays)
         onnx.save_model(model, str(path))
+        if data.is_file() and not data.is_symlink():  # an earlier, larger model's data: no longer ours
+            data.unlink()
         return
-    data = path.with_name(path.name + ".data")
     with open(data, "wb") as f:
         for tensor in stubs:
             offset = -f.tell() % ALIGN

@@ -25,7 +25,7 @@ import onnx
 
 from ..convert import build, save_model
 from ..convert.context import ConvertOptions
-from ..errors import ExportError, GenerationError, PassError
+from ..errors import ExportError, GenerationError, OutputFileError, PassError
 from ..generate.model_dir import find_model_files
 from ..ir import Graph, read_ir
 from ..model_meta import read_meta
@@ -137,8 +137,8 @@ def export(
     written = [MODEL_FILE]
     try:
         save_model(model, built.arrays, out / MODEL_FILE)
-    except OSError as exc:
-        raise ExportError(f"{out / MODEL_FILE}: cannot be written ({exc.strerror or exc})") from None
+    except OutputFileError as exc:
+        raise ExportError(str(exc)) from None
     if _uses_data_file(model):
         written.append(MODEL_FILE + ".data")
     notices = []

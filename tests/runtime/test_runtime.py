@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import threading
 
 import numpy as np
@@ -335,3 +336,33 @@ def test_models_past_protobufs_limit_convert_save_and_load(monkeypatch, tmp_path
         want_logits = reference.run(None, feeds)[0]
         for session in sessions:
             np.testing.assert_array_equal(session.run(None, feeds)[0], want_logits)
+
+
+def test_saving_over_a_larger_model_leaves_no_stale_data_file(monkeypatch, tmp_path):
+    """A model saved inline where an earlier one had external data: the earlier ``.data`` goes, so
+    nothing beside the model can be mistaken for its weights."""
+    from ortstate.convert import external
+
+    xml = REPO / "ortstate" / "_demo" / "char_lstm.xml"
+    path = tmp_path / "m.onnx"
+    monkeypatch.setattr(external, "EXTERNAL_ABOVE", 0)
+    ortstate.convert(xml, path)
+    assert (tmp_path / "m.onnx.data").is_file()
+    monkeypatch.setattr(external, "EXTERNAL_ABOVE", 64 << 20)
+    ortstate.convert(xml, path)
+    assert not (tmp_path / "m.onnx.data").exists()
+    np.testing.assert_array_equal(
+        ortstate.StatefulSession(path).run(None, {"char": np.array([[3]], np.int64)})[0],
+        ortstate.StatefulSession(xml).run(None, {"char": np.array([[3]], np.int64)})[0],
+    )
+
+
+def test_a_model_that_cannot_be_written_is_an_output_file_error(tmp_path):
+    xml = REPO / "ortstate" / "_demo" / "char_lstm.xml"
+    missing = tmp_path / "no-such-dir" / "m.onnx"
+    with pytest.raises(
+        ortstate.OutputFileError, match=f"^{re.escape(str(missing))}: cannot be written \\(No such file"
+    ):
+        ortstate.convert(xml, missing)
+    with pytest.raises(ortstate.OutputFileError, match="cannot be written"):
+        ortstate.convert(xml, tmp_path)  # a directory
