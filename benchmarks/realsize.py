@@ -38,10 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-# The environment the measured processes get: taken before ortstate is imported, because importing it
-# imports onnxruntime_extensions, which sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python in
-# os.environ; children would inherit it and run onnx on pure-Python protobuf (fp32 conversion measured
-# 27 s / 4.9 GiB that way against 50 s / 9.5 GiB with the default upb), which is not what a user gets.
+# The environment the measured processes get: taken before ortstate is imported. onnxruntime_extensions
+# sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python in os.environ when imported (ortstate's runtime puts
+# it back); children inheriting it would run onnx on pure-Python protobuf, which is not what a user gets.
 CHILD_ENV = dict(os.environ)
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -20,12 +20,24 @@ onnxruntime-extensions (Python custom ops, see DESIGN.md for the facts measured)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path
+
+# Importing onnxruntime_extensions sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python in os.environ
+# (its converter module, for its own protobuf needs): every process the user starts afterwards would
+# run protobuf in pure Python. ortstate needs none of that, so the environment is put back.
+_PROTOBUF = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+_protobuf_before = os.environ.get(_PROTOBUF)
+from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path  # noqa: E402
+
+if _protobuf_before is None:
+    os.environ.pop(_PROTOBUF, None)
+else:
+    os.environ[_PROTOBUF] = _protobuf_before
 
 __all__ = [
     "PYOP_DTYPES",

@@ -104,3 +104,20 @@ def test_python_op_outputs_cross_through_the_hook() -> None:
     interpreter: ops must be registered before any session exists."""
     proc = run_isolated(PROBE, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "probe ok", outcome(proc)
+
+
+ENVIRONMENT = """
+import os
+os.environ.pop("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", None)
+import ortstate
+session = ortstate.StatefulSession("models/accumulator/model.xml", form="custom-op")
+print(os.environ.get("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "unset"))
+"""
+
+
+def test_importing_the_runtime_leaves_the_environment_as_it_was() -> None:
+    """onnxruntime-extensions switches protobuf to pure Python for every process started after it is
+    imported (``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python``); ortstate puts the environment back,
+    so the processes a user starts run protobuf as they would have."""
+    proc = run_isolated(ENVIRONMENT, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "unset", outcome(proc)
