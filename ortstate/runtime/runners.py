@@ -124,8 +124,9 @@ class ExplicitRunner(Runner):
         self.plan = [(v.id, v.init_flag, v.state_input or "") for v in self.variables]
         self.fast: PingPong | None = None
         self._previous: tuple | None = None  # the last general run's signature
-        # What the last general run leaves to consider for the fast path: looked at when next needed,
-        # not right after the commit, so a Ctrl-C cannot land between a commit and the return.
+        # The run whose buffers seed the fast path, once two runs in a row had the same shapes: bound
+        # when next needed, not right after the commit, so a Ctrl-C cannot land between a commit
+        # and the return. Held only then (never a growing KV cache).
         self._candidate: tuple | None = None
 
     @property
@@ -135,9 +136,12 @@ class ExplicitRunner(Runner):
 
     def _settle(self) -> None:
         if self._candidate is not None:
-            (*candidate, version), self._candidate = self._candidate, None
+            (feeds, results, version), self._candidate = self._candidate, None
             if version == self.store.version:  # no state was set or reset since that run
-                self._consider_fast(*candidate)
+                try:
+                    self.fast = PingPong(self.model, self.store, feeds, results)
+                except PingPongMiss:
+                    self.fast = None
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         self._settle()
@@ -171,27 +175,26 @@ class ExplicitRunner(Runner):
         # The bound buffers (if any) hold the values from before this run: a run with run_options
         # comes here with the fast path bound, and the next one must not read them.
         self.fast = None
+        steady = self._steady(full, results, all_initialized)
         # A Ctrl-C during the run is raised here, before the commit; after it only the commit and
         # the return are left, so a KeyboardInterrupt out of run() means nothing was committed.
         interrupts.checkpoint()
         store.commit_values(self.ids, results[count:])
-        self._candidate = (full, results, all_initialized, store.version)
+        self._candidate = (full, results, store.version) if steady else None
         return out
 
-    def _consider_fast(self, feeds: dict[str, Any], results: list[np.ndarray], all_initialized: bool) -> None:
-        """Switch to ping-pong buffers once two runs in a row had the same shapes everywhere."""
+    def _steady(self, feeds: dict[str, Any], results: list[np.ndarray], all_initialized: bool) -> bool:
+        """Whether this run and the one before it had the same shapes everywhere (then ping-pong
+        buffers take over from the next run on)."""
         states_static = all_initialized and all(
             np.shape(feeds[v.state_input or ""]) == r.shape
             for v, r in zip(self.variables, results[len(self.all_outputs) :])
         )
         if not self.variables or not states_static:
             self._previous = None  # growing states (KV caches) stay on this path: no more work here
-            return
+            return False
         inputs = tuple((n, np.shape(a), np.asarray(a).dtype) for n, a in feeds.items())
         signature = (inputs, tuple(r.shape for r in results))
-        if signature == self._previous:
-            try:
-                self.fast = PingPong(self.model, self.store, feeds, results)
-            except PingPongMiss:
-                self.fast = None
+        steady = signature == self._previous
         self._previous = signature
+        return steady
