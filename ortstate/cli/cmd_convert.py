@@ -37,7 +37,12 @@ def default_output(xml: Path, explicit: bool) -> Path:
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL.xml", help="the IR's .xml (its .bin is read from beside it)")
-    p.add_argument("-o", "--output", metavar="OUT.onnx", help="where to write (default: beside MODEL.xml)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT.onnx",
+        help="the file to write, or an existing folder to write it into (default: beside MODEL.xml)",
+    )
     p.add_argument("--explicit-state", action="store_true", help="variables as graph inputs/outputs, no custom ops")
     p.add_argument("--bin", metavar="MODEL.bin", help="the weights file, if not beside MODEL.xml")
     p.add_argument(
