@@ -8,15 +8,13 @@ exported graph itself (:class:`~ortstate.passes.kv_layout.KvCache`), which is wh
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ..errors import ExportError
 from ..passes.kv_layout import PAST_NAME, PRESENT_NAME, KvCache
 
-__all__ = ["GENAI_CONFIG", "TOKENIZER_FILES", "genai_config", "read_json"]
+__all__ = ["GENAI_CONFIG", "TOKENIZER_FILES", "genai_config"]
 
 GENAI_CONFIG = "genai_config.json"
 # What transformers' AutoTokenizer and onnxruntime-genai's Tokenizer read from a model folder.
@@ -57,23 +55,6 @@ _SEARCH_DEFAULTS: dict[str, Any] = {
     "no_repeat_ngram_size": 0,
     "diversity_penalty": 0.0,
 }
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """``path`` as a JSON object; {} when the file does not exist.
-
-    Raises:
-        ExportError: the file is not a readable JSON object.
-    """
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ExportError(f"{path}: not a readable JSON file ({' '.join(str(exc).split())})") from None
-    if not isinstance(value, dict):
-        raise ExportError(f"{path}: expected a JSON object")
-    return value
 
 
 def genai_config(

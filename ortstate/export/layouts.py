@@ -26,11 +26,11 @@ import onnx
 from ..convert import build, save_model
 from ..convert.context import ConvertOptions
 from ..errors import ExportError, GenerationError, OutputFileError, PassError
-from ..generate.model_dir import find_model_files
+from ..generate.model_dir import find_model_files, read_json_object
 from ..ir import Graph, read_ir
 from ..model_meta import read_meta
 from ..passes.kv_layout import KvCache, kv_layout
-from .configs import GENAI_CONFIG, TOKENIZER_FILES, genai_config, read_json
+from .configs import GENAI_CONFIG, TOKENIZER_FILES, genai_config
 
 __all__ = ["LAYOUTS", "MODEL_FILE", "Exported", "export"]
 
@@ -88,8 +88,8 @@ def export(
         files = find_model_files(source)
     except GenerationError as exc:
         raise ExportError(str(exc)) from None
-    config = read_json(source / "config.json")
-    generation = read_json(source / "generation_config.json")
+    config = read_json_object(source / "config.json", ExportError)
+    generation = read_json_object(source / "generation_config.json", ExportError)
     family = config.get("model_type") if isinstance(config.get("model_type"), str) else ""
     named = family or "the model"
     if files.encoder is not None:

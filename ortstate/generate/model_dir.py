@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import GenerationError
+from ..errors import GenerationError, OrtStateError
 
-__all__ = ["GenerationError", "ModelConfig", "ModelFiles", "find_model_files", "read_config"]
+__all__ = ["GenerationError", "ModelConfig", "ModelFiles", "find_model_files", "read_config", "read_json_object"]
 
 DECODER_ONLY = "openvino_model.xml"
 LANGUAGE_MODEL = "openvino_language_model.xml"
@@ -163,13 +163,20 @@ def _text(value: Any, key: str) -> str:
     return value
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path, error: type[OrtStateError] = GenerationError) -> dict[str, Any]:
+    """``path`` (a ``config.json``-like file) as a JSON object; {} when there is no such file.
+
+    Raises:
+        ``error``: the file is not a readable JSON object.
+    """
+    if not path.is_file():
+        return {}
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GenerationError(f"{path}: not a readable JSON file ({' '.join(str(exc).split())})") from None
+        raise error(f"{path}: not a readable JSON file ({' '.join(str(exc).split())})") from None
     if not isinstance(value, dict):
-        raise GenerationError(f"{path}: expected a JSON object")
+        raise error(f"{path}: expected a JSON object")
     return value
 
 
@@ -180,8 +187,8 @@ def read_config(folder: str | os.PathLike[str]) -> ModelConfig:
         GenerationError: a file is not a JSON object, or a value it gives is of the wrong type.
     """
     root = Path(folder)
-    config = _read_json(root / "config.json") if (root / "config.json").is_file() else {}
-    generation = _read_json(root / "generation_config.json") if (root / "generation_config.json").is_file() else {}
+    config = read_json_object(root / "config.json")
+    generation = read_json_object(root / "generation_config.json")
     try:
         return ModelConfig.from_dicts(config, generation)
     except GenerationError as exc:
