@@ -87,23 +87,142 @@ def _record(ctx: Context, w: QuantizedWeight | FloatWeight, how: str, names: lis
 
 
 def matmul_quantized(node: Node, ctx: Context, w: QuantizedWeight) -> str:
-    """``A @ W^T`` for a quantized ``W [N, K]`` (MatMul's B, either orientation)."""
+    """``A @ W^T`` for a quantized ``W [N, K]`` (MatMul's B, either orientation).
+
+    Exact by default: a few rows of A (decoding) reach the int8 kernel split exactly (see
+    :func:`_int8_grid_parts`); more rows (a prompt) reach a 4-bit weight's f32-compute kernel
+    through an ``If`` on the row count (:data:`SPLIT_MAX_ROWS`; both kernels read the same
+    initializers, ONNX Runtime prepacks them once each). 8-bit weights always take the split: ONNX
+    Runtime has no fast f32-compute 8-bit kernel, and their 4-bit nibble form (see the module
+    docstring) would be a second copy of the weight in the file. With ``int8_activations`` the
+    activations are quantized once, as OpenVINO's default CPU config does. An input of unknown rank
+    keeps the f32-compute kernel (the split reshapes by rank).
+    """
     int8_act = ctx.options.int8_activations
-    key = (w.layer.id, "matmul", int8_act)
+    dims = node.input_shape(0).dims
+    exact_split = not int8_act and dims is not None and len(dims) >= 1
+    native8 = w.bits == 8 and (int8_act or exact_split)  # 8-bit codes as they are, else nibbles
+    key = (w.layer.id, "matmul", native8)
     if key not in ctx.emitted:
-        ctx.emitted[key] = _matmul_inputs(ctx, w, int8_act)
-    inputs, attrs, split = ctx.emitted[key]
-    out = ctx.b.op("MatMulNBits", [node.inputs[0], *inputs], attrs, domain=MS_DOMAIN)
-    if not split:
+        ctx.emitted[key] = _matmul_inputs(ctx, w, native8)
+        how = "int8 activations" if int8_act else "exact, activations split on int8 grids"
+        if not exact_split and not int8_act:
+            how = "f32 compute"
+        elif exact_split and w.bits == 4:
+            how += f" up to {SPLIT_MAX_ROWS} rows, f32 compute for more"
+        what = "8-bit" if native8 else ("int8 as 4-bit high/low nibbles" if w.bits == 8 else "4-bit")
+        _record(ctx, w, f"MatMulNBits {what} block {w.block}, {how}", ctx.emitted[key][0])
+    inputs, attrs, nibbles = ctx.emitted[key]
+    b = ctx.b
+    if not exact_split:
+        return _matmul_node(b, node.inputs[0], inputs, {**attrs, "accuracy_level": 4 if int8_act else 0}, nibbles)
+    parts = _int8_grid_parts(node, ctx, w, len(dims))
+    axis = b.const(np.array([-2], np.int64), hint="axis_m2")
+    int8_attrs = {**attrs, "accuracy_level": 4}
+
+    def split_rows(graph: Any) -> str:
+        rows = _matmul_node(graph, parts, inputs, int8_attrs, False)
+        return graph.op("ReduceSum", [rows, axis], {"keepdims": 0})
+
+    if w.bits == 8:
+        return split_rows(b)
+    few, many = b.sub(f"{w.layer.name}/few_rows"), b.sub(f"{w.layer.name}/many_rows")
+    few.add_output(split_rows(few), TensorProto.FLOAT, None)
+    f32_attrs = {**attrs, "accuracy_level": 0}
+    many.add_output(_matmul_node(many, node.inputs[0], inputs, f32_attrs, False), TensorProto.FLOAT, None)
+    branches = {"then_branch": few.graph(), "else_branch": many.graph()}
+    return b.op("If", [_few_rows(node, ctx, len(dims))], branches)
+
+
+def _matmul_node(graph: Any, a: str, inputs: list[str], attrs: dict[str, Any], nibbles: bool) -> str:
+    """``MatMulNBits(a, *inputs)`` appended to ``graph`` (a builder), plus the add of an 8-bit
+    weight's two nibble halves."""
+    out = graph.op("MatMulNBits", [a, *inputs], attrs, domain=MS_DOMAIN)
+    if not nibbles:
         return out
-    high, low = ctx.b.op("Split", [out], {"axis": -1, "num_outputs": 2}, outputs=2)
-    return ctx.b.op("Add", [high, low])
+    high, low = graph.op("Split", [out], {"axis": -1, "num_outputs": 2}, outputs=2)
+    return graph.op("Add", [high, low])
 
 
-def _matmul_inputs(ctx: Context, w: QuantizedWeight, int8_act: bool) -> tuple[list[str], dict[str, Any], bool]:
+# Up to this many rows of A take the exact int8 split (three kernel rows each), more the f32-compute
+# 4-bit kernel. ONNX Runtime 1.31, AVX2, a 4864x896 4-bit weight, 2 threads
+# (``benchmarks/weights_kernels.py``): the int8 kernel takes ~225 us for 3 rows and ~46 us for each
+# further row, the f32 one ~360 us for 1 row and ~75 us for each further row: they cross at 3.
+SPLIT_MAX_ROWS = 3
+
+
+def _few_rows(node: Node, ctx: Context, rank: int) -> str:
+    """A bool scalar: A (``node``'s input 0) has at most :data:`SPLIT_MAX_ROWS` rows; one per
+    input, shared by every weight it meets."""
+    key = (node.inputs[0], "few-rows")
+    if key not in ctx.emitted:
+        b = ctx.b
+        if rank == 1:
+            rows = b.const(np.array(1, np.int64), hint="one_row")
+        else:
+            rows = b.op("ReduceProd", [b.op("Shape", [node.inputs[0]], {"start": 0, "end": rank - 1})], {"keepdims": 0})
+        limit = b.const(np.array(SPLIT_MAX_ROWS, np.int64), hint="split_max_rows")
+        ctx.emitted[key] = ([b.op("LessOrEqual", [rows, limit])], {}, False)
+    return ctx.emitted[key][0][0]
+
+
+# The activations' split: three parts, the first two exactly on int8 grids.
+_PARTS = 3
+_TINY = np.float32(1e-30)  # the scale of an all-zero block (any positive value keeps 0 / s finite)
+
+
+def _int8_grid_parts(node: Node, ctx: Context, w: QuantizedWeight, rank: int) -> str:
+    """``x [..., K]`` as ``[..., 3, K]``: parts ``x1 + x2 + x3 = x``, for one ``MatMulNBits`` call
+    at ``accuracy_level`` 4 whose three result rows sum (``ReduceSum``) to ``x @ W^T``.
+
+    ``accuracy_level`` 4 quantizes A to int8 per block of ``block_size`` values along K,
+    symmetric, scale ``max|a| / 127`` (MLAS). A block whose values already lie on that grid --
+    ``s * round(a / s)`` with ``s = max|a| / 127``, which holds ``max|a|`` itself as ``127 s`` -- is
+    quantized with no error, and its dot product with the codes is integer arithmetic. ``x1`` is
+    ``x`` on its grid, ``x2`` the remainder ``x - x1`` on its own grid (127x finer), ``x3`` what is
+    left (at most ``max|x| / 64516``), which the kernel quantizes with an error below ``max|x| /
+    2**23``: f32's own rounding. The three rows cost one pass over the weight (they share each
+    unpacked block). ``tests/convert/test_weights.py`` pins the result to f32 accuracy on
+    heavy-tailed activations: if a later ONNX Runtime quantizes differently, it fails, not drifts.
+    """
+    key = (node.inputs[0], w.block, w.k, "int8-grid-parts")
+    if key in ctx.emitted:
+        return ctx.emitted[key][0][0]
+    b, block = ctx.b, w.block
+    blocks = -(-w.k // block)
+    x = node.inputs[0]
+    pad = blocks * block - w.k
+    if pad:  # per channel with K not a multiple of the block: the kernel's last block is partial
+        pads = np.zeros(2 * rank, np.int64)
+        pads[-1] = pad
+        x = b.op("Pad", [x, b.const(pads, hint="pads")])
+    keep = [0] * (rank - 1)
+    blocked = b.op("Reshape", [x, b.const(np.array(keep + [blocks, block], np.int64), hint="blocked")])
+    last = b.const(np.array([-1], np.int64), hint="axis_m1")
+    tiny, inv127 = b.const(_TINY, hint="tiny"), b.const(np.float32(1 / 127), hint="inv127")
+    parts, rest = [], blocked
+    for _ in range(_PARTS - 1):
+        amax = b.op("ReduceMax", [b.op("Abs", [rest]), last], {"keepdims": 1})
+        scale = b.op("Mul", [b.op("Max", [amax, tiny]), inv127])
+        on_grid = b.op("Mul", [b.op("Round", [b.op("Div", [rest, scale])]), scale])
+        parts.append(on_grid)
+        rest = b.op("Sub", [rest, on_grid])
+    parts.append(rest)
+    stacked = b.op("Concat", parts, {"axis": -2})  # [..., 3 * blocks, block]
+    rows = b.op("Reshape", [stacked, b.const(np.array(keep + [_PARTS, blocks * block], np.int64), hint="parts")])
+    if pad:
+        zero, k = b.const(np.array([0], np.int64), hint="zero"), b.const(np.array([w.k], np.int64), hint="k")
+        rows = b.op("Slice", [rows, zero, k, last])
+    ctx.emitted[key] = ([rows], {}, False)
+    return rows
+
+
+def _matmul_inputs(ctx: Context, w: QuantizedWeight, native8: bool) -> tuple[list[str], dict[str, Any], bool]:
+    """``(initializers, attributes without accuracy_level, nibbles)`` of ``w``'s ``MatMulNBits``:
+    8-bit codes as they are (``native8``), else 4-bit: the codes, or an 8-bit weight's nibbles."""
     b, hint, blocks = ctx.b, w.layer.name, _blocks(w)
     scale, zp = _per_block(w.scale, w), _per_block(w.zero_point, w)
-    if w.bits == 8 and int8_act:
+    if native8:
 
         def fill8(out: np.ndarray, start: int, stop: int) -> None:
             out[start:stop] = _blocked_codes(w.codes(start, stop), w)
@@ -113,9 +232,7 @@ def _matmul_inputs(ctx: Context, w: QuantizedWeight, int8_act: bool) -> tuple[li
         names = [data, b.const(scale.reshape(-1), hint=f"{hint}_scale")]
         if np.any(zp != 128):
             names.append(b.const(zp.reshape(-1), hint=f"{hint}_zero_point"))
-        attrs = {"K": w.k, "N": w.rows, "bits": 8, "block_size": w.block, "accuracy_level": 4}
-        _record(ctx, w, f"MatMulNBits 8-bit block {w.block}, int8 activations", names)
-        return names, attrs, False
+        return names, {"K": w.k, "N": w.rows, "bits": 8, "block_size": w.block}, False
     split = w.bits == 8
     rows = 2 * w.rows if split else w.rows
     shape = (rows, blocks, w.block // 2)
@@ -141,12 +258,7 @@ def _matmul_inputs(ctx: Context, w: QuantizedWeight, int8_act: bool) -> tuple[li
     names = [data, b.const(scale.reshape(-1), hint=f"{hint}_scale")]
     if np.any(zp != 8):
         names.append(b.const(_pack4(zp).reshape(-1), hint=f"{hint}_zero_point"))
-    acc = 4 if int8_act else 0
-    attrs = {"K": w.k, "N": rows, "bits": 4, "block_size": w.block, "accuracy_level": acc}
-    what = "int8 as 4-bit high/low nibbles" if split else "4-bit"
-    suffix = ", int8 activations" if int8_act else ""
-    _record(ctx, w, f"MatMulNBits {what} block {w.block}{suffix}", names)
-    return names, attrs, split
+    return names, {"K": w.k, "N": rows, "bits": 4, "block_size": w.block}, split
 
 
 def gather_quantized(node: Node, ctx: Context, w: QuantizedWeight, indices: str) -> str:
