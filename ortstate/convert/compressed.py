@@ -12,13 +12,20 @@ Why these ops, measured with ``benchmarks/weights_kernels.py`` (ONNX Runtime 1.3
 - 4-bit codes go in as stored: OpenVINO packs u4 two a byte, the first value in the low nibble,
   which is ``MatMulNBits``' ``B`` layout, so the bytes are the ``.bin``'s (i4 flips each nibble's
   top bit: ``q + 8``).
-- 8-bit weights: ONNX Runtime 1.31 has no f32-compute 8-bit kernel on x86 (``MatMulNBits`` bits=8
-  at ``accuracy_level`` 0 dequantizes all of B on every call: ~20x slower than f32 MatMul). So
-  an int8 weight runs as one 4-bit ``MatMulNBits`` over twice the rows, its high and low nibbles:
-  ``q - zp = 16 (hi - zp_hi) + (lo - zp_lo)`` with ``zp = 16 zp_hi + zp_lo``, scales ``16 s`` and
-  ``s``, then the two halves added. Every dequantized value is exact in f32; the memory is the
-  int8 weight's. With ``int8_activations`` (an explicit option, what OpenVINO's default CPU
-  config does) int8 runs as ``MatMulNBits`` bits=8 and int4 at ``accuracy_level`` 4.
+- Decoding (at most ``SPLIT_MAX_ROWS`` rows of activations) runs the int8 kernels
+  (``accuracy_level`` 4), which ONNX Runtime makes 1.5x (4-bit) to 20x (8-bit) faster than its
+  f32-compute ones on AVX2, on activations split exactly into three parts whose int8
+  quantization loses nothing that f32 would keep (:func:`_int8_grid_parts`): the result is
+  OpenVINO's exact one to f32 rounding. More rows (a prompt) run a 4-bit weight's f32-compute
+  kernel, faster there, through an ``If`` on the row count.
+- 8-bit weights are written as they are (``MatMulNBits`` bits=8) and always split: ONNX Runtime
+  1.31 has no fast f32-compute 8-bit kernel on x86 (at ``accuracy_level`` 0 it dequantizes all of
+  B on every call). Where the split cannot be built (an input of unknown rank) an int8 weight runs
+  as one 4-bit ``MatMulNBits`` over twice the rows, its high and low nibbles: ``q - zp = 16 (hi -
+  zp_hi) + (lo - zp_lo)`` with ``zp = 16 zp_hi + zp_lo``, scales ``16 s`` and ``s``, then the two
+  halves added (exact, the int8 weight's memory). With ``int8_activations`` (an explicit option,
+  what OpenVINO's default CPU config does) the activations are quantized once: int8 runs as
+  ``MatMulNBits`` bits=8 and int4 at ``accuracy_level`` 4.
 - Embeddings: ``GatherBlockQuantized`` dequantizes the gathered rows in f32 and gives zeros for
   out-of-range indices (negative ones count from the end): OpenVINO's Gather-8, with no guard.
 - f16/bf16 weights stay in their type in the file and reach f32 through a Cast (which ONNX

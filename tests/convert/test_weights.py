@@ -169,6 +169,22 @@ def test_exact_split_has_f32_accuracy(tmp_path, wtype, k, group, seq):
     assert np.abs(got - exact).max() <= 2e-6 * scale, np.abs(got - exact).max() / scale
 
 
+@pytest.mark.parametrize("wtype", ["u4", "i8"])
+def test_activation_of_unknown_rank_keeps_the_f32_kernels(tmp_path, wtype):
+    """The split reshapes by rank: a dynamic-rank input takes the f32-compute kernel (an 8-bit
+    weight as its two nibble halves), still exact, in both forms."""
+    weight, dense = compressed(33, 96, wtype, None, sym=False)
+    x = ops.parameter(ov.PartialShape.dynamic(), np.float32, name="x")
+    xml = single_op(tmp_path, ops.matmul(x, weight, False, True), [x])
+    model = ortstate.convert(xml)
+    bits = TYPES[wtype][1]
+    assert [(a["bits"], a["accuracy_level"], a["N"]) for a in nbits_attrs(model)] == [(4, 0, 33 * bits // 4)]
+    acts = RNG.standard_normal((2, 1, 96)).astype(np.float32)
+    for explicit in (False, True):
+        got = open_session(xml, explicit).run(None, {"x": acts})[0]
+        np.testing.assert_allclose(got, acts @ dense.T, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("wtype", list(TYPES))
 @pytest.mark.parametrize("sym", [False, True], ids=["asym", "sym"])
 @pytest.mark.parametrize(("rows", "k", "group"), [(50, 96, None), (31, 100, None), (40, 96, 32), (12, 384, 128)])
