@@ -131,7 +131,7 @@ def matmul_quantized(node: Node, ctx: Context, w: QuantizedWeight) -> str:
         rows = _matmul_node(graph, parts, inputs, int8_attrs, False)
         return graph.op("ReduceSum", [rows, axis], {"keepdims": 0})
 
-    if w.bits == 8:
+    if w.bits == 8 or len(dims) == 1:  # a 1-D A is one row
         return split_rows(b)
     few, many = b.sub(f"{w.layer.name}/few_rows"), b.sub(f"{w.layer.name}/many_rows")
     few.add_output(split_rows(few), TensorProto.FLOAT, None)
@@ -164,10 +164,7 @@ def _few_rows(node: Node, ctx: Context, rank: int) -> str:
     key = (node.inputs[0], "few-rows")
     if key not in ctx.emitted:
         b = ctx.b
-        if rank == 1:
-            rows = b.const(np.array(1, np.int64), hint="one_row")
-        else:
-            rows = b.op("ReduceProd", [b.op("Shape", [node.inputs[0]], {"start": 0, "end": rank - 1})], {"keepdims": 0})
+        rows = b.op("ReduceProd", [b.op("Shape", [node.inputs[0]], {"start": 0, "end": rank - 1})], {"keepdims": 0})
         limit = b.const(np.array(SPLIT_MAX_ROWS, np.int64), hint="split_max_rows")
         ctx.emitted[key] = ([b.op("LessOrEqual", [rows, limit])], {}, False)
     return ctx.emitted[key][0][0]

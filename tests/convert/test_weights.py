@@ -170,16 +170,21 @@ def test_exact_split_has_f32_accuracy(tmp_path, wtype, k, group, seq):
 
 
 @pytest.mark.parametrize("wtype", ["u4", "i8"])
-def test_activation_of_unknown_rank_keeps_the_f32_kernels(tmp_path, wtype):
+@pytest.mark.parametrize("rank", [None, 1])
+def test_activation_rank(tmp_path, wtype, rank):
     """The split reshapes by rank: a dynamic-rank input takes the f32-compute kernel (an 8-bit
-    weight as its two nibble halves), still exact, in both forms."""
+    weight as its two nibble halves); a 1-D one (one row) the split, with no If. Exact in both
+    forms."""
     weight, dense = compressed(33, 96, wtype, None, sym=False)
-    x = ops.parameter(ov.PartialShape.dynamic(), np.float32, name="x")
+    shape = ov.PartialShape.dynamic() if rank is None else [96]
+    x = ops.parameter(shape, np.float32, name="x")
     xml = single_op(tmp_path, ops.matmul(x, weight, False, True), [x])
     model = ortstate.convert(xml)
     bits = TYPES[wtype][1]
-    assert [(a["bits"], a["accuracy_level"], a["N"]) for a in nbits_attrs(model)] == [(4, 0, 33 * bits // 4)]
-    acts = RNG.standard_normal((2, 1, 96)).astype(np.float32)
+    kernels = [(a["bits"], a["accuracy_level"], a["N"]) for a in nbits_attrs(model)]
+    assert kernels == ([(4, 0, 33 * bits // 4)] if rank is None else [(bits, 4, 33)])
+    assert "If" not in {n.op_type for n in all_nodes(model.graph)}
+    acts = RNG.standard_normal((2, 1, 96) if rank is None else (96,)).astype(np.float32)
     for explicit in (False, True):
         got = open_session(xml, explicit).run(None, {"x": acts})[0]
         np.testing.assert_allclose(got, acts @ dense.T, rtol=1e-5, atol=1e-5)
