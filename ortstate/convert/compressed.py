@@ -40,8 +40,9 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
+from ..ir import Layer
 from .context import Context, Node
-from .weights import FloatWeight, QuantizedWeight
+from .weights import FloatWeight, QuantizedWeight, plan_weights
 
 __all__ = ["MS_DOMAIN", "float_weight", "gather_quantized", "matmul_quantized"]
 
@@ -96,49 +97,39 @@ def _record(ctx: Context, w: QuantizedWeight | FloatWeight, how: str, names: lis
 def matmul_quantized(node: Node, ctx: Context, w: QuantizedWeight) -> str:
     """``A @ W^T`` for a quantized ``W [N, K]`` (MatMul's B, either orientation).
 
-    Exact by default: a few rows of A (decoding) reach the int8 kernel split exactly (see
-    :func:`_int8_grid_parts`); more rows (a prompt) reach a 4-bit weight's f32-compute kernel
-    through an ``If`` on the row count (:data:`SPLIT_MAX_ROWS`; both kernels read the same
-    initializers, ONNX Runtime prepacks them once each). 8-bit weights always take the split: ONNX
-    Runtime has no fast f32-compute 8-bit kernel, and their 4-bit nibble form (see the module
-    docstring) would be a second copy of the weight in the file. With ``int8_activations`` the
-    activations are quantized once, as OpenVINO's default CPU config does. An input of unknown rank
-    keeps the f32-compute kernel (the split reshapes by rank).
+    Exact by default, through :func:`_split_group`: a few rows of A (decoding) reach the int8
+    kernels split exactly, more rows (a prompt) a 4-bit weight's f32-compute kernel. With
+    ``int8_activations`` the activations are quantized once, as OpenVINO's default CPU config
+    does. An input of unknown rank keeps the f32-compute kernel (the split reshapes by rank).
     """
     int8_act = ctx.options.int8_activations
     dims = node.input_shape(0).dims
-    exact_split = not int8_act and dims is not None and len(dims) >= 1
-    native8 = w.bits == 8 and (int8_act or exact_split)  # 8-bit codes as they are, else nibbles
+    if int8_act or dims is None or not dims:
+        inputs, attrs, nibbles = _weight_inputs(ctx, w, native8=int8_act and w.bits == 8)
+        return _matmul_node(ctx.b, node.inputs[0], inputs, {**attrs, "accuracy_level": 4 if int8_act else 0}, nibbles)
+    done = ctx.emitted.get((node.layer.id, "split-group"))
+    if done is None:
+        _split_group(node, ctx, w, len(dims))
+        done = ctx.emitted[(node.layer.id, "split-group")]
+    return done[0][0]
+
+
+def _weight_inputs(ctx: Context, w: QuantizedWeight, native8: bool) -> tuple[list[str], dict[str, Any], bool]:
+    """``w``'s ``MatMulNBits`` initializers and attributes (no ``accuracy_level``), once per form."""
     key = (w.layer.id, "matmul", native8)
     if key not in ctx.emitted:
         ctx.emitted[key] = _matmul_inputs(ctx, w, native8)
-        how = "int8 activations" if int8_act else "exact, activations split on int8 grids"
-        if not exact_split and not int8_act:
+        if ctx.options.int8_activations:
+            how = "int8 activations"
+        elif native8:
+            how = "exact, activations split on int8 grids"
+        elif (w.layer.id, "split") in ctx.emitted:  # a 4-bit weight in a split group
+            how = f"exact, activations split on int8 grids up to {SPLIT_MAX_ROWS} rows, f32 compute for more"
+        else:
             how = "f32 compute"
-        elif exact_split and w.bits == 4:
-            how += f" up to {SPLIT_MAX_ROWS} rows, f32 compute for more"
         what = "8-bit" if native8 else ("int8 as 4-bit high/low nibbles" if w.bits == 8 else "4-bit")
         _record(ctx, w, f"MatMulNBits {what} block {w.block}, {how}", ctx.emitted[key][0])
-    inputs, attrs, nibbles = ctx.emitted[key]
-    b = ctx.b
-    if not exact_split:
-        return _matmul_node(b, node.inputs[0], inputs, {**attrs, "accuracy_level": 4 if int8_act else 0}, nibbles)
-    parts = _int8_grid_parts(node, ctx, w, len(dims))
-    axis = b.const(np.array([-2], np.int64), hint="axis_m2")
-    int8_attrs = {**attrs, "accuracy_level": 4}
-
-    def split_rows(graph: Any) -> str:
-        rows = _matmul_node(graph, parts, inputs, int8_attrs, False)
-        return graph.op("ReduceSum", [rows, axis], {"keepdims": 0})
-
-    if w.bits == 8 or len(dims) == 1:  # a 1-D A is one row
-        return split_rows(b)
-    few, many = b.sub(f"{w.layer.name}/few_rows"), b.sub(f"{w.layer.name}/many_rows")
-    few.add_output(split_rows(few), TensorProto.FLOAT, None)
-    f32_attrs = {**attrs, "accuracy_level": 0}
-    many.add_output(_matmul_node(many, node.inputs[0], inputs, f32_attrs, False), TensorProto.FLOAT, None)
-    branches = {"then_branch": few.graph(), "else_branch": many.graph()}
-    return b.op("If", [_few_rows(node, ctx, len(dims))], branches)
+    return ctx.emitted[key]
 
 
 def _matmul_node(graph: Any, a: str, inputs: list[str], attrs: dict[str, Any], nibbles: bool) -> str:
@@ -151,23 +142,82 @@ def _matmul_node(graph: Any, a: str, inputs: list[str], attrs: dict[str, Any], n
     return graph.op("Add", [high, low])
 
 
-# Up to this many rows of A take the exact int8 split (three kernel rows each), more the f32-compute
-# 4-bit kernel. ONNX Runtime 1.31, AVX2, a 4864x896 4-bit weight, 2 threads
+# Up to this many rows of A take the exact int8 split (three kernel rows each), more a 4-bit
+# weight's f32-compute kernel. ONNX Runtime 1.31, AVX2, a 4864x896 4-bit weight, 2 threads
 # (``benchmarks/weights_kernels.py``): the int8 kernel takes ~225 us for 3 rows and ~46 us for each
 # further row, the f32 one ~360 us for 1 row and ~75 us for each further row: they cross at 3.
 SPLIT_MAX_ROWS = 3
 
 
-def _few_rows(node: Node, ctx: Context, rank: int) -> str:
-    """A bool scalar: A (``node``'s input 0) has at most :data:`SPLIT_MAX_ROWS` rows; one per
-    input, shared by every weight it meets."""
-    key = (node.inputs[0], "few-rows")
-    if key not in ctx.emitted:
-        b = ctx.b
-        rows = b.op("ReduceProd", [b.op("Shape", [node.inputs[0]], {"start": 0, "end": rank - 1})], {"keepdims": 0})
-        limit = b.const(np.array(SPLIT_MAX_ROWS, np.int64), hint="split_max_rows")
-        ctx.emitted[key] = ([b.op("LessOrEqual", [rows, limit])], {}, False)
-    return ctx.emitted[key][0][0]
+def _split_group(node: Node, ctx: Context, w: QuantizedWeight, rank: int) -> None:
+    """Every compressed-weight MatMul reading ``node``'s A (q/k/v, gate/up share one) with ``w``'s
+    block and K, as one ``If`` on A's row count (``ctx.emitted[(layer id, "split-group")]`` holds
+    each one's output):
+
+    - at most :data:`SPLIT_MAX_ROWS` rows: A split once (:func:`_int8_grid_parts`), each weight's
+      ``MatMulNBits`` at ``accuracy_level`` 4 on the three parts, summed;
+    - more rows: 4-bit weights at ``accuracy_level`` 0 on A (the same initializers: ONNX Runtime
+      prepacks a 4-bit weight once for each kernel). 8-bit weights take the split for any row
+      count (ONNX Runtime has no fast f32-compute 8-bit kernel, and their 4-bit nibble form would
+      be a second copy of the weight in the file): the ``If`` gives the parts out and their
+      ``MatMulNBits`` runs once, after it.
+
+    The split's ~20 small values live in the branches: in the main graph, 24 layers of them made
+    ONNX Runtime's allocation planner (quadratic in a graph's values) take 9.7 s instead of 3.3 s
+    to load the real-size int4 model. So an If splits even when both its branches do the same (a
+    group of 8-bit weights only). A 1-D A (one row) needs no ``If``.
+    """
+    graph, plan = node.graph, plan_weights(node.graph)
+    src, port = graph.producer(node.layer, 0)
+    members: list[tuple[Layer, QuantizedWeight]] = []
+    for dst, index in graph.consumers(src, src.outputs.index(port)):
+        other = plan.weights.get(graph.producer(dst, 1)[0].id) if dst.type == "MatMul" and index == 0 else None
+        done = (dst.id, "split-group") in ctx.emitted
+        if isinstance(other, QuantizedWeight) and (other.block, other.k) == (w.block, w.k) and not done:
+            members.append((dst, other))
+    four = [(dst, mw) for dst, mw in members if mw.bits == 4]
+    eight = [(dst, mw) for dst, mw in members if mw.bits == 8]
+    b, x = ctx.b, node.inputs[0]
+    axis = b.const(np.array([-2], np.int64), hint="axis_m2")
+    for _, mw in four:
+        ctx.emitted[(mw.layer.id, "split")] = ([], {}, False)  # for the report: split up to a few rows
+
+    def summed(graph_b: Any, parts: str, mw: QuantizedWeight) -> str:
+        inputs, attrs, _ = _weight_inputs(ctx, mw, native8=mw.bits == 8)
+        rows = _matmul_node(graph_b, parts, inputs, {**attrs, "accuracy_level": 4}, False)
+        return graph_b.op("ReduceSum", [rows, axis], {"keepdims": 0})
+
+    def branch(graph_b: Any, few: bool) -> list[str]:
+        """The 4-bit weights' results, then the parts if an 8-bit weight needs them."""
+        outs, parts = [], None
+        for _, mw in four:
+            if few:
+                parts = parts or _int8_grid_parts(x, rank, mw, graph_b, b)
+                outs.append(summed(graph_b, parts, mw))
+            else:
+                inputs, attrs, _ = _weight_inputs(ctx, mw, native8=False)
+                outs.append(_matmul_node(graph_b, x, inputs, {**attrs, "accuracy_level": 0}, False))
+        if eight:
+            outs.append(parts or _int8_grid_parts(x, rank, w, graph_b, b))
+        return outs
+
+    if rank == 1:
+        outs = branch(b, True)
+    else:
+        branches = {}
+        for name, few in (("then_branch", True), ("else_branch", False)):
+            sub = b.sub(f"{node.layer.name}/{'few' if few else 'many'}_rows")
+            for out in branch(sub, few):
+                sub.add_output(out, TensorProto.FLOAT, None)
+            branches[name] = sub.graph()
+        limit = b.const(np.array(SPLIT_MAX_ROWS * w.k, np.int64), hint="split_max_values")
+        few_rows = b.op("LessOrEqual", [b.op("Size", [x]), limit])
+        count = len(four) + bool(eight)
+        outs = b.op("If", [few_rows], branches, outputs=count)
+        outs = [outs] if count == 1 else outs
+    results = outs[: len(four)] + [summed(b, outs[-1], mw) for _, mw in eight]
+    for (dst, _), out in zip(four + eight, results):
+        ctx.emitted[(dst.id, "split-group")] = ([out], {}, False)
 
 
 # The activations' split: three parts, the first two exactly on int8 grids.
@@ -175,9 +225,10 @@ _PARTS = 3
 _TINY = np.float32(1e-30)  # the scale of an all-zero block (any positive value keeps 0 / s finite)
 
 
-def _int8_grid_parts(node: Node, ctx: Context, w: QuantizedWeight, rank: int) -> str:
-    """``x [..., K]`` as ``[..., 3, K]``: parts ``x1 + x2 + x3 = x``, for one ``MatMulNBits`` call
-    at ``accuracy_level`` 4 whose three result rows sum (``ReduceSum``) to ``x @ W^T``.
+def _int8_grid_parts(x: str, rank: int, w: QuantizedWeight, b: Any, consts: Any) -> str:
+    """``x [..., K]`` as ``[..., 3, K]`` (nodes in builder ``b``, constants in ``consts``): parts
+    ``x1 + x2 + x3 = x``, for one ``MatMulNBits`` call at ``accuracy_level`` 4 whose three result
+    rows sum (``ReduceSum``) to ``x @ W^T``.
 
     ``accuracy_level`` 4 quantizes A to int8 per block of ``block_size`` values along K,
     symmetric, scale ``max|a| / 127`` (MLAS). A block whose values already lie on that grid --
@@ -189,21 +240,17 @@ def _int8_grid_parts(node: Node, ctx: Context, w: QuantizedWeight, rank: int) ->
     unpacked block). ``tests/convert/test_weights.py`` pins the result to f32 accuracy on
     heavy-tailed activations: if a later ONNX Runtime quantizes differently, it fails, not drifts.
     """
-    key = (node.inputs[0], w.block, w.k, "int8-grid-parts")
-    if key in ctx.emitted:
-        return ctx.emitted[key][0][0]
-    b, block = ctx.b, w.block
+    block = w.block
     blocks = -(-w.k // block)
-    x = node.inputs[0]
     pad = blocks * block - w.k
     if pad:  # per channel with K not a multiple of the block: the kernel's last block is partial
         pads = np.zeros(2 * rank, np.int64)
         pads[-1] = pad
-        x = b.op("Pad", [x, b.const(pads, hint="pads")])
+        x = b.op("Pad", [x, consts.const(pads, hint="pads")])
     keep = [0] * (rank - 1)
-    blocked = b.op("Reshape", [x, b.const(np.array(keep + [blocks, block], np.int64), hint="blocked")])
-    last = b.const(np.array([-1], np.int64), hint="axis_m1")
-    tiny, inv127 = b.const(_TINY, hint="tiny"), b.const(np.float32(1 / 127), hint="inv127")
+    blocked = b.op("Reshape", [x, consts.const(np.array(keep + [blocks, block], np.int64), hint="blocked")])
+    last = consts.const(np.array([-1], np.int64), hint="axis_m1")
+    tiny, inv127 = consts.const(_TINY, hint="tiny"), consts.const(np.float32(1 / 127), hint="inv127")
     parts, rest = [], blocked
     for _ in range(_PARTS - 1):
         amax = b.op("ReduceMax", [b.op("Abs", [rest]), last], {"keepdims": 1})
@@ -213,11 +260,11 @@ def _int8_grid_parts(node: Node, ctx: Context, w: QuantizedWeight, rank: int) ->
         rest = b.op("Sub", [rest, on_grid])
     parts.append(rest)
     stacked = b.op("Concat", parts, {"axis": -2})  # [..., 3 * blocks, block]
-    rows = b.op("Reshape", [stacked, b.const(np.array(keep + [_PARTS, blocks * block], np.int64), hint="parts")])
+    shape = consts.const(np.array(keep + [_PARTS, blocks * block], np.int64), hint="parts")
+    rows = b.op("Reshape", [stacked, shape])
     if pad:
-        zero, k = b.const(np.array([0], np.int64), hint="zero"), b.const(np.array([w.k], np.int64), hint="k")
+        zero, k = consts.const(np.array([0], np.int64), hint="zero"), consts.const(np.array([w.k], np.int64), hint="k")
         rows = b.op("Slice", [rows, zero, k, last])
-    ctx.emitted[key] = ([rows], {}, False)
     return rows
 
 

@@ -130,13 +130,15 @@ def test_matmul_weight_kept_compressed(tmp_path, wtype, sym, rows, k, group, tra
     ops_used = Counter(n.op_type for n in all_nodes(model.graph))
     bits = TYPES[wtype][1]
     assert ops_used["MatMul"] == 0, ops_used
-    # exact by default: the activations split on int8 grids (three rows, summed after the kernel);
-    # a 4-bit weight also has the f32-compute kernel for many rows, behind an If on the row count
+    # exact by default, behind an If on the row count: few rows split on int8 grids (three rows,
+    # summed after the kernel); more rows take a 4-bit weight's f32-compute kernel, while an 8-bit
+    # weight is split for any row count (the If gives the parts out to its one kernel)
     kernels = nbits_attrs(model)
     levels = sorted(a["accuracy_level"] for a in kernels)
     assert levels == ([4] if bits == 8 else [0, 4]), kernels
     assert all((a["bits"], a["K"], a["N"]) == (bits, k, rows) for a in kernels), kernels
-    assert ops_used["ReduceSum"] == 1 and ops_used["Round"] == 2 and ops_used["If"] == (bits == 4), ops_used
+    rounds = 4 if bits == 8 else 2  # the split in both branches, or in the few-rows one
+    assert (ops_used["If"], ops_used["ReduceSum"], ops_used["Round"]) == (1, 1, rounds), ops_used
     assert_no_f32_copy(model, rows * k)
     blocks = -(-k // kernels[0]["block_size"])
     assert initializer_bytes(model) <= rows * blocks * kernels[0]["block_size"] * bits // 8 + 10 * rows * blocks + 64
@@ -167,6 +169,33 @@ def test_exact_split_has_f32_accuracy(tmp_path, wtype, k, group, seq):
     got = ortstate.StatefulSession(path).run(None, {"x": acts})[0]
     scale = np.abs(exact).max()
     assert np.abs(got - exact).max() <= 2e-6 * scale, np.abs(got - exact).max() / scale
+
+
+def test_weights_sharing_an_input_share_one_split(tmp_path):
+    """q/k/v-like MatMuls on one activation (4-bit and 8-bit weights, same block) run in one If
+    that splits the activation once; a weight with another block gets its own. Both row counts,
+    both forms, against numpy."""
+    k = 256
+    made = [
+        compressed(24, k, "u4", 128, sym=False),
+        compressed(8, k, "i8", None, sym=True),
+        compressed(8, k, "u4", 64, sym=False),
+    ]
+    x = ops.parameter([1, -1, k], np.float32, name="x")
+    outs = [ops.matmul(x, weight, False, True) for weight, _ in made]
+    xml = single_op(tmp_path, outs, [x])
+    model = ortstate.convert(xml)
+    ifs = [n for n in model.graph.node if n.op_type == "If"]
+    assert sorted(len(n.output) for n in ifs) == [1, 2], [list(n.output) for n in ifs]
+    assert "Round" not in {n.op_type for n in model.graph.node}  # the split lives in the branches
+    rounds = Counter(n.op_type for n in all_nodes(model.graph))["Round"]
+    assert rounds == 2 * 3  # group 1: once a branch (the 8-bit weight splits in both); group 2: few rows only
+    for seq in (1, 3, 4, 9):
+        acts = RNG.standard_normal((1, seq, k)).astype(np.float32)
+        for explicit in (False, True):
+            got = open_session(xml, explicit).run(None, {"x": acts})
+            for g, (_, dense) in zip(got, made):
+                np.testing.assert_allclose(g, acts @ dense.T, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("wtype", ["u4", "i8"])
