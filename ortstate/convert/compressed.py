@@ -122,9 +122,9 @@ def _weight_inputs(ctx: Context, w: QuantizedWeight, native8: bool) -> tuple[lis
         if ctx.options.int8_activations:
             how = "int8 activations"
         elif native8:
-            how = "exact, activations split on int8 grids"
+            how = "exact (int8 split)"
         elif (w.layer.id, "split") in ctx.emitted:  # a 4-bit weight in a split group
-            how = f"exact, activations split on int8 grids up to {SPLIT_MAX_ROWS} rows, f32 compute for more"
+            how = f"exact (int8 split up to {SPLIT_MAX_ROWS} rows, f32 beyond)"
         else:
             how = "f32 compute"
         what = "8-bit" if native8 else ("int8 as 4-bit high/low nibbles" if w.bits == 8 else "4-bit")
