@@ -172,13 +172,14 @@ def test_exact_split_has_f32_accuracy(tmp_path, wtype, k, group, seq):
 
 
 def test_weights_sharing_an_input_share_one_split(tmp_path):
-    """q/k/v-like MatMuls on one activation (4-bit and 8-bit weights, same block) run in one If
-    that splits the activation once; a weight with another block gets its own. Both row counts,
-    both forms, against numpy."""
+    """q/k/v-like MatMuls on one activation run in one If that splits the activation once; their
+    4-bit weights (sym and asym, u4 and i4) as one kernel over all their rows, the 8-bit one as
+    another; a weight with another block gets its own If. Both row counts, both forms, numpy."""
     k = 256
     made = [
         compressed(24, k, "u4", 128, sym=False),
         compressed(8, k, "i8", None, sym=True),
+        compressed(16, k, "i4", 128, sym=True),
         compressed(8, k, "u4", 64, sym=False),
     ]
     x = ops.parameter([1, -1, k], np.float32, name="x")
@@ -188,14 +189,18 @@ def test_weights_sharing_an_input_share_one_split(tmp_path):
     ifs = [n for n in model.graph.node if n.op_type == "If"]
     assert sorted(len(n.output) for n in ifs) == [1, 2], [list(n.output) for n in ifs]
     assert "Round" not in {n.op_type for n in model.graph.node}  # the split lives in the branches
-    rounds = Counter(n.op_type for n in all_nodes(model.graph))["Round"]
-    assert rounds == 2 * 3  # group 1: once a branch (the 8-bit weight splits in both); group 2: few rows only
+    used = Counter(n.op_type for n in all_nodes(model.graph))
+    assert used["Round"] == 2 * 3  # group 1: once a branch (the 8-bit weight splits in both); group 2: once
+    kernels = sorted((a["bits"], a["N"], a["block_size"], a["accuracy_level"]) for a in nbits_attrs(model))
+    assert kernels == [(4, 8, 64, 0), (4, 8, 64, 4), (4, 40, 128, 0), (4, 40, 128, 4), (8, 8, 128, 4)]
     for seq in (1, 3, 4, 9):
         acts = RNG.standard_normal((1, seq, k)).astype(np.float32)
         for explicit in (False, True):
             got = open_session(xml, explicit).run(None, {"x": acts})
             for g, (_, dense) in zip(got, made):
                 np.testing.assert_allclose(g, acts @ dense.T, rtol=1e-5, atol=1e-5)
+    rows = read_report(model)
+    assert sum(r["count"] for r in rows) == 4 and all("exact" in r["as"] for r in rows), rows
 
 
 @pytest.mark.parametrize("wtype", ["u4", "i8"])
