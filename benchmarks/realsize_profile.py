@@ -4,8 +4,8 @@ For each precision: the IR (built by ``realsize_build.py``) is converted in a pr
 model ``realsize.py --keep-onnx`` left in ``CACHE/onnx/PRECISION/ENGINE/`` is reused), then run with
 ``enable_profiling`` through ``ortstate.generate.Generator``: one warm-up generation, then a prefill of
 ``--prompt`` tokens and ``--steps`` decode steps. Only the decode runs are counted. Each graph node's
-kernel time is summed by op type (as ONNX Runtime ran it, after its own fusions) and by the part of the
-model its name comes from (the converter names nodes after the IR layers optimum-intel named after the
+kernel time (an ``If``'s as its branch's nodes) is summed by op type (as ONNX Runtime ran it, after its
+own fusions) and by the part of the model its name comes from (the converter names nodes after the IR layers optimum-intel named after the
 torch modules): the linear layers (attention projections, MLP), attention itself, the KV cache (the
 ``Concat`` a variable is written from, the ``Gather`` by ``beam_idx`` it is read through), RoPE, the norms,
 the embedding, the LM head. The profile file is written when the session is dropped (ONNX Runtime does
@@ -84,6 +84,10 @@ def part_of(node: str, write: set[str], read: set[str]) -> str:
     return next((part for part, pattern in PARTS if re.search(pattern, node)), OTHER)
 
 
+# Nodes whose kernel time includes their subgraphs' nodes, which are profiled one by one too.
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+
+
 def summarize(trace: list[dict[str, Any]], first_run: int, write: set[str], read: set[str]) -> dict[str, Any]:
     """ms per decode step by op type and by part, over the ``model_run`` events from ``first_run`` on."""
     runs = sorted(
@@ -101,6 +105,8 @@ def summarize(trace: list[dict[str, Any]], first_run: int, write: set[str], read
     for e in trace:
         if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
             continue
+        if e.get("args", {}).get("op_name") in CONTROL_FLOW:
+            continue  # its time is its subgraph's nodes, which the profiler reports themselves
         ts = e["ts"]
         if not any(lo <= ts <= hi for lo, hi in spans):
             continue

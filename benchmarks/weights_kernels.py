@@ -12,8 +12,10 @@ in float64 from the dequantized weight (``(w - zp) * scale`` in f32, OpenVINO's 
 Variants: f32 MatMul (the weight expanded), the f16 weight through Cast (what ORT does with a f16
 initializer), ``com.microsoft`` MatMulNBits 4-bit and 8-bit at ``accuracy_level`` 0 (f32 compute)
 and 4 (int8 activations), an int8 weight as a 4-bit MatMulNBits over its high and low nibbles
-(exact: ``q - zp = 16 (hi - zh) + (lo - zl)``), and standard ``DequantizeLinear`` (blocked INT4)
-feeding MatMul, which ORT fuses into MatMulNBits at its session option's default accuracy level.
+(exact: ``q - zp = 16 (hi - zh) + (lo - zl)``), the converter's exact split (the activations as
+three parts, two on int8 grids, through one ``accuracy_level`` 4 call of 3 rows per row: see
+``ortstate/convert/compressed.py``), and standard ``DequantizeLinear`` (blocked INT4) feeding
+MatMul, which ORT fuses into MatMulNBits at its session option's default accuracy level.
 """
 
 from __future__ import annotations
@@ -126,6 +128,49 @@ def int8_as_nibbles(i, rng, k, n):  # noqa: ANN001, ANN201
     return nodes, [*inits, shape, numpy_helper.from_array(np.array([1], np.int64), f"ax{i}")], dense
 
 
+def split_exact(bits: int) -> Builder:
+    """The activations split exactly as the converter does: ``x1 + x2 + x3`` with ``x1``, ``x2`` on
+    the int8 grid ``accuracy_level`` 4 quantizes to, as 3 rows of one MatMulNBits call, summed."""
+
+    def build(i, rng, k, n):  # noqa: ANN001, ANN202
+        q, scale, zp, dense = _weights(rng, k, n, bits)
+        blocks = k // BLOCK
+        c = {  # constants, one set per copy
+            f"blk{i}": np.array([0, blocks, BLOCK], np.int64),
+            f"parts{i}": np.array([0, 3, k], np.int64),
+            f"last{i}": np.array([-1], np.int64),
+            f"m2{i}": np.array([-2], np.int64),
+            f"tiny{i}": np.float32(1e-30),
+            f"inv{i}": np.float32(1 / 127),
+        }
+        nodes = [helper.make_node("Reshape", ["A", f"blk{i}"], [f"x0_{i}"])]
+        rest, parts = f"x0_{i}", []
+        for j in range(2):
+            t = f"{i}_{j}"
+            nodes += [
+                helper.make_node("Abs", [rest], [f"abs{t}"]),
+                helper.make_node("ReduceMax", [f"abs{t}", f"last{i}"], [f"amax{t}"], keepdims=1),
+                helper.make_node("Max", [f"amax{t}", f"tiny{i}"], [f"amx{t}"]),
+                helper.make_node("Mul", [f"amx{t}", f"inv{i}"], [f"s{t}"]),
+                helper.make_node("Div", [rest, f"s{t}"], [f"d{t}"]),
+                helper.make_node("Round", [f"d{t}"], [f"r{t}"]),
+                helper.make_node("Mul", [f"r{t}", f"s{t}"], [f"g{t}"]),
+                helper.make_node("Sub", [rest, f"g{t}"], [f"rest{t}"]),
+            ]
+            parts.append(f"g{t}")
+            rest = f"rest{t}"
+        nodes += [
+            helper.make_node("Concat", [*parts, rest], [f"cat{i}"], axis=-2),
+            helper.make_node("Reshape", [f"cat{i}", f"parts{i}"], [f"rows{i}"]),
+        ]
+        mnb, inits = _mnb(i, k, n, bits, 4, q, scale, zp)
+        mnb[0].input[0], mnb[0].output[0] = f"rows{i}", f"P{i}"
+        nodes += [*mnb, helper.make_node("ReduceSum", [f"P{i}", f"m2{i}"], [f"Y{i}"], keepdims=0)]
+        return nodes, [*inits, *(numpy_helper.from_array(np.asarray(v), name) for name, v in c.items())], dense
+
+    return build
+
+
 def dq_int4(i, rng, k, n):  # noqa: ANN001, ANN201
     q, scale, zp, dense = _weights(rng, k, n, 4)
     # DequantizeLinear's blocked layout: x [k, n], blocks along axis 0, scale [k / BLOCK, n].
@@ -146,6 +191,8 @@ VARIANTS: dict[str, Builder] = {
     "MatMulNBits 8-bit acc 0": nbits(8, 0),
     "MatMulNBits 8-bit acc 4": nbits(8, 4),
     "int8 as 4-bit nibble pair, acc 0": int8_as_nibbles,
+    "4-bit, exact split, acc 4": split_exact(4),
+    "8-bit, exact split, acc 4": split_exact(8),
     "DequantizeLinear INT4 + MatMul": dq_int4,
 }
 LM_HEAD_VARIANTS = (
@@ -153,6 +200,7 @@ LM_HEAD_VARIANTS = (
     "MatMulNBits 8-bit acc 0",
     "MatMulNBits 8-bit acc 4",
     "int8 as 4-bit nibble pair, acc 0",
+    "8-bit, exact split, acc 4",
 )
 
 

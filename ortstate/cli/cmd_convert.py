@@ -49,7 +49,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--int8-activations",
         action="store_true",
         help="compressed (int4/int8) weights compute on int8-quantized activations, as OpenVINO's default "
-        "CPU config does: faster, logits move ~1e-2 from the exact results (default: f32 activations)",
+        "CPU config does: faster, logits move ~1e-2 from the exact results (default: exact, the activations "
+        "split exactly onto int8 grids or computed in f32)",
     )
 
 

@@ -12,13 +12,20 @@ Why these ops, measured with ``benchmarks/weights_kernels.py`` (ONNX Runtime 1.3
 - 4-bit codes go in as stored: OpenVINO packs u4 two a byte, the first value in the low nibble,
   which is ``MatMulNBits``' ``B`` layout, so the bytes are the ``.bin``'s (i4 flips each nibble's
   top bit: ``q + 8``).
-- 8-bit weights: ONNX Runtime 1.31 has no f32-compute 8-bit kernel on x86 (``MatMulNBits`` bits=8
-  at ``accuracy_level`` 0 dequantizes all of B on every call: ~20x slower than f32 MatMul). So
-  an int8 weight runs as one 4-bit ``MatMulNBits`` over twice the rows, its high and low nibbles:
-  ``q - zp = 16 (hi - zp_hi) + (lo - zp_lo)`` with ``zp = 16 zp_hi + zp_lo``, scales ``16 s`` and
-  ``s``, then the two halves added. Every dequantized value is exact in f32; the memory is the
-  int8 weight's. With ``int8_activations`` (an explicit option, what OpenVINO's default CPU
-  config does) int8 runs as ``MatMulNBits`` bits=8 and int4 at ``accuracy_level`` 4.
+- Decoding (at most ``SPLIT_MAX_ROWS`` rows of activations) runs the int8 kernels
+  (``accuracy_level`` 4), which ONNX Runtime makes 1.5x (4-bit) to 20x (8-bit) faster than its
+  f32-compute ones on AVX2, on activations split exactly into three parts whose int8
+  quantization loses nothing that f32 would keep (:func:`_int8_grid_parts`): the result is
+  OpenVINO's exact one to f32 rounding. More rows (a prompt) run a 4-bit weight's f32-compute
+  kernel, faster there, through an ``If`` on the row count.
+- 8-bit weights are written as they are (``MatMulNBits`` bits=8) and always split: ONNX Runtime
+  1.31 has no fast f32-compute 8-bit kernel on x86 (at ``accuracy_level`` 0 it dequantizes all of
+  B on every call). Where the split cannot be built (an input of unknown rank) an int8 weight runs
+  as one 4-bit ``MatMulNBits`` over twice the rows, its high and low nibbles: ``q - zp = 16 (hi -
+  zp_hi) + (lo - zp_lo)`` with ``zp = 16 zp_hi + zp_lo``, scales ``16 s`` and ``s``, then the two
+  halves added (exact, the int8 weight's memory). With ``int8_activations`` (an explicit option,
+  what OpenVINO's default CPU config does) the activations are quantized once: int8 runs as
+  ``MatMulNBits`` bits=8 and int4 at ``accuracy_level`` 4.
 - Embeddings: ``GatherBlockQuantized`` dequantizes the gathered rows in f32 and gives zeros for
   out-of-range indices (negative ones count from the end): OpenVINO's Gather-8, with no guard.
 - f16/bf16 weights stay in their type in the file and reach f32 through a Cast (which ONNX
@@ -33,8 +40,9 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
+from ..ir import Layer
 from .context import Context, Node
-from .weights import FloatWeight, QuantizedWeight
+from .weights import FloatWeight, QuantizedWeight, plan_weights
 
 __all__ = ["MS_DOMAIN", "float_weight", "gather_quantized", "matmul_quantized"]
 
@@ -87,23 +95,233 @@ def _record(ctx: Context, w: QuantizedWeight | FloatWeight, how: str, names: lis
 
 
 def matmul_quantized(node: Node, ctx: Context, w: QuantizedWeight) -> str:
-    """``A @ W^T`` for a quantized ``W [N, K]`` (MatMul's B, either orientation)."""
+    """``A @ W^T`` for a quantized ``W [N, K]`` (MatMul's B, either orientation).
+
+    Exact by default, through :func:`_split_group`: a few rows of A (decoding) reach the int8
+    kernels split exactly, more rows (a prompt) a 4-bit weight's f32-compute kernel. With
+    ``int8_activations`` the activations are quantized once, as OpenVINO's default CPU config
+    does. An input of unknown rank keeps the f32-compute kernel (the split reshapes by rank).
+    """
     int8_act = ctx.options.int8_activations
-    key = (w.layer.id, "matmul", int8_act)
+    dims = node.input_shape(0).dims
+    if int8_act or dims is None or not dims:
+        inputs, attrs, nibbles = _weight_inputs(ctx, w, native8=int8_act and w.bits == 8)
+        return _matmul_node(ctx.b, node.inputs[0], inputs, {**attrs, "accuracy_level": 4 if int8_act else 0}, nibbles)
+    done = ctx.emitted.get((node.layer.id, "split-group"))
+    if done is None:
+        _split_group(node, ctx, w, len(dims))
+        done = ctx.emitted[(node.layer.id, "split-group")]
+    return done[0][0]
+
+
+def _weight_inputs(ctx: Context, w: QuantizedWeight, native8: bool) -> tuple[list[str], dict[str, Any], bool]:
+    """``w``'s ``MatMulNBits`` initializers and attributes (no ``accuracy_level``), once per form."""
+    key = (w.layer.id, "matmul", native8)
     if key not in ctx.emitted:
-        ctx.emitted[key] = _matmul_inputs(ctx, w, int8_act)
-    inputs, attrs, split = ctx.emitted[key]
-    out = ctx.b.op("MatMulNBits", [node.inputs[0], *inputs], attrs, domain=MS_DOMAIN)
-    if not split:
+        ctx.emitted[key] = _matmul_inputs(ctx, w, native8)
+        how = "int8 activations" if ctx.options.int8_activations else "f32 compute"
+        what = "8-bit" if native8 else ("int8 as 4-bit high/low nibbles" if w.bits == 8 else "4-bit")
+        _record(ctx, w, f"MatMulNBits {what} block {w.block}, {how}", ctx.emitted[key][0])
+    return ctx.emitted[key]
+
+
+def _matmul_node(graph: Any, a: str, inputs: list[str], attrs: dict[str, Any], nibbles: bool) -> str:
+    """``MatMulNBits(a, *inputs)`` appended to ``graph`` (a builder), plus the add of an 8-bit
+    weight's two nibble halves."""
+    out = graph.op("MatMulNBits", [a, *inputs], attrs, domain=MS_DOMAIN)
+    if not nibbles:
         return out
-    high, low = ctx.b.op("Split", [out], {"axis": -1, "num_outputs": 2}, outputs=2)
-    return ctx.b.op("Add", [high, low])
+    high, low = graph.op("Split", [out], {"axis": -1, "num_outputs": 2}, outputs=2)
+    return graph.op("Add", [high, low])
 
 
-def _matmul_inputs(ctx: Context, w: QuantizedWeight, int8_act: bool) -> tuple[list[str], dict[str, Any], bool]:
+# Up to this many rows of A take the exact int8 split (three kernel rows each), more a 4-bit
+# weight's f32-compute kernel. ONNX Runtime 1.31, AVX2, a 4864x896 4-bit weight, 2 threads
+# (``benchmarks/weights_kernels.py``): the int8 kernel takes ~225 us for 3 rows and ~46 us for each
+# further row, the f32 one ~360 us for 1 row and ~75 us for each further row: they cross at 3.
+SPLIT_MAX_ROWS = 3
+
+
+def _split_group(node: Node, ctx: Context, w: QuantizedWeight, rank: int) -> None:
+    """Every compressed-weight MatMul reading ``node``'s A (q/k/v, gate/up) with ``w``'s block and
+    K, as one ``If`` on A's row count (``ctx.emitted[(layer id, "split-group")]`` holds each one's
+    output). Their weights of one bit width run as one ``MatMulNBits`` over the rows of all of them
+    (one initializer, split after): ONNX Runtime 1.31 ran q/k/v as one kernel in 0.18 ms instead of
+    0.28 ms, gate/up in 1.19 instead of 1.38 (a 3-row split, 2 threads: 7 ms a token over 24 layers).
+
+    - At most :data:`SPLIT_MAX_ROWS` rows: A split once (:func:`_int8_grid_parts`), the kernels at
+      ``accuracy_level`` 4 on the three parts, summed.
+    - More rows: 4-bit weights at ``accuracy_level`` 0 on A (the same initializer: ONNX Runtime
+      prepacks a 4-bit weight once for each kernel). 8-bit weights take the split for any row
+      count (ONNX Runtime has no fast f32-compute 8-bit kernel, and their 4-bit nibble form would
+      be a second copy of the weight in the file): the ``If`` gives the parts out and their kernel
+      runs once, after it.
+
+    The split's ~20 small values live in the branches: in the main graph, 24 layers of them made
+    ONNX Runtime's allocation planner (quadratic in a graph's values) take 9.7 s instead of 3.3 s
+    to load the real-size int4 model. So a group of 8-bit weights only still gets its ``If``, both
+    branches splitting. A 1-D A (one row) needs no ``If``.
+    """
+    graph, plan = node.graph, plan_weights(node.graph)
+    src, port = graph.producer(node.layer, 0)
+    members: list[tuple[Layer, QuantizedWeight]] = []
+    for dst, index in graph.consumers(src, src.outputs.index(port)):
+        other = plan.weights.get(graph.producer(dst, 1)[0].id) if dst.type == "MatMul" and index == 0 else None
+        done = (dst.id, "split-group") in ctx.emitted
+        if isinstance(other, QuantizedWeight) and (other.block, other.k) == (w.block, w.k) and not done:
+            members.append((dst, other))
+    four = [mw for _, mw in members if mw.bits == 4]
+    eight = [mw for _, mw in members if mw.bits == 8]
+    fused4, fused8 = _fused_inputs(ctx, four, 4), _fused_inputs(ctx, eight, 8)
+    b, x = ctx.b, node.inputs[0]
+    axis = b.const(np.array([-2], np.int64), hint="axis_m2")
+
+    def summed(graph_b: Any, parts: str, fused: tuple[list[str], dict[str, Any]]) -> str:
+        rows = _matmul_node(graph_b, parts, fused[0], {**fused[1], "accuracy_level": 4}, False)
+        return graph_b.op("ReduceSum", [rows, axis], {"keepdims": 0})
+
+    def branch(graph_b: Any, few: bool) -> list[str]:
+        """The 4-bit weights' result, then the parts if 8-bit weights need them."""
+        outs, parts = [], None
+        if fused4 is not None:
+            if few:
+                parts = _int8_grid_parts(x, rank, w, graph_b, b)
+                outs.append(summed(graph_b, parts, fused4))
+            else:
+                outs.append(_matmul_node(graph_b, x, fused4[0], {**fused4[1], "accuracy_level": 0}, False))
+        if fused8 is not None:
+            outs.append(parts or _int8_grid_parts(x, rank, w, graph_b, b))
+        return outs
+
+    if rank == 1:
+        outs = branch(b, True)
+    else:
+        branches = {}
+        for name, few in (("then_branch", True), ("else_branch", False)):
+            sub = b.sub(f"{node.layer.name}/{'few' if few else 'many'}_rows")
+            for out in branch(sub, few):
+                sub.add_output(out, TensorProto.FLOAT, None)
+            branches[name] = sub.graph()
+        limit = b.const(np.array(SPLIT_MAX_ROWS * w.k, np.int64), hint="split_max_values")
+        few_rows = b.op("LessOrEqual", [b.op("Size", [x]), limit])
+        count = (fused4 is not None) + (fused8 is not None)
+        outs = b.op("If", [few_rows], branches, outputs=count)
+        outs = [outs] if count == 1 else outs
+    results = []
+    if fused4 is not None:
+        results += _split_rows(b, outs[0], four)
+    if fused8 is not None:
+        results += _split_rows(b, summed(b, outs[-1], fused8), eight)
+    ordered = [dst for dst, mw in members if mw.bits == 4] + [dst for dst, mw in members if mw.bits == 8]
+    for dst, out in zip(ordered, results):
+        ctx.emitted[(dst.id, "split-group")] = ([out], {}, False)
+
+
+def _split_rows(b: Any, out: str, weights: list[QuantizedWeight]) -> list[str]:
+    """The result of a fused ``MatMulNBits`` cut back into each weight's columns."""
+    if len(weights) == 1:
+        return [out]
+    sizes = b.const(np.array([mw.rows for mw in weights], np.int64), hint="split_sizes")
+    return b.op("Split", [out, sizes], {"axis": -1}, outputs=len(weights))
+
+
+def _fused_inputs(ctx: Context, weights: list[QuantizedWeight], bits: int) -> tuple[list[str], dict[str, Any]] | None:
+    """One ``MatMulNBits``' initializers and attributes (no ``accuracy_level``) for ``weights`` (all
+    ``bits`` wide, one block and K) stacked by rows, their codes as stored: 4-bit two a byte,
+    8-bit one. None for no weights. Each weight is recorded for ``inspect``."""
+    if not weights:
+        return None
+    w0, b = weights[0], ctx.b
+    blocks = _blocks(w0)
+    per_block = w0.block * bits // 8
+    rows = sum(mw.rows for mw in weights)
+    shape = (rows, blocks, per_block)
+
+    def make() -> np.ndarray:
+        out = np.empty(shape, np.uint8)
+        offset = 0
+        for mw in weights:
+            direct = bits == 4 and mw.packed is not None and mw.k % mw.block == 0
+            for start in range(0, mw.rows, _CHUNK):
+                stop = min(start + _CHUNK, mw.rows)
+                if direct:  # the .bin's bytes (i4: each nibble + 8)
+                    packed = mw.packed_unsigned() if mw.signed else mw.packed
+                    chunk = packed[start:stop].reshape(stop - start, blocks, per_block)
+                else:
+                    codes = _blocked_codes(mw.codes(start, stop), mw)
+                    chunk = _pack4(codes) if bits == 4 else codes
+                out[offset + start : offset + stop] = chunk
+            offset += mw.rows
+        return out
+
+    hint = w0.layer.name if len(weights) == 1 else f"{w0.layer.name}+{len(weights) - 1}"
+    data = b.lazy_const(shape, np.uint8, make, hint)
+    scale = np.concatenate([_per_block(mw.scale, mw) for mw in weights])
+    zp = np.concatenate([_per_block(mw.zero_point, mw) for mw in weights])
+    names = [data, b.const(scale.reshape(-1), hint=f"{hint}_scale")]
+    if np.any(zp != 1 << (bits - 1)):
+        names.append(b.const((_pack4(zp) if bits == 4 else zp).reshape(-1), hint=f"{hint}_zero_point"))
+    what = "4-bit" if bits == 4 else "8-bit"
+    how = f"exact (int8 split up to {SPLIT_MAX_ROWS} rows, f32 beyond)" if bits == 4 else "exact (int8 split)"
+    for mw in weights:  # the report counts the shared initializers' bytes once, on the first
+        _record(ctx, mw, f"MatMulNBits {what} block {mw.block}, {how}", names)
+    return names, {"K": w0.k, "N": rows, "bits": bits, "block_size": w0.block}
+
+
+# The activations' split: three parts, the first two exactly on int8 grids.
+_PARTS = 3
+_TINY = np.float32(1e-30)  # the scale of an all-zero block (any positive value keeps 0 / s finite)
+
+
+def _int8_grid_parts(x: str, rank: int, w: QuantizedWeight, b: Any, consts: Any) -> str:
+    """``x [..., K]`` as ``[..., 3, K]`` (nodes in builder ``b``, constants in ``consts``): parts
+    ``x1 + x2 + x3 = x``, for one ``MatMulNBits`` call at ``accuracy_level`` 4 whose three result
+    rows sum (``ReduceSum``) to ``x @ W^T``.
+
+    ``accuracy_level`` 4 quantizes A to int8 per block of ``block_size`` values along K,
+    symmetric, scale ``max|a| / 127`` (MLAS). A block whose values already lie on that grid --
+    ``s * round(a / s)`` with ``s = max|a| / 127``, which holds ``max|a|`` itself as ``127 s`` -- is
+    quantized with no error, and its dot product with the codes is integer arithmetic. ``x1`` is
+    ``x`` on its grid, ``x2`` the remainder ``x - x1`` on its own grid (127x finer), ``x3`` what is
+    left (at most ``max|x| / 64516``), which the kernel quantizes with an error below ``max|x| /
+    2**23``: f32's own rounding. The three rows cost one pass over the weight (they share each
+    unpacked block). ``tests/convert/test_weights.py`` pins the result to f32 accuracy on
+    heavy-tailed activations: if a later ONNX Runtime quantizes differently, it fails, not drifts.
+    """
+    block = w.block
+    blocks = -(-w.k // block)
+    pad = blocks * block - w.k
+    if pad:  # per channel with K not a multiple of the block: the kernel's last block is partial
+        pads = np.zeros(2 * rank, np.int64)
+        pads[-1] = pad
+        x = b.op("Pad", [x, consts.const(pads, hint="pads")])
+    keep = [0] * (rank - 1)
+    blocked = b.op("Reshape", [x, consts.const(np.array(keep + [blocks, block], np.int64), hint="blocked")])
+    last = consts.const(np.array([-1], np.int64), hint="axis_m1")
+    tiny, inv127 = consts.const(_TINY, hint="tiny"), consts.const(np.float32(1 / 127), hint="inv127")
+    parts, rest = [], blocked
+    for _ in range(_PARTS - 1):
+        amax = b.op("ReduceMax", [b.op("Abs", [rest]), last], {"keepdims": 1})
+        scale = b.op("Mul", [b.op("Max", [amax, tiny]), inv127])
+        on_grid = b.op("Mul", [b.op("Round", [b.op("Div", [rest, scale])]), scale])
+        parts.append(on_grid)
+        rest = b.op("Sub", [rest, on_grid])
+    parts.append(rest)
+    stacked = b.op("Concat", parts, {"axis": -2})  # [..., 3 * blocks, block]
+    shape = consts.const(np.array(keep + [_PARTS, blocks * block], np.int64), hint="parts")
+    rows = b.op("Reshape", [stacked, shape])
+    if pad:
+        zero, k = consts.const(np.array([0], np.int64), hint="zero"), consts.const(np.array([w.k], np.int64), hint="k")
+        rows = b.op("Slice", [rows, zero, k, last])
+    return rows
+
+
+def _matmul_inputs(ctx: Context, w: QuantizedWeight, native8: bool) -> tuple[list[str], dict[str, Any], bool]:
+    """``(initializers, attributes without accuracy_level, nibbles)`` of ``w``'s ``MatMulNBits``:
+    8-bit codes as they are (``native8``), else 4-bit: the codes, or an 8-bit weight's nibbles."""
     b, hint, blocks = ctx.b, w.layer.name, _blocks(w)
     scale, zp = _per_block(w.scale, w), _per_block(w.zero_point, w)
-    if w.bits == 8 and int8_act:
+    if native8:
 
         def fill8(out: np.ndarray, start: int, stop: int) -> None:
             out[start:stop] = _blocked_codes(w.codes(start, stop), w)
@@ -113,9 +331,7 @@ def _matmul_inputs(ctx: Context, w: QuantizedWeight, int8_act: bool) -> tuple[li
         names = [data, b.const(scale.reshape(-1), hint=f"{hint}_scale")]
         if np.any(zp != 128):
             names.append(b.const(zp.reshape(-1), hint=f"{hint}_zero_point"))
-        attrs = {"K": w.k, "N": w.rows, "bits": 8, "block_size": w.block, "accuracy_level": 4}
-        _record(ctx, w, f"MatMulNBits 8-bit block {w.block}, int8 activations", names)
-        return names, attrs, False
+        return names, {"K": w.k, "N": w.rows, "bits": 8, "block_size": w.block}, False
     split = w.bits == 8
     rows = 2 * w.rows if split else w.rows
     shape = (rows, blocks, w.block // 2)
@@ -141,12 +357,7 @@ def _matmul_inputs(ctx: Context, w: QuantizedWeight, int8_act: bool) -> tuple[li
     names = [data, b.const(scale.reshape(-1), hint=f"{hint}_scale")]
     if np.any(zp != 8):
         names.append(b.const(_pack4(zp).reshape(-1), hint=f"{hint}_zero_point"))
-    acc = 4 if int8_act else 0
-    attrs = {"K": w.k, "N": rows, "bits": 4, "block_size": w.block, "accuracy_level": acc}
-    what = "int8 as 4-bit high/low nibbles" if split else "4-bit"
-    suffix = ", int8 activations" if int8_act else ""
-    _record(ctx, w, f"MatMulNBits {what} block {w.block}{suffix}", names)
-    return names, attrs, split
+    return names, {"K": w.k, "N": rows, "bits": 4, "block_size": w.block}, split
 
 
 def gather_quantized(node: Node, ctx: Context, w: QuantizedWeight, indices: str) -> str:
