@@ -203,6 +203,20 @@ def test_weights_sharing_an_input_share_one_split(tmp_path):
     assert sum(r["count"] for r in rows) == 4 and all("exact" in r["as"] for r in rows), rows
 
 
+@pytest.mark.parametrize("wtype", ["u4", "u8"])
+def test_f16_activations(tmp_path, wtype):
+    """A compressed weight decompressed to f16 for an f16 MatMul: the kernels run on the
+    activations cast to f32 (their scales are f32) and the result is cast back; OpenVINO's
+    result in both forms, for a prompt and for one row."""
+    weight, dense = compressed(33, 128, wtype, None, sym=False)
+    x = ops.parameter([1, -1, 128], np.float16, name="x")
+    xml = single_op(tmp_path, ops.matmul(x, ops.convert(weight, "f16"), False, True), [x])
+    for seq in (5, 1):
+        feeds = {"x": RNG.standard_normal((1, seq, 128)).astype(np.float16)}
+        (want,) = check_model(xml, feeds, rtol=2e-3, atol=2e-3)
+        assert want.dtype == np.float16
+
+
 @pytest.mark.parametrize("wtype", ["u4", "i8"])
 @pytest.mark.parametrize("rank", [None, 1])
 def test_activation_rank(tmp_path, wtype, rank):
