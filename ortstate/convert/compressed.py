@@ -100,29 +100,18 @@ def matmul_quantized(node: Node, ctx: Context, w: QuantizedWeight) -> str:
     Exact by default, through :func:`_split_group`: a few rows of A (decoding) reach the int8
     kernels split exactly, more rows (a prompt) a 4-bit weight's f32-compute kernel. With
     ``int8_activations`` the activations are quantized once, as OpenVINO's default CPU config
-    does. An input of unknown rank keeps the f32-compute kernel (the split reshapes by rank). The
-    kernels compute on f32 activations (the scales are f32): f16 ones are cast to f32 and back.
+    does. An input of unknown rank keeps the f32-compute kernel (the split reshapes by rank).
     """
     int8_act = ctx.options.int8_activations
     dims = node.input_shape(0).dims
     if int8_act or dims is None or not dims:
         inputs, attrs, nibbles = _weight_inputs(ctx, w, native8=int8_act and w.bits == 8)
-        a, typed = _as_f32(ctx.b, node)
-        out = _matmul_node(ctx.b, a, inputs, {**attrs, "accuracy_level": 4 if int8_act else 0}, nibbles)
-        return typed(out)
+        return _matmul_node(ctx.b, node.inputs[0], inputs, {**attrs, "accuracy_level": 4 if int8_act else 0}, nibbles)
     done = ctx.emitted.get((node.layer.id, "split-group"))
     if done is None:
         _split_group(node, ctx, w, len(dims))
         done = ctx.emitted[(node.layer.id, "split-group")]
     return done[0][0]
-
-
-def _as_f32(b: Any, node: Node) -> tuple[str, Any]:
-    """``node``'s A as f32, and the cast of a result back to A's type (identity for f32)."""
-    elem = node.onnx_input_type(0)
-    if elem == TensorProto.FLOAT:
-        return node.inputs[0], lambda out: out
-    return b.op("Cast", [node.inputs[0]], {"to": TensorProto.FLOAT}), lambda out: b.op("Cast", [out], {"to": elem})
 
 
 def _weight_inputs(ctx: Context, w: QuantizedWeight, native8: bool) -> tuple[list[str], dict[str, Any], bool]:
@@ -184,8 +173,7 @@ def _split_group(node: Node, ctx: Context, w: QuantizedWeight, rank: int) -> Non
     four = [mw for _, mw in members if mw.bits == 4]
     eight = [mw for _, mw in members if mw.bits == 8]
     fused4, fused8 = _fused_inputs(ctx, four, 4), _fused_inputs(ctx, eight, 8)
-    b = ctx.b
-    x, typed = _as_f32(b, node)
+    b, x = ctx.b, node.inputs[0]
     axis = b.const(np.array([-2], np.int64), hint="axis_m2")
 
     def summed(graph_b: Any, parts: str, fused: tuple[list[str], dict[str, Any]]) -> str:
@@ -226,7 +214,7 @@ def _split_group(node: Node, ctx: Context, w: QuantizedWeight, rank: int) -> Non
         results += _split_rows(b, summed(b, outs[-1], fused8), eight)
     ordered = [dst for dst, mw in members if mw.bits == 4] + [dst for dst, mw in members if mw.bits == 8]
     for dst, out in zip(ordered, results):
-        ctx.emitted[(dst.id, "split-group")] = ([typed(out)], {}, False)
+        ctx.emitted[(dst.id, "split-group")] = ([out], {}, False)
 
 
 def _split_rows(b: Any, out: str, weights: list[QuantizedWeight]) -> list[str]:
