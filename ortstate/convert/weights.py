@@ -170,7 +170,12 @@ def _float(graph: Graph, layer: Layer) -> FloatWeight | None:
 
 # -- quantized ----------------------------------------------------------------------------------
 def _quantized_for_consumers(graph: Graph, layer: Layer) -> QuantizedWeight | None:
-    """The weight ``layer`` ends, if every consumer takes it in one orientation we can emit."""
+    """The weight ``layer`` ends, if every consumer takes it in one orientation we can emit, as
+    f32: a chain ending in f16 (for an f16 MatMul) rounds each value to f16, which blocked codes
+    and scales cannot say; it is folded, as before."""
+    etype = layer.outputs[0].element_type
+    if etype is not None and etype.name != "f32":
+        return None
     consumers = graph.consumers(layer, 0)
     orientations = {_orientation(graph, dst, index) for dst, index in consumers}
     if not consumers or len(orientations) != 1 or None in orientations:

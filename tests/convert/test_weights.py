@@ -164,11 +164,10 @@ def test_exact_split_has_f32_accuracy(tmp_path, wtype, k, group, seq):
     acts[..., -8:] *= 1e-20  # values far below the block's largest
     acts = acts.astype(np.float32)
     exact = acts.astype(np.float64) @ dense.T.astype(np.float64)
-    path = tmp_path / "m.onnx"
-    ortstate.convert(xml, path)
-    got = ortstate.StatefulSession(path).run(None, {"x": acts})[0]
     scale = np.abs(exact).max()
-    assert np.abs(got - exact).max() <= 2e-6 * scale, np.abs(got - exact).max() / scale
+    for explicit in (False, True):
+        got = open_session(xml, explicit).run(None, {"x": acts})[0]
+        assert np.abs(got - exact).max() <= 2e-6 * scale, (explicit, np.abs(got - exact).max() / scale)
 
 
 def test_weights_sharing_an_input_share_one_split(tmp_path):
@@ -201,6 +200,20 @@ def test_weights_sharing_an_input_share_one_split(tmp_path):
                 np.testing.assert_allclose(g, acts @ dense.T, rtol=1e-5, atol=1e-5)
     rows = read_report(model)
     assert sum(r["count"] for r in rows) == 4 and all("exact" in r["as"] for r in rows), rows
+
+
+@pytest.mark.parametrize("wtype", ["u4", "u8"])
+def test_f16_activations(tmp_path, wtype):
+    """A compressed weight decompressed to f16 for an f16 MatMul rounds each value to f16, which
+    MatMulNBits cannot say: folded (reported as expanded), OpenVINO's result in both forms."""
+    weight, _ = compressed(33, 128, wtype, None, sym=False)
+    x = ops.parameter([1, -1, 128], np.float16, name="x")
+    xml = single_op(tmp_path, ops.matmul(x, ops.convert(weight, "f16"), False, True), [x])
+    for seq in (5, 1):
+        feeds = {"x": RNG.standard_normal((1, seq, 128)).astype(np.float16)}
+        (want,) = check_model(xml, feeds, rtol=2e-3, atol=2e-3)
+        assert want.dtype == np.float16
+    assert "MatMulNBits" not in {n.op_type for n in ortstate.convert(xml).graph.node}
 
 
 @pytest.mark.parametrize("wtype", ["u4", "i8"])
