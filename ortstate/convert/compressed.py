@@ -115,13 +115,16 @@ def matmul_quantized(node: Node, ctx: Context, w: QuantizedWeight) -> str:
 
 
 def _weight_inputs(ctx: Context, w: QuantizedWeight, native8: bool) -> tuple[list[str], dict[str, Any], bool]:
-    """``w``'s ``MatMulNBits`` initializers and attributes (no ``accuracy_level``), once per form."""
+    """``w``'s own ``MatMulNBits`` initializers and attributes (no ``accuracy_level``), once per form,
+    and whether they are an 8-bit weight's nibble halves (unless ``native8``)."""
     key = (w.layer.id, "matmul", native8)
     if key not in ctx.emitted:
-        ctx.emitted[key] = _matmul_inputs(ctx, w, native8)
+        nibbles = w.bits == 8 and not native8
+        names, attrs = _nibble_inputs(ctx, w) if nibbles else _stacked(ctx, [w], w.bits)
+        ctx.emitted[key] = (names, attrs, nibbles)
         how = "int8 activations" if ctx.options.int8_activations else "f32 compute"
-        what = "8-bit" if native8 else ("int8 as 4-bit high/low nibbles" if w.bits == 8 else "4-bit")
-        _record(ctx, w, f"MatMulNBits {what} block {w.block}, {how}", ctx.emitted[key][0])
+        what = "int8 as 4-bit high/low nibbles" if nibbles else f"{w.bits}-bit"
+        _record(ctx, w, f"MatMulNBits {what} block {w.block}, {how}", names)
     return ctx.emitted[key]
 
 
@@ -226,27 +229,44 @@ def _split_rows(b: Any, out: str, weights: list[QuantizedWeight]) -> list[str]:
 
 
 def _fused_inputs(ctx: Context, weights: list[QuantizedWeight], bits: int) -> tuple[list[str], dict[str, Any]] | None:
-    """One ``MatMulNBits``' initializers and attributes (no ``accuracy_level``) for ``weights`` (all
-    ``bits`` wide, one block and K) stacked by rows, their codes as stored: 4-bit two a byte,
-    8-bit one. None for no weights. Each weight is recorded for ``inspect``."""
+    """:func:`_stacked` for a split group's ``bits``-wide weights, each recorded for ``inspect``;
+    None for no weights."""
     if not weights:
         return None
+    names, attrs = _stacked(ctx, weights, bits)
+    how = f"exact (int8 split up to {SPLIT_MAX_ROWS} rows, f32 beyond)" if bits == 4 else "exact (int8 split)"
+    for mw in weights:  # the report counts the shared initializers' bytes once, on the first
+        _record(ctx, mw, f"MatMulNBits {bits}-bit block {mw.block}, {how}", names)
+    return names, attrs
+
+
+def _stacked(ctx: Context, weights: list[QuantizedWeight], bits: int) -> tuple[list[str], dict[str, Any]]:
+    """One ``MatMulNBits``' initializers and attributes (no ``accuracy_level``) for ``weights`` (all
+    ``bits`` wide, one block and K) stacked by rows, their codes as stored: 4-bit two a byte (the
+    ``.bin``'s bytes where rows start on a byte; i4: each nibble + 8), 8-bit one."""
     w0, b = weights[0], ctx.b
     blocks = _blocks(w0)
     per_block = w0.block * bits // 8
     rows = sum(mw.rows for mw in weights)
     shape = (rows, blocks, per_block)
 
+    def stored(mw: QuantizedWeight) -> np.ndarray | None:
+        """``mw``'s 4-bit bytes as in the ``.bin`` (a view), or None (they need packing)."""
+        if bits != 4 or mw.packed is None or mw.k % mw.block:
+            return None
+        return mw.packed_unsigned() if mw.signed else mw.packed
+
     def make() -> np.ndarray:
+        if len(weights) == 1 and (view := stored(w0)) is not None:
+            return view.reshape(shape)  # no copy
         out = np.empty(shape, np.uint8)
         offset = 0
         for mw in weights:
-            direct = bits == 4 and mw.packed is not None and mw.k % mw.block == 0
+            view = stored(mw)
             for start in range(0, mw.rows, _CHUNK):
                 stop = min(start + _CHUNK, mw.rows)
-                if direct:  # the .bin's bytes (i4: each nibble + 8)
-                    packed = mw.packed_unsigned() if mw.signed else mw.packed
-                    chunk = packed[start:stop].reshape(stop - start, blocks, per_block)
+                if view is not None:
+                    chunk = view[start:stop].reshape(stop - start, blocks, per_block)
                 else:
                     codes = _blocked_codes(mw.codes(start, stop), mw)
                     chunk = _pack4(codes) if bits == 4 else codes
@@ -261,10 +281,6 @@ def _fused_inputs(ctx: Context, weights: list[QuantizedWeight], bits: int) -> tu
     names = [data, b.const(scale.reshape(-1), hint=f"{hint}_scale")]
     if np.any(zp != 1 << (bits - 1)):
         names.append(b.const((_pack4(zp) if bits == 4 else zp).reshape(-1), hint=f"{hint}_zero_point"))
-    what = "4-bit" if bits == 4 else "8-bit"
-    how = f"exact (int8 split up to {SPLIT_MAX_ROWS} rows, f32 beyond)" if bits == 4 else "exact (int8 split)"
-    for mw in weights:  # the report counts the shared initializers' bytes once, on the first
-        _record(ctx, mw, f"MatMulNBits {what} block {mw.block}, {how}", names)
     return names, {"K": w0.k, "N": rows, "bits": bits, "block_size": w0.block}
 
 
@@ -316,48 +332,25 @@ def _int8_grid_parts(x: str, rank: int, w: QuantizedWeight, b: Any, consts: Any)
     return rows
 
 
-def _matmul_inputs(ctx: Context, w: QuantizedWeight, native8: bool) -> tuple[list[str], dict[str, Any], bool]:
-    """``(initializers, attributes without accuracy_level, nibbles)`` of ``w``'s ``MatMulNBits``:
-    8-bit codes as they are (``native8``), else 4-bit: the codes, or an 8-bit weight's nibbles."""
+def _nibble_inputs(ctx: Context, w: QuantizedWeight) -> tuple[list[str], dict[str, Any]]:
+    """An 8-bit weight as one 4-bit ``MatMulNBits`` over twice its rows: high nibbles (scale
+    ``16 s``) above low nibbles (scale ``s``), added after (see the module docstring)."""
     b, hint, blocks = ctx.b, w.layer.name, _blocks(w)
     scale, zp = _per_block(w.scale, w), _per_block(w.zero_point, w)
-    if native8:
+    shape = (2 * w.rows, blocks, w.block // 2)
 
-        def fill8(out: np.ndarray, start: int, stop: int) -> None:
-            out[start:stop] = _blocked_codes(w.codes(start, stop), w)
+    def fill_split(out: np.ndarray, start: int, stop: int) -> None:
+        codes = w.codes(start, stop)
+        out[start:stop] = _pack4(_blocked_codes(codes >> 4, w))
+        out[w.rows + start : w.rows + stop] = _pack4(_blocked_codes(codes & 15, w))
 
-        shape = (w.rows, blocks, w.block)
-        data = b.lazy_const(shape, np.uint8, _by_rows(w, shape, fill8), hint)
-        names = [data, b.const(scale.reshape(-1), hint=f"{hint}_scale")]
-        if np.any(zp != 128):
-            names.append(b.const(zp.reshape(-1), hint=f"{hint}_zero_point"))
-        return names, {"K": w.k, "N": w.rows, "bits": 8, "block_size": w.block}, False
-    split = w.bits == 8
-    rows = 2 * w.rows if split else w.rows
-    shape = (rows, blocks, w.block // 2)
-    if split:  # high nibbles (scale 16 s) above low nibbles (scale s): see the module docstring
-
-        def fill_split(out: np.ndarray, start: int, stop: int) -> None:
-            codes = w.codes(start, stop)
-            out[start:stop] = _pack4(_blocked_codes(codes >> 4, w))
-            out[w.rows + start : w.rows + stop] = _pack4(_blocked_codes(codes & 15, w))
-
-        data = b.lazy_const(shape, np.uint8, _by_rows(w, shape, fill_split), hint)
-        scale = np.concatenate([scale * 16, scale])
-        zp = np.concatenate([zp >> 4, zp & 15])
-    elif w.packed is not None and w.k % w.block == 0:  # the .bin's bytes (i4: each nibble + 8)
-        packed = w.packed_unsigned if w.signed else (lambda: w.packed)
-        data = b.lazy_const(shape, np.uint8, lambda: packed().reshape(shape), hint)
-    else:
-
-        def fill4(out: np.ndarray, start: int, stop: int) -> None:
-            out[start:stop] = _pack4(_blocked_codes(w.codes(start, stop), w))
-
-        data = b.lazy_const(shape, np.uint8, _by_rows(w, shape, fill4), hint)
+    data = b.lazy_const(shape, np.uint8, _by_rows(w, shape, fill_split), hint)
+    scale = np.concatenate([scale * 16, scale])
+    zp = np.concatenate([zp >> 4, zp & 15])
     names = [data, b.const(scale.reshape(-1), hint=f"{hint}_scale")]
     if np.any(zp != 8):
         names.append(b.const(_pack4(zp).reshape(-1), hint=f"{hint}_zero_point"))
-    return names, {"K": w.k, "N": rows, "bits": 4, "block_size": w.block}, split
+    return names, {"K": w.k, "N": 2 * w.rows, "bits": 4, "block_size": w.block}
 
 
 def gather_quantized(node: Node, ctx: Context, w: QuantizedWeight, indices: str) -> str:
