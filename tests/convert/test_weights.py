@@ -24,6 +24,7 @@ from oracle import check_model, open_session, ov_request, ov_run, single_op
 
 import ortstate
 from ortstate.convert import read_report
+from ortstate.passes import walk
 
 RNG = np.random.default_rng(12)
 
@@ -92,19 +93,8 @@ CASES = [  # (rows, k, group): per channel on k a multiple of 128 and not one of
 ]
 
 
-def all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """The nodes of ``graph`` and of its subgraphs (If branches), depth first."""
-    found = []
-    for node in graph.node:
-        found.append(node)
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                found += all_nodes(attr.g)
-    return found
-
-
 def nbits_attrs(model: onnx.ModelProto) -> list[dict]:
-    nodes = [n for n in all_nodes(model.graph) if n.op_type == "MatMulNBits"]
+    nodes = [n for n in walk.nodes(model.graph) if n.op_type == "MatMulNBits"]
     return [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in nodes]
 
 
@@ -127,7 +117,7 @@ def test_matmul_weight_kept_compressed(tmp_path, wtype, sym, rows, k, group, tra
         got = open_session(xml, explicit).run(None, {"x": one_row})[0]
         np.testing.assert_allclose(got, one_row @ (dense.T if transpose_b else dense), rtol=1e-4, atol=1e-4)
     model = ortstate.convert(xml)
-    ops_used = Counter(n.op_type for n in all_nodes(model.graph))
+    ops_used = Counter(n.op_type for n in walk.nodes(model.graph))
     bits = TYPES[wtype][1]
     assert ops_used["MatMul"] == 0, ops_used
     # exact by default, behind an If on the row count: few rows split on int8 grids (three rows,
@@ -188,7 +178,7 @@ def test_weights_sharing_an_input_share_one_split(tmp_path):
     ifs = [n for n in model.graph.node if n.op_type == "If"]
     assert sorted(len(n.output) for n in ifs) == [1, 2], [list(n.output) for n in ifs]
     assert "Round" not in {n.op_type for n in model.graph.node}  # the split lives in the branches
-    used = Counter(n.op_type for n in all_nodes(model.graph))
+    used = Counter(n.op_type for n in walk.nodes(model.graph))
     assert used["Round"] == 2 * 3  # group 1: once a branch (the 8-bit weight splits in both); group 2: once
     kernels = sorted((a["bits"], a["N"], a["block_size"], a["accuracy_level"]) for a in nbits_attrs(model))
     assert kernels == [(4, 8, 64, 0), (4, 8, 64, 4), (4, 40, 128, 0), (4, 40, 128, 4), (8, 8, 128, 4)]
@@ -230,7 +220,7 @@ def test_activation_rank(tmp_path, wtype, rank):
     bits = TYPES[wtype][1]
     kernels = [(a["bits"], a["accuracy_level"], a["N"]) for a in nbits_attrs(model)]
     assert kernels == ([(4, 0, 33 * bits // 4)] if rank is None else [(bits, 4, 33)])
-    assert "If" not in {n.op_type for n in all_nodes(model.graph)}
+    assert "If" not in {n.op_type for n in walk.nodes(model.graph)}
     acts = RNG.standard_normal((2, 1, 96) if rank is None else (96,)).astype(np.float32)
     for explicit in (False, True):
         got = open_session(xml, explicit).run(None, {"x": acts})[0]
