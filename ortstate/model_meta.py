@@ -144,8 +144,11 @@ class VariableMeta:
             unbounded); None for a dynamic rank.
         init: ``zeros`` (a constant zero tensor of ``init_shape``) or ``computed`` (the model
             computes it from the run's inputs).
-        init_shape: shape of the zero init (dynamic dims read as 0); also the shape ``query_state``
-            shows for an uninitialised variable.
+        init_shape: shape of the zero init (dynamic dims read as 0): what the first run reads of a
+            zero init, and what the explicit form is fed while the variable is uninitialised.
+        uninit_shape: the shape ``query_state`` shows while the variable is uninitialised, as
+            OpenVINO shows it (see :mod:`ortstate.convert.uninitialised`); None in models converted
+            before it was recorded (:attr:`uninitialised_shape` then tells it from the rest).
         init_flag: name of the bool graph input telling the model to compute the init value this
             run (computed inits guarded by an ``If``), else None.
         state_input / state_output: explicit form only: graph input and output carrying the value.
@@ -163,6 +166,18 @@ class VariableMeta:
     state_input: str | None = None
     state_output: str | None = None
     carrier: str | None = None
+    uninit_shape: list[int] | None = None
+
+    @property
+    def uninitialised_shape(self) -> tuple[int, ...]:
+        """What ``query_state`` shows while the variable is uninitialised: ``uninit_shape``, or for
+        an older model the variable's shape with dynamic dims at their lower bound where the init is
+        zeros (OpenVINO's rule for a constant init), else ``init_shape``."""
+        if self.uninit_shape is not None:
+            return tuple(self.uninit_shape)
+        if self.init == "zeros" and self.shape is not None:
+            return tuple(d if isinstance(d, int) else d[0] for d in self.shape)
+        return tuple(self.init_shape)
 
 
 @dataclass(frozen=True)
@@ -294,9 +309,14 @@ def _variable(value: Any, where: str) -> VariableMeta:
         **{k: _str(data.get(k), f"{where}.{k}", optional=True) for k in ("init_flag", "state_input", "state_output")},
         "carrier": _str(data.get("carrier"), f"{where}.carrier", optional=True, choices=tuple(DTYPES)),
     }
+    uninit = data.get("uninit_shape")
+    if uninit is not None:
+        checked["uninit_shape"] = _list(uninit, f"{where}.uninit_shape", _int)
+        if shape is not None and len(uninit) != len(shape):
+            raise _fail(f"{where}.uninit_shape", f"{len(shape)} dims, as the variable's shape", uninit)
     var = VariableMeta(**{**data, **checked})  # a field without a rule here passes through as it is
     lows = [d if isinstance(d, int) else d[0] for d in shape or []]
-    if max(spanned_elements(lows), spanned_elements(init_shape)) > MAX_STATE_ELEMENTS:
+    if max(spanned_elements(s) for s in (lows, init_shape, var.uninitialised_shape)) > MAX_STATE_ELEMENTS:
         raise ValueError(f"{where}: variable '{var.id}' spans more than {MAX_STATE_ELEMENTS} elements")
     init_bytes = math.prod(init_shape) * DTYPES[var.carrier or var.dtype]
     if init_bytes > MAX_INIT_BYTES:

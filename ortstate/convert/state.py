@@ -36,6 +36,7 @@ from ..model_meta import (
 from .builder import GraphBuilder
 from .dtypes import numpy_type, onnx_type
 from .folding import constant_value
+from .uninitialised import uninitialised_shape
 
 __all__ = ["StateWriter", "Variable", "collect_variables", "plan_inits"]
 # Init-only layers of these types are cheap enough to run every step instead of paying for an If.
@@ -55,7 +56,8 @@ class Variable:
     etype: ElementType
     shape: PartialShape
     init: str  # "zeros" | "computed"
-    init_shape: tuple[int, ...]
+    init_shape: tuple[int, ...]  # the zero init's (what the first run reads of a zero init)
+    uninit_shape: tuple[int, ...]  # what query_state shows while uninitialised (see .uninitialised)
     exclusive: set[int] = field(default_factory=set)  # layers only this variable's init needs
     guarded: bool = False
     # The ReadValue's input depends on the same variable's Assign: it runs after the write, and reads
@@ -212,9 +214,9 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
             f"{assign_where}: Assign writes shape {_shape_of_value(graph, assign, 0)} but the variable is {shape}"
         )
 
-    # Uninitialised variables show zeros of the init's shape where the IR tells it without running,
-    # else with each dynamic dim of the variable at its lower bound (0 if unbounded); a zero init
-    # without input is exactly that.
+    # A zero init runs with the init's shape where the IR tells it without running, else with each
+    # dynamic dim of the variable at its lower bound (0 if unbounded); a zero init without input is
+    # exactly that. What query_state shows meanwhile follows OpenVINO (see .uninitialised).
     init_kind, zero_shape = "computed", tuple(d.lo for d in shape.dims or ())
     if not has_init:
         init_kind = "zeros"
@@ -225,7 +227,8 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
         if value is not None and not np.any(value):
             init_kind, zero_shape = "zeros", tuple(value.shape)
     after_assign = has_init and _depends_on(graph, read, assign)
-    variable = Variable(vid, read, assign, etype, shape, init_kind, zero_shape, after_assign=after_assign)
+    shown = uninitialised_shape(graph, read, shape, init_shape)
+    variable = Variable(vid, read, assign, etype, shape, init_kind, zero_shape, shown, after_assign=after_assign)
     _check_size(variable, where)
     return variable
 
@@ -234,7 +237,7 @@ def _check_size(var: Variable, where: str) -> None:
     """Refuse a variable no run could hold: its zero initial value is made before the first run (and
     stored in a custom-op model), and dims past :data:`MAX_STATE_ELEMENTS` cannot cross the runtime."""
     lows = [d.lo for d in var.shape.dims or ()]
-    if max(spanned_elements(lows), spanned_elements(var.init_shape)) > MAX_STATE_ELEMENTS:
+    if max(spanned_elements(s) for s in (lows, var.init_shape, var.uninit_shape)) > MAX_STATE_ELEMENTS:
         raise StateError(f"{where}: shape {var.shape} spans more than {MAX_STATE_ELEMENTS} elements")
     size = math.prod(var.init_shape) * np.dtype(numpy_type(var.carrier_type)).itemsize
     if size > MAX_INIT_BYTES:
@@ -374,6 +377,7 @@ class StateWriter:
             shape=_meta_shape(var.shape),
             init=var.init,
             init_shape=list(var.init_shape),
+            uninit_shape=list(var.uninit_shape),
             init_flag=self._flags.get(var.id),
             carrier=numpy_type(var.carrier_type).name,
         )

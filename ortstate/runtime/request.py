@@ -33,7 +33,8 @@ class VariableState:
 
     @property
     def state(self) -> np.ndarray:
-        """A copy of the value the next run reads (zeros, dynamic dims 0, while uninitialised)."""
+        """A copy of the variable's value. Uninitialised (before the first run, after a reset), zeros
+        of the shape OpenVINO shows then: the variable's, dynamic dims 0 (see docs/api.md)."""
         with self._lock:
             return self._store.get(self._id)
 

@@ -68,6 +68,7 @@ class StateStore:
         self._dtype = {v.id: np.dtype(v.dtype) for v in variables}
         self._carrier = {v.id: np.dtype(v.carrier or v.dtype) for v in variables}
         self._rules = {v.id: ShapeRule(v.shape) for v in variables}
+        self._uninitialised = {v.id: v.uninitialised_shape for v in variables}
         self._values: dict[str, np.ndarray] = {}
         self._pending: dict[str, np.ndarray] = {}
         self._errors: list[str] = []
@@ -151,10 +152,11 @@ class StateStore:
 
     # -- the state API ------------------------------------------------------------------------
     def get(self, var_id: str) -> np.ndarray:
-        """A copy in the variable's dtype; zeros (dynamic dims 0) while uninitialised."""
+        """A copy in the variable's dtype; while uninitialised, zeros of the shape OpenVINO shows then
+        (``VariableMeta.uninitialised_shape``: the variable's, dynamic dims 0, in most cases)."""
         value = self._values.get(var_id)
         if value is None:
-            return np.zeros(self.meta[var_id].init_shape, dtype=self._dtype[var_id])
+            return np.zeros(self._uninitialised[var_id], dtype=self._dtype[var_id])
         return value.astype(self._dtype[var_id], copy=True)
 
     def set(self, var_id: str, value: object) -> None:

@@ -97,7 +97,8 @@ def state_as_input() -> tuple[ov.Model, list]:
 
 def read_value_assign(init_subgraph: bool) -> tuple[ov.Model, list]:
     """ReadValueAssignTest: Assign straight from its ReadValue, set or reset between runs; the init is
-    p1 itself or ``p1 * c + c`` (whose static shape shows before the first run)."""
+    p1 itself (the variable shows its shape, dynamic dims 0, before the first run) or ``p1 * c + c``
+    (whose static shape shows then: see tests/convert/test_uninitialised.py)."""
     shape = [3, 32, 7, 7]
     p1 = ops.parameter([-1, 32, -1, -1], np.float32, name="p1")
     p2 = ops.parameter([-1, -1, -1, -1], np.float32, name="p2")
@@ -108,7 +109,7 @@ def read_value_assign(init_subgraph: bool) -> tuple[ov.Model, list]:
     read = opset6.read_value(init, var)
     model = sinks_model([ops.add(p2, read)], [opset6.assign(read, var)], [p1, p2])
     feeds = {"p1": normal(*shape), "p2": normal(*shape)}
-    steps: list = [query] if init_subgraph else []  # OpenVINO shows an empty tensor for a Parameter init
+    steps: list = [query]
     for i in range(4):
         steps.append(set_state("variable0", normal(*shape)) if i % 2 == 0 else RESET)
         steps.append(feeds)
