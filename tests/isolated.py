@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import sys
 import textwrap
@@ -13,16 +14,26 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_isolated(
-    code: str, *args: str, timeout: float = 180.0, memory: int = 6 << 30
+    code: str,
+    *args: str,
+    timeout: float = 180.0,
+    memory: int = 6 << 30,
+    sigint: signal.Handlers = signal.SIG_DFL,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` (dedented) with ``args`` in ``sys.argv[1:]``, from the repository root, with the
     tests folder importable and at most ``memory`` bytes of address space (a runaway read fails
     there, not on the machine). The caller asserts on ``returncode``, ``stdout`` and ``stderr``: a
     negative return code is the signal that killed it (-11 a segfault, -6 an abort); a hang raises
-    ``subprocess.TimeoutExpired``."""
+    ``subprocess.TimeoutExpired``.
+
+    The child starts with SIGINT at ``sigint``, whatever this process inherited: SIG_DFL as from an
+    interactive shell (Python then installs its ``KeyboardInterrupt`` handler), SIG_IGN as a
+    background job of a non-interactive shell or ``nohup`` starts it (Python then leaves it
+    ignored)."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        signal.signal(signal.SIGINT, sigint)
 
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],
