@@ -30,12 +30,21 @@ RESULTS = HERE / "results"
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, BenchResult):
-        return value.to_dict()
+        return _repo_relative(value.to_dict())
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return value
+
+
+def _repo_relative(row: dict[str, Any]) -> dict[str, Any]:
+    """A result whose model lies in this checkout names it as the checkout does (the results are
+    committed and read on other machines, where this one's absolute paths mean nothing)."""
+    model = Path(row["model"])
+    if model.is_absolute() and model.is_relative_to(HERE.parent):
+        row["model"] = model.relative_to(HERE.parent).as_posix()
+    return row
 
 
 def _machine_line(machine: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 # transformers pins (optimum-intel 2.2's MIN/MAX_TRANSFORMERS_VERSION per architecture)
 PINS = {"main": "5.5.4", "52": "5.2.0", "457": "4.57.6"}
-VENVS = {"main": "/work/venv-llm", "52": "/work/venv-llm-52", "457": "/work/venv-llm-457"}
+VENVS = {"main": ".venv-llm", "52": ".venv-llm-52", "457": ".venv-llm-457"}
 
 VOCAB = 256
 COMMON: dict[str, Any] = {

@@ -53,8 +53,9 @@ __all__ = [
 
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-4
-# f32 everywhere: the CPU plugin may otherwise compute in bf16, keep KV caches in f16 and quantize
-# activations on the fly for compressed weights (MODELS.md).
+# f32 everywhere: the CPU plugin may otherwise compute in bf16 (its default on CPUs with bf16 units),
+# keep KV caches in f16 or u8 and quantize the activations of compressed weights to int8 on the fly
+# (logits move by ~1e-2; docs/compressed-weights.md).
 OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 INSTALL_HINT = "pip install 'ortstate[verify]'"
 

@@ -2,10 +2,14 @@
 command synopsis matches the CLI, and docs/performance.md is what benchmarks/results give."""
 
 import argparse
+import ast
+import io
 import json
+import os
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -51,6 +55,78 @@ def test_links_resolve(page):
 def test_every_doc_is_linked_from_the_readme():
     linked = {(ROOT / t.partition("#")[0]).resolve() for t in LINK.findall(prose(README.read_text()))}
     assert [d.name for d in DOCS if d.resolve() not in linked] == []
+
+
+# -- the repository stands alone -------------------------------------------------------------------
+TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".json", ".cfg", ".ini", ".yml", ".yaml", ".sh", ""}
+# A name ending in .md, with the folders before it (``docs/api.md``, ``../README.md``).
+CITED_DOC = re.compile(r"(?<![\w./-])((?:\.{1,2}/|[\w-][\w.-]*/)*[A-Za-z][\w.-]*\.md)\b")
+CODE_SPAN = re.compile(r"``.*?``|`[^`\n]*`", re.S)
+# An absolute path into someone's machine (``/tmp`` and system paths are the same everywhere).
+MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|home|Users|root|mnt|srv|data)/[\w.-]")
+
+
+def repo_files() -> list[Path]:
+    """The checkout's text files: what git tracks, or (no git) what a walk finds outside hidden,
+    build and cache folders."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+        files = [ROOT / name for name in listed.decode().split("\0") if name]
+    except (OSError, subprocess.CalledProcessError):
+        skip = {"__pycache__", "build", "dist", "out", "node_modules"}
+        files = []
+        for folder, dirs, names in os.walk(ROOT):
+            dirs[:] = [d for d in dirs if not d.startswith(".") and d not in skip and not d.endswith(".egg-info")]
+            files += [Path(folder) / name for name in names]
+    return [f for f in files if f.suffix in TEXT_SUFFIXES and f.is_file()]
+
+
+def prose_of(path: Path, text: str) -> str:
+    """What a reader reads as prose: a Python file's comments and docstrings, a Markdown file
+    outside its code blocks; code spans taken out (a file name there is one code writes or takes)."""
+    if path.suffix == ".py":
+        tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+        parts = [t.string for t in tokens if t.type == tokenize.COMMENT]
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                parts.append(ast.get_docstring(node) or "")
+        text = "\n".join(parts)
+    elif path.suffix == ".md":
+        text = prose(text)
+    return CODE_SPAN.sub("", text)
+
+
+def test_the_repository_cites_only_what_it_holds():
+    """No file cites a document the checkout lacks (notes kept beside it, say ``../shared/NOTES.md``)
+    or names an absolute path of the machine it was written on."""
+    files = repo_files()
+    assert ROOT / "README.md" in files and ROOT / "ortstate" / "runtime" / "pyops.py" in files
+    names = {f.name for f in files}
+    beside = str(ROOT.parent).rstrip("/") + "/" if ROOT.parent != ROOT.parent.parent else None
+    found = []
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        where = path.relative_to(ROOT)
+        for cited in CITED_DOC.findall(prose_of(path, text)):
+            in_repo = [(path.parent / cited).resolve(), (ROOT / cited).resolve()]
+            if not any(p.is_relative_to(ROOT) and p.exists() for p in in_repo) and Path(cited).name not in names:
+                found.append(f"{where}: cites {cited}, which is not in the repository")
+        for match in MACHINE_PATH.finditer(text):
+            found.append(f"{where}: names the absolute path {text[match.start() :].split()[0][:60]}")
+        if beside and beside in text:
+            found.append(f"{where}: names a path beside the checkout ({beside})")
+    assert not found, "\n".join(found)
+
+
+def test_the_check_finds_what_it_looks_for():
+    """What the test above must catch, and what it must let pass."""
+    home = "/" + "home"  # spelled in two parts: this file is checked too
+    text = f"""# see DESIGN.md and ../shared/STYLE.md; writes ``NAME.md``
+x = "out.md"  # [docs](docs/api.md), https://x.org/y/README.md
+run = "{home}/me/venv/bin/python ~/venvs/x /tmp/x.lock /usr/bin/env a{home}/b"
+"""
+    assert CITED_DOC.findall(prose_of(Path("x.py"), text)) == ["DESIGN.md", "../shared/STYLE.md", "docs/api.md"]
+    assert [m.group() for m in MACHINE_PATH.finditer(text)] == [home + "/m"]
 
 
 def test_readme_is_the_front_door():

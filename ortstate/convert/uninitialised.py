@@ -11,7 +11,7 @@ variable shape of its own: its variable takes the init's, so a static init shows
 
 A dimension bounded below shows its lower bound (OpenVINO cannot show such a variable before it is
 written); a dynamic-rank variable (which OpenVINO's CPU plugin refuses) shows the init's shape with
-dynamic dims 0, or a scalar. ``tests/convert/test_state.py`` compares each case with OpenVINO.
+dynamic dims 0, or a scalar. ``tests/convert/test_uninitialised.py`` compares each case with OpenVINO.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ onnxruntime:
   when given run options; ``IOBinding._iobinding`` is the binding object that ``run_with_iobinding``
   takes. Where a release has neither, the public wrapper is used (correct, a little slower).
 
-onnxruntime-extensions (Python custom ops, see DESIGN.md for the facts measured):
+onnxruntime-extensions (Python custom ops; the facts measured are in docs/internals.md):
 - ops are registered with ``_ocos.Opdef.create`` and typed with ``PyCustomOpDef.dt_*``;
 - ``PyCustomOpDef.install_hooker`` replaces the function the C++ kernel calls with
   ``(op id, inputs, attributes)``; the default one (``_ocos._on_pyop_invocation``) converts every

@@ -1,6 +1,6 @@
 """The ReadValue/Assign Python ops (onnxruntime-extensions) and the live request stores they serve.
 
-Facts this module is built around (see DESIGN.md): an exception inside a Python op kills the
+Facts this module is built around (docs/internals.md has them all): an exception inside a Python op kills the
 process, so op bodies never raise (they record the problem in the store, whose commit raises
 after the run); f16/bf16 cannot cross (the converter carries them as f32); every op must be
 registered before any session exists, so all overloads are registered at import, through
