@@ -2,9 +2,14 @@
 
 Each case builds the decompression subgraph OpenVINO's tools write (codes ``u4/i4/u8/i8``, ``f16``
 scales, zero points for asymmetric ones, a ``Reshape`` of the groups) feeding MatMul (both
-``transpose_b``) or Gather, compares both ONNX forms with OpenVINO (exact config), and checks the
-structure: the ONNX Runtime op that carries the weight, no f32 copy of it, initializers about as
-large as the compressed weight.
+``transpose_b``) or Gather, and checks the structure: the ONNX Runtime op that carries the weight,
+no f32 copy of it, initializers about as large as the compressed weight.
+
+The results are checked against numpy (float64) wherever a kernel's code path depends on the CPU:
+ONNX Runtime's ``MatMulNBits`` picks its kernels by ISA (AVX2, AVX-VNNI, AVX-512, AVX-512 VNNI), and
+so does OpenVINO's CPU plugin for a compressed MatMul (where it also has shape-dependent bugs: groups
+of 48 on one or two rows, seen here on AVX2). The bound (:func:`assert_f32_accurate`) holds for any
+kernel that sums in f32 in any order, and fails for int8-quantized activations.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import openvino.opset8 as ops8
 import openvino.opset13 as ops
 import oracle
 import pytest
-from oracle import check_model, open_session, ov_request, ov_run, single_op
+from oracle import check_model, open_session, single_op
 
 import ortstate
 from ortstate.convert import read_report
@@ -32,10 +37,60 @@ RNG = np.random.default_rng(12)
 @pytest.fixture(autouse=True)
 def exact_openvino(monkeypatch):
     """OpenVINO's exact config for compressed weights: its CPU plugin otherwise quantizes the
-    activations of a compressed MatMul to int8 (logits move ~1e-2). Only here: the key also
-    changes how it runs bf16 variables (test_state.py pins that behaviour)."""
+    activations of a compressed MatMul to int8 (logits move ~1e-2)."""
     monkeypatch.setitem(oracle.OV_CONFIG, "DYNAMIC_QUANTIZATION_GROUP_SIZE", "0")
 
+
+EPS32 = float(np.finfo(np.float32).eps)
+# How many f32 roundings of the block bound a result may be off: a kernel sums per block (the int8
+# kernels exactly, in int32) and then across blocks and the split's three parts in f32, in an order
+# that depends on its ISA. Measured here (AVX2): under one, over every test below; int8 activations
+# (what the split exists to avoid) are off by thousands.
+F32_ULPS = 64
+
+
+def block_bound(acts: np.ndarray, w: np.ndarray, block: int) -> np.ndarray:
+    """``sum over blocks of K of max|a| in the block * sum |w| over it`` (float64), per output of
+    ``acts @ w`` (``w`` is ``[K, N]``): the scale of f32 rounding in a block-wise kernel, and twice
+    254 times the worst error of activations quantized to int8 per block (scale ``max|a| / 127``)."""
+    k = acts.shape[-1]
+    pad = -k % block
+    a = np.pad(np.abs(acts.astype(np.float64)), [(0, 0)] * (acts.ndim - 1) + [(0, pad)])
+    amax = a.reshape(*a.shape[:-1], -1, block).max(-1)
+    wsum = np.pad(np.abs(w.astype(np.float64)), [(0, pad), (0, 0)]).reshape(-1, block, w.shape[-1]).sum(1)
+    return amax @ wsum
+
+
+def assert_f32_accurate(got: np.ndarray, acts: np.ndarray, w: np.ndarray, block: int, what: str) -> None:
+    """``got`` is ``acts @ w`` to f32 accuracy, whichever kernel computed it (see F32_ULPS)."""
+    exact = acts.astype(np.float64) @ w.astype(np.float64)
+    bound = F32_ULPS * EPS32 * block_bound(acts, w, block)
+    err = np.abs(got.astype(np.float64) - exact)
+    assert np.all(err <= bound), f"{what}: {np.max(err / np.maximum(bound, 1e-300)):.3g} times the bound"
+
+
+def int8_activations(acts: np.ndarray, block: int) -> np.ndarray:
+    """``acts`` as ONNX Runtime's int8 kernels see them (``MatMulNBits`` accuracy_level 4, every
+    x86 dispatch): quantized per block of K, symmetric, scale ``max|a| / 127``, rounded to nearest."""
+    k = acts.shape[-1]
+    pad = -k % block
+    a = np.pad(acts.astype(np.float64), [(0, 0)] * (acts.ndim - 1) + [(0, pad)])
+    a = a.reshape(*a.shape[:-1], -1, block)
+    scale = np.abs(a).max(-1, keepdims=True) / 127
+    q = np.round(a / np.where(scale == 0, 1, scale)) * scale
+    return q.reshape(*acts.shape[:-1], -1)[..., :k]
+
+
+# The 16 values an nf4 code stands for (OpenVINO's ConvertNF4, QLoRA's NormalFloat4).
+NF4 = np.array(
+    [
+        -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+        -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+        0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+        0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+    ],
+    dtype=np.float32,
+)  # fmt: skip
 
 TYPES = {
     "u4": (ov.Type.u4, 4, 0, 16),
@@ -103,20 +158,21 @@ def nbits_attrs(model: onnx.ModelProto) -> list[dict]:
 @pytest.mark.parametrize(("rows", "k", "group"), CASES)
 @pytest.mark.parametrize("transpose_b", [True, False], ids=["tb", "no_tb"])
 def test_matmul_weight_kept_compressed(tmp_path, wtype, sym, rows, k, group, transpose_b):
-    """Both kernels: 6 rows (a prompt: a 4-bit weight's f32-compute kernel) against OpenVINO and
-    numpy, and 2 rows (decoding a batch of two: the exact int8 split) in both forms against numpy
-    (OpenVINO 2026.4's CPU plugin gets 2 rows of a weight in groups of 48 wrong)."""
+    """Both kernels, in both forms, against numpy: 6 rows (a prompt: a 4-bit weight's f32-compute
+    kernel) and 2 rows (decoding a batch of two: the exact int8 split). OpenVINO is not asserted: its
+    compressed-MatMul kernels depend on the CPU, and OpenVINO 2026.4 gets one or two rows of a 4-bit
+    weight in groups of 48 wrong on this AVX2 machine (the f32 weights they decompress to are
+    OpenVINO's semantics, and the committed int4/int8 LLMs check those against OpenVINO)."""
     weight, dense = compressed(rows, k, wtype, group, sym, transpose_b)
     x = ops.parameter([2, -1, k], np.float32, name="x")
     xml = single_op(tmp_path, ops.matmul(x, weight, False, transpose_b), [x])
-    feeds = {"x": RNG.standard_normal((2, 3, k)).astype(np.float32)}
-    (want,) = check_model(xml, feeds, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(want, feeds["x"] @ (dense.T if transpose_b else dense), rtol=1e-4, atol=1e-4)
-    one_row = RNG.standard_normal((2, 1, k)).astype(np.float32)
-    for explicit in (False, True):
-        got = open_session(xml, explicit).run(None, {"x": one_row})[0]
-        np.testing.assert_allclose(got, one_row @ (dense.T if transpose_b else dense), rtol=1e-4, atol=1e-4)
+    w = dense.T if transpose_b else dense
     model = ortstate.convert(xml)
+    block = nbits_attrs(model)[0]["block_size"]
+    for acts in (RNG.standard_normal((2, 3, k)), RNG.standard_normal((2, 1, k))):
+        for explicit in (False, True):
+            got = open_session(xml, explicit).run(None, {"x": acts.astype(np.float32)})[0]
+            assert_f32_accurate(got, acts.astype(np.float32), w, block, f"{acts.shape} explicit={explicit}")
     ops_used = Counter(n.op_type for n in walk.nodes(model.graph))
     bits = TYPES[wtype][1]
     assert ops_used["MatMul"] == 0, ops_used
@@ -142,9 +198,16 @@ def test_matmul_weight_kept_compressed(tmp_path, wtype, sym, rows, k, group, tra
 @pytest.mark.parametrize("seq", [1, 2, 3, 4, 32])
 def test_exact_split_has_f32_accuracy(tmp_path, wtype, k, group, seq):
     """Heavy-tailed activations (log-normal magnitudes, all-zero and tiny blocks, as LLM hidden
-    states have): the result matches float64 numpy to f32 accuracy, far inside what int8
-    activations give (~1e-2 relative). This pins ONNX Runtime's int8 kernel quantizing blocks
-    symmetrically with scale max|a| / 127: a different scheme would break the exact split here."""
+    states have): the result matches float64 numpy to f32 accuracy, where int8 activations are far
+    off (checked on the same data in numpy). This pins ONNX Runtime's int8 kernels quantizing blocks
+    symmetrically with scale ``max|a| / 127``: a different scheme would break the exact split here.
+
+    Every x86 dispatch of ONNX Runtime 1.31's ``MatMulNBits`` (AVX2, AVX-VNNI, AVX-512, AVX-512
+    VNNI) quantizes with that one scheme, per block of the weight's ``block_size``, and sums the
+    block products exactly in int32 (VNNI's ``vpdpbusd`` cannot saturate; the 8-bit kernels without
+    VNNI are the ones this AVX2 machine runs), so the split is exact on each; where a dispatch has
+    no int8 kernel for a bit width, ONNX Runtime falls back to f32 compute, exact too. What differs
+    by ISA is the f32 summation order, which the bound allows for."""
     rows = 64
     weight, dense = compressed(rows, k, wtype, group, sym=False)
     x = ops.parameter([1, -1, k], np.float32, name="x")
@@ -153,11 +216,12 @@ def test_exact_split_has_f32_accuracy(tmp_path, wtype, k, group, seq):
     acts[..., : min(k, 64)] = 0.0  # a block of zeros (scale 0)
     acts[..., -8:] *= 1e-20  # values far below the block's largest
     acts = acts.astype(np.float32)
-    exact = acts.astype(np.float64) @ dense.T.astype(np.float64)
-    scale = np.abs(exact).max()
+    block = nbits_attrs(ortstate.convert(xml))[0]["block_size"]
     for explicit in (False, True):
         got = open_session(xml, explicit).run(None, {"x": acts})[0]
-        assert np.abs(got - exact).max() <= 2e-6 * scale, (explicit, np.abs(got - exact).max() / scale)
+        assert_f32_accurate(got, acts, dense.T, block, f"explicit={explicit}")
+    with pytest.raises(AssertionError, match="times the bound"):  # what int8 activations would give
+        assert_f32_accurate(int8_activations(acts, block) @ dense.T.astype(np.float64), acts, dense.T, block, "int8")
 
 
 def test_weights_sharing_an_input_share_one_split(tmp_path):
@@ -186,8 +250,8 @@ def test_weights_sharing_an_input_share_one_split(tmp_path):
         acts = RNG.standard_normal((1, seq, k)).astype(np.float32)
         for explicit in (False, True):
             got = open_session(xml, explicit).run(None, {"x": acts})
-            for g, (_, dense) in zip(got, made):
-                np.testing.assert_allclose(g, acts @ dense.T, rtol=1e-5, atol=1e-5)
+            for g, (_, dense), block in zip(got, made, (128, 128, 128, 64)):
+                assert_f32_accurate(g, acts, dense.T, block, f"seq {seq} explicit={explicit}")
     rows = read_report(model)
     assert sum(r["count"] for r in rows) == 4 and all("exact" in r["as"] for r in rows), rows
 
@@ -222,9 +286,10 @@ def test_activation_rank(tmp_path, wtype, rank):
     assert kernels == ([(4, 0, 33 * bits // 4)] if rank is None else [(bits, 4, 33)])
     assert "If" not in {n.op_type for n in walk.nodes(model.graph)}
     acts = RNG.standard_normal((2, 1, 96) if rank is None else (96,)).astype(np.float32)
+    block = nbits_attrs(model)[0]["block_size"]
     for explicit in (False, True):
         got = open_session(xml, explicit).run(None, {"x": acts})[0]
-        np.testing.assert_allclose(got, acts @ dense.T, rtol=1e-5, atol=1e-5)
+        assert_f32_accurate(got, acts, dense.T, block, f"explicit={explicit}")
 
 
 @pytest.mark.parametrize("wtype", list(TYPES))
@@ -281,14 +346,21 @@ def test_float_weights_stay_in_their_type(tmp_path, dtype, use):
 
 
 def test_unrecognised_patterns_are_folded_and_reported(tmp_path):
-    """nf4 codes and groups too small for ONNX Runtime's blocks (8) still convert, expanded to f32."""
+    """nf4 codes and groups too small for ONNX Runtime's blocks (8) still convert, expanded to f32
+    (nf4's table values in f32 times the scale, as OpenVINO's CPU plugin decompresses them; numpy
+    decides, as OpenVINO's kernels for such weights depend on the CPU)."""
     rows, k = 16, 64
-    nf4 = ops.convert(ops.constant(RNG.integers(0, 16, (rows, k)).astype(np.int32), dtype=ov.Type.nf4), "f16")
+    codes = RNG.integers(0, 16, (rows, k))
+    nf4 = ops.convert(ops.constant(codes.astype(np.int32), dtype=ov.Type.nf4), "f16")
     nf4 = ops.convert(ops.multiply(nf4, ops.constant(np.full((rows, 1), 0.5, np.float16))), "f32")
-    small, _ = compressed(rows, k, "u4", 8, False)
+    small, small_dense = compressed(rows, k, "u4", 8, False)
     x = ops.parameter([1, k], np.float32, name="x")
     xml = single_op(tmp_path, [ops.matmul(x, nf4, False, True), ops.matmul(x, small, False, True)], [x])
-    check_model(xml, {"x": RNG.standard_normal((1, k)).astype(np.float32)}, rtol=1e-5, atol=1e-5)
+    acts = RNG.standard_normal((1, k)).astype(np.float32)
+    for explicit in (False, True):
+        got = open_session(xml, explicit).run(None, {"x": acts})
+        for g, dense in zip(got, (NF4[codes] * np.float32(0.5), small_dense)):
+            assert_f32_accurate(g, acts, dense.T, k, f"explicit={explicit}")
     model = ortstate.convert(xml)
     assert Counter(n.op_type for n in model.graph.node)["MatMulNBits"] == 0
     rows_ = read_report(model)
@@ -301,22 +373,24 @@ def test_unrecognised_patterns_are_folded_and_reported(tmp_path):
 @pytest.mark.parametrize("wtype", ["u4", "u8"])
 def test_int8_activations_option(tmp_path, wtype):
     """The opt-in fast path (int8 activations, as OpenVINO's default CPU config): accuracy_level 4,
-    8-bit codes as they are; close to OpenVINO's default config, not to the exact one."""
+    8-bit codes as they are; within what int8 activations can move a result (half a quantization
+    step an element: ``max|a| / 254`` per block), and no closer to the exact result asserted, as an
+    ISA may lack the int8 kernel (ONNX Runtime then computes in f32). OpenVINO's default config is
+    not compared: whether and how its CPU plugin quantizes activations depends on the CPU."""
     k, rows = 256, 64
     weight, dense = compressed(rows, k, wtype, 128 if wtype == "u4" else None, False)
     x = ops.parameter([1, k], np.float32, name="x")
     xml = single_op(tmp_path, ops.matmul(x, weight, False, True), [x])
-    feeds = {"x": RNG.standard_normal((1, k)).astype(np.float32)}
+    acts = RNG.standard_normal((1, k)).astype(np.float32)
     path = tmp_path / "fast.onnx"
     model = ortstate.convert(xml, path, int8_activations=True)
     (node,) = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert (attrs["accuracy_level"], attrs["bits"]) == (4, 4 if wtype == "u4" else 8)
-    got = ortstate.StatefulSession(path).run(None, feeds)[0]
-    core = ov.Core()
-    default = core.compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
-    want_default = ov_run(default, feeds)[0]
-    exact = feeds["x"] @ dense.T
-    scale = np.abs(exact).max()
-    assert np.abs(got - want_default).max() < 0.05 * scale
-    assert np.abs(ov_run(ov_request(xml), feeds)[0] - exact).max() < 1e-4 * scale
+    got = ortstate.StatefulSession(path).run(None, {"x": acts})[0]
+    exact = acts.astype(np.float64) @ dense.T.astype(np.float64)
+    bound = block_bound(acts, dense.T, attrs["block_size"]) * (1 / 254 + F32_ULPS * EPS32)
+    assert np.all(np.abs(got - exact) <= bound), np.max(np.abs(got - exact) / bound)
+    quantized = int8_activations(acts, attrs["block_size"]) @ dense.T.astype(np.float64)
+    assert np.all(np.abs(quantized - exact) <= bound)  # the bound is what int8 activations reach
+    assert np.max(np.abs(quantized - exact) / bound) > 0.01  # and not much looser

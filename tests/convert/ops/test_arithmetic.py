@@ -55,7 +55,11 @@ def test_divide(tmp_path, dtype, python_div):
 
 @pytest.mark.xfail(strict=True, reason="openvino#38248: the CPU plugin truncates integer Divide despite m_pythondiv")
 def test_divide_cpu_plugin_floors(tmp_path):
-    """Why test_divide holds signed python division to the spec; XPASSes (fails) once OpenVINO fixes the plugin."""
+    """Why test_divide holds signed python division to the spec; XPASSes (fails) once OpenVINO fixes the plugin.
+
+    The same on every x86 CPU: the plugin's integer Divide divides in f32 and rounds toward zero in
+    the one emitter its SSE4.1, AVX2 and AVX-512 kernels share, and its reference kernel divides with
+    C++'s truncating ``/``."""
     a = ops.parameter([2], np.int32, name="a")
     b = ops.parameter([2], np.int32, name="b")
     xml = single_op(tmp_path, ops.divide(a, b), [a, b])

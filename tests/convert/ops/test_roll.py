@@ -48,7 +48,10 @@ def test_roll_scalar_shift(tmp_path, runtime_shift):
 
 @pytest.mark.xfail(strict=True, reason="the CPU plugin wants as many shifts as axes, even for a scalar shift")
 def test_roll_scalar_shift_cpu_plugin(tmp_path):
-    """Why test_roll_scalar_shift holds Roll to the spec; XPASSes (fails) once the CPU plugin follows it."""
+    """Why test_roll_scalar_shift holds Roll to the spec; XPASSes (fails) once the CPU plugin follows it.
+
+    The same on every CPU: the plugin refuses the model when it builds its Roll node (a shape check
+    in ``roll.cpp``), before any kernel is chosen."""
     x = param("x", (4, 3, 5))
     node = ops.roll(x, ops.constant(np.array(2, np.int64)), ops.constant(np.array([0, 2], np.int64)))
     xml = single_op(tmp_path, node, [x])
