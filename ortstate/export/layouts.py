@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +24,11 @@ import onnx
 
 from ..convert import build, save_model
 from ..convert.context import ConvertOptions
-from ..errors import ExportError, GenerationError, OutputFileError, PassError
+from ..errors import ExportError, GenerationError, PassError
 from ..generate.model_dir import find_model_files, read_json_object
 from ..ir import Graph, read_ir
 from ..model_meta import read_meta
+from ..output_files import OutputFiles, check_folder, make_folder, remove_folders
 from ..passes.kv_layout import KvCache, kv_layout
 from .configs import GENAI_CONFIG, TOKENIZER_FILES, genai_config
 
@@ -80,6 +80,10 @@ def export(
             LLM; its family keeps state other than KV caches (mamba and hybrid SSM models) or is an
             encoder-decoder (Whisper, T5) or a vision-language model; a config file is malformed.
         IRError, UnsupportedOpsError, ConversionError: the IR cannot be converted.
+        OutputFileError: ``out_dir`` or a file in it cannot be written (a file in the way, no
+            permission, a full disk; checked before converting as far as it can be). Every file is
+            written to a temporary file first and all replace their targets together once all are
+            written, so a failed export leaves the folder as it was (and removes it if it made it).
     """
     if layout not in LAYOUTS:
         raise ExportError(f"unknown layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
@@ -104,6 +108,7 @@ def export(
         )
     if out.resolve() == source.resolve():
         raise ExportError(f"{out}: the output folder must not be the model folder")
+    check_folder(out)  # before converting: a big model takes minutes
 
     graph = read_ir(files.decoder)
     built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
@@ -133,27 +138,30 @@ def export(
         except ExportError as exc:
             raise ExportError(f"{source}: {exc}") from None
 
-    out.mkdir(parents=True, exist_ok=True)
+    made = make_folder(out)
     written = [MODEL_FILE]
-    try:
-        save_model(model, built.arrays, out / MODEL_FILE)
-    except OutputFileError as exc:
-        raise ExportError(str(exc)) from None
-    if _uses_data_file(model):
-        written.append(MODEL_FILE + ".data")
     notices = []
-    if settings is not None:
-        _write(out / GENAI_CONFIG, json.dumps(settings, indent=2) + "\n")
-        written.append(GENAI_CONFIG)
-    else:
-        for name in _HF_CONFIGS:
-            if (source / name).is_file():
-                _copy(source / name, out / name)
-                written.append(name)
-    tokenizer = [name for name in TOKENIZER_FILES if (source / name).is_file()]
-    for name in tokenizer:
-        _copy(source / name, out / name)
-    written.extend(tokenizer)
+    try:
+        with OutputFiles() as staged:  # all replace their targets once all are written
+            save_model(model, built.arrays, out / MODEL_FILE, staged)
+            if _uses_data_file(model):
+                written.append(MODEL_FILE + ".data")
+            if settings is not None:
+                text = json.dumps(settings, indent=2) + "\n"
+                staged.write(out / GENAI_CONFIG, lambda f: f.write(text.encode("utf-8")))
+                written.append(GENAI_CONFIG)
+            else:
+                for name in _HF_CONFIGS:
+                    if (source / name).is_file():
+                        _copy(source / name, out / name, staged)
+                        written.append(name)
+            tokenizer = [name for name in TOKENIZER_FILES if (source / name).is_file()]
+            for name in tokenizer:
+                _copy(source / name, out / name, staged)
+            written.extend(tokenizer)
+    except BaseException:
+        remove_folders(made)
+        raise
     if not tokenizer:
         notices.append(
             f"{source} has no tokenizer files ({TOKENIZER_FILES[0]} ...): the export generates from token ids "
@@ -193,15 +201,9 @@ def _uses_data_file(model: onnx.ModelProto) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
-def _write(path: Path, text: str) -> None:
+def _copy(source: Path, target: Path, files: OutputFiles) -> None:
     try:
-        path.write_text(text, encoding="utf-8")
+        data = source.read_bytes()
     except OSError as exc:
-        raise ExportError(f"{path}: cannot be written ({exc.strerror or exc})") from None
-
-
-def _copy(source: Path, target: Path) -> None:
-    try:
-        shutil.copyfile(source, target)
-    except OSError as exc:
-        raise ExportError(f"{target}: cannot be copied from {source} ({exc.strerror or exc})") from None
+        raise ExportError(f"{source}: cannot be read ({exc.strerror or exc})") from None
+    files.write(target, lambda f: f.write(data))

@@ -308,7 +308,7 @@ def test_one_exit_code_rule(capsys, tmp_path):
         (
             ["bench", ACCUMULATOR, "--json", tmp_path / "no" / "b.json"],
             2,
-            f"--json {tmp_path / 'no' / 'b.json'}: no such directory",
+            f"--json {tmp_path / 'no' / 'b.json'}: cannot be written (No such file or directory)",
         ),
         (["verify", ACCUMULATOR, "--steps", "x"], 2, "argument --steps/-n: invalid int value: 'x'"),
     ]
