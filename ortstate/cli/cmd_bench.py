@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         workload = bench.model_workload(xml, args.steps, args.position, shapes=parse_shapes(args.shape))
     except ValueError as exc:
         raise UsageError(f"{xml}: {exc}") from None
+    if workload.rules is not None and workload.rules.notes:
+        print(f"ortstate: note: {xml}: {'; '.join(workload.rules.notes)}", file=sys.stderr)
     limit = bench.max_positions(xml)
     if limit is not None and args.position + args.steps > limit and workload.prefill:
         print(
@@ -98,9 +100,9 @@ def run(args: argparse.Namespace) -> int:
     except RunError as exc:
         fed = workload.prefill[0] if workload.prefill else workload.steps[0]
         shown = ", ".join(f"{n} {v.dtype}[{','.join(map(str, v.shape))}]" for n, v in fed.items())
-        raise RunError(
-            f"{xml}: {exc}; the inputs were {shown}: give fitting shapes with --shape NAME=D0,D1,..."
-        ) from None
+        remedy = workload.rules.remedy if workload.rules is not None else ""
+        remedy = remedy or "give fitting shapes with --shape NAME=D0,D1,..."
+        raise RunError(f"{xml}: {exc}; the inputs were {shown}: {remedy}") from None
     table = bench.markdown_table(result)
     head = (
         f"{workload.model}: {workload.description}; weights {workload.precision}; "
