@@ -30,6 +30,7 @@ from ..ir import Graph, read_ir
 from ..model_meta import read_meta
 from ..output_files import OutputFiles, check_folder, make_folder, remove_folders
 from ..passes.kv_layout import KvCache, kv_layout
+from . import configs
 from .configs import GENAI_CONFIG, TOKENIZER_FILES, genai_config
 
 __all__ = ["LAYOUTS", "MODEL_FILE", "Exported", "export"]
@@ -67,6 +68,7 @@ def export(
     *,
     layout: str = GENAI,
     int8_activations: bool = False,
+    context_length: int | None = None,
 ) -> Exported:
     """Export the decoder-only LLM of optimum-intel folder ``model_dir`` into ``out_dir`` (created
     if missing; files of the same names are replaced) for ``layout`` (``genai`` or ``optimum``).
@@ -74,11 +76,17 @@ def export(
     Args:
         int8_activations: compressed weights compute on int8-quantized activations (as
             :func:`ortstate.convert`): faster, logits move ~1e-2.
+        context_length: the genai layout's context length (``genai_config.json``'s
+            ``context_length``, and the bound of its ``max_length``), for a model whose
+            ``config.json`` gives none (bloom: ALiBi, no ``max_position_embeddings``), or a smaller
+            one; at most ``config.json``'s own. Default: ``config.json``'s.
 
     Raises:
         ExportError: an unknown layout; ``out_dir`` is ``model_dir``; the folder holds no decoder-only
             LLM; its family keeps state other than KV caches (mamba and hybrid SSM models) or is an
-            encoder-decoder (Whisper, T5) or a vision-language model; a config file is malformed.
+            encoder-decoder (Whisper, T5) or a vision-language model; a config file is malformed;
+            the genai layout gets no context length (neither ``context_length`` nor ``config.json``
+            gives one) or one larger than ``config.json``'s; ``context_length`` with the optimum layout.
         IRError, UnsupportedOpsError, ConversionError: the IR cannot be converted.
         OutputFileError: ``out_dir`` or a file in it cannot be written (a file in the way, no
             permission, a full disk; checked before converting as far as it can be). Every file is
@@ -95,6 +103,8 @@ def export(
     config = read_json_object(source / "config.json", ExportError)
     generation = read_json_object(source / "generation_config.json", ExportError)
     family = config.get("model_type") if isinstance(config.get("model_type"), str) else ""
+    if context_length is not None and layout != GENAI:
+        raise ExportError(f"a context length applies to the {GENAI} layout only ({layout} reads config.json)")
     named = family or "the model"
     if files.encoder is not None:
         raise ExportError(
@@ -108,7 +118,13 @@ def export(
         )
     if out.resolve() == source.resolve():
         raise ExportError(f"{out}: the output folder must not be the model folder")
-    check_folder(out)  # before converting: a big model takes minutes
+    context = None
+    if layout == GENAI:  # before converting: a big model takes minutes
+        try:
+            context = configs.context_length(config, context_length)
+        except ExportError as exc:
+            raise ExportError(f"{source}: {exc}") from None
+    check_folder(out)
 
     graph = read_ir(files.decoder)
     built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
@@ -133,7 +149,7 @@ def export(
         inputs = tuple(i.name for i in model.graph.input)
         try:
             settings = genai_config(
-                config, generation, cache, filename=MODEL_FILE, inputs=inputs, vocab_size=_vocab(model)
+                config, generation, cache, filename=MODEL_FILE, inputs=inputs, vocab_size=_vocab(model), context=context
             )
         except ExportError as exc:
             raise ExportError(f"{source}: {exc}") from None
