@@ -81,7 +81,8 @@ class OutputFiles:
         if info is not None and not stat.S_ISREG(info.st_mode):
             _write_in_place(shown, target, fill)
             return
-        temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+        # (a name near the 255-byte limit still leaves room for the temporary file's)
+        temporary = target.with_name(f".{target.name[:200]}.{secrets.token_hex(4)}.tmp")
         try:  # O_EXCL: never into a file someone else made
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o666)
         except OSError as exc:
