@@ -105,6 +105,10 @@ def export(
     family = config.get("model_type") if isinstance(config.get("model_type"), str) else ""
     if context_length is not None and layout != GENAI:
         raise ExportError(f"a context length applies to the {GENAI} layout only ({layout} reads config.json)")
+    if context_length is not None:
+        configs.context_length(
+            {}, context_length
+        )  # a bad value, at once; against config.json's once the family is known
     named = family or "the model"
     if files.encoder is not None:
         raise ExportError(
@@ -118,13 +122,7 @@ def export(
         )
     if out.resolve() == source.resolve():
         raise ExportError(f"{out}: the output folder must not be the model folder")
-    context = None
-    if layout == GENAI:  # before converting: a big model takes minutes
-        try:
-            context = configs.context_length(config, context_length)
-        except ExportError as exc:
-            raise ExportError(f"{source}: {exc}") from None
-    check_folder(out)
+    check_folder(out)  # before converting: a big model takes minutes
 
     graph = read_ir(files.decoder)
     built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
@@ -149,7 +147,13 @@ def export(
         inputs = tuple(i.name for i in model.graph.input)
         try:
             settings = genai_config(
-                config, generation, cache, filename=MODEL_FILE, inputs=inputs, vocab_size=_vocab(model), context=context
+                config,
+                generation,
+                cache,
+                filename=MODEL_FILE,
+                inputs=inputs,
+                vocab_size=_vocab(model),
+                context=context_length,
             )
         except ExportError as exc:
             raise ExportError(f"{source}: {exc}") from None
