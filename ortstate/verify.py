@@ -133,9 +133,16 @@ class _Reference:
     """OpenVINO's trajectory: outputs and variables after every step of both phases."""
 
     def __init__(
-        self, ov: ModuleType, xml: Path, bin_path: Path | None, graph: Graph, initial: Mapping[str, np.ndarray]
+        self,
+        ov: ModuleType,
+        xml: Path,
+        bin_path: Path | None,
+        graph: Graph,
+        initial: Mapping[str, np.ndarray],
+        remedy: str = "",
     ) -> None:
         self._ov = ov
+        self._remedy = remedy or "give inputs that fit with --shape NAME=D0,D1,... or --input NAME=FILE.npy"
         self._core = ov.Core()
         self._graph = graph
         self.initial = initial
@@ -186,8 +193,7 @@ class _Reference:
             reached = inputs_reaching(self._graph, layer)
             where = f" at {layer.describe()}" + (f", which reads input(s) {', '.join(reached)}" if reached else "")
         return OrtStateError(
-            f"OpenVINO cannot run the model on the inputs given ({shown}){where}: {_one_line(exc)}; "
-            "give inputs that fit with --shape NAME=D0,D1,... or --input NAME=FILE.npy"
+            f"OpenVINO cannot run the model on the inputs given ({shown}){where}: {_one_line(exc)}; {self._remedy}"
         )
 
 
@@ -205,6 +211,7 @@ def verify(
     onnx_model: onnx.ModelProto | None = None,
     bin_path: str | os.PathLike[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> VerifyResult:
     """Compare ortstate with OpenVINO on ``xml`` for ``steps`` steps, a reset and ``steps`` more.
 
@@ -219,6 +226,9 @@ def verify(
             other inputs are made by the feeding rules and cannot be shaped.
         inputs: fixed values for some inputs (the same every step); the others are generated.
         onnx_model: compare this converted model instead of converting ``xml``.
+        note: called once, before anything runs, with what a decoder's feeding rules had to assume
+            or read from the graph because no ``config.json`` beside the IR said it (their notes,
+            joined), if anything. A run that fails on inputs a rule had to guess says what would help.
 
     Raises:
         OpenVINOUnavailable, and any ``OrtStateError`` of reading, converting or running.
@@ -231,11 +241,14 @@ def verify(
     bin_file = Path(bin_path) if bin_path is not None else None
     graph = read_ir(xml, bin_file)
     maker = VerifyInputs(graph, xml, batch, shapes or {}, inputs or {})
+    remedy = maker.rules.remedy if maker.rules is not None else ""
+    if note is not None and maker.rules is not None and maker.rules.notes:
+        note("; ".join(maker.rules.notes))
     rng = np.random.default_rng(seed)
     feeds = maker.phase(rng, steps) + maker.phase(rng, steps)
 
     say(f"running OpenVINO {ov.get_version().split('-')[0]} on {xml.name}")
-    reference = _Reference(ov, xml, bin_file, graph, maker.initial)
+    reference = _Reference(ov, xml, bin_file, graph, maker.initial, remedy)
     trajectory = []
     for phase in range(2):
         request = reference.request()  # a fresh compile is OpenVINO's reset (see the module docstring)
@@ -260,9 +273,14 @@ def verify(
         session = StatefulSession(model, form=form)
         label = session.form if session.form == session.model_form else f"{session.form} (rewritten)"
         say(f"running ortstate ({label} form)")
-        results.append(
-            _run_form(session, label, reference.output_names, feeds, trajectory, steps, rtol, atol, maker.initial)
-        )
+        try:
+            results.append(
+                _run_form(session, label, reference.output_names, feeds, trajectory, steps, rtol, atol, maker.initial)
+            )
+        except RunError as exc:
+            if not remedy:
+                raise
+            raise RunError(f"{exc}; {remedy}") from None
     first = {name: (str(value.dtype), tuple(value.shape)) for name, value in feeds[0].items()}
     return VerifyResult(str(xml), ov.get_version(), steps, first, results, rtol, atol, maker.feeding)
 

@@ -10,6 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..output_files import write_file
 from ..version import __version__
 from .measure import BenchResult
 from .runners import LABELS
@@ -115,12 +116,20 @@ def _value(value: float) -> str:
 
 
 def plot_results(results: Sequence[BenchResult], path: str | os.PathLike[str], title: str = "") -> None:
-    """Write :func:`plot_figure` as a PNG. Needs matplotlib."""
+    """Write :func:`plot_figure` as a PNG (or the format ``path``'s suffix names: svg, pdf...).
+    Needs matplotlib.
+
+    Raises:
+        OutputFileError: ``path`` cannot be written (see :mod:`ortstate.output_files`).
+    """
     import matplotlib.pyplot as plt
 
     fig = plot_figure(results, title)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    kind = Path(path).suffix[1:].lower() or "png"
+    try:
+        write_file(path, lambda f: fig.savefig(f, format=kind, dpi=110, bbox_inches="tight"))
+    finally:
+        plt.close(fig)
 
 
 def plot_figure(results: Sequence[BenchResult], title: str = "") -> Any:

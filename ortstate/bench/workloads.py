@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..generate.feeds import InputSpec
+from ..generate.feeds import FeedRules, InputSpec
 from ..generate.ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size
 from ..generate.model_dir import read_config
 from ..generate.synthetic import decoder_steps, random_inputs
@@ -37,6 +37,8 @@ class Workload:
         precision: the weights' precision as the IR stores them (see :func:`weight_precision`).
         initial: values every runner sets after each reset: the variables that start empty (see
             :func:`~ortstate.generate.ir_inputs.empty_start_states`), as a stream of batch 1 starts them.
+        rules: a decoder's feeding rules (their ``notes`` and ``remedy`` say what they had to
+            guess), None for other models.
     """
 
     name: str
@@ -48,6 +50,7 @@ class Workload:
     model: str = ""
     precision: str = ""
     initial: dict[str, np.ndarray] = field(default_factory=dict)
+    rules: FeedRules | None = None
 
 
 def model_label(xml: str | os.PathLike[str]) -> str:
@@ -137,7 +140,7 @@ def model_workload(
         )
         config = {"KV_CACHE_PRECISION": "f32"}
         what = f"one-token decode from position {position}"
-        return Workload(xml.stem, xml, feeds[2:], feeds[:2], config, what, label, precision)
+        return Workload(xml.stem, xml, feeds[2:], feeds[:2], config, what, label, precision, rules=rules)
 
     untyped = [s.name for s in specs if s.dtype is None]
     if untyped:

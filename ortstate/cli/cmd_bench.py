@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
-from pathlib import Path
+from collections.abc import Callable
 
 from .. import bench
-from ..errors import OrtStateError, RunError, UsageError
+from ..errors import OrtStateError, OutputFileError, RunError, UsageError
+from ..output_files import check_writable, write_text
 from .args import add_verbose_option, existing_file, parse_shapes
 from .command import EXIT_OK, Command
 from .report import count, progress
@@ -71,14 +73,15 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--{option} must be at least 1, got {getattr(args, option)}")
     if args.plot and bench.plot_unavailable():  # say so before minutes of measuring, not after
         raise UsageError(f"--plot: {bench.plot_unavailable()}")
-    for option in ("json", "markdown", "plot"):
-        out = getattr(args, option)
-        if out and not Path(out).resolve().parent.is_dir():
-            raise UsageError(f"--{option} {out}: no such directory {Path(out).parent}")
+    for option in ("json", "markdown", "plot"):  # before minutes of measuring
+        if getattr(args, option):
+            _output(option, functools.partial(check_writable, getattr(args, option)))
     try:
         workload = bench.model_workload(xml, args.steps, args.position, shapes=parse_shapes(args.shape))
     except ValueError as exc:
         raise UsageError(f"{xml}: {exc}") from None
+    if workload.rules is not None and workload.rules.notes:
+        print(f"ortstate: note: {xml}: {'; '.join(workload.rules.notes)}", file=sys.stderr)
     limit = bench.max_positions(xml)
     if limit is not None and args.position + args.steps > limit and workload.prefill:
         print(
@@ -97,9 +100,9 @@ def run(args: argparse.Namespace) -> int:
     except RunError as exc:
         fed = workload.prefill[0] if workload.prefill else workload.steps[0]
         shown = ", ".join(f"{n} {v.dtype}[{','.join(map(str, v.shape))}]" for n, v in fed.items())
-        raise RunError(
-            f"{xml}: {exc}; the inputs were {shown}: give fitting shapes with --shape NAME=D0,D1,..."
-        ) from None
+        remedy = workload.rules.remedy if workload.rules is not None else ""
+        remedy = remedy or "give fitting shapes with --shape NAME=D0,D1,..."
+        raise RunError(f"{xml}: {exc}; the inputs were {shown}: {remedy}") from None
     table = bench.markdown_table(result)
     head = (
         f"{workload.model}: {workload.description}; weights {workload.precision}; "
@@ -107,12 +110,20 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"{head}\n\n{table}")
     if args.markdown:
-        Path(args.markdown).write_text(f"{head}\n\n{table}\n", encoding="utf-8")
+        _output("markdown", lambda: write_text(args.markdown, f"{head}\n\n{table}\n"))
     if args.json:
-        Path(args.json).write_text(json.dumps(bench.document([result]), indent=1) + "\n", encoding="utf-8")
+        _output("json", lambda: write_text(args.json, json.dumps(bench.document([result]), indent=1) + "\n"))
     if args.plot:
-        bench.plot_results([result], args.plot)
+        _output("plot", lambda: bench.plot_results([result], args.plot))
     return EXIT_OK
+
+
+def _output(option: str, write: Callable[[], None]) -> None:
+    """Run ``write``; a file it cannot write is named with its option."""
+    try:
+        write()
+    except OutputFileError as exc:
+        raise OutputFileError(f"--{option} {exc}") from None
 
 
 COMMAND = Command("bench", "time steps in OpenVINO and ortstate side by side", DESCRIPTION, configure, run)

@@ -11,6 +11,7 @@ from ..convert.context import ConvertOptions
 from ..errors import UsageError
 from ..ir import read_ir
 from ..model_meta import read_meta
+from ..output_files import check_writable
 from .args import existing_file
 from .command import EXIT_OK, Command
 from .report import count, natural_key, progress
@@ -22,7 +23,9 @@ variables live in the session; --explicit-state makes each variable a graph inpu
 instead (plain ONNX, no custom ops; the session feeds the values back). Unsupported ops are
 reported together, in one error. Compressed weights (f16/bf16, NNCF int8/int4) stay compressed
 (MatMulNBits, GatherBlockQuantized, f16 + Cast; `ortstate inspect OUT.onnx` lists them); above
-64 MB of weights they are written to OUT.onnx.data beside the model.
+64 MB of weights they are written to OUT.onnx.data beside the model. Files are replaced only once
+written in full; one that cannot be written (a missing folder, no permission, a full disk) is an
+error naming it, exit code 2, with the files there left as they were.
 
 examples:
   ortstate convert model.xml                        # -> model.onnx beside model.xml
@@ -62,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else default_output(xml, args.explicit_state)
     if out.is_dir():
         out = out / default_output(Path(xml.name), args.explicit_state)
-    if not out.parent.is_dir():
-        raise UsageError(f"{out.parent}: no such directory")
+    check_writable(out)  # before converting: a big model takes minutes
     start = time.perf_counter()
     progress(f"converting {xml}")
     graph = read_ir(xml, bin_path)

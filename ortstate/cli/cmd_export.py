@@ -26,11 +26,17 @@ weights kept compressed, plus
                     optimum.onnxruntime.ORTModelForCausalLM.from_pretrained(OUT_DIR)
 A folder without tokenizer files exports with a notice (token-id generation needs none). Families
 whose state is not only a KV cache (mamba, hybrid SSM models), encoder-decoders (Whisper, T5) and
-vision-language models are refused, saying why.
+vision-language models are refused, saying why. genai needs a context length: a model whose
+config.json gives none (bloom: ALiBi attention, no max_position_embeddings) is refused unless
+--context-length gives one; a value larger than config.json's own is refused (the model was made
+for no more positions), a smaller one bounds generation. All files are written to temporary files
+and replace those in OUT_DIR together once all are written; one that cannot be written is an error
+naming it, exit code 2, leaving OUT_DIR as it was.
 
 examples:
   ortstate export qwen2-ov/ qwen2-genai/                  # for onnxruntime-genai (the default)
-  ortstate export qwen2-ov/ qwen2-ort/ --layout optimum   # for optimum's ORTModelForCausalLM"""
+  ortstate export qwen2-ov/ qwen2-ort/ --layout optimum   # for optimum's ORTModelForCausalLM
+  ortstate export bloom-ov/ bloom-genai/ --context-length 2048"""
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -38,6 +44,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("out_dir", metavar="OUT_DIR", help="where to write (created if missing; same-named files replaced)")
     p.add_argument(
         "--layout", choices=LAYOUTS, default=LAYOUTS[0], help="which tool's folder to write (default: genai)"
+    )
+    p.add_argument(
+        "--context-length",
+        type=int,
+        metavar="N",
+        help="genai: the context length genai_config.json gives (and bounds max_length with), for a model whose "
+        "config.json gives none (bloom: ALiBi, no max_position_embeddings), or a smaller one; at most "
+        "config.json's own (default: config.json's max_position_embeddings, n_positions, ...)",
     )
     p.add_argument(
         "--int8-activations",
@@ -50,9 +64,20 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.model_dir)
     if not source.is_dir():
         raise UsageError(f"{source}: no such directory")
+    if args.context_length is not None:
+        if args.layout != LAYOUTS[0]:
+            raise UsageError(f"--context-length applies to --layout {LAYOUTS[0]} (optimum reads config.json)")
+        if args.context_length < 1:
+            raise UsageError(f"--context-length must be at least 1, got {args.context_length}")
     start = time.perf_counter()
     progress(f"exporting {source} for {args.layout}")
-    done = export(source, args.out_dir, layout=args.layout, int8_activations=args.int8_activations)
+    done = export(
+        source,
+        args.out_dir,
+        layout=args.layout,
+        int8_activations=args.int8_activations,
+        context_length=args.context_length,
+    )
     for notice in done.notices:
         print(f"ortstate: notice: {notice}", file=sys.stderr)
     cache = done.cache

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import RunError, UsageError
 from ..generate import (
     Chat,
     GenerationError,
@@ -303,20 +304,32 @@ def run(args: argparse.Namespace) -> int:
     stream: Any = None
     if not beams:
         stream = TextStreamer(tokenizer, on_text=_stdout) if args.prompt is not None else _IdPrinter()
-    tokens = generator.generate(
-        prompt,
-        args.max_new_tokens,
-        stream=stream,
-        encoder_input=encoder_input,
-        stop_at_eos=not args.ignore_eos,
-        **search,
-    )
+    with _remedied(generator):
+        tokens = generator.generate(
+            prompt,
+            args.max_new_tokens,
+            stream=stream,
+            encoder_input=encoder_input,
+            stop_at_eos=not args.ignore_eos,
+            **search,
+        )
     if beams:
         _stdout(tokenizer.decode(tokens) if args.prompt is not None else " ".join(map(str, tokens)))
     print(flush=True)
     assert generator.last_run is not None
     print(latency_summary(generator.last_run, generator.session.form), file=sys.stderr)
     return EXIT_OK
+
+
+@contextmanager
+def _remedied(generator: Generator) -> Iterator[None]:
+    """A failed run says what would help when the feeding rules had to guess (see FeedRules.remedy)."""
+    try:
+        yield
+    except RunError as exc:
+        if not generator.rules.remedy:
+            raise
+        raise RunError(f"{exc}; {generator.rules.remedy}") from None
 
 
 def _notes(args: argparse.Namespace, generator: Generator, model_dir: Path) -> None:
@@ -335,7 +348,8 @@ def _chat(args: argparse.Namespace, generator: Generator, tokenizer: Any, search
     beams = search.get("num_beams", 1) > 1
     for turn in turns:
         stream = None if beams else TextStreamer(tokenizer, on_text=_stdout)
-        reply = chat.say(turn, args.max_new_tokens, stream=stream, stop_at_eos=not args.ignore_eos, **search)
+        with _remedied(generator):
+            reply = chat.say(turn, args.max_new_tokens, stream=stream, stop_at_eos=not args.ignore_eos, **search)
         if beams:
             _stdout(reply)
         print(flush=True)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..convert import convert
 from ..errors import UsageError
+from ..output_files import check_folder, make_folder, write_file
 from ..runtime import StatefulSession, numpy_dtype
 from .args import add_form_option, add_verbose_option, existing_file, parse_inputs
 from .command import EXIT_OK, Command
@@ -92,12 +93,12 @@ def run(args: argparse.Namespace) -> int:
     if args.per_step and not sliced:
         raise UsageError(f"--per-step: no input has a leading axis of length {args.steps} (--steps)")
     out_dir = Path(args.output_dir) if args.output_dir else None
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"{out_dir}: not a directory")
+    if out_dir is not None:
+        check_folder(out_dir)
     session = _session(args, path)
     _check_feeds(session, {n: v[0] if n in sliced else v for n, v in feeds.items()})
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(out_dir)
 
     names = [o.name for o in session.get_outputs()]
     rows, saved, total = [], 0, 0.0
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             first = index == 0
             rows.append([str(step) * first, name, *array_summary(value), f"{elapsed * 1e3:.2f}" * first])
             if out_dir is not None:
-                np.save(out_dir / _file_name(step, name), value)
+                write_file(out_dir / _file_name(step, name), lambda f, value=value: np.save(f, value))
                 saved += 1
     print(table(["step", "output", "dtype", "shape", "min", "max", "mean", "ms"], rows, indent=""))
     states = [

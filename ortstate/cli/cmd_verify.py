@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import textwrap
 from collections.abc import Sequence
 
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         onnx_model=onnx_model,
         bin_path=existing_file(args.bin) if args.bin else None,
         progress=progress,
+        note=lambda text: print(f"ortstate: note: {xml}: {text}", file=sys.stderr),
     )
     print(report(result, fixed=set(fixed), seed=args.seed, verbose=args.verbose))
     return EXIT_OK if result.ok else EXIT_FAILURE

@@ -51,9 +51,10 @@ examples:
 
 exit codes: 0 success; 1 the model could not be converted, loaded or run (a malformed model file
 included), or did not match OpenVINO; 2 a bad command line: a wrong option, a file or folder that is
-missing or cannot be opened (an IR's .bin included), inputs that do not fit the model, or OpenVINO
-missing for verify. Errors are one line on stderr; --verbose (where a command has it) also lets
-ONNX Runtime's own log through."""
+missing or cannot be opened (an IR's .bin included), an output file that cannot be written (written
+whole or not at all: the files there are left as they were), inputs that do not fit the model, or
+OpenVINO missing for verify. Errors are one line on stderr; --verbose (where a command has it) also
+lets ONNX Runtime's own log through."""
 
 # ONNX Runtime's log severity under --verbose: warnings and errors (1 and 0 add pages of info).
 VERBOSE_LOG_SEVERITY = 2

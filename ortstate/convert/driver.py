@@ -13,6 +13,7 @@ from onnx import helper
 from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Graph, Layer, parse_partial_shape, read_ir
 from ..model_meta import CONTRIB_DOMAIN, CUSTOM_OP, ModelMeta, write_meta
+from ..output_files import check_writable
 from ..passes import prune, to_explicit
 from . import ops  # noqa: F401  (registers the translators)
 from .builder import GraphBuilder
@@ -57,7 +58,11 @@ def convert(
 
     Raises:
         IRError, UnsupportedOpsError, ConversionError, StateError (all ``OrtStateError``).
+        OutputFileError: ``onnx_path`` cannot be written (checked before converting, as far as
+            it can be: a full disk shows only when writing); the files there are left as they were.
     """
+    if onnx_path is not None:
+        check_writable(onnx_path)
     graph = read_ir(xml, bin_path)
     built = build(graph, explicit_state=explicit_state, options=ConvertOptions(int8_activations))
     if onnx_path is None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from ..errors import OutputFileError
+from ..output_files import OutputFiles
 
 __all__ = ["ALIGN", "EXTERNAL_ABOVE", "LARGE_BYTES", "MEMORY", "Lazy", "inline", "save_model", "stub"]
 
@@ -86,31 +87,47 @@ def inline(graph: onnx.GraphProto, arrays: Mapping[str, Array]) -> None:
             tensor.raw_data = raw
 
 
-def save_model(model: onnx.ModelProto, arrays: Mapping[str, Array], path: str | os.PathLike[str]) -> None:
+def save_model(
+    model: onnx.ModelProto,
+    arrays: Mapping[str, Array],
+    path: str | os.PathLike[str],
+    files: OutputFiles | None = None,
+) -> None:
     """Write ``model``; with more than :data:`EXTERNAL_ABOVE` bytes of stubs, their data goes to
-    ``PATH.data`` (streamed one array at a time) and the stubs point there, else it is inlined."""
-    path = Path(path)
-    try:
-        _save(model, arrays, path)
-    except OSError as exc:
-        raise OutputFileError(f"{exc.filename or path}: cannot be written ({exc.strerror or exc})") from None
+    ``PATH.data`` (streamed one array at a time) and the stubs point there, else it is inlined (and
+    an earlier model's ``PATH.data`` is removed).
+
+    Both files are written as :mod:`ortstate.output_files` writes (temporary files renamed over
+    the targets once both are whole); into ``files`` when given, for the caller to commit with
+    files of its own.
+
+    Raises:
+        OutputFileError: a file cannot be written; the files there are left as they were.
+    """
+    if files is None:
+        with OutputFiles() as own:
+            _save(model, arrays, Path(path), own)
+    else:
+        _save(model, arrays, Path(path), files)
 
 
-def _save(model: onnx.ModelProto, arrays: Mapping[str, Array], path: Path) -> None:
+def _save(model: onnx.ModelProto, arrays: Mapping[str, Array], path: Path, files: OutputFiles) -> None:
     stubs = [t for t in model.graph.initializer if is_stub(t)]
     total = sum(arrays[t.name].nbytes for t in stubs)
     data = path.with_name(path.name + ".data")
     if total <= EXTERNAL_ABOVE:
         inline(model.graph, arrays)
-        onnx.save_model(model, str(path))
-        if data.is_file() and not data.is_symlink():  # an earlier, larger model's data: no longer ours
-            data.unlink()
+        files.write(path, lambda f: f.write(model.SerializeToString()))
+        files.remove(data)  # an earlier, larger model's data: no longer ours
         return
-    with open(data, "wb") as f:
+
+    def write_data(f: BinaryIO) -> None:
         for tensor in stubs:
             offset = -f.tell() % ALIGN
             f.write(b"\0" * offset)
             start = f.tell()
             f.write(memoryview(materialize(arrays[tensor.name])).cast("B"))
             _set_location(tensor, data.name, start, f.tell() - start)
-    onnx.save_model(model, str(path))
+
+    files.write(data, write_data)
+    files.write(path, lambda f: f.write(model.SerializeToString()))

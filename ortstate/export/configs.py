@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import ExportError
 from ..passes.kv_layout import PAST_NAME, PRESENT_NAME, KvCache
 
-__all__ = ["GENAI_CONFIG", "TOKENIZER_FILES", "genai_config"]
+__all__ = ["GENAI_CONFIG", "TOKENIZER_FILES", "context_length", "genai_config"]
 
 GENAI_CONFIG = "genai_config.json"
 # What transformers' AutoTokenizer and onnxruntime-genai's Tokenizer read from a model folder.
@@ -57,6 +57,37 @@ _SEARCH_DEFAULTS: dict[str, Any] = {
 }
 
 
+def context_length(config: Mapping[str, Any], given: int | None = None) -> int:
+    """The context length ``genai_config.json`` gives: ``given`` (at most what ``config.json``
+    says, when it says), else ``config.json``'s (``max_position_embeddings``, ``n_positions``, ...).
+
+    A model may give none (bloom: ALiBi attention has no position table); genai needs one, to
+    bound its ``max_length``. One larger than the model's own is refused: a model with learned
+    positions (gpt2) has none past it, and no model was trained past it.
+
+    Raises:
+        ExportError: none given and ``config.json`` has none, or ``given`` is no integer >= 1 or
+            larger than ``config.json``'s.
+    """
+    own = next((key for key in _CONTEXT_KEYS if config.get(key) is not None), None)
+    limit = _first_int(config, _CONTEXT_KEYS)
+    if given is None:
+        if limit is None:
+            raise ExportError(
+                f"config.json gives no context length (one of {', '.join(_CONTEXT_KEYS)}): give one "
+                "(--context-length N; context_length=N in Python)"
+            )
+        return limit
+    if type(given) is not int or given < 1:
+        raise ExportError(f"context length: expected an integer >= 1, got {given!r}")
+    if limit is not None and given > limit:
+        raise ExportError(
+            f"a context length of {given} exceeds config.json's {own}, {limit} (the positions the model was "
+            "made for): give at most that"
+        )
+    return given
+
+
 def genai_config(
     config: Mapping[str, Any],
     generation: Mapping[str, Any],
@@ -65,15 +96,17 @@ def genai_config(
     filename: str,
     inputs: tuple[str, ...],
     vocab_size: int | None,
+    context: int | None = None,
 ) -> dict[str, Any]:
     """``genai_config.json`` for the exported decoder ``filename`` with graph ``inputs``.
+
+    Args:
+        context: the context length to write (see :func:`context_length`; default: config.json's).
 
     Raises:
         ExportError: a value genai needs is missing or of the wrong type (naming the key).
     """
-    context = _first_int(config, _CONTEXT_KEYS)
-    if context is None:
-        raise ExportError(f"config.json gives no context length (one of {', '.join(_CONTEXT_KEYS)})")
+    context = context_length(config, context)
     model_type = config.get("model_type")
     decoder: dict[str, Any] = {
         "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,11 +24,13 @@ import onnx
 
 from ..convert import build, save_model
 from ..convert.context import ConvertOptions
-from ..errors import ExportError, GenerationError, OutputFileError, PassError
+from ..errors import ExportError, GenerationError, PassError
 from ..generate.model_dir import find_model_files, read_json_object
 from ..ir import Graph, read_ir
 from ..model_meta import read_meta
+from ..output_files import OutputFiles, check_folder, make_folder, remove_folders
 from ..passes.kv_layout import KvCache, kv_layout
+from . import configs
 from .configs import GENAI_CONFIG, TOKENIZER_FILES, genai_config
 
 __all__ = ["LAYOUTS", "MODEL_FILE", "Exported", "export"]
@@ -67,6 +68,7 @@ def export(
     *,
     layout: str = GENAI,
     int8_activations: bool = False,
+    context_length: int | None = None,
 ) -> Exported:
     """Export the decoder-only LLM of optimum-intel folder ``model_dir`` into ``out_dir`` (created
     if missing; files of the same names are replaced) for ``layout`` (``genai`` or ``optimum``).
@@ -74,12 +76,22 @@ def export(
     Args:
         int8_activations: compressed weights compute on int8-quantized activations (as
             :func:`ortstate.convert`): faster, logits move ~1e-2.
+        context_length: the genai layout's context length (``genai_config.json``'s
+            ``context_length``, and the bound of its ``max_length``), for a model whose
+            ``config.json`` gives none (bloom: ALiBi, no ``max_position_embeddings``), or a smaller
+            one; at most ``config.json``'s own. Default: ``config.json``'s.
 
     Raises:
         ExportError: an unknown layout; ``out_dir`` is ``model_dir``; the folder holds no decoder-only
             LLM; its family keeps state other than KV caches (mamba and hybrid SSM models) or is an
-            encoder-decoder (Whisper, T5) or a vision-language model; a config file is malformed.
+            encoder-decoder (Whisper, T5) or a vision-language model; a config file is malformed;
+            the genai layout gets no context length (neither ``context_length`` nor ``config.json``
+            gives one) or one larger than ``config.json``'s; ``context_length`` with the optimum layout.
         IRError, UnsupportedOpsError, ConversionError: the IR cannot be converted.
+        OutputFileError: ``out_dir`` or a file in it cannot be written (a file in the way, no
+            permission, a full disk; checked before converting as far as it can be). Every file is
+            written to a temporary file first and all replace their targets together once all are
+            written, so a failed export leaves the folder as it was (and removes it if it made it).
     """
     if layout not in LAYOUTS:
         raise ExportError(f"unknown layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
@@ -91,6 +103,12 @@ def export(
     config = read_json_object(source / "config.json", ExportError)
     generation = read_json_object(source / "generation_config.json", ExportError)
     family = config.get("model_type") if isinstance(config.get("model_type"), str) else ""
+    if context_length is not None and layout != GENAI:
+        raise ExportError(f"a context length applies to the {GENAI} layout only ({layout} reads config.json)")
+    if context_length is not None:
+        configs.context_length(
+            {}, context_length
+        )  # a bad value, at once; against config.json's once the family is known
     named = family or "the model"
     if files.encoder is not None:
         raise ExportError(
@@ -104,6 +122,7 @@ def export(
         )
     if out.resolve() == source.resolve():
         raise ExportError(f"{out}: the output folder must not be the model folder")
+    check_folder(out)  # before converting: a big model takes minutes
 
     graph = read_ir(files.decoder)
     built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
@@ -128,32 +147,41 @@ def export(
         inputs = tuple(i.name for i in model.graph.input)
         try:
             settings = genai_config(
-                config, generation, cache, filename=MODEL_FILE, inputs=inputs, vocab_size=_vocab(model)
+                config,
+                generation,
+                cache,
+                filename=MODEL_FILE,
+                inputs=inputs,
+                vocab_size=_vocab(model),
+                context=context_length,
             )
         except ExportError as exc:
             raise ExportError(f"{source}: {exc}") from None
 
-    out.mkdir(parents=True, exist_ok=True)
+    made = make_folder(out)
     written = [MODEL_FILE]
-    try:
-        save_model(model, built.arrays, out / MODEL_FILE)
-    except OutputFileError as exc:
-        raise ExportError(str(exc)) from None
-    if _uses_data_file(model):
-        written.append(MODEL_FILE + ".data")
     notices = []
-    if settings is not None:
-        _write(out / GENAI_CONFIG, json.dumps(settings, indent=2) + "\n")
-        written.append(GENAI_CONFIG)
-    else:
-        for name in _HF_CONFIGS:
-            if (source / name).is_file():
-                _copy(source / name, out / name)
-                written.append(name)
-    tokenizer = [name for name in TOKENIZER_FILES if (source / name).is_file()]
-    for name in tokenizer:
-        _copy(source / name, out / name)
-    written.extend(tokenizer)
+    try:
+        with OutputFiles() as staged:  # all replace their targets once all are written
+            save_model(model, built.arrays, out / MODEL_FILE, staged)
+            if _uses_data_file(model):
+                written.append(MODEL_FILE + ".data")
+            if settings is not None:
+                text = json.dumps(settings, indent=2) + "\n"
+                staged.write(out / GENAI_CONFIG, lambda f: f.write(text.encode("utf-8")))
+                written.append(GENAI_CONFIG)
+            else:
+                for name in _HF_CONFIGS:
+                    if (source / name).is_file():
+                        _copy(source / name, out / name, staged)
+                        written.append(name)
+            tokenizer = [name for name in TOKENIZER_FILES if (source / name).is_file()]
+            for name in tokenizer:
+                _copy(source / name, out / name, staged)
+            written.extend(tokenizer)
+    except BaseException:
+        remove_folders(made)
+        raise
     if not tokenizer:
         notices.append(
             f"{source} has no tokenizer files ({TOKENIZER_FILES[0]} ...): the export generates from token ids "
@@ -193,15 +221,9 @@ def _uses_data_file(model: onnx.ModelProto) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
-def _write(path: Path, text: str) -> None:
+def _copy(source: Path, target: Path, files: OutputFiles) -> None:
     try:
-        path.write_text(text, encoding="utf-8")
+        data = source.read_bytes()
     except OSError as exc:
-        raise ExportError(f"{path}: cannot be written ({exc.strerror or exc})") from None
-
-
-def _copy(source: Path, target: Path) -> None:
-    try:
-        shutil.copyfile(source, target)
-    except OSError as exc:
-        raise ExportError(f"{target}: cannot be copied from {source} ({exc.strerror or exc})") from None
+        raise ExportError(f"{source}: cannot be read ({exc.strerror or exc})") from None
+    files.write(target, lambda f: f.write(data))

@@ -26,7 +26,9 @@ read with the wrong positions or masked wrongly):
 
 ``generate``, ``bench`` and ``verify`` all feed decoders through :class:`FeedRules`. What a rule
 had to assume (no config.json) or read from the graph instead of the config is kept in
-:attr:`FeedRules.notes`, for the caller to show.
+:attr:`FeedRules.notes`, for the caller to show; :attr:`FeedRules.remedy` says what would help a
+run that fails when a rule had to guess (the mask and ``cache_position`` rules of the mamba
+family need ``config.json``'s ``model_type``; nothing in a zamba2 graph tells them apart).
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ class FeedRules:
         conv_kernel: the prefill ``cache_position`` length for ``"conv_kernel"``.
         notes: what was assumed, or read from the graph, because the config did not say (one
             clause each), for the caller to show; empty when the config said everything.
+        guessed: the inputs whose rule depends on ``config.json``'s ``model_type`` (the mamba
+            family's differ), fed by a guess because there was none: a run that fails on them
+            is most likely fed wrong (see :attr:`remedy`).
     """
 
     inputs: tuple[InputSpec, ...]
@@ -95,6 +100,7 @@ class FeedRules:
     cache_position: str = "arange"
     conv_kernel: int = 0
     notes: tuple[str, ...] = ()
+    guessed: tuple[str, ...] = ()
 
     @classmethod
     def for_model(cls, inputs: Sequence[InputSpec], config: ModelConfig, *, window: int | None = None) -> FeedRules:
@@ -131,21 +137,38 @@ class FeedRules:
         if conv and window is not None and config.conv_kernel != window:
             said = "config.json gives none" if not config.conv_kernel else f"config.json says {config.conv_kernel}"
             notes.append(f"cache_position indexes a {window}-wide convolution state in the graph ({said})")
-        if not config.model_types and "attention_mask" in names:
-            if conv:
-                notes.append("model type unknown: attention_mask covers the current tokens, as mamba models take it")
-            else:
-                notes.append(
-                    "model type unknown: attention_mask assumed to cover past and current tokens "
-                    f"(mamba-family models, {', '.join(sorted(MAMBA_FAMILY))}, need config.json's model_type)"
-                )
+        guessed = []
+        if not config.model_types:
+            family = f"mamba-family models, {', '.join(sorted(MAMBA_FAMILY))}, need config.json's model_type"
+            if "attention_mask" in names:
+                guessed.append("attention_mask")
+                if conv:
+                    notes.append(
+                        "model type unknown: attention_mask covers the current tokens, as mamba models take it"
+                    )
+                else:
+                    notes.append(
+                        f"model type unknown: attention_mask assumed to cover past and current tokens ({family})"
+                    )
+            if takes_position and not conv:
+                guessed.append("cache_position")
+                notes.append(f"model type unknown: cache_position assumed to count positions ({family})")
         return cls(
             tuple(inputs),
             mask="current" if mamba or conv else "full",
             cache_position="conv_kernel" if conv else "arange",
             conv_kernel=kernel if conv else 0,
             notes=tuple(notes),
+            guessed=tuple(guessed),
         )
+
+    @property
+    def remedy(self) -> str:
+        """What would help a run that fails on these inputs, when a rule had to guess ("" if none did)."""
+        if not self.guessed:
+            return ""
+        how = " and ".join(self.guessed) + (" are" if len(self.guessed) > 1 else " is")
+        return f"the model type is unknown, so how {how} fed was guessed: put the model's config.json beside the IR"
 
     @property
     def names(self) -> tuple[str, ...]:

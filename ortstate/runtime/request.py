@@ -94,7 +94,11 @@ class InferRequest:
         return [VariableState(v.id, self._store, self._lock) for v in self._model.meta.variables]
 
     def save_state(self, path: str | os.PathLike[str]) -> None:
-        """Write this request's variables to an ``.npz`` snapshot (see :mod:`.snapshot`)."""
+        """Write this request's variables to an ``.npz`` snapshot (see :mod:`.snapshot`).
+
+        Raises:
+            OutputFileError: ``path`` cannot be written; a previous file there is left as it was.
+        """
         with self._lock:
             snapshot.save_state(self._store, self._model.meta.variables, path, self._model.fingerprint)
 

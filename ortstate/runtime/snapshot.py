@@ -11,7 +11,8 @@ variables' ids, element types and shapes.
 Loading reads the zip's directory, then the header (bounded), validates it against the session's
 variables (ids, dtypes, shapes they admit), checks each value member's declared size against the
 shape it must hold and the file's own size, and only then reads those members; nothing else in the
-file is read. Saving writes a temporary file beside the target and renames it over the target.
+file is read. Saving goes through :mod:`ortstate.output_files` (a temporary file beside the target,
+renamed over it).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import io
 import json
 import math
 import os
-import secrets
 import stat
 import zipfile
 from pathlib import Path
@@ -33,6 +33,7 @@ import onnx
 
 from ..errors import StateError
 from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, spanned_elements
+from ..output_files import write_file
 from .store import ShapeRule, StateStore
 
 __all__ = ["fingerprint", "load_state", "model_digest", "save_state"]
@@ -68,12 +69,11 @@ def save_state(store: StateStore, variables: tuple[VariableMeta, ...], path: str
     """Write every initialised variable of ``store`` (uninitialised ones stay so after loading).
 
     Raises:
-        StateError: the path is a directory or cannot be written; an existing file there is left
-            as it was.
+        StateError: ``path`` is no str or path.
+        OutputFileError: the path is a directory or cannot be written; an existing file there is
+            left as it was (see :mod:`ortstate.output_files`).
     """
     target = _path(path)
-    if target.is_dir():
-        raise StateError(f"{target}: is a directory, not a snapshot file")
     arrays: dict[str, np.ndarray] = {}
     entries: list[dict[str, Any]] = []
     for index, v in enumerate(variables):
@@ -86,20 +86,8 @@ def save_state(store: StateStore, variables: tuple[VariableMeta, ...], path: str
         entries.append({"id": v.id, "initialized": True, "dtype": value.dtype.name, "shape": list(value.shape)})
     header = {"format": _FORMAT, "fingerprint": fp, "variables": entries}
     arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
-    temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)  # to a file object: np.savez would append ".npz" to a bare path
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, target)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise StateError(f"{target}: cannot write the snapshot: {exc.strerror or exc}") from None
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    # to a file object: np.savez would append ".npz" to a bare path
+    write_file(target, lambda f: np.savez(f, **arrays))
 
 
 # -- loading ------------------------------------------------------------------------------------------

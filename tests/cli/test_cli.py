@@ -13,7 +13,7 @@ import openvino.opset13 as ops
 import pytest
 from openvino import opset6
 from openvino.op.util import Variable, VariableInfo
-from oracle import REPO, assert_one_line_error, run_cli, save_ir
+from oracle import REPO, assert_one_line_error, linked_copy, run_cli, save_ir
 
 import ortstate
 from ortstate.cli import COMMANDS
@@ -282,6 +282,64 @@ def test_model_that_fails_to_convert(capsys, tmp_path):
     assert_one_line_error(err, f"{where}: variable 'v' is read but never assigned (no Assign)")
 
 
+GUESSED_MASK = (
+    "model type unknown: attention_mask assumed to cover past and current tokens (mamba-family models, "
+    "falcon_mamba, mamba, zamba2, need config.json's model_type)"
+)
+REMEDY = (
+    "the model type is unknown, so how attention_mask is fed was guessed: put the model's config.json beside the IR"
+)
+
+
+@pytest.mark.parametrize("command", ["generate", "bench", "verify"])
+def test_a_decoder_fed_by_a_guess_says_so_and_what_would_help(capsys, tmp_path, command):
+    """zamba2 without config.json: nothing in its graph tells its mask rule (the mamba family's) from a
+    transformer's. Every command feeding it says what it guessed, and its failure what would help
+    (not --shape, which cannot change a decoder's feeds)."""
+    folder = linked_copy(MODELS / "llm" / "zamba2", tmp_path / "z", skip=("config.json", "generation_config.json"))
+    xml = folder / "openvino_model.xml"
+    argv = {
+        "generate": ["generate", folder, "--prompt-ids", "8,79,106", "-n", 4, "--ignore-eos"],
+        "bench": ["bench", xml, "--steps", 2, "--rounds", 1, "--no-openvino"],
+        "verify": ["verify", xml],
+    }[command]
+    code, out, err = run_cli(capsys, *argv)
+    note, error = err.splitlines()
+    assert note == f"ortstate: note: {folder if command == 'generate' else xml}: {GUESSED_MASK}"
+    inputs = {
+        "generate": "",
+        "bench": "; the inputs were input_ids int64[1,15], attention_mask int64[1,15], beam_idx int32[1]:",
+        "verify": ";",
+    }[command]
+    head = {
+        "generate": "run failed, no variable was changed: ",
+        "bench": f"{xml}: run failed, no variable was changed: ",
+        "verify": "OpenVINO cannot run the model on the inputs given (input_ids int64[2,1], attention_mask "
+        "int64[2,5], beam_idx int32[2]) at layer '__module.model/aten::copy_/Broadcast' (id 698, Broadcast-3), "
+        "which reads input(s) attention_mask, beam_idx, input_ids: ",
+    }[command]
+    # the middle is ONNX Runtime's or OpenVINO's own reason
+    assert re.fullmatch(rf"ortstate: error: {re.escape(head)}.+{re.escape(inputs or ';')} {re.escape(REMEDY)}", error)
+    assert code == 1 and "--shape" not in error
+
+
+@pytest.mark.parametrize("command", ["bench", "verify"])
+def test_a_decoder_whose_graph_settles_the_guess_runs_and_says_what_it_read(capsys, tmp_path, command):
+    """mamba without config.json: cache_position indexes a convolution window in its graph, which marks
+    a mamba-style model; the commands say so and run."""
+    folder = linked_copy(MODELS / "llm" / "mamba", tmp_path / "m", skip=("config.json", "generation_config.json"))
+    xml = folder / "openvino_model.xml"
+    argv = ["bench", xml, "--steps", 2, "--rounds", 1, "--no-openvino"] if command == "bench" else ["verify", xml]
+    code, out, err = run_cli(capsys, *argv)
+    assert (code, err.splitlines()) == (
+        0,
+        [
+            f"ortstate: note: {xml}: cache_position indexes a 4-wide convolution state in the graph (config.json "
+            "gives none); model type unknown: attention_mask covers the current tokens, as mamba models take it"
+        ],
+    )
+
+
 def test_one_exit_code_rule(capsys, tmp_path):
     """2: the command line (options, files missing or unopenable, an IR's .bin included, inputs that
     don't fit); 1: the model (malformed files included) could not be converted, loaded or run."""
@@ -308,7 +366,7 @@ def test_one_exit_code_rule(capsys, tmp_path):
         (
             ["bench", ACCUMULATOR, "--json", tmp_path / "no" / "b.json"],
             2,
-            f"--json {tmp_path / 'no' / 'b.json'}: no such directory",
+            f"--json {tmp_path / 'no' / 'b.json'}: cannot be written (No such file or directory)",
         ),
         (["verify", ACCUMULATOR, "--steps", "x"], 2, "argument --steps/-n: invalid int value: 'x'"),
     ]

@@ -25,6 +25,7 @@ import onnxruntime as ort
 import onnxruntime_genai as og
 import pytest
 from kv_models import one_layer
+from oracle import linked_copy
 from ov_search import LLM, ov_beam_search, ov_greedy, ov_model
 from text_tokenizers import byte_bpe
 
@@ -242,6 +243,70 @@ def test_genai_config_from_the_folder(exports: dict) -> None:
     assert (decoder["head_size"], decoder["num_key_value_heads"], decoder["num_hidden_layers"]) == (16, 4, 2)
     assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key"
     assert search["past_present_share_buffer"] is False and search["max_length"] == 128
+
+
+CONTEXT_KEYS = "max_position_embeddings, n_positions, max_seq_len, seq_length, max_sequence_length"
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_model_without_a_context_length_takes_one(
+    family: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """genai needs a context length; bloom's config.json (ALiBi attention, no position table) gives
+    none. There is no bloom IR in models/ (making one needs torch), so llama's (RoPE) and gpt2's
+    (learned positions) folders without their context keys stand in: refused, naming the option;
+    with --context-length, genai generates OpenVINO's tokens."""
+    source = linked_copy(LLM / family, tmp_path / family, skip=("config.json",))
+    config = json.loads((LLM / family / "config.json").read_text())
+    stripped = {k: v for k, v in config.items() if k not in CONTEXT_KEYS.split(", ")}
+    (source / "config.json").write_text(json.dumps(stripped))
+    out = tmp_path / "out"
+    message = (
+        f"{source}: config.json gives no context length (one of {CONTEXT_KEYS}): give one "
+        "(--context-length N; context_length=N in Python)"
+    )
+    with pytest.raises(ortstate.ExportError) as info:
+        ortstate.export(source, out)
+    assert str(info.value) == message and not out.exists()
+    assert main(["export", str(source), str(out)]) == 1
+    assert capsys.readouterr().err == f"ortstate: error: {message}\n"
+
+    assert main(["export", str(source), str(out), "--context-length", "64"]) == 0
+    settings = json.loads((out / "genai_config.json").read_text())
+    assert (settings["model"]["context_length"], settings["search"]["max_length"]) == (64, 64)
+    prompt = _reference(family)["prompt_ids"][0]
+    want, want_logits = ov_greedy(family, [prompt], NEW_TOKENS, set())
+    assert _genai_generate(out, prompt, NEW_TOKENS, do_sample=False) == want
+    np.testing.assert_allclose(_genai_logits(out, prompt, want[0]), want_logits[:, 0], atol=ATOL, rtol=0)
+
+
+def test_a_context_length_is_at_most_the_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Larger than config.json's max_position_embeddings: refused (no model was made for more
+    positions; a learned table has none); smaller: written, and bounds genai's max_length."""
+    source = LLM / "llama"
+    message = (
+        f"{source}: a context length of 129 exceeds config.json's max_position_embeddings, 128 (the positions "
+        "the model was made for): give at most that"
+    )
+    with pytest.raises(ortstate.ExportError) as info:
+        ortstate.export(source, tmp_path / "big", context_length=129)
+    assert str(info.value) == message and not (tmp_path / "big").exists()
+    for bad in (0, True, 2.0):
+        with pytest.raises(
+            ortstate.ExportError, match=re.escape(f"context length: expected an integer >= 1, got {bad!r}")
+        ):
+            ortstate.export(source, tmp_path / "bad", context_length=bad)  # type: ignore[arg-type]
+    with pytest.raises(ortstate.ExportError, match="^a context length applies to the genai layout only"):
+        ortstate.export(source, tmp_path / "o", layout="optimum", context_length=32)
+    ortstate.export(source, tmp_path / "small", context_length=32)
+    settings = json.loads((tmp_path / "small" / "genai_config.json").read_text())
+    assert (settings["model"]["context_length"], settings["search"]["max_length"]) == (32, 32)
+    for argv, error in [
+        (["--layout", "optimum", "--context-length", "32"], "--context-length applies to --layout genai"),
+        (["--context-length", "0"], "--context-length must be at least 1, got 0"),
+    ]:
+        assert main(["export", str(source), str(tmp_path / "cli"), *argv]) == 2
+        assert capsys.readouterr().err.startswith(f"ortstate: error: {error}")
 
 
 def test_search_defaults_and_tokenizer_files(tmp_path: Path) -> None:

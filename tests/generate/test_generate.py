@@ -417,6 +417,34 @@ def test_rules_from_the_window_alone() -> None:
     assert guess.mask == "full" and guess.notes[0].startswith("model type unknown: attention_mask assumed to cover")
 
 
+def test_what_a_rule_guessed_and_what_would_help() -> None:
+    """Every rule that depends on config.json's model_type (the mask, cache_position: the mamba
+    family's differ) is named when there is none, and the remedy says so; a model type, or a
+    cache_position the graph shows indexing a window, settles cache_position."""
+    family = "mamba-family models, falcon_mamba, mamba, zamba2, need config.json's model_type"
+    cases = [
+        (LLAMA_INPUTS, ModelConfig(), None, ("attention_mask",)),
+        (MAMBA_INPUTS, ModelConfig(), None, ("attention_mask", "cache_position")),
+        (MAMBA_INPUTS, ModelConfig(), 4, ("attention_mask",)),
+        (MAMBA_INPUTS, ModelConfig(model_type="mamba", conv_kernel=4), None, ()),
+        (LLAMA_INPUTS, ModelConfig(model_type="llama"), None, ()),
+    ]
+    for inputs, config, window, guessed in cases:
+        rules = FeedRules.for_model(inputs, config, window=window)
+        assert rules.guessed == guessed
+        assert rules.remedy == (
+            f"the model type is unknown, so how {' and '.join(guessed)} {'are' if len(guessed) > 1 else 'is'} fed "
+            "was guessed: put the model's config.json beside the IR"
+            if guessed
+            else ""
+        )
+    both = FeedRules.for_model(MAMBA_INPUTS, ModelConfig())
+    assert both.notes == (
+        f"model type unknown: attention_mask assumed to cover past and current tokens ({family})",
+        f"model type unknown: cache_position assumed to count positions ({family})",
+    )
+
+
 def test_mamba_without_config_generates_the_reference_and_says_what_it_read(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

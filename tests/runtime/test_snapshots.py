@@ -91,6 +91,8 @@ def test_npy_and_other_files_are_refused(session: ortstate.StatefulSession, tmp_
     (tmp_path / "dir.npz").mkdir()
     refused(session, tmp_path / "dir.npz", "not a regular file")
     refused(session, tmp_path / "missing.npz", "no such file")
+    refused(session, tmp_path / "no" / "state.npz", "no such file")  # a missing folder
+    refused(session, tmp_path / "text.npz" / "state.npz", "cannot read: Not a directory")  # a folder that is a file
 
 
 def _patch(data: bytes, signature: bytes, field: int, fmt: str, value: int) -> bytes:
@@ -252,12 +254,15 @@ def test_declared_sizes_are_checked_before_anything_is_read(
     np.testing.assert_array_equal(fresh.query_state()[0].state, X)
 
 
-def test_saving_to_a_directory_or_nowhere_is_a_state_error(session: ortstate.StatefulSession, tmp_path: Path) -> None:
-    with pytest.raises(ortstate.StateError, match=rf"^{tmp_path}: is a directory, not a snapshot file$"):
+def test_saving_to_a_directory_or_nowhere_is_an_output_file_error(
+    session: ortstate.StatefulSession, tmp_path: Path
+) -> None:
+    """(Every writer against every way a write fails: tests/test_output_files.py.)"""
+    with pytest.raises(ortstate.OutputFileError, match=rf"^{tmp_path}: cannot be written \(Is a directory\)$"):
         session.save_state(tmp_path)
     missing = tmp_path / "no" / "state.npz"
     with pytest.raises(
-        ortstate.StateError, match=rf"^{missing}: cannot write the snapshot: No such file or directory$"
+        ortstate.OutputFileError, match=rf"^{missing}: cannot be written \(No such file or directory\)$"
     ):
         session.save_state(missing)
     with pytest.raises(ortstate.StateError, match="a snapshot path is a str or os.PathLike, not NoneType"):
@@ -275,7 +280,7 @@ def test_a_save_failing_half_way_keeps_the_previous_snapshot(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(snapshot.np, "savez", disk_full)
-    with pytest.raises(ortstate.StateError, match=rf"^{good}: cannot write the snapshot: No space left on device$"):
+    with pytest.raises(ortstate.OutputFileError, match=rf"^{good}: cannot be written \(No space left on device\)$"):
         session.save_state(good)
     monkeypatch.undo()
     assert good.read_bytes() == before
