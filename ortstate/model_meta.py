@@ -151,6 +151,9 @@ class VariableMeta:
         state_input / state_output: explicit form only: graph input and output carrying the value.
         carrier: numpy dtype name of the value as the model exchanges it (custom ops carry f16 and
             bf16 as float32; both forms carry bf16 as float32); ``dtype`` is what users see.
+        init_dims: a computed init that is zeros of a shape made of constants and the dims of graph
+            inputs (each dim an int, or ``[input name, axis]``): the explicit form feeds that value
+            itself on the first run, and the graph reads the state input directly (no init flag).
     """
 
     id: str
@@ -163,6 +166,7 @@ class VariableMeta:
     state_input: str | None = None
     state_output: str | None = None
     carrier: str | None = None
+    init_dims: list[int | list[Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -280,6 +284,14 @@ def _dim(value: Any, where: str) -> int | list[int | None]:
     return _int(value, where)
 
 
+def _init_dim(value: Any, where: str) -> int | list[Any]:
+    if isinstance(value, list):
+        if len(value) != 2 or not isinstance(value[0], str) or not value[0]:
+            raise _fail(where, "an integer or [input name, axis]", value)
+        return [value[0], _int(value[1], f"{where}[1]")]
+    return _int(value, where)
+
+
 def _variable(value: Any, where: str) -> VariableMeta:
     data = _object(value, where, VariableMeta, {"id", "element_type", "dtype", "shape", "init", "init_shape"})
     shape = None if data["shape"] is None else _list(data["shape"], f"{where}.shape", _dim)
@@ -293,6 +305,7 @@ def _variable(value: Any, where: str) -> VariableMeta:
         "init_shape": init_shape,
         **{k: _str(data.get(k), f"{where}.{k}", optional=True) for k in ("init_flag", "state_input", "state_output")},
         "carrier": _str(data.get("carrier"), f"{where}.carrier", optional=True, choices=tuple(DTYPES)),
+        "init_dims": None if data.get("init_dims") is None else _list(data["init_dims"], f"{where}.init_dims", _init_dim),
     }
     var = VariableMeta(**{**data, **checked})  # a field without a rule here passes through as it is
     lows = [d if isinstance(d, int) else d[0] for d in shape or []]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import ml_dtypes  # noqa: F401  (makes np.dtype("bfloat16") resolvable)
 import numpy as np
 
@@ -142,12 +145,30 @@ class StateStore:
     def initialized(self, var_id: str) -> bool:
         return var_id in self._values
 
-    def carried(self, var_id: str) -> np.ndarray:
-        """The value to feed the model (carrier dtype): committed, else the zero init."""
+    def carried(self, var_id: str, feeds: Mapping[str, Any]) -> np.ndarray:
+        """The value to feed the model (carrier dtype): committed, else the zero init (of the
+        ``init_dims`` the run's ``feeds`` give, where the metadata has them)."""
         value = self._values.get(var_id)
-        if value is None:
-            return np.zeros(self.meta[var_id].init_shape, dtype=self._carrier[var_id])
-        return value
+        if value is not None:
+            return value
+        meta = self.meta[var_id]
+        if meta.init_dims is None:
+            return np.zeros(meta.init_shape, dtype=self._carrier[var_id])
+        shape = []
+        for dim in meta.init_dims:
+            if isinstance(dim, int):
+                shape.append(dim)
+                continue
+            name, axis = dim
+            given = np.shape(feeds[name]) if name in feeds else None
+            if given is None or axis >= len(given):
+                raise RunError(
+                    f"variable '{var_id}': its initial value takes dim {axis} of input '{name}', "
+                    f"which the run {'lacks' if given is None else f'gives with shape {list(given)}'}; "
+                    "no variable was changed"
+                )
+            shape.append(given[axis])
+        return np.zeros(shape, dtype=self._carrier[var_id])
 
     # -- the state API ------------------------------------------------------------------------
     def get(self, var_id: str) -> np.ndarray:
