@@ -154,6 +154,10 @@ class VariableMeta:
         init_dims: a computed init that is zeros of a shape made of constants and the dims of graph
             inputs (each dim an int, or ``[input name, axis]``): the explicit form feeds that value
             itself on the first run, and the graph reads the state input directly (no init flag).
+        reorder: the graph input (1-D int indices) by which the runtime reorders the variable's
+            value along axis 0 before a run reads it, as the beam search's ``beam_idx`` does
+            (OpenVINO's Gather: negative indices count from the end, one out of range gives zeros);
+            the graph itself does not. Left alone when the indices are ``0..n-1``.
     """
 
     id: str
@@ -167,6 +171,7 @@ class VariableMeta:
     state_output: str | None = None
     carrier: str | None = None
     init_dims: list[int | list[Any]] | None = None
+    reorder: str | None = None
 
 
 @dataclass(frozen=True)
@@ -305,6 +310,7 @@ def _variable(value: Any, where: str) -> VariableMeta:
         "init_shape": init_shape,
         **{k: _str(data.get(k), f"{where}.{k}", optional=True) for k in ("init_flag", "state_input", "state_output")},
         "carrier": _str(data.get("carrier"), f"{where}.carrier", optional=True, choices=tuple(DTYPES)),
+        "reorder": _str(data.get("reorder"), f"{where}.reorder", optional=True),
         "init_dims": None if data.get("init_dims") is None else _list(data["init_dims"], f"{where}.init_dims", _init_dim),
     }
     var = VariableMeta(**{**data, **checked})  # a field without a rule here passes through as it is

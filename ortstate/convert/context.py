@@ -208,6 +208,8 @@ class Context:
         self.value_of: Callable[[Layer, int], str] | None = None
         self.aliases: dict[str, str] = {}
         self.attention: list[AttentionRecord] = []
+        # Variables whose past rows the runtime reorders by a graph input (beam_idx), by id.
+        self.reorders: dict[str, str] = {}
 
     def record_attention(self, layer: Layer, how: str, why: str) -> None:
         self.attention.append(AttentionRecord(layer.name, how, why))

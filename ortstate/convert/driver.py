@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
@@ -150,7 +150,7 @@ def build(graph: Graph, *, explicit_state: bool = False, options: ConvertOptions
     model = helper.make_model(graph_proto, opset_imports=opsets, producer_name="ortstate", ir_version=ONNX_IR_VERSION)
     meta = ModelMeta(
         form=CUSTOM_OP,
-        variables=tuple(state.meta[v.id] for v in variables),
+        variables=tuple(replace(state.meta[v.id], reorder=ctx.reorders.get(v.id)) for v in variables),
         request_input=state.request_input,
         source=Path(graph.source).name,
         digest=graph.digest,

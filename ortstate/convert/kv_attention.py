@@ -35,7 +35,10 @@ class KvSide:
     """Key or value: the Concat appending this step's rows to the variable's past rows."""
 
     concat: Layer  # Concat(past, new, axis=-2); its output is what the Assign stores
+    read: Layer  # the ReadValue giving the past rows
+    reorder: str | None  # the graph input reordering the past rows along axis 0 (beam_idx), if any
     shapes: tuple[Layer, ...]  # ShapeOf layers reading the Concat: they get its shape from its inputs
+    past_shapes: tuple[Layer, ...]  # ShapeOf layers reading the reordered past rows
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,12 @@ def _side(graph: Graph, sdpa: Layer, index: int, what: str) -> KvSide | str:
     if axis not in (2, -2):
         return f"{what}'s Concat is on axis {axis}, not the sequence axis"
     past = graph.producer(concat, 0)[0]
+    reorder, past_shapes = None, ()
     if past.type == "Gather":
+        past_shapes = tuple(dst for dst, _ in graph.consumers(past, 0) if dst.type == "ShapeOf")
+        reorder = _reorder_input(graph, past, concat)
+        if reorder is None:
+            return f"{what}'s past rows go through a Gather that is not a reorder of the batch by an input"
         past = graph.producer(past, 0)[0]
     if past.type != "ReadValue":
         return f"{what}'s past rows do not come from a variable"
@@ -97,7 +105,22 @@ def _side(graph: Graph, sdpa: Layer, index: int, what: str) -> KvSide | str:
     for link in chain[1:]:
         if len(graph.consumers(link, 0)) != 1:
             return f"{what}'s repeated heads are also read elsewhere"
-    return KvSide(concat, tuple(shapes))
+    return KvSide(concat, past, reorder, tuple(shapes), past_shapes)
+
+
+def _reorder_input(graph: Graph, gather: Layer, concat: Layer) -> str | None:
+    """The graph input by which ``gather`` reorders its data's rows (axis 0, read by ``concat``
+    and ShapeOf), as optimum-intel's ``beam_idx`` does; None for any other Gather."""
+    if len(gather.inputs) < 3 or int(gather.attrs.get("batch_dims", "0")):
+        return None
+    indices, axis = graph.producer(gather, 1)[0], constant_value(graph, graph.producer(gather, 2)[0])
+    if indices.type != "Parameter" or axis is None or np.asarray(axis).reshape(-1).tolist() != [0]:
+        return None
+    if indices.outputs[0].shape.rank != 1:
+        return None
+    if any(dst.id != concat.id and dst.type != "ShapeOf" for dst, _ in graph.consumers(gather, 0)):
+        return None
+    return indices.tensor_name()
 
 
 def match(graph: Graph, sdpa: Layer) -> KvAttention | str:

@@ -87,6 +87,7 @@ class PyOpRunner(Runner):
         for var_id, flag in self.flags:
             full[flag] = _FALSE if store.initialized(var_id) else _TRUE
         store.begin()
+        store.order_run(full)
         handler = interrupts.defer_sigint()  # a KeyboardInterrupt inside a state op aborts the process
         error: RunError | None = None
         try:
@@ -122,6 +123,7 @@ class ExplicitRunner(Runner):
         self.fetch = self.all_outputs + [v.state_output or "" for v in self.variables]
         self.ids = [v.id for v in self.variables]
         self.plan = [(v.id, v.init_flag, v.state_input or "") for v in self.variables]
+        self.reorders = any(v.reorder for v in self.variables)  # the bound buffers cannot reorder
         self.fast: PingPong | None = None
         self._previous: tuple | None = None  # the last general run's signature
         # The run whose buffers seed the fast path, once two runs in a row had the same shapes: bound
@@ -155,6 +157,7 @@ class ExplicitRunner(Runner):
     def _general(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         store = self.store
         full = feed_dict(feeds)
+        store.order_run(full)
         all_initialized = True
         for var_id, flag, state_in in self.plan:
             value = store.committed(var_id)
@@ -190,7 +193,7 @@ class ExplicitRunner(Runner):
             np.shape(feeds[v.state_input or ""]) == r.shape
             for v, r in zip(self.variables, results[len(self.all_outputs) :])
         )
-        if not self.variables or not states_static:
+        if not self.variables or not states_static or self.reorders:
             self._previous = None  # growing states (KV caches) stay on this path: no more work here
             return False
         inputs = tuple((n, np.shape(a), np.asarray(a).dtype) for n, a in feeds.items())

@@ -35,7 +35,7 @@ from ..builder import GraphBuilder
 from ..compressed import MS_DOMAIN
 from ..context import Context, Node
 from ..dtypes import numpy_type
-from ..kv_attention import KvAttention, match
+from ..kv_attention import KvAttention, KvSide, match
 from ..registry import translator
 
 _QUERY, _KEY, _VALUE, _MASK, _SCALE, _SINK = range(6)
@@ -143,8 +143,10 @@ def _fused(node: Node, ctx: Context, kv: KvAttention) -> str:
     """GroupQueryAttention over the variable's past rows; the Concats' values become its presents."""
     b = ctx.b
     assert ctx.value_of is not None
-    past_k, new_k = (ctx.value_of(kv.key.concat, i) for i in (0, 1))
-    past_v, new_v = (ctx.value_of(kv.value.concat, i) for i in (0, 1))
+    # The past rows as the variable holds them: a beam reorder in front of them is the runtime's
+    # (recorded with the variable), done only on runs whose beam_idx is not the identity.
+    past_k, past_v = (_past(ctx, side) for side in (kv.key, kv.value))
+    new_k, new_v = ctx.value_of(kv.key.concat, 1), ctx.value_of(kv.value.concat, 1)
     i64 = b.const(np.array([0], np.int64))
     batch, seq, past = _dim(b, node.inputs[_QUERY], 0), _dim(b, node.inputs[_QUERY], 2), _dim(b, past_k, 2)
     total = b.op("Add", [past, seq])
@@ -180,6 +182,8 @@ def _fused(node: Node, ctx: Context, kv: KvAttention) -> str:
     for side, present, past_x, new_x in ((kv.key, present_k, past_k, new_k), (kv.value, present_v, past_v, new_v)):
         reader, index = ctx.graph.consumers(side.concat, 0)[0]
         ctx.aliases[ctx.value_of(reader, index)] = present
+        if side.past_shapes:  # the runtime has reordered the rows before the run
+            _alias_shapes(ctx, side.past_shapes, b.op("Shape", [past_x]))
         if side.shapes:
             # The Concat's shape from its inputs' (reading the present's would make a cycle where the
             # mask the kernel takes is built from it).
@@ -187,6 +191,15 @@ def _fused(node: Node, ctx: Context, kv: KvAttention) -> str:
             shape = b.op("Add", [b.op("Shape", [past_x]), b.op("Mul", [b.op("Shape", [new_x]), seq_only])])
             _alias_shapes(ctx, side.shapes, shape)
     return out
+
+
+def _past(ctx: Context, side: KvSide) -> str:
+    """The variable's value the past rows come from; its reorder, if any, recorded for the runtime."""
+    assert ctx.value_of is not None
+    reader = ctx.graph.consumers(side.read, 0)
+    if side.reorder is not None:
+        ctx.reorders[side.read.attrs.get("variable_id", "")] = side.reorder
+    return ctx.value_of(*reader[0])
 
 
 def _alias_shapes(ctx: Context, layers: tuple, shape: str) -> None:
