@@ -165,8 +165,7 @@ class ExplicitRunner(Runner):
                 full[flag] = _TRUE if value is None else _FALSE
             if value is None:
                 all_initialized = False
-                value = store.carried(var_id, full)
-            full[state_in] = value
+            full[state_in] = store.carried(var_id, full)
         if self.guards:
             check_not_empty(full, self.guards)
         try:
