@@ -40,6 +40,8 @@ __all__ = [
     "fresh_name",
     "fused_op",
     "init_flag_name",
+    "length_input_name",
+    "length_output_name",
     "read_meta",
     "spanned_elements",
     "state_dims",
@@ -97,6 +99,17 @@ def state_input_name(var_id: str) -> str:
 def state_output_name(var_id: str) -> str:
     """Explicit form: the graph output carrying the variable's next value out of a run."""
     return f"ortstate.out.{var_id}"
+
+
+def length_input_name(var_id: str) -> str:
+    """Explicit form, a KV variable kept in a larger buffer: how many rows of its state input are
+    its value (int64 scalar; see :mod:`ortstate.passes.kv_share`)."""
+    return f"ortstate.len.{var_id}"
+
+
+def length_output_name(var_id: str) -> str:
+    """The same variable's rows after the run (int64 scalar output)."""
+    return f"ortstate.len_out.{var_id}"
 
 
 def init_flag_name(var_id: str) -> str:
@@ -158,6 +171,10 @@ class VariableMeta:
             value along axis 0 before a run reads it, as the beam search's ``beam_idx`` does
             (OpenVINO's Gather: negative indices count from the end, one out of range gives zeros);
             the graph itself does not. Left alone when the indices are ``0..n-1``.
+        length_input / length_output: explicit form, a KV variable that may be fed as a larger
+            buffer (rows beyond the value are spare capacity, written in place by a run): the
+            graph input saying how many rows along axis 2 are the value, and the graph output
+            saying how many are after the run (see :mod:`ortstate.passes.kv_share`).
     """
 
     id: str
@@ -172,6 +189,8 @@ class VariableMeta:
     carrier: str | None = None
     init_dims: list[int | list[Any]] | None = None
     reorder: str | None = None
+    length_input: str | None = None
+    length_output: str | None = None
 
 
 @dataclass(frozen=True)
@@ -213,12 +232,12 @@ class ModelMeta:
     def hidden_inputs(self) -> set[str]:
         names = {self.request_input} if self.request_input else set()
         for v in self.variables:
-            names.update(n for n in (v.init_flag, v.state_input) if n)
+            names.update(n for n in (v.init_flag, v.state_input, v.length_input) if n)
         return names
 
     @property
     def hidden_outputs(self) -> set[str]:
-        return {v.state_output for v in self.variables if v.state_output}
+        return {n for v in self.variables for n in (v.state_output, v.length_output) if n}
 
 
 def write_meta(model: onnx.ModelProto, meta: ModelMeta) -> None:
@@ -308,7 +327,10 @@ def _variable(value: Any, where: str) -> VariableMeta:
         "shape": shape,
         "init": _str(data["init"], f"{where}.init", choices=("zeros", "computed")),
         "init_shape": init_shape,
-        **{k: _str(data.get(k), f"{where}.{k}", optional=True) for k in ("init_flag", "state_input", "state_output")},
+        **{
+            k: _str(data.get(k), f"{where}.{k}", optional=True)
+            for k in ("init_flag", "state_input", "state_output", "length_input", "length_output")
+        },
         "carrier": _str(data.get("carrier"), f"{where}.carrier", optional=True, choices=tuple(DTYPES)),
         "reorder": _str(data.get("reorder"), f"{where}.reorder", optional=True),
         "init_dims": None if data.get("init_dims") is None else _list(data["init_dims"], f"{where}.init_dims", _init_dim),

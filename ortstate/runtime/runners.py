@@ -13,6 +13,7 @@ from ..errors import RunError
 from . import interrupts, pyops
 from .guards import check_not_empty
 from .loaded import LoadedModel
+from .kv_buffers import KvBuffers, KvMiss, shares_kv
 from .pingpong import PingPong, PingPongMiss
 from .store import StateStore
 
@@ -124,7 +125,9 @@ class ExplicitRunner(Runner):
         self.ids = [v.id for v in self.variables]
         self.plan = [(v.id, v.init_flag, v.state_input or "") for v in self.variables]
         self.reorders = any(v.reorder for v in self.variables)  # the bound buffers cannot reorder
+        self.lengths = {v.id: v.length_input for v in self.variables if v.length_input}
         self.fast: PingPong | None = None
+        self.kv = KvBuffers(model, store) if shares_kv(model) else None
         self._previous: tuple | None = None  # the last general run's signature
         # The run whose buffers seed the fast path, once two runs in a row had the same shapes: bound
         # when next needed, not right after the commit, so a Ctrl-C cannot land between a commit
@@ -152,6 +155,15 @@ class ExplicitRunner(Runner):
                 return self.fast.run(names, feeds)
             except PingPongMiss:
                 self.fast = None
+        if self.kv is not None:
+            full = feed_dict(feeds)
+            if self.guards:
+                check_not_empty(full, self.guards)
+            self.store.order_run(full)
+            try:
+                return self.kv.run(names, full, run_options)
+            except KvMiss:
+                pass
         return self._general(names, feeds, run_options)
 
     def _general(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
@@ -165,7 +177,9 @@ class ExplicitRunner(Runner):
                 full[flag] = _TRUE if value is None else _FALSE
             if value is None:
                 all_initialized = False
-            full[state_in] = store.carried(var_id, full)
+            full[state_in] = fed = store.carried(var_id, full)
+            if var_id in self.lengths:
+                full[self.lengths[var_id]] = np.array(fed.shape[2], np.int64)
         if self.guards:
             check_not_empty(full, self.guards)
         try:

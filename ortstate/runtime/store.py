@@ -95,6 +95,10 @@ class StateStore:
         values = self._values
         return tuple(init if (v := values.get(i)) is None else v for i, init in zip(var_ids, inits))
 
+    def reordering(self) -> bool:
+        """Whether this run reorders any variable (see :meth:`order_run`)."""
+        return bool(self._run_order)
+
     def order_run(self, feeds: Mapping[str, Any]) -> None:
         """Take this run's reorder indices from ``feeds`` for the variables that have one (see
         ``VariableMeta.reorder``); an uninitialised variable is reordered as its init is read."""
