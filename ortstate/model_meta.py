@@ -333,7 +333,9 @@ def _variable(value: Any, where: str) -> VariableMeta:
         },
         "carrier": _str(data.get("carrier"), f"{where}.carrier", optional=True, choices=tuple(DTYPES)),
         "reorder": _str(data.get("reorder"), f"{where}.reorder", optional=True),
-        "init_dims": None if data.get("init_dims") is None else _list(data["init_dims"], f"{where}.init_dims", _init_dim),
+        "init_dims": None
+        if data.get("init_dims") is None
+        else _list(data["init_dims"], f"{where}.init_dims", _init_dim),
     }
     var = VariableMeta(**{**data, **checked})  # a field without a rule here passes through as it is
     lows = [d if isinstance(d, int) else d[0] for d in shape or []]

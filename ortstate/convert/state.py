@@ -36,7 +36,6 @@ from ..model_meta import (
 from .builder import GraphBuilder
 from .dtypes import numpy_type, onnx_type
 from .folding import constant_value
-
 from .init_dims import InitDim, zeros_from_input_dims
 
 __all__ = ["StateWriter", "Variable", "collect_variables", "plan_inits"]
@@ -381,9 +380,9 @@ class StateWriter:
             init_shape=list(var.init_shape),
             init_flag=self._flags.get(var.id),
             carrier=numpy_type(var.carrier_type).name,
-            init_dims=None if var.init_dims is None or var.body is not None else [
-                d if isinstance(d, int) else list(d) for d in var.init_dims
-            ],
+            init_dims=None
+            if var.init_dims is None or var.body is not None
+            else [d if isinstance(d, int) else list(d) for d in var.init_dims],
         )
 
 

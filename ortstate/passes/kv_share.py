@@ -125,11 +125,15 @@ def share_kv(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
         for index in plan.shapes:  # the logical shape, sliced as the Shape node asked
             shape = graph.node[index]
             attrs = {a.name: a.i for a in shape.attribute}
-            bounds = [const(np.array([attrs.get(k, d)], np.int64), f"ortstate.kv_{k}") for k, d in (("start", 0), ("end", 4))]
+            bounds = [
+                const(np.array([attrs.get(k, d)], np.int64), f"ortstate.kv_{k}") for k, d in (("start", 0), ("end", 4))
+            ]
             replaced[index] = helper.make_node("Slice", [logical, *bounds], list(shape.output), name=shape.name)
         valid = fresh(f"{state_in}_valid")
         rename_reads(plan.branch.node, {state_in: valid})
-        plan.branch.node.insert(0, helper.make_node("Slice", [state_in, start, length, axis], [valid], name=fresh(f"{valid}_node")))
+        plan.branch.node.insert(
+            0, helper.make_node("Slice", [state_in, start, length, axis], [valid], name=fresh(f"{valid}_node"))
+        )
         variables.append(dataclasses.replace(var, length_input=length_in, length_output=length_out))
     nodes = sorted_nodes([*added, *(replaced.get(i, node) for i, node in enumerate(graph.node))])
     del graph.node[:]

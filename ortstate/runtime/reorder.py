@@ -36,8 +36,10 @@ def reordered(value: np.ndarray, indices: np.ndarray) -> np.ndarray:
     rows = value.shape[0]
     wrapped = np.where(indices < 0, indices.astype(np.int64) + rows, indices.astype(np.int64))
     valid = (wrapped >= 0) & (wrapped < rows)
-    out = np.take(value, np.where(valid, wrapped, 0), axis=0) if rows else np.zeros(
-        (len(indices), *value.shape[1:]), value.dtype
+    out = (
+        np.take(value, np.where(valid, wrapped, 0), axis=0)
+        if rows
+        else np.zeros((len(indices), *value.shape[1:]), value.dtype)
     )
     if not valid.all():
         out[~valid] = 0

@@ -12,8 +12,8 @@ import numpy as np
 from ..errors import RunError
 from . import interrupts, pyops
 from .guards import check_not_empty
-from .loaded import LoadedModel
 from .kv_buffers import KvBuffers, KvMiss, shares_kv
+from .loaded import LoadedModel
 from .pingpong import PingPong, PingPongMiss
 from .store import StateStore
 
