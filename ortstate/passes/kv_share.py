@@ -30,7 +30,7 @@ from onnx import helper, numpy_helper
 from ..model_meta import ModelMeta, VariableMeta, fresh_name, length_input_name, length_output_name
 from .walk import all_names, consumers, producers, rename_reads, sorted_nodes, subgraphs
 
-__all__ = ["share_kv"]
+__all__ = ["share_kv", "shares_any"]
 
 _AXIS = 2
 _PAST = {3: 1, 4: 2}  # GroupQueryAttention input (past_key, past_value) -> its present output
@@ -78,12 +78,21 @@ def _plan(graph: onnx.GraphProto, var: VariableMeta, made: dict[str, int], used:
     return _Plan(var, sorted(shapes), other, kernel.input[6])
 
 
+def _plans(graph: onnx.GraphProto, meta: ModelMeta) -> dict[str, _Plan]:
+    made, used = producers(graph), consumers(graph)
+    return {var.id: plan for var in meta.variables if (plan := _plan(graph, var, made, used)) is not None}
+
+
+def shares_any(model: onnx.ModelProto, meta: ModelMeta) -> bool:
+    """Whether :func:`share_kv` would change ``model`` (nothing is changed here)."""
+    return bool(_plans(model.graph, meta))
+
+
 def share_kv(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
     """Give every qualifying variable of explicit ``model`` its length input and output (see the
     module docstring), in place; returns the metadata naming them. Others are left as they are."""
     graph = model.graph
-    made, used = producers(graph), consumers(graph)
-    plans = {var.id: plan for var in meta.variables if (plan := _plan(graph, var, made, used)) is not None}
+    plans = _plans(graph, meta)
     if not plans:
         return meta
     taken = all_names(graph)

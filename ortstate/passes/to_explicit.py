@@ -59,7 +59,6 @@ from ..model_meta import (
     state_input_name,
     state_output_name,
 )
-from .kv_share import share_kv
 from .prune import prune
 from .walk import all_names, consumers, inner_nodes, nodes, outer_reads, producers, rename_uses
 
@@ -167,7 +166,7 @@ def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
     graph.output.extend(new_outputs)
     prune(graph)
     _drop_unused_domain(model, CONTRIB_DOMAIN)
-    return share_kv(model, dataclasses.replace(meta, form=EXPLICIT, request_input=None, variables=tuple(variables)))
+    return dataclasses.replace(meta, form=EXPLICIT, request_input=None, variables=tuple(variables))
 
 
 def _plan(graph: onnx.GraphProto, meta: ModelMeta) -> list[_Plan]:
