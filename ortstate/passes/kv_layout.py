@@ -16,8 +16,9 @@ An optimum-intel IR keeps the same caches in variables instead, each read throug
   empty past the caller now feeds; the pass requires the variable's initial shape to be empty
   along the sequence axis;
 - removes the beam reorder: the rows of the cache selected by a graph input's indices (a
-  ``Gather(axis=0)``, with the converter's zeros for out-of-range ones) become the cache itself,
-  and that input (``beam_idx``) goes; nothing else may read it.
+  ``Gather(axis=0)``, with the converter's zeros for out-of-range ones, or the runtime's reorder
+  the variable's metadata names) become the cache itself, and that input (``beam_idx``) goes;
+  nothing else may read it.
 
 Anything else in state (SSM or convolution states of mamba and hybrid models, cross-attention K/V
 computed from an encoder's output) is not a KV cache these tools feed, and the pass refuses it.
@@ -108,6 +109,8 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
             beam_inputs[var.id] = beam_input
             renames[result] = var.state_input
             dropped.add(node)
+        elif var.reorder is not None:  # the converter left the reorder to the runtime: to the caller now
+            beam_inputs[var.id] = var.reorder
     if len(set(beam_inputs.values())) > 1:
         raise PassError(
             f"the KV caches are reordered by more than one input ({', '.join(sorted(set(beam_inputs.values())))})"
