@@ -30,7 +30,7 @@ from onnx import helper, numpy_helper
 from ..model_meta import ModelMeta, VariableMeta, fresh_name, length_input_name, length_output_name
 from .walk import all_names, consumers, producers, rename_reads, sorted_nodes, subgraphs
 
-__all__ = ["share_kv", "shares_any"]
+__all__ = ["share_kv", "shares_all", "shares_any"]
 
 _AXIS = 2
 _PAST = {3: 1, 4: 2}  # GroupQueryAttention input (past_key, past_value) -> its present output
@@ -86,6 +86,11 @@ def _plans(graph: onnx.GraphProto, meta: ModelMeta) -> dict[str, _Plan]:
 def shares_any(model: onnx.ModelProto, meta: ModelMeta) -> bool:
     """Whether :func:`share_kv` would change ``model`` (nothing is changed here)."""
     return bool(_plans(model.graph, meta))
+
+
+def shares_all(model: onnx.ModelProto, meta: ModelMeta) -> bool:
+    """Whether :func:`share_kv` would give every variable of ``model`` its length input."""
+    return bool(meta.variables) and len(_plans(model.graph, meta)) == len(meta.variables)
 
 
 def share_kv(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
