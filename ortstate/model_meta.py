@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+import numpy as np
 import onnx
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "VariableMeta",
     "fresh_name",
     "fused_op",
+    "initial_shape",
     "init_flag_name",
     "length_input_name",
     "length_output_name",
@@ -138,6 +140,31 @@ def fresh_name(base: str, taken: Container[str], start: int = 1) -> str:
     while f"{base}_{n}" in taken:
         n += 1
     return f"{base}_{n}"
+
+
+def initial_shape(var: VariableMeta, feeds: Mapping[str, Any]) -> list[int]:
+    """The shape of ``var``'s zero initial value for a run of ``feeds``: ``init_shape``, or the
+    ``init_dims`` with each ``[input, axis]`` read from the feeds.
+
+    Raises:
+        ValueError: a feed ``init_dims`` reads is missing or has no such axis (naming both).
+    """
+    if var.init_dims is None:
+        return list(var.init_shape)
+    shape = []
+    for dim in var.init_dims:
+        if isinstance(dim, int):
+            shape.append(dim)
+            continue
+        name, axis = dim
+        given = np.shape(feeds[name]) if name in feeds else None
+        if given is None or axis >= len(given):
+            got = "lacks" if given is None else f"gives with shape {list(given)}"
+            raise ValueError(
+                f"variable '{var.id}': its initial value takes dim {axis} of input '{name}', which the run {got}"
+            )
+        shape.append(given[axis])
+    return shape
 
 
 def spanned_elements(shape: Sequence[int]) -> int:

@@ -9,7 +9,7 @@ import ml_dtypes  # noqa: F401  (makes np.dtype("bfloat16") resolvable)
 import numpy as np
 
 from ..errors import RunError, StateError
-from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, spanned_elements
+from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, initial_shape, spanned_elements
 from .reorder import reorder_indices, reordered
 
 __all__ = ["ShapeRule", "StateStore"]
@@ -180,23 +180,10 @@ class StateStore:
         return value if indices is None else reordered(value, indices)
 
     def _init(self, var_id: str, feeds: Mapping[str, Any]) -> np.ndarray:
-        meta = self.meta[var_id]
-        if meta.init_dims is None:
-            return np.zeros(meta.init_shape, dtype=self._carrier[var_id])
-        shape = []
-        for dim in meta.init_dims:
-            if isinstance(dim, int):
-                shape.append(dim)
-                continue
-            name, axis = dim
-            given = np.shape(feeds[name]) if name in feeds else None
-            if given is None or axis >= len(given):
-                raise RunError(
-                    f"variable '{var_id}': its initial value takes dim {axis} of input '{name}', "
-                    f"which the run {'lacks' if given is None else f'gives with shape {list(given)}'}; "
-                    "no variable was changed"
-                )
-            shape.append(given[axis])
+        try:
+            shape = initial_shape(self.meta[var_id], feeds)
+        except ValueError as exc:
+            raise RunError(f"{exc}; no variable was changed") from None
         return np.zeros(shape, dtype=self._carrier[var_id])
 
     # -- the state API ------------------------------------------------------------------------
