@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+import numpy as np
 import onnx
 
 __all__ = [
@@ -39,7 +40,10 @@ __all__ = [
     "VariableMeta",
     "fresh_name",
     "fused_op",
+    "initial_shape",
     "init_flag_name",
+    "length_input_name",
+    "length_output_name",
     "read_meta",
     "spanned_elements",
     "state_dims",
@@ -99,6 +103,17 @@ def state_output_name(var_id: str) -> str:
     return f"ortstate.out.{var_id}"
 
 
+def length_input_name(var_id: str) -> str:
+    """Explicit form, a KV variable kept in a larger buffer: how many rows of its state input are
+    its value (int64 scalar; see :mod:`ortstate.passes.kv_share`)."""
+    return f"ortstate.len.{var_id}"
+
+
+def length_output_name(var_id: str) -> str:
+    """The same variable's rows after the run (int64 scalar output)."""
+    return f"ortstate.len_out.{var_id}"
+
+
 def init_flag_name(var_id: str) -> str:
     """Both forms: the bool scalar input telling a run the variable is uninitialised (computed inits)."""
     return f"ortstate.init.{var_id}"
@@ -125,6 +140,31 @@ def fresh_name(base: str, taken: Container[str], start: int = 1) -> str:
     while f"{base}_{n}" in taken:
         n += 1
     return f"{base}_{n}"
+
+
+def initial_shape(var: VariableMeta, feeds: Mapping[str, Any]) -> list[int]:
+    """The shape of ``var``'s zero initial value for a run of ``feeds``: ``init_shape``, or the
+    ``init_dims`` with each ``[input, axis]`` read from the feeds.
+
+    Raises:
+        ValueError: a feed ``init_dims`` reads is missing or has no such axis (naming both).
+    """
+    if var.init_dims is None:
+        return list(var.init_shape)
+    shape = []
+    for dim in var.init_dims:
+        if isinstance(dim, int):
+            shape.append(dim)
+            continue
+        name, axis = dim
+        given = np.shape(feeds[name]) if name in feeds else None
+        if given is None or axis >= len(given):
+            got = "lacks" if given is None else f"gives with shape {list(given)}"
+            raise ValueError(
+                f"variable '{var.id}': its initial value takes dim {axis} of input '{name}', which the run {got}"
+            )
+        shape.append(given[axis])
+    return shape
 
 
 def spanned_elements(shape: Sequence[int]) -> int:
@@ -154,6 +194,17 @@ class VariableMeta:
         state_input / state_output: explicit form only: graph input and output carrying the value.
         carrier: numpy dtype name of the value as the model exchanges it (custom ops carry f16 and
             bf16 as float32; both forms carry bf16 as float32); ``dtype`` is what users see.
+        init_dims: a computed init that is zeros of a shape made of constants and the dims of graph
+            inputs (each dim an int, or ``[input name, axis]``): the explicit form feeds that value
+            itself on the first run, and the graph reads the state input directly (no init flag).
+        reorder: the graph input (1-D int indices) by which the runtime reorders the variable's
+            value along axis 0 before a run reads it, as the beam search's ``beam_idx`` does
+            (OpenVINO's Gather: negative indices count from the end, one out of range gives zeros);
+            the graph itself does not. Left alone when the indices are ``0..n-1``.
+        length_input / length_output: explicit form, a KV variable that may be fed as a larger
+            buffer (rows beyond the value are spare capacity, written in place by a run): the
+            graph input saying how many rows along axis 2 are the value, and the graph output
+            saying how many are after the run (see :mod:`ortstate.passes.kv_share`).
     """
 
     id: str
@@ -167,6 +218,10 @@ class VariableMeta:
     state_output: str | None = None
     carrier: str | None = None
     uninit_shape: list[int] | None = None
+    init_dims: list[int | list[Any]] | None = None
+    reorder: str | None = None
+    length_input: str | None = None
+    length_output: str | None = None
 
     @property
     def uninitialised_shape(self) -> tuple[int, ...]:
@@ -219,12 +274,12 @@ class ModelMeta:
     def hidden_inputs(self) -> set[str]:
         names = {self.request_input} if self.request_input else set()
         for v in self.variables:
-            names.update(n for n in (v.init_flag, v.state_input) if n)
+            names.update(n for n in (v.init_flag, v.state_input, v.length_input) if n)
         return names
 
     @property
     def hidden_outputs(self) -> set[str]:
-        return {v.state_output for v in self.variables if v.state_output}
+        return {n for v in self.variables for n in (v.state_output, v.length_output) if n}
 
 
 def write_meta(model: onnx.ModelProto, meta: ModelMeta) -> None:
@@ -295,6 +350,14 @@ def _dim(value: Any, where: str) -> int | list[int | None]:
     return _int(value, where)
 
 
+def _init_dim(value: Any, where: str) -> int | list[Any]:
+    if isinstance(value, list):
+        if len(value) != 2 or not isinstance(value[0], str) or not value[0]:
+            raise _fail(where, "an integer or [input name, axis]", value)
+        return [value[0], _int(value[1], f"{where}[1]")]
+    return _int(value, where)
+
+
 def _variable(value: Any, where: str) -> VariableMeta:
     data = _object(value, where, VariableMeta, {"id", "element_type", "dtype", "shape", "init", "init_shape"})
     shape = None if data["shape"] is None else _list(data["shape"], f"{where}.shape", _dim)
@@ -306,8 +369,15 @@ def _variable(value: Any, where: str) -> VariableMeta:
         "shape": shape,
         "init": _str(data["init"], f"{where}.init", choices=("zeros", "computed")),
         "init_shape": init_shape,
-        **{k: _str(data.get(k), f"{where}.{k}", optional=True) for k in ("init_flag", "state_input", "state_output")},
+        **{
+            k: _str(data.get(k), f"{where}.{k}", optional=True)
+            for k in ("init_flag", "state_input", "state_output", "length_input", "length_output")
+        },
         "carrier": _str(data.get("carrier"), f"{where}.carrier", optional=True, choices=tuple(DTYPES)),
+        "reorder": _str(data.get("reorder"), f"{where}.reorder", optional=True),
+        "init_dims": None
+        if data.get("init_dims") is None
+        else _list(data["init_dims"], f"{where}.init_dims", _init_dim),
     }
     uninit = data.get("uninit_shape")
     if uninit is not None:

@@ -20,7 +20,9 @@ from ortstate.cli import main
 from ortstate.convert.rnn_layout import GRU, LSTM, RNN
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout: models/ and ortstate/ below it
-OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
+# OpenVINO's exact config: f32 math, and an f32 KV cache (the CPU plugin fuses a decoder's cache
+# into its own attention node and would otherwise keep it in u8 or f16, depending on the CPU).
+OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 RESET = "reset"  # a step that resets all variables of both runtimes
 _core = ov.Core()
 

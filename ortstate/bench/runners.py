@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 from ..convert import convert
 from ..errors import OrtStateError, RunError
-from ..model_meta import EXPLICIT, VariableMeta, read_meta
+from ..model_meta import EXPLICIT, VariableMeta, initial_shape, read_meta
 from ..runtime import StatefulSession
 from ..runtime.options import quiet_session_options, tune_session_options
 from ..runtime.ort_adapter import FastRun
@@ -160,7 +160,10 @@ class Floor:
     def _run(self, feeds: Feeds) -> list[np.ndarray]:
         fed = dict(feeds)
         for v in self._vars:
-            fed[v.state_input or ""] = self._state[v.id]
+            state = self._state[v.id]
+            if self._first and v.init_dims is not None and v.id not in self._initial:  # shaped by the feeds
+                state = np.zeros(initial_shape(v, feeds), state.dtype)
+            fed[v.state_input or ""] = state
             if v.init_flag:
                 fed[v.init_flag] = self._flags[self._first]
         values = self._fast.run(self._names, fed, None)

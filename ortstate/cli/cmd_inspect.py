@@ -9,7 +9,7 @@ from pathlib import Path
 
 import onnx
 
-from ..convert import build, collect_variables, read_report, unsupported_ops
+from ..convert import build, collect_variables, read_attention_report, read_report, unsupported_ops
 from ..errors import OrtStateError, StateError
 from ..ir import Graph, read_ir
 from ..model_meta import EXPLICIT, read_meta
@@ -81,7 +81,9 @@ def _inspect_ir(graph: Graph) -> str:
     missing = unsupported_ops(graph)
     if not missing:
         try:  # conversion without saving reads no weight: cheap even at real size
-            out.append(_weights_section(read_report(build(graph).model)))
+            converted = build(graph).model
+            out.append(_weights_section(read_report(converted)))
+            out.append(_attention_section(read_attention_report(converted)))
         except OrtStateError as exc:
             out.append(f"\nweights: not converted ({exc})")
     if missing:
@@ -129,6 +131,7 @@ def _inspect_onnx(path: Path) -> str:
     out.append(_section("ops", ["op", "count"], [[op, str(n)] for op, n in _by_count(counts)]))
     if meta:
         out.append(_weights_section(read_report(model)))
+        out.append(_attention_section(read_attention_report(model)))
     return "\n".join(out)
 
 
@@ -142,6 +145,12 @@ def _weights_section(rows: list[dict] | None) -> str:
         [str(r.get("source")), str(r.get("as")), str(r.get("count")), _size(int(r.get("bytes", 0)))] for r in rows or []
     ]
     return _section("compressed weights (IR -> ONNX)", ["weights", "as", "count", "ONNX bytes"], table_rows)
+
+
+def _attention_section(rows: list[dict] | None) -> str:
+    """Each ScaledDotProductAttention layer: the kernel it runs on, and why."""
+    table_rows = [[str(r.get("layer")), str(r.get("as")), str(r.get("why"))] for r in rows or []]
+    return _section("attention (IR -> ONNX)", ["layer", "runs as", "why"], table_rows)
 
 
 def _node_ops(graph: onnx.GraphProto) -> Iterator[str]:

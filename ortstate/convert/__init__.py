@@ -4,7 +4,7 @@ from .driver import Built, build, convert, convert_graph, unsupported_ops
 from .external import save_model
 from .registry import registered
 from .state import Variable, collect_variables
-from .weights_report import read_report
+from .weights_report import read_attention_report, read_report
 
 __all__ = [
     "Built",
@@ -13,6 +13,7 @@ __all__ = [
     "collect_variables",
     "convert",
     "convert_graph",
+    "read_attention_report",
     "read_report",
     "registered",
     "save_model",

@@ -174,6 +174,15 @@ class WeightRecord:
     initializers: list[str] = field(default_factory=list)
 
 
+@dataclass
+class AttentionRecord:
+    """How one attention layer runs (``how``: ``GroupQueryAttention`` or ``composed``), and ``why``."""
+
+    layer: str
+    how: str
+    why: str
+
+
 class Context:
     """Translation state: the graph being read and the builder being written (swapped for subgraphs)."""
 
@@ -193,6 +202,17 @@ class Context:
         # consumer of that weight.
         self.emitted: dict[tuple[int, str, bool], tuple[list[str], dict[str, Any], bool]] = {}
         self.weights: list[WeightRecord] = []
+        # Set by the driver for the main graph: the ONNX value of any layer's output (a translator
+        # fusing several layers reads them), and values to read instead of others once every layer
+        # is written ({old: new}: a fused kernel's output replacing what a fused layer made).
+        self.value_of: Callable[[Layer, int], str] | None = None
+        self.aliases: dict[str, str] = {}
+        self.attention: list[AttentionRecord] = []
+        # Variables whose past rows the runtime reorders by a graph input (beam_idx), by id.
+        self.reorders: dict[str, str] = {}
+
+    def record_attention(self, layer: Layer, how: str, why: str) -> None:
+        self.attention.append(AttentionRecord(layer.name, how, why))
 
     def record_weight(self, layer: str, source: str, how: str, initializers: list[str]) -> None:
         self.weights.append(WeightRecord(layer, source, how, list(initializers)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
@@ -15,6 +15,7 @@ from ..ir import Graph, Layer, parse_partial_shape, read_ir
 from ..model_meta import CONTRIB_DOMAIN, CUSTOM_OP, ModelMeta, write_meta
 from ..output_files import check_writable
 from ..passes import prune, to_explicit
+from ..passes.walk import rename_reads, sorted_nodes
 from . import ops  # noqa: F401  (registers the translators)
 from .builder import GraphBuilder
 from .compressed import MS_DOMAIN
@@ -25,7 +26,7 @@ from .loop_state import MainScope
 from .registry import lookup
 from .state import StateWriter, collect_variables, plan_inits
 from .translate import Values, input_value, tag, translate_layer
-from .weights_report import write_report
+from .weights_report import write_attention_report, write_report
 
 __all__ = ["Built", "build", "convert", "convert_graph", "unsupported_ops"]
 
@@ -118,6 +119,8 @@ def build(graph: Graph, *, explicit_state: bool = False, options: ConvertOptions
     def value_of(layer: Layer, index: int) -> str:
         return input_value(graph, values, layer, index)
 
+    ctx.value_of = value_of
+
     def translate(layers: list[Layer], builder: GraphBuilder) -> None:
         saved, ctx.b = ctx.b, builder
         try:
@@ -141,6 +144,7 @@ def build(graph: Graph, *, explicit_state: bool = False, options: ConvertOptions
             translate_layer(layer, ctx, values, value_of)
         tag(b.nodes[first:], layer)
     _add_outputs(graph, b, value_of)
+    _read_aliases(b, ctx.aliases)
 
     opsets = [helper.make_opsetid("", OPSET)]
     for domain in (CONTRIB_DOMAIN, MS_DOMAIN):
@@ -151,17 +155,27 @@ def build(graph: Graph, *, explicit_state: bool = False, options: ConvertOptions
     model = helper.make_model(graph_proto, opset_imports=opsets, producer_name="ortstate", ir_version=ONNX_IR_VERSION)
     meta = ModelMeta(
         form=CUSTOM_OP,
-        variables=tuple(state.meta[v.id] for v in variables),
+        variables=tuple(replace(state.meta[v.id], reorder=ctx.reorders.get(v.id)) for v in variables),
         request_input=state.request_input,
         source=Path(graph.source).name,
         digest=graph.digest,
     )
     write_meta(model, meta)
     write_report(model, ctx.weights, graph_proto)
+    write_attention_report(model, ctx.attention)
     if explicit_state:
         write_meta(model, to_explicit(model, meta))
     kept = {t.name for t in model.graph.initializer}
     return Built(model, {name: value for name, value in b.large.items() if name in kept})
+
+
+def _read_aliases(b: GraphBuilder, aliases: dict[str, str]) -> None:
+    """Make every reader of an aliased value read its replacement (a fused kernel's output), and
+    put the nodes back in an order where each comes after what it reads."""
+    if not aliases:
+        return
+    rename_reads(b.nodes, aliases)
+    b.nodes[:] = sorted_nodes(b.nodes)
 
 
 def _add_inputs(graph: Graph, b: GraphBuilder, values: Values) -> None:

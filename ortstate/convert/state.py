@@ -37,6 +37,7 @@ from .builder import GraphBuilder
 from .dtypes import numpy_type, onnx_type
 from .folding import constant_value
 from .uninitialised import uninitialised_shape
+from .init_dims import InitDim, zeros_from_input_dims
 
 __all__ = ["StateWriter", "Variable", "collect_variables", "plan_inits"]
 # Init-only layers of these types are cheap enough to run every step instead of paying for an If.
@@ -65,6 +66,7 @@ class Variable:
     # refuses such a model as a cycle).
     after_assign: bool = False
     body: Graph | None = None  # the loop body holding the ReadValue and Assign; None: the main graph
+    init_dims: list[InitDim] | None = None  # a computed init that is zeros of input dims (see .init_dims)
 
     @property
     def carrier_type(self) -> int:
@@ -229,6 +231,8 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
     after_assign = has_init and _depends_on(graph, read, assign)
     shown = uninitialised_shape(graph, read, shape, init_shape)
     variable = Variable(vid, read, assign, etype, shape, init_kind, zero_shape, shown, after_assign=after_assign)
+    if init_kind == "computed" and not after_assign:
+        variable.init_dims = zeros_from_input_dims(graph, read)
     _check_size(variable, where)
     return variable
 
@@ -380,6 +384,9 @@ class StateWriter:
             uninit_shape=list(var.uninit_shape),
             init_flag=self._flags.get(var.id),
             carrier=numpy_type(var.carrier_type).name,
+            init_dims=None
+            if var.init_dims is None or var.body is not None
+            else [d if isinstance(d, int) else list(d) for d in var.init_dims],
         )
 
 

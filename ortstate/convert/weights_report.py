@@ -15,9 +15,18 @@ from typing import Any
 import onnx
 from onnx import helper
 
-__all__ = ["EXPANDED", "WEIGHTS_KEY", "read_report", "write_report"]
+__all__ = [
+    "ATTENTION_KEY",
+    "EXPANDED",
+    "WEIGHTS_KEY",
+    "read_attention_report",
+    "read_report",
+    "write_attention_report",
+    "write_report",
+]
 
 WEIGHTS_KEY = "ortstate.weights"
+ATTENTION_KEY = "ortstate.attention"
 EXPANDED = "expanded to f32"
 
 
@@ -56,6 +65,26 @@ def read_report(model: onnx.ModelProto) -> list[dict[str, Any]] | None:
     compressed weights)."""
     for entry in model.metadata_props:
         if entry.key == WEIGHTS_KEY:
+            try:
+                rows = json.loads(entry.value)
+            except ValueError:
+                return None
+            return rows if isinstance(rows, list) else None
+    return None
+
+
+def write_attention_report(model: onnx.ModelProto, records: Sequence[Any]) -> None:
+    """Store how each attention layer runs (``AttentionRecord``s: layer, how, why) for ``inspect``."""
+    if records:
+        entry = model.metadata_props.add()
+        rows = [{"layer": r.layer, "as": r.how, "why": r.why} for r in records]
+        entry.key, entry.value = ATTENTION_KEY, json.dumps(rows)
+
+
+def read_attention_report(model: onnx.ModelProto) -> list[dict[str, Any]] | None:
+    """The rows :func:`write_attention_report` stored, or None."""
+    for entry in model.metadata_props:
+        if entry.key == ATTENTION_KEY:
             try:
                 rows = json.loads(entry.value)
             except ValueError:

@@ -149,7 +149,9 @@ def genai_config(
     vocab = vocab_size if vocab_size is not None else _first_int(config, ("vocab_size",))
     if vocab is not None:
         model["vocab_size"] = vocab
-    return {"model": model, "search": _search(generation, context)}
+    search = _search(generation, context)
+    search["past_present_share_buffer"] = cache.shares_buffer
+    return {"model": model, "search": search}
 
 
 def _search(generation: Mapping[str, Any], context: int) -> dict[str, Any]:
@@ -168,8 +170,6 @@ def _search(generation: Mapping[str, Any], context: int) -> dict[str, Any]:
     if max_length is not None and (type(max_length) is not int or max_length < 1):
         raise ExportError(f"generation_config.json: max_length: expected an integer >= 1, got {max_length!r}")
     search["max_length"] = min(max_length, context) if max_length is not None else context
-    # Each step's present is a new, longer tensor (Concat), not a slice of a preallocated buffer.
-    search["past_present_share_buffer"] = False
     return search
 
 

@@ -16,10 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..convert import convert_graph
 from ..errors import GenerationError
 from ..ir import read_ir
-from ..model_meta import CUSTOM_OP
 from ..runtime import StatefulSession
 from .decoding import GenerationRun, Job, beam_search, sample_or_greedy
 from .encoder_decoder import Encoder, TextEmbedder
@@ -98,13 +96,13 @@ class Generator:
         files = find_model_files(model_dir)
         config = read_config(files.folder)
         file_defaults(dict(config.search_defaults))  # junk in generation_config.json fails before converting
-        # The graph is read once: for what it tells about feeding it, then converted.
-        graph = read_ir(files.decoder)
+        graph = read_ir(files.decoder)  # what it tells about feeding it (its weights are not read)
         window = cache_position_window(graph)
         layout = state_layout(graph)
-        model = convert_graph(graph, explicit_state=form != CUSTOM_OP)
-        del graph  # its weights are in the model now: free them before ONNX Runtime loads it
-        session = StatefulSession(model, form=form)
+        del graph
+        # The session converts the IR itself: the model is its own to rewrite (no copy), and its
+        # large weights stay views of the memory-mapped .bin until ONNX Runtime takes them.
+        session = StatefulSession(files.decoder, form=form)
         rules = FeedRules.for_model(input_specs(session.get_inputs()), config, window=window)
         encoder = Encoder.from_ir(files.encoder, form) if files.encoder else None
         embedder = TextEmbedder.from_ir(files.embeddings, form) if files.embeddings else None

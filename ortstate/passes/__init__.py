@@ -7,6 +7,8 @@ each by exactly one pass:
   ``form="auto"``);
 - :func:`fuse_state_ops`: the custom-op form with one state op per dtype group (what a session of
   the custom-op form runs; never saved);
+- :func:`share_kv`: the explicit form's KV variables given length inputs and outputs, so a
+  session can keep them in buffers with spare rows (done on load, never saved);
 - :func:`prune`: what no output needs, dropped;
 - :func:`offload_initializers`: large initializers out of the protobuf, for ONNX Runtime to be
   handed (see :mod:`ortstate.runtime.large`).
@@ -18,6 +20,7 @@ knows. Another layout (e.g. the past/present names of onnxruntime-genai) is one 
 """
 
 from .fuse import fusable, fuse_state_ops
+from .kv_share import share_kv, shares_any
 from .offload import Offloaded, offload_initializers, offloads_any
 from .prune import prune
 from .to_explicit import to_explicit
@@ -29,5 +32,7 @@ __all__ = [
     "offload_initializers",
     "offloads_any",
     "prune",
+    "share_kv",
+    "shares_any",
     "to_explicit",
 ]

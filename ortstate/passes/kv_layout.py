@@ -15,9 +15,14 @@ An optimum-intel IR keeps the same caches in variables instead, each read throug
   input goes. An optimum-intel KV init is zeros of ``[batch, kv_heads, 0, head_dim]``, i.e. the
   empty past the caller now feeds; the pass requires the variable's initial shape to be empty
   along the sequence axis;
+- where every cache is appended to by the fused attention (see :mod:`.kv_share`), lets the past be
+  a buffer longer than the cache, shared with the present (onnxruntime-genai's
+  ``past_present_share_buffer``): the rows of the past are then ``attention_mask``'s length less
+  ``input_ids``', as onnxruntime-genai's own models compute them;
 - removes the beam reorder: the rows of the cache selected by a graph input's indices (a
-  ``Gather(axis=0)``, with the converter's zeros for out-of-range ones) become the cache itself,
-  and that input (``beam_idx``) goes; nothing else may read it.
+  ``Gather(axis=0)``, with the converter's zeros for out-of-range ones, or the runtime's reorder
+  the variable's metadata names) become the cache itself, and that input (``beam_idx``) goes;
+  nothing else may read it.
 
 Anything else in state (SSM or convolution states of mamba and hybrid models, cross-attention K/V
 computed from an encoder's output) is not a KV cache these tools feed, and the pass refuses it.
@@ -33,9 +38,10 @@ import onnx
 from onnx import helper
 
 from ..errors import PassError
-from ..model_meta import EXPLICIT, META_KEY, ModelMeta, VariableMeta
+from ..model_meta import EXPLICIT, META_KEY, ModelMeta, VariableMeta, fresh_name
+from .kv_share import share_kv, shares_all
 from .prune import prune
-from .walk import all_names, consumers, outer_reads, producers, rename_uses
+from .walk import all_names, consumers, outer_reads, producers, rename_uses, sorted_nodes
 
 __all__ = ["PAST_NAME", "PRESENT_NAME", "KvCache", "kv_layout"]
 
@@ -46,6 +52,9 @@ KINDS = ("key", "value")
 # optimum-intel's variable ids: the past input's name, then the present output's
 _KV_ID = re.compile(r"past_key_values\.(\d+)\.(key|value)(?:present\.\1\.\2)?$")
 _SEQ_AXIS = 2
+# The inputs the rows of the past are read from when the cache may be a longer buffer (the past's
+# length: attention_mask's less input_ids'): onnxruntime-genai feeds both so.
+_SHARE_INPUTS = frozenset({"attention_mask", "input_ids"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +67,8 @@ class KvCache:
         head_size: dim 3.
         dtype: numpy dtype name of the cache.
         beam_input: the graph input the removed beam reorder read (``beam_idx``), None if none.
+        shares_buffer: the past may be a buffer longer than the cache, the same one as the present
+            (onnxruntime-genai's ``past_present_share_buffer``): each step writes its rows in place.
     """
 
     layers: int
@@ -65,6 +76,7 @@ class KvCache:
     head_size: int
     dtype: str
     beam_input: str | None
+    shares_buffer: bool = False
 
 
 def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
@@ -80,6 +92,10 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
     if meta.form != EXPLICIT:
         raise PassError(f"the past/present layout is made from the explicit form, not the {meta.form} form")
     graph = model.graph
+    names = {i.name for i in graph.input}
+    shared = _SHARE_INPUTS <= names and shares_all(model, meta)
+    if shared:
+        meta = share_kv(model, meta)
     shape = _cache_shape(meta.variables)
     slots = _slots(meta.variables)
     used = consumers(graph)
@@ -108,6 +124,8 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
             beam_inputs[var.id] = beam_input
             renames[result] = var.state_input
             dropped.add(node)
+        elif var.reorder is not None:  # the converter left the reorder to the runtime: to the caller now
+            beam_inputs[var.id] = var.reorder
     if len(set(beam_inputs.values())) > 1:
         raise PassError(
             f"the KV caches are reordered by more than one input ({', '.join(sorted(set(beam_inputs.values())))})"
@@ -136,8 +154,17 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
     new_inputs += [_cache_value(ecosystem[v.state_input], v, shape, "past_sequence_length") for v in ordered]
     new_outputs = [o for o in graph.output if o.name not in outputs]
     new_outputs += [_cache_value(ecosystem[v.state_output], v, shape, "total_sequence_length") for v in ordered]
+    lengths = {v.length_input for v in ordered if v.length_input}
+    new_inputs = [i for i in new_inputs if i.name not in lengths]
+    new_outputs = [o for o in new_outputs if o.name not in {v.length_output for v in ordered}]
+    if lengths:  # rows of the past: the mask's length less this step's tokens (genai's own rule)
+        past = _past_length(graph)
+        rename_uses(graph, dict.fromkeys(lengths, past))
     del graph.output[:]
     graph.output.extend(new_outputs)
+    ordered_nodes = sorted_nodes(graph.node)
+    del graph.node[:]
+    graph.node.extend(ordered_nodes)
     prune(graph)
     del graph.input[:]
     graph.input.extend(v for v in new_inputs if v.name != beam)
@@ -145,7 +172,25 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
         if model.metadata_props[index].key == META_KEY:
             del model.metadata_props[index]
     carrier = meta.variables[0].carrier or meta.variables[0].dtype
-    return KvCache(len(slots) // 2, shape[0], shape[1], carrier, beam)
+    return KvCache(len(slots) // 2, shape[0], shape[1], carrier, beam, shared)
+
+
+def _past_length(graph: onnx.GraphProto) -> str:
+    """Nodes computing ``attention_mask``'s length less ``input_ids``' (int64 scalar); its name."""
+    taken = all_names(graph)
+    names = {key: fresh_name(f"ortstate.past_length.{key}", taken) for key in ("total", "seq", "value", "axis")}
+    mask, ids = sorted(_SHARE_INPUTS)
+    graph.initializer.append(onnx.numpy_helper.from_array(np.array([1], np.int64), names["axis"]))
+    graph.node.extend(
+        [
+            helper.make_node("Shape", [mask], [names["total"] + "_1d"], start=1, end=2),
+            helper.make_node("Shape", [ids], [names["seq"] + "_1d"], start=1, end=2),
+            helper.make_node("Squeeze", [names["total"] + "_1d"], [names["total"]]),
+            helper.make_node("Squeeze", [names["seq"] + "_1d"], [names["seq"]]),
+            helper.make_node("Sub", [names["total"], names["seq"]], [names["value"]]),
+        ]
+    )
+    return names["value"]
 
 
 def _slots(variables: tuple[VariableMeta, ...]) -> dict[str, tuple[int, str]]:

@@ -11,7 +11,11 @@ next value. Per variable:
   with ``If(flag, init, <empty>)`` gets the state input as its else branch; an unguarded one (cheap
   enough to compute every step through the Python ops) gets a flag input and an ``If`` of its own,
   and the nodes only it needs move into that ``If``'s then branch, so steady steps skip them.
-- ``Assign(value, key)`` becomes ``Identity(value)``, a new graph output ``ortstate.out.<id>``.
+- ``Assign(value, key)`` makes ``value`` a new graph output ``ortstate.out.<id>``: the node making
+  it is renamed to write it there, or, where that cannot be (the value is a graph input or output,
+  another variable's value, or written by two Assigns), an ``Identity`` copies it.
+- A variable whose init is zeros the runtime can make (``init == "zeros"``, or ``init_dims``) reads
+  its state input directly: the runtime feeds that first value.
 
 The request key input goes away, and so does what only the state ops needed. Graph inputs end as
 the model's own, then per variable its init flag (if any) and its state input; outputs as the
@@ -33,6 +37,7 @@ reads them before the loop and writes them after it, in the main graph.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -94,6 +99,7 @@ def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
     replaced: dict[int, list[onnx.NodeProto]] = {}
     moved = {i for plan in plans for i in plan.inside}
     renames: dict[str, str] = {}
+    written: dict[int, tuple[str, str]] = {}  # Assign index -> (value it writes, state output)
     new_inputs: list[onnx.ValueInfoProto] = []
     new_outputs: list[onnx.ValueInfoProto] = []
     variables: list[VariableMeta] = []
@@ -106,7 +112,8 @@ def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
         init, value = read.input[0], read.output[0]
         flag = var.init_flag
         instead: list[onnx.NodeProto] = []  # what replaces the ReadValue
-        if var.init == "zeros":
+        if var.init == "zeros" or var.init_dims is not None:  # the runtime feeds the first value
+            flag = None
             _alias(value, state_in, graph_outputs, renames, instead, fresh)
         elif plan.guard is not None:
             guard = graph.node[plan.guard]
@@ -122,7 +129,7 @@ def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
                 )
             )
         replaced[plan.read] = instead
-        replaced[plan.assign] = [helper.make_node("Identity", [assign.input[0]], [state_out], name=assign.name)]
+        written[plan.assign] = (assign.input[0], state_out)
         if flag is not None:
             flag_input = onnx.ValueInfoProto()
             if flag in old_inputs:
@@ -133,6 +140,17 @@ def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
         new_inputs.append(helper.make_tensor_value_info(state_in, carrier, dims))
         new_outputs.append(helper.make_tensor_value_info(state_out, carrier, dims))
         variables.append(dataclasses.replace(var, init_flag=flag, state_input=state_in, state_output=state_out))
+
+    made_by = producers(graph)
+    reads = {plan.read for plan in plans}
+    counts = Counter(value for value, _ in written.values())
+    for index, (value, state_out) in written.items():
+        maker = made_by.get(value)
+        if maker is None or maker in reads or maker in moved or value in graph_outputs or counts[value] > 1:
+            replaced[index] = [helper.make_node("Identity", [value], [state_out], name=graph.node[index].name)]
+        else:  # the value itself becomes the state output: no copy of it per run
+            renames[value] = state_out
+            replaced[index] = []
 
     rebuilt: list[onnx.NodeProto] = []
     for index, node in enumerate(graph.node):
@@ -194,7 +212,7 @@ def _plan(graph: onnx.GraphProto, meta: ModelMeta) -> list[_Plan]:
             if var.init_flag not in inputs or used.get(init) != {plan.read} or init in outputs:
                 raise PassError(f"variable '{var.id}': its guarded init is not read by its ReadValue alone")
             _else_branch(guard)
-        elif var.init != "zeros":
+        elif var.init != "zeros" and var.init_dims is None:
             plan.inside = _only_for(graph, init, plan.read, producer, used)
         plans.append(plan)
     return plans

@@ -11,6 +11,7 @@ is what a pass must avoid when it makes a new one).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Iterator, Mapping
 
 import onnx
@@ -23,7 +24,9 @@ __all__ = [
     "outer_reads",
     "producers",
     "rename_in_nodes",
+    "rename_reads",
     "rename_uses",
+    "sorted_nodes",
     "subgraphs",
 ]
 
@@ -118,3 +121,44 @@ def rename_in_nodes(top: Iterable[onnx.NodeProto], names: Mapping[str, str]) -> 
             new = names.get(out.name)
             if new is not None:
                 out.name = new
+
+
+def rename_reads(top: Iterable[onnx.NodeProto], names: Mapping[str, str]) -> None:
+    """Make every node of ``top`` (subgraphs included) read ``names[old]`` where it read ``old``; what
+    the nodes produce keeps its name."""
+    stack = [list(top)]
+    while stack:
+        for node in stack.pop():
+            for i, name in enumerate(node.input):
+                if name in names:
+                    node.input[i] = names[name]
+            stack.extend(list(sub.node) for sub in subgraphs(node))
+
+
+def sorted_nodes(top: Iterable[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """``top`` in an order where each node comes after the nodes making what it (or its subgraphs)
+    reads, ties kept in their given order. Values no node of ``top`` makes (graph inputs,
+    initializers) are there from the start; nodes in a cycle keep their places at the end.
+    """
+    given = list(top)
+    made = {out: index for index, node in enumerate(given) for out in node.output if out}
+    waits: list[set[int]] = []
+    readers: dict[int, list[int]] = {}
+    for index, node in enumerate(given):
+        deps = {made[name] for name in (*node.input, *outer_reads(node)) if name in made} - {index}
+        waits.append(deps)
+        for dep in deps:
+            readers.setdefault(dep, []).append(index)
+    ready = [index for index, deps in enumerate(waits) if not deps]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        index = heapq.heappop(ready)
+        order.append(index)
+        for reader in readers.get(index, ()):
+            waits[reader].discard(index)
+            if not waits[reader]:
+                heapq.heappush(ready, reader)
+    placed = set(order)
+    order += [index for index in range(len(given)) if index not in placed]
+    return [given[index] for index in order]

@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from ..errors import OrtStateError, PassError, RunError
 from ..model_meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
-from ..passes import fusable, fuse_state_ops, to_explicit
+from ..passes import fusable, fuse_state_ops, share_kv, shares_any, to_explicit
 from ..passes.walk import nodes
 from . import pyops, snapshot
 from .guards import Guard, empty_input_guards
@@ -200,19 +200,24 @@ def _pick_form(source: Source, meta: ModelMeta, form: str) -> ModelMeta:
             raise OrtStateError(
                 f"{source.origin}: an explicit-form model has no custom state ops to run (form='custom-op')"
             )
-        return meta
+        return _shared(source, meta)
     if form == CUSTOM_OP:
         return meta
     # The explicit form, the faster (no Python in the graph), through the same pass as
     # convert(explicit_state=True). The pass checks before it changes anything, so the caller's
     # model is copied only when it applies.
     try:
-        return to_explicit(source.own(), meta)
+        return _shared(source, to_explicit(source.own(), meta))
     except PassError as exc:
         if form == EXPLICIT:
             why = f"its state ops are not laid out as ortstate writes them: {exc}"
             raise OrtStateError(f"{source.origin}: {why} (form='explicit')") from None
         return meta
+
+
+def _shared(source: Source, meta: ModelMeta) -> ModelMeta:
+    """The explicit form with its KV variables ready for buffers (see ``passes.kv_share``)."""
+    return share_kv(source.own(), meta) if shares_any(source.model, meta) else meta
 
 
 def _fetchable(source: Source) -> str | None:

@@ -22,14 +22,14 @@ from .interrupts import checkpoint as _checkpoint
 from .loaded import LoadedModel
 from .store import StateStore
 
-__all__ = ["PingPong", "PingPongMiss", "bind_output"]
+__all__ = ["QUIET", "PingPong", "PingPongMiss", "bind_output"]
 
 _FALSE = np.array(False)
 _copyto = np.copyto
 # A fast-path run that fails is retried on the general path, which succeeds (a state whose shape
 # follows an input's values) or raises: onnxruntime must not log an error for it either way.
-_QUIET = ort.RunOptions()
-_QUIET.log_severity_level = 4
+QUIET = ort.RunOptions()
+QUIET.log_severity_level = 4
 
 
 class PingPongMiss(Exception):
@@ -85,7 +85,7 @@ class PingPong:
             _copyto(buf, arr)
         k = self.k
         try:
-            self.run_bound(self.raw_bindings[k], _QUIET)
+            self.run_bound(self.raw_bindings[k], QUIET)
         except Exception:  # noqa: BLE001 - the general path re-runs and reports a real error properly
             raise PingPongMiss from None
         if names is self.all_names:

@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import RunError
 from . import interrupts, pyops
 from .guards import check_not_empty
+from .kv_buffers import KvBuffers, KvMiss, shares_kv
 from .loaded import LoadedModel
 from .pingpong import PingPong, PingPongMiss
 from .store import StateStore
@@ -87,6 +88,7 @@ class PyOpRunner(Runner):
         for var_id, flag in self.flags:
             full[flag] = _FALSE if store.initialized(var_id) else _TRUE
         store.begin()
+        store.order_run(full)
         handler = interrupts.defer_sigint()  # a KeyboardInterrupt inside a state op aborts the process
         error: RunError | None = None
         try:
@@ -122,7 +124,10 @@ class ExplicitRunner(Runner):
         self.fetch = self.all_outputs + [v.state_output or "" for v in self.variables]
         self.ids = [v.id for v in self.variables]
         self.plan = [(v.id, v.init_flag, v.state_input or "") for v in self.variables]
+        self.reorders = any(v.reorder for v in self.variables)  # the bound buffers cannot reorder
+        self.lengths = {v.id: v.length_input for v in self.variables if v.length_input}
         self.fast: PingPong | None = None
+        self.kv = KvBuffers(model, store) if shares_kv(model) else None
         self._previous: tuple | None = None  # the last general run's signature
         # The run whose buffers seed the fast path, once two runs in a row had the same shapes: bound
         # when next needed, not right after the commit, so a Ctrl-C cannot land between a commit
@@ -150,11 +155,21 @@ class ExplicitRunner(Runner):
                 return self.fast.run(names, feeds)
             except PingPongMiss:
                 self.fast = None
+        if self.kv is not None:
+            full = feed_dict(feeds)
+            if self.guards:
+                check_not_empty(full, self.guards)
+            self.store.order_run(full)
+            try:
+                return self.kv.run(names, full, run_options)
+            except KvMiss:
+                pass
         return self._general(names, feeds, run_options)
 
     def _general(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         store = self.store
         full = feed_dict(feeds)
+        store.order_run(full)
         all_initialized = True
         for var_id, flag, state_in in self.plan:
             value = store.committed(var_id)
@@ -162,8 +177,9 @@ class ExplicitRunner(Runner):
                 full[flag] = _TRUE if value is None else _FALSE
             if value is None:
                 all_initialized = False
-                value = store.carried(var_id)
-            full[state_in] = value
+            full[state_in] = fed = store.carried(var_id, full)
+            if var_id in self.lengths:
+                full[self.lengths[var_id]] = np.array(fed.shape[2], np.int64)
         if self.guards:
             check_not_empty(full, self.guards)
         try:
@@ -190,7 +206,7 @@ class ExplicitRunner(Runner):
             np.shape(feeds[v.state_input or ""]) == r.shape
             for v, r in zip(self.variables, results[len(self.all_outputs) :])
         )
-        if not self.variables or not states_static:
+        if not self.variables or not states_static or self.reorders:
             self._previous = None  # growing states (KV caches) stay on this path: no more work here
             return False
         inputs = tuple((n, np.shape(a), np.asarray(a).dtype) for n, a in feeds.items())

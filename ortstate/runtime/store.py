@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import ml_dtypes  # noqa: F401  (makes np.dtype("bfloat16") resolvable)
 import numpy as np
 
 from ..errors import RunError, StateError
-from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, spanned_elements
+from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, initial_shape, spanned_elements
+from .reorder import reorder_indices, reordered
 
 __all__ = ["ShapeRule", "StateStore"]
 
@@ -72,18 +76,41 @@ class StateStore:
         self._values: dict[str, np.ndarray] = {}
         self._pending: dict[str, np.ndarray] = {}
         self._errors: list[str] = []
+        self._reorders = [(v.id, v.reorder) for v in variables if v.reorder]
+        self._run_order: dict[str, np.ndarray] = {}  # this run's reorder indices, by variable
         self.version = 0
 
     # -- what the state ops call during a run (they never raise: see pyops) ---------------------
     def read(self, var_id: str, init: np.ndarray) -> np.ndarray:
-        """The committed value, else ``init`` (the model's init value)."""
+        """The committed value, else ``init`` (the model's init value), reordered for this run
+        where the variable asks for it (see :meth:`order_run`)."""
         value = self._values.get(var_id)
-        return init if value is None else value
+        value = init if value is None else value
+        indices = self._run_order.get(var_id)
+        return value if indices is None else reordered(value, indices)
 
     def read_many(self, var_ids: list[str], inits: list[np.ndarray]) -> tuple[np.ndarray, ...]:
         """:meth:`read` of several variables at once (a fused ReadValue)."""
+        if self._run_order:
+            return tuple(self.read(i, init) for i, init in zip(var_ids, inits))
         values = self._values
         return tuple(init if (v := values.get(i)) is None else v for i, init in zip(var_ids, inits))
+
+    def reordering(self) -> bool:
+        """Whether this run reorders any variable (see :meth:`order_run`)."""
+        return bool(self._run_order)
+
+    def order_run(self, feeds: Mapping[str, Any]) -> None:
+        """Take this run's reorder indices from ``feeds`` for the variables that have one (see
+        ``VariableMeta.reorder``); an uninitialised variable is reordered as its init is read."""
+        order = self._run_order
+        order.clear()
+        for var_id, name in self._reorders:
+            value = self._values.get(var_id)
+            rows = value.shape[0] if value is not None and value.ndim else -1
+            indices = reorder_indices(feeds, name, rows)
+            if indices is not None:
+                order[var_id] = indices
 
     def stage(self, var_id: str, value: np.ndarray) -> None:
         """Keep a value the run writes, for :meth:`commit`."""
@@ -102,6 +129,7 @@ class StateStore:
         """Forget what an earlier (failed or interrupted) run staged."""
         self._pending.clear()
         self._errors.clear()
+        self._run_order.clear()
 
     def commit(self) -> None:
         """Apply the run's writes, all or none (the run's error is raised, state untouched)."""
@@ -143,12 +171,21 @@ class StateStore:
     def initialized(self, var_id: str) -> bool:
         return var_id in self._values
 
-    def carried(self, var_id: str) -> np.ndarray:
-        """The value to feed the model (carrier dtype): committed, else the zero init."""
+    def carried(self, var_id: str, feeds: Mapping[str, Any]) -> np.ndarray:
+        """The value to feed the model (carrier dtype): committed, else the zero init (of the
+        ``init_dims`` the run's ``feeds`` give, where the metadata has them)."""
         value = self._values.get(var_id)
         if value is None:
-            return np.zeros(self.meta[var_id].init_shape, dtype=self._carrier[var_id])
-        return value
+            value = self._init(var_id, feeds)
+        indices = self._run_order.get(var_id)
+        return value if indices is None else reordered(value, indices)
+
+    def _init(self, var_id: str, feeds: Mapping[str, Any]) -> np.ndarray:
+        try:
+            shape = initial_shape(self.meta[var_id], feeds)
+        except ValueError as exc:
+            raise RunError(f"{exc}; no variable was changed") from None
+        return np.zeros(shape, dtype=self._carrier[var_id])
 
     # -- the state API ------------------------------------------------------------------------
     def get(self, var_id: str) -> np.ndarray:

@@ -32,6 +32,7 @@ from text_tokenizers import byte_bpe
 import ortstate
 from ortstate.cli import main
 from ortstate.export import MODEL_FILE
+from ortstate.passes.walk import nodes
 
 ATOL = 1e-3
 # Every folder of models/llm, by what export does with it: a new folder must be added to one of them.
@@ -242,7 +243,10 @@ def test_genai_config_from_the_folder(exports: dict) -> None:
     decoder = model["decoder"]
     assert (decoder["head_size"], decoder["num_key_value_heads"], decoder["num_hidden_layers"]) == (16, 4, 2)
     assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key"
-    assert search["past_present_share_buffer"] is False and search["max_length"] == 128
+    # the fused attention appends in place: genai may feed one max_length buffer as past and present
+    assert search["past_present_share_buffer"] is True and search["max_length"] == 128
+    graph = onnx.load(str(exports["gpt2", "genai"] / MODEL_FILE), load_external_data=False).graph
+    assert sum(n.op_type == "GroupQueryAttention" for n in nodes(graph)) == 2
 
 
 CONTEXT_KEYS = "max_position_embeddings, n_positions, max_seq_len, seq_length, max_sequence_length"

@@ -1,0 +1,150 @@
+"""The explicit form's path for a growing KV cache: each KV variable lives in a buffer with spare
+rows along its cache axis, bound as both its state input and its state output, so ONNX Runtime's
+fused attention appends a step's rows in place (see :mod:`ortstate.passes.kv_share`). Nothing
+copies the cache on a step: not the graph, not the runtime.
+
+The store still holds each variable's value, as a view of the buffer's valid rows: ``query_state``,
+snapshots and ``set_state`` see exactly ``[batch, heads, length, size]``. A buffer grows by half
+again (at least 64 rows) when a step would not fit: one copy then, amortised O(1) per token. A run
+that fails changes no variable: the valid rows are never written, only the spare ones, and the
+length moves only at the commit. Whatever this path does not take (a beam reorder that is not the
+identity, a variable set from outside, an uninitialised one, a run that does not fit: a batch
+above 1 continuing with several rows, or more rows than the spare ones) raises :class:`KvMiss`, and
+the caller runs the general path, which handles every case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .interrupts import checkpoint
+from .loaded import LoadedModel
+from .pingpong import QUIET, bind_output
+from .store import StateStore
+
+__all__ = ["KvBuffers", "KvMiss", "shares_kv"]
+
+_AXIS = 2
+_MIN_SPARE = 64
+
+
+class KvMiss(Exception):
+    """This run does not fit the buffers: take the general path."""
+
+
+def shares_kv(model: LoadedModel) -> bool:
+    """Whether ``model`` has variables this path keeps in buffers."""
+    return any(v.length_input for v in model.meta.variables)
+
+
+class KvBuffers:
+    """One request's buffers. ``run`` takes the run or raises :class:`KvMiss` having changed nothing."""
+
+    def __init__(self, model: LoadedModel, store: StateStore) -> None:
+        self.model = model
+        self.store = store
+        variables = model.meta.variables
+        self.shared = [v for v in variables if v.length_input]
+        self.others = [v for v in variables if not v.length_input]
+        self.ids = [v.id for v in self.shared] + [v.id for v in self.others]
+        self.buffers: dict[str, np.ndarray] = {}
+        self.lengths: dict[str, int] = {}
+        self.views: dict[str, np.ndarray] = {}
+        self.version = -1
+        self.binding, self.raw = model.fast.binding()
+        self.run_bound = model.fast.run_bound
+        self.input_names = [i.name for i in model.inputs]
+
+    # -- the buffers -----------------------------------------------------------------------------
+    def _current(self) -> bool:
+        """Whether the store still holds this path's views (nothing was set, reset or run elsewhere)."""
+        store = self.store
+        return store.version == self.version and all(store.committed(i) is self.views.get(i) for i in self.views)
+
+    def _seed(self) -> None:
+        """Copy every shared variable's committed value into a buffer of its own."""
+        self.buffers.clear()
+        self.views.clear()
+        for var in self.shared:
+            value = self.store.committed(var.id)
+            if value is None or value.ndim != 4:
+                raise KvMiss
+            self._place(var.id, value, value.shape[_AXIS])
+        self.version = self.store.version
+
+    def _place(self, var_id: str, value: np.ndarray, length: int) -> None:
+        """A new buffer for ``value``'s first ``length`` rows, with spare rows after them."""
+        capacity = length + max(_MIN_SPARE, length // 2)
+        shape = list(value.shape)
+        shape[_AXIS] = capacity
+        buffer = np.empty(shape, dtype=value.dtype)
+        buffer[:, :, :length] = value[:, :, :length]
+        self.buffers[var_id] = buffer
+        self.lengths[var_id] = length
+        self.views[var_id] = buffer[:, :, :length]
+
+    def _room(self, rows: int) -> None:
+        """At least ``rows`` spare rows in every buffer (growing the full ones: copies their values)."""
+        for var_id, buffer in self.buffers.items():
+            length = self.lengths[var_id]
+            if buffer.shape[_AXIS] - length < rows:
+                self._place(var_id, buffer, length)
+                self.store.swap({var_id: self.views[var_id]})
+
+    # -- a run -----------------------------------------------------------------------------------
+    def run(self, names: Sequence[str], full: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
+        """Run with ``full`` (the feeds, checked and native; the store's order for this run taken)."""
+        store = self.store
+        if store.reordering() or any(store.committed(v.id) is None for v in self.others):
+            raise KvMiss
+        if not self._current():
+            self._seed()
+        self._room(1)
+        binding = self.binding
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        keep = []
+        for name in self.input_names:
+            value = np.ascontiguousarray(full[name])
+            keep.append(value)
+            binding.bind_cpu_input(name, value)
+        for var in self.shared:
+            buffer = self.buffers[var.id]
+            length = np.array(self.lengths[var.id], np.int64)
+            keep.append(length)
+            binding.bind_input(var.state_input or "", "cpu", 0, buffer.dtype, list(buffer.shape), buffer.ctypes.data)
+            binding.bind_cpu_input(var.length_input or "", length)
+        for var in self.others:
+            value = np.ascontiguousarray(store.carried(var.id, full))
+            keep.append(value)
+            binding.bind_cpu_input(var.state_input or "", value)
+            if var.init_flag:
+                binding.bind_cpu_input(var.init_flag, np.array(False))
+        wanted = list(names) if names is not self.model.output_names else self.model.output_names
+        fetched = [*wanted, *(v.length_output or "" for v in self.shared), *(v.state_output or "" for v in self.others)]
+        for name in fetched:
+            binding.bind_output(name, "cpu")
+        for var in self.shared:  # bound last: get_outputs() lists them last, and they are never copied out
+            bind_output(binding, var.state_output or "", self.buffers[var.id])
+        try:
+            self.run_bound(self.raw, run_options if run_options is not None else QUIET)
+        except Exception:  # noqa: BLE001 - the general path runs it again and reports a real error
+            raise KvMiss from None
+        values = binding.get_outputs()
+        results = [values[i].numpy() for i in range(len(fetched))]
+        count = len(wanted)
+        lengths = [int(r) for r in results[count : count + len(self.shared)]]
+        for var, length in zip(self.shared, lengths):
+            if not self.lengths[var.id] <= length <= self.buffers[var.id].shape[_AXIS]:
+                raise KvMiss
+        del keep
+        checkpoint()  # a Ctrl-C during the run lands here: nothing is committed yet
+        views = [self.buffers[v.id][:, :, :length] for v, length in zip(self.shared, lengths)]
+        store.commit_values(self.ids, [*views, *results[count + len(self.shared) :]])
+        for var, view, length in zip(self.shared, views, lengths):
+            self.views[var.id], self.lengths[var.id] = view, length
+        self.version = store.version
+        return results[:count]
