@@ -36,8 +36,8 @@ from ..model_meta import (
 from .builder import GraphBuilder
 from .dtypes import numpy_type, onnx_type
 from .folding import constant_value
-from .uninitialised import uninitialised_shape
 from .init_dims import InitDim, zeros_from_input_dims
+from .uninitialised import uninitialised_shape
 
 __all__ = ["StateWriter", "Variable", "collect_variables", "plan_inits"]
 # Init-only layers of these types are cheap enough to run every step instead of paying for an If.
