@@ -158,6 +158,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="decode steps after the prefill (default 64); --contexts: per round (16)")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds per engine (default 5)")
     p.add_argument("--warmup", type=int, default=4, help="--contexts: checked, untimed steps after each prefill (4)")
+    p.add_argument(
+        "--prefill-rounds", type=int, default=1, help="--contexts: prefills per engine and context, median (1)"
+    )
     p.add_argument("--rss-steps", type=int, default=8, help="--contexts: decode steps of the peak-RSS runs (8)")
     p.add_argument("--no-load", action="store_true", help="skip the per-engine load/RSS processes")
     p.add_argument("--keep-onnx", action="store_true", help="keep the converted models in CACHE/onnx")
@@ -214,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     config = {"threads": a.threads, "steps": a.steps, "rounds": a.rounds}
     if a.contexts:
         config |= {"contexts": a.contexts, "warmup": a.warmup, "rss_steps": a.rss_steps}
+        config["prefill_rounds"] = a.prefill_rounds
     else:
         config["prompt"] = a.prompt
     doc: dict[str, Any] = {

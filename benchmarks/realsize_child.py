@@ -9,11 +9,11 @@ KIND ...``), started by ``realsize.py``:
 - ``speed``: every engine in one process: a checked run each (tokens and logits kept, compared
   with the reference engine; it is also the warm-up), then timed rounds in alternating order.
 - ``contexts``: every engine in one process, for each context length C: each engine prefills C
-  tokens once (timed) and decodes a few checked steps (the warm-up at that length), then timed
-  rounds of decode steps alternate between the engines, each continuing its own state
-  (``generate(..., reset=False)``): a round's steps append to the cache, so the positions drift by
-  the steps taken (C to C + warm-up + rounds × steps). Tokens and logits are kept for every step
-  and compared with the reference engine's.
+  tokens (timed; ``--prefill-rounds`` times, alternating, median) and decodes a few checked steps
+  (the warm-up at that length), then timed rounds of decode steps alternate between the engines,
+  each continuing its own state (``generate(..., reset=False)``): a round's steps append to the
+  cache, so the positions drift by the steps taken (C to C + warm-up + rounds × steps). Tokens and
+  logits are kept for every step and compared with the reference engine's.
 
 Peak RSS is the kernel's high-water mark of the process (``ru_maxrss``), imports included; the RSS
 after imports is reported beside it so the runtime's own share can be read.
@@ -149,17 +149,19 @@ def contexts(engines: list[Engine], ir_dir: Path, onnx: dict[str, Path], args: a
     for i, length in enumerate(lengths):
         order = names if i % 2 == 0 else names[::-1]
         runs: dict[str, dict[str, Any]] = {}
-        for name in order:
-            started = time.perf_counter()
-            run = greedy(generators[name], prompt[:length], args.warmup, keep_logits=True)
-            runs[name] = {"prefill_ms": run["prefill_s"] * 1e3, "tokens": run["tokens"], "logits": [run["logits"]]}
-            runs[name]["decode"] = []
-            print(
-                f"  context {length}: {name} prefilled in {run['prefill_s']:.1f} s "
-                f"(+ {args.warmup} steps: {time.perf_counter() - started:.1f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
+        prefills: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(args.prefill_rounds):  # the last prefill's state is the one decoded from
+            for name in order if r % 2 == 0 else order[::-1]:
+                started = time.perf_counter()
+                run = greedy(generators[name], prompt[:length], args.warmup, keep_logits=True)
+                prefills[name].append(run["prefill_s"] * 1e3)
+                runs[name] = {"tokens": run["tokens"], "logits": [run["logits"]], "decode": []}
+                print(
+                    f"  context {length}: {name} prefilled in {run['prefill_s']:.1f} s "
+                    f"(+ {args.warmup} steps: {time.perf_counter() - started:.1f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         for k in range(args.rounds):
             for name in order if k % 2 == 0 else order[::-1]:
                 step = _continue(generators[name], args.steps)
@@ -171,7 +173,8 @@ def contexts(engines: list[Engine], ir_dir: Path, onnx: dict[str, Path], args: a
             r["logits"] = np.concatenate(r["logits"])
             steps = np.concatenate(r["decode"])
             out[name][str(length)] = {
-                "prefill_ms": r["prefill_ms"],
+                "prefill_ms": float(np.median(prefills[name])),
+                "prefill_rounds_ms": prefills[name],
                 "decode_p50_ms": float(np.median(steps)),
                 "decode_p90_ms": float(np.percentile(steps, 90)),
                 "decode_round_p50_ms": [float(np.median(d)) for d in r["decode"]],
@@ -206,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--contexts", default="32", help="contexts: comma-separated context lengths")
     p.add_argument("--warmup", type=int, default=4, help="contexts: checked steps after each prefill, not timed")
+    p.add_argument("--prefill-rounds", type=int, default=1, help="contexts: prefills per engine and context")
     args = p.parse_args(argv)
     if args.kind == "convert":
         result = convert(args.ir / "openvino_model.xml", args.onnx, json.loads(args.convert_kwargs))

@@ -42,7 +42,8 @@ def _ms(value: float | None) -> str:
 
 def lengths(entry: dict[str, Any]) -> list[int]:
     """The context lengths measured in one entry, shortest first."""
-    return sorted({int(c) for runs in entry.get("contexts", {}).values() for c in runs})
+    runs = [r for r in entry.get("contexts", {}).values() if isinstance(r, dict)]
+    return sorted({int(c) for r in runs for c in r})
 
 
 def _at(entry: dict[str, Any], engine: str, length: int, key: str) -> Any:
@@ -184,7 +185,8 @@ def markdown(doc: dict[str, Any], image: str | None = None) -> str:
     flags = ", ".join(m.get("cpu_flags") or []) or "n/a"
     parts = [
         f"Run {doc['started']} ({doc['seconds'] / 60:.0f} min): {doc['model']}; batch 1, {c['threads']} threads, "
-        f"greedy. Per context length every engine, in one process, prefills that many tokens once (timed), "
+        f"greedy. Per context length every engine, in one process, prefills that many tokens (timed, "
+        f"{c.get('prefill_rounds', 1)}× alternating, median), "
         f"decodes {c['warmup']} checked untimed steps, then {c['rounds']} rounds of {c['steps']} decode steps "
         f"alternate between the engines, each continuing its own cache (so the timed positions drift by the "
         f"steps taken: the table gives them); decode = p50 over all timed steps. Peak RSS: each engine in a "

@@ -181,7 +181,9 @@ def run_contexts(precision: str, variant: str, engines: list[Engine], a: argpars
     progress(f"{_tag(entry)}: contexts {a.contexts}, {len(runnable)} engines in one process, {a.rounds} rounds")
     args = ["contexts", "--ir", str(ir), "--threads", str(a.threads), "--contexts", ",".join(map(str, a.contexts))]
     args += ["--steps", str(a.steps), "--rounds", str(a.rounds), "--warmup", str(a.warmup)]
+    args += ["--prefill-rounds", str(a.prefill_rounds)]
     entry["contexts"] = run_child([*args, *_engine_args(runnable, onnx)], a.timeout)
+    entry["protobuf"] = entry["contexts"].pop("protobuf", None)
     if "error" in entry["contexts"]:
         entry["errors"].append(f"contexts: {entry['contexts'].pop('error')}")
     if not a.no_load:
