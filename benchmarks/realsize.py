@@ -79,7 +79,7 @@ def cpu_flags() -> list[str]:
     return []
 
 
-def _ortstate_source(module: Any) -> str:
+def ortstate_source(module: Any) -> str:
     """ortstate's version, and the git branch and commit of its checkout when it is one."""
     where = Path(module.__file__).parent.parent
     text = module.__version__
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "; ".join(f"{VARIANTS[v].model} ({VARIANTS[v].description})" for v in a.variant),
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": machine_info() | {"cpu_flags": cpu_flags()},
-        "ortstate": _ortstate_source(ortstate),
+        "ortstate": ortstate_source(ortstate),
         "config": config,
         "engines": [e.to_dict() for e in engines],
         "precisions": [],

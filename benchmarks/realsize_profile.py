@@ -24,8 +24,10 @@ Writes ``benchmarks/results/realsize-profile.json`` and ``.md`` (``--name``).
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import json
+import os
 import re
 import sys
 import tempfile
@@ -38,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from realsize import progress, run_child  # noqa: E402
+from realsize import cpu_flags, ortstate_source, progress, run_child  # noqa: E402
 from realsize_build import DEFAULT_CACHE, DEFAULT_VARIANT, PRECISIONS, VARIANTS, ir_dir, ir_ready, model_dir  # noqa: E402
 from realsize_engines import greedy, parse_engine, prompt_ids  # noqa: E402
 
@@ -215,7 +217,14 @@ def growth_table(first: dict[str, Any], last: dict[str, Any], key: str, label: s
 
 def markdown(doc: dict[str, Any], top: int = 12) -> str:
     """Per precision: ms per decode step, then op types and model parts with their share of ``model_run``."""
-    c, parts = doc["config"], []
+    c, m, parts = doc["config"], doc["machine"], []
+    if "started" in doc:
+        load = " → ".join("/".join(f"{x:.2f}" for x in one) for one in doc.get("loadavg_1_5_15", []))
+        parts.append(
+            f"Run {doc['started']}: {m['cpu']}, {m['cores']} cores (shared), CPU flags "
+            f"{', '.join(m.get('cpu_flags', [])) or 'n/a'}; onnxruntime {m['onnxruntime']}, ortstate "
+            f"{doc.get('ortstate', m['ortstate'])}; load average (1/5/15 min) start → end {load or 'n/a'}."
+        )
     for e in doc["precisions"]:
         ctx = e.get("context", c.get("prompt"))
         head = f"#### {e['precision']} {e.get('variant', '')} ({e['engine']['name']}), context {ctx}"
@@ -293,14 +302,19 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [q for q in precisions if q not in PRECISIONS or not ir_ready(a.cache, q, a.variant)]
     if unknown:
         p.error(f"no built IR for {', '.join(unknown)} in {a.cache}: run realsize_build.py first")
+    import ortstate
     from ortstate.bench import machine_info
 
+    load = os.getloadavg()
     doc: dict[str, Any] = {
         "schema": "ortstate.realsize-profile/1",
-        "machine": machine_info(),
+        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": machine_info() | {"cpu_flags": cpu_flags()},
+        "ortstate": ortstate_source(ortstate),
         "config": {"threads": a.threads, "prompt": a.prompt, "steps": a.steps, "contexts": a.context},
         "precisions": [e for q in precisions for e in profile(q, a)],
     }
+    doc["loadavg_1_5_15"] = [[round(x, 2) for x in one] for one in (load, os.getloadavg())]
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / f"{a.name}.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     (a.out / f"{a.name}.md").write_text(
