@@ -19,6 +19,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,17 +44,29 @@ def _dir_mib(folder: Path) -> float:
 
 
 def run_child(args: list[str], timeout: float) -> dict[str, Any]:
-    """Run a measuring process; its JSON result, or ``{"error": ...}`` when it failed (OOM kills too)."""
+    """Run a measuring process, its progress (stderr) shown as it comes; its JSON result (the last line
+    of its stdout), or ``{"error": ...}`` when it failed (OOM kills too)."""
     cmd = [sys.executable, str(CHILD), *args]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=CHILD_ENV)
-    except subprocess.TimeoutExpired:
+    with tempfile.TemporaryFile(mode="w+") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=CHILD_ENV)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        tail: list[str] = []
+        try:
+            for line in proc.stderr:  # type: ignore[union-attr]
+                sys.stderr.write(line)
+                tail = [*tail[-20:], line]
+            code = proc.wait()
+        finally:
+            timed_out = not timer.is_alive()
+            timer.cancel()
+        out.seek(0)
+        lines = out.read().strip().splitlines()
+    if timed_out and code != 0:
         return {"error": f"timed out after {timeout:.0f} s"}
-    sys.stderr.write(proc.stderr)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+    if code != 0 or not lines:
+        last = ([t.strip() for t in tail if t.strip()] or ["no output"])[-1]
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
         return {"error": f"{how}: {last[:300]}"}
     return json.loads(lines[-1])
 
