@@ -224,16 +224,17 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(2, len(entries), figsize=(5.5 * len(entries) + 1, 8), squeeze=False)
     for col, e in enumerate(entries):
         ls = lengths(e)
-        for row, (key, ylabel) in enumerate((("decode_p50_ms", "decode ms/token (p50)"), ("prefill_ms", "prefill ms"))):
+        panels = (("decode_p50_ms", "decode ms/token (p50)", 1.0), ("prefill_ms", "prefill s (median)", 1e-3))
+        for row, (key, ylabel, scale) in enumerate(panels):
             ax = axes[row, col]
             for eng in e.get("engines", []):
-                ys = [_at(e, eng["name"], c, key) for c in ls]
+                ys = [None if (v := _at(e, eng["name"], c, key)) is None else v * scale for c in ls]
                 pts = [(c, y) for c, y in zip(ls, ys) if y is not None]
                 if pts:
                     ax.plot(*zip(*pts), marker="o", label=eng["name"])
                     for c, y in pts:
                         ax.annotate(
-                            f"{y:,.0f}" if y >= 100 else f"{y:.1f}",
+                            f"{y:,.0f}" if y >= 100 else f"{y:.1f}" if y >= 1 else f"{y:.2f}",
                             (c, y),
                             fontsize=7,
                             xytext=(3, 3),
@@ -246,7 +247,9 @@ def plot(doc: dict[str, Any], path: Path) -> None:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8, loc="upper left")
             if row == 0:
-                ax.set_title(_name(e), fontsize=10)
+                ax.set_title(
+                    f"{_name(e)}\nload average (1 min) {' → '.join(map(str, e.get('loadavg', [])))}", fontsize=9
+                )
     c, m = doc["config"], doc["machine"]
     fig.suptitle(
         f"decode and prefill against context, batch 1, {c['threads']} threads; ortstate "
