@@ -192,7 +192,7 @@ def contexts(engines: list[Engine], ir_dir: Path, onnx: dict[str, Path], args: a
         del runs
         for g in generators.values():
             g.reset()  # drop the caches of this length before the next
-    return out
+    return {"engines": out, "peak_rss_mib": peak_rss_mib()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -201,7 +201,19 @@ def markdown(doc: dict[str, Any], image: str | None = None) -> str:
         for name in _ortstate_engines(e):
             parts.append(f"### {_name(e)}: {name} against OpenVINO exact\n\n" + context_table(e, name))
     parts.append("### Targets (issue 19)\n\n" + targets_table([t for e in entries for t in targets(e)]))
-    parts.append("### Memory at the longest context, and conversion\n\n" + memory_table(entries))
+    shared = [
+        f"{_name(e)} {peak / 1024:.1f} GiB"
+        for e in entries
+        if (peak := e.get("contexts_process", {}).get("peak_rss_mib")) is not None
+    ]
+    note = (
+        "\n\nThe timing process, every engine holding its cache of each length in turn, peaked at "
+        + "; ".join(shared)
+        + "."
+        if shared
+        else ""
+    )
+    parts.append("### Memory at the longest context, and conversion\n\n" + memory_table(entries) + note)
     parts.append("Engines:\n\n" + "\n".join(f"- `{e['name']}`: {e['label']}" for e in doc["engines"]))
     errors = [f"- {_name(e)}: {msg}" for e in entries for msg in e.get("errors", [])]
     errors += [f"- {what}: skipped: {why}" for what, why in doc.get("skipped", {}).items()]

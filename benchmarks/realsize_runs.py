@@ -196,10 +196,11 @@ def run_contexts(precision: str, variant: str, engines: list[Engine], a: argpars
     args = ["contexts", "--ir", str(ir), "--threads", str(a.threads), "--contexts", ",".join(map(str, a.contexts))]
     args += ["--steps", str(a.steps), "--rounds", str(a.rounds), "--warmup", str(a.warmup)]
     args += ["--prefill-rounds", str(a.prefill_rounds)]
-    entry["contexts"] = run_child([*args, *_engine_args(runnable, onnx)], a.timeout)
-    entry["protobuf"] = entry["contexts"].pop("protobuf", None)
-    if "error" in entry["contexts"]:
-        entry["errors"].append(f"contexts: {entry['contexts'].pop('error')}")
+    res = run_child([*args, *_engine_args(runnable, onnx)], a.timeout)
+    if "error" in res:
+        entry["errors"].append(f"contexts: {res['error']}")
+    entry["contexts"] = res.get("engines", {})
+    entry["contexts_process"] = {"peak_rss_mib": res.get("peak_rss_mib"), "protobuf": res.get("protobuf")}
     if not a.no_load:
         _loads(ir, runnable, onnx, ["--prompt", str(max(a.contexts)), "--steps", str(a.rss_steps)], entry, a)
     return _finish(entry, work, a)

@@ -131,12 +131,16 @@ def test_context_markdown_rows():
         "config": {"threads": 2, "steps": 16, "rounds": 5, "warmup": 4, "rss_steps": 8, "contexts": [32, 2048, 4000]},
         "machine": {"cpu": "cpu", "cores": 2, "onnxruntime": "1", "openvino": "2", "ortstate": "0", "cpu_flags": []},
         "engines": _context_entry()["engines"][:2],
-        "precisions": [_context_entry() | {"loadavg_1_5_15": [[1.0, 2.0, 3.0], [1.5, 2.0, 3.0]]}],
+        "precisions": [
+            _context_entry()
+            | {"loadavg_1_5_15": [[1.0, 2.0, 3.0], [1.5, 2.0, 3.0]], "contexts_process": {"peak_rss_mib": 3072.0}}
+        ],
     }
     text = realsize_context_report.markdown(doc)
     row = "| 4000 | 4004–4083 | 48.0 → 60.0 | 1.25× | 1.20× / 1.46× | 30,000.0 → 31,000.0 | 1.03× | yes | 1.0e-05 |"
     assert row in text
     assert "| int4 m, 2 KV heads | ortstate |" in text and "1.00/2.00/3.00 → 1.50/2.00/3.00" in text
+    assert "in turn, peaked at int4 m, 2 KV heads 3.0 GiB." in text
 
 
 def test_contexts_beyond_the_models_positions_are_refused(capsys):
