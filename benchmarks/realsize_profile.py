@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / f"{a.name}.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     (a.out / f"{a.name}.md").write_text(
-        "# Where ortstate's decode time goes (real-size model)\n\n" + markdown(doc) + "\n"
+        f"# Where ortstate's decode time goes (real-size model): {a.name}\n\n" + markdown(doc) + "\n"
     )
     print(markdown(doc))
     return 0
