@@ -10,13 +10,19 @@ It is saved once with ``save_pretrained`` and exported per precision with::
 into ``CACHE/ir/<precision>/``, with ``DONE`` touched last (a folder without it is incomplete and is
 rebuilt). Already built precisions are skipped, so this is cheap to call before every benchmark run.
 
+Other shapes of the same model are *variants* (:data:`VARIANTS`: a name, the config keys it changes, and
+the folder of its own under ``CACHE``); ``--variant wide`` builds ``qwen2-0.5b-random-mha`` (full
+multi-head KV: 14 KV heads, a 7× larger cache) into ``CACHE/qwen2-0.5b-random-mha/{hf,ir}``. The
+default variant keeps ``CACHE/hf`` and ``CACHE/ir``.
+
 This needs torch + optimum-intel, which ortstate itself never needs: run it with the Python of a separate
 venv (see ``benchmarks/requirements-realsize.txt``)::
 
     python3 -m venv ~/venvs/optimum
     ~/venvs/optimum/bin/pip install -r benchmarks/requirements-realsize.txt
     ~/venvs/optimum/bin/pip uninstall -y torchvision   # built for another torch; breaks transformers
-    flock /tmp/realsize.lock ~/venvs/optimum/bin/python benchmarks/realsize_build.py [--cache DIR] [int4 ...]
+    flock /tmp/realsize.lock ~/venvs/optimum/bin/python benchmarks/realsize_build.py [--cache DIR] \
+        [--variant wide] [int4 ...]
 
 Each export takes a few minutes and several GB of RAM on 2 cores (the model is 0.5B parameters in f32).
 """
@@ -30,12 +36,13 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 PRECISIONS = ("int4", "int8", "fp16", "fp32")  # build order: what the benchmark needs first
 SEED = 20240607
 DEFAULT_CACHE = Path(os.environ.get("ORTSTATE_REALSIZE_CACHE", "~/.cache/ortstate/realsize")).expanduser()
-MODEL = "qwen2-0.5b-random"
 CONFIG = {
     "vocab_size": 151936,
     "hidden_size": 896,
@@ -55,37 +62,79 @@ EXPORT_ARGS = {
 DONE = "DONE"
 
 
-def ir_dir(cache: Path, precision: str) -> Path:
+@dataclass(frozen=True)
+class Variant:
+    """One shape of the model: the keys of :data:`CONFIG` it changes and where it is cached.
+
+    Attributes:
+        model: its name in results (and its folder under the cache, unless it is the default).
+        description: a few words for reports.
+        overrides: :data:`CONFIG` keys it sets.
+        own_folder: False for the default variant only (it keeps ``CACHE/hf`` and ``CACHE/ir``).
+    """
+
+    model: str
+    description: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    own_folder: bool = True
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The transformers config of this variant."""
+        return {**CONFIG, **self.overrides}
+
+
+VARIANTS = {
+    "default": Variant(
+        "qwen2-0.5b-random", "Qwen2-0.5B shape, random weights (14 heads, 2 KV heads)", own_folder=False
+    ),
+    "wide": Variant(
+        "qwen2-0.5b-random-mha",
+        "Qwen2-0.5B shape with full multi-head KV (14 KV heads: a 7× larger cache), random weights",
+        {"num_key_value_heads": 14},
+    ),
+}
+DEFAULT_VARIANT = "default"
+MODEL = VARIANTS[DEFAULT_VARIANT].model
+
+
+def model_dir(cache: Path, variant: str = DEFAULT_VARIANT) -> Path:
+    """The folder of one variant: its ``hf/``, ``ir/`` (and the benchmark's scratch ``onnx/``)."""
+    v = VARIANTS[variant]
+    return cache / v.model if v.own_folder else cache
+
+
+def ir_dir(cache: Path, precision: str, variant: str = DEFAULT_VARIANT) -> Path:
     """Where the IR of one precision lives (``openvino_model.xml`` / ``.bin`` inside)."""
-    return cache / "ir" / precision
+    return model_dir(cache, variant) / "ir" / precision
 
 
-def ir_ready(cache: Path, precision: str) -> bool:
+def ir_ready(cache: Path, precision: str, variant: str = DEFAULT_VARIANT) -> bool:
     """True when the IR of ``precision`` was completely built (its ``DONE`` marker exists)."""
-    return (ir_dir(cache, precision) / DONE).is_file()
+    return (ir_dir(cache, precision, variant) / DONE).is_file()
 
 
 def _log(msg: str) -> None:
     print(f"[realsize_build] {msg}", file=sys.stderr, flush=True)
 
 
-def build_hf(cache: Path) -> Path:
-    """Save the random-weight transformers model once (seeded) under ``CACHE/hf``."""
-    hf = cache / "hf"
+def build_hf(cache: Path, variant: str = DEFAULT_VARIANT) -> Path:
+    """Save the random-weight transformers model once (seeded) under the variant's ``hf``."""
+    hf = model_dir(cache, variant) / "hf"
     if (hf / DONE).is_file():
         return hf
     import torch
     import transformers
 
-    _log(f"building the random-weight Qwen2 model in {hf}")
+    config = VARIANTS[variant].config
+    _log(f"building the random-weight Qwen2 model {VARIANTS[variant].model} in {hf}")
     if hf.exists():
         shutil.rmtree(hf)
     torch.manual_seed(SEED)
-    config = transformers.Qwen2Config(**CONFIG)
-    model = transformers.AutoModelForCausalLM.from_config(config)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.Qwen2Config(**config))
     model.eval()
     model.save_pretrained(hf)
-    (hf / DONE).write_text(json.dumps({"seed": SEED, "config": CONFIG}) + "\n")
+    (hf / DONE).write_text(json.dumps({"seed": SEED, "config": config}) + "\n")
     return hf
 
 
@@ -101,13 +150,13 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def export(cache: Path, precision: str) -> Path:
+def export(cache: Path, precision: str, variant: str = DEFAULT_VARIANT) -> Path:
     """Export one precision with ``optimum-cli`` into a temp folder, then move it in place with ``DONE``."""
-    out = ir_dir(cache, precision)
-    if ir_ready(cache, precision):
+    out = ir_dir(cache, precision, variant)
+    if ir_ready(cache, precision, variant):
         _log(f"{precision}: already built in {out}")
         return out
-    hf = build_hf(cache)
+    hf = build_hf(cache, variant)
     tmp = out.with_name(out.name + ".partial")
     for stale in (tmp, out):
         if stale.exists():
@@ -121,10 +170,11 @@ def export(cache: Path, precision: str) -> Path:
     subprocess.run(cmd, check=True, env=env)
     seconds = time.time() - started
     meta = {
-        "model": MODEL,
+        "model": VARIANTS[variant].model,
+        "variant": variant,
         "precision": precision,
         "seed": SEED,
-        "config": CONFIG,
+        "config": VARIANTS[variant].config,
         "export_args": EXPORT_ARGS[precision],
         "export_seconds": round(seconds, 1),
         "versions": _versions(),
@@ -143,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
         "precisions", nargs="*", metavar="PRECISION", help=f"any of {', '.join(PRECISIONS)} (default: all)"
     )
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"cache folder (default {DEFAULT_CACHE})")
+    parser.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        default=DEFAULT_VARIANT,
+        help="the model's shape: " + "; ".join(f"{k}: {v.model}, {v.description}" for k, v in VARIANTS.items()),
+    )
     args = parser.parse_args(argv)
     try:
         import optimum.intel  # noqa: F401
@@ -153,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown precision {', '.join(unknown)}: choose from {', '.join(PRECISIONS)}")
     for precision in args.precisions or PRECISIONS:
-        export(args.cache.expanduser(), precision)
+        export(args.cache.expanduser(), precision, args.variant)
     return 0
 
 

@@ -2,18 +2,21 @@
 
 For each precision: the IR (built by ``realsize_build.py``) is converted in a process of its own (or the
 model ``realsize.py --keep-onnx`` left in ``CACHE/onnx/PRECISION/ENGINE/`` is reused), then run with
-``enable_profiling`` through ``ortstate.generate.Generator``: one warm-up generation, then a prefill of
-``--prompt`` tokens and ``--steps`` decode steps. Only the decode runs are counted. Each graph node's
-kernel time (an ``If``'s as its branch's nodes) is summed by op type (as ONNX Runtime ran it, after its
-own fusions) and by the part of the model its name comes from (the converter names nodes after the IR layers optimum-intel named after the
-torch modules): the linear layers (attention projections, MLP), attention itself, the KV cache (the
-``Concat`` a variable is written from, the ``Gather`` by ``beam_idx`` it is read through), RoPE, the norms,
-the embedding, the LM head. The profile file is written when the session is dropped (ONNX Runtime does
-that itself), so only ortstate's public API is used.
+``enable_profiling`` through ``ortstate.generate.Generator``: one short warm-up generation, then a prefill
+of ``--prompt`` tokens and ``--steps`` decode steps. Only the decode runs are counted. ``--context
+32,4000`` profiles each context length in a session of its own (the prompt is that many tokens) and adds
+a table of how each op type and part grows from the first to the last. Each graph node's kernel time (an
+``If``'s as its branch's nodes) is summed by op type (as ONNX Runtime ran it, after its own fusions) and
+by the part of the model its name comes from (the converter names nodes after the IR layers
+optimum-intel named after the torch modules): the linear layers (attention projections, MLP), attention
+itself, the KV cache (the ``Concat`` a variable is written from, the ``Gather`` by ``beam_idx`` it is
+read through), RoPE, the norms, the embedding, the LM head. The profile file is written when the
+session is dropped (ONNX Runtime does that itself), so only ortstate's public API is used.
 
 Usage::
 
     flock /tmp/realsize.lock python benchmarks/realsize_profile.py int4 fp32 --cache DIR
+    flock /tmp/realsize.lock python benchmarks/realsize_profile.py int4 --context 32,4000 --steps 16
 
 Writes ``benchmarks/results/realsize-profile.json`` and ``.md`` (``--name``).
 """
@@ -21,8 +24,10 @@ Writes ``benchmarks/results/realsize-profile.json`` and ``.md`` (``--name``).
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import json
+import os
 import re
 import sys
 import tempfile
@@ -35,8 +40,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from realsize import progress, run_child  # noqa: E402
-from realsize_build import DEFAULT_CACHE, PRECISIONS, ir_dir, ir_ready  # noqa: E402
+from realsize import cpu_flags, ortstate_source, progress, run_child  # noqa: E402
+from realsize_build import DEFAULT_CACHE, DEFAULT_VARIANT, PRECISIONS, VARIANTS, ir_dir, ir_ready, model_dir  # noqa: E402
 from realsize_engines import greedy, parse_engine, prompt_ids  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -139,15 +144,12 @@ def summarize(trace: list[dict[str, Any]], first_run: int, write: set[str], read
     }
 
 
-def profile(precision: str, a: argparse.Namespace) -> dict[str, Any]:
-    from ortstate import StatefulSession
-    from ortstate.bench import session_options
-    from ortstate.generate import Generator, read_config
-
+def profile(precision: str, a: argparse.Namespace) -> list[dict[str, Any]]:
+    """One entry per context length of ``a.context``: the decode profile after a prompt of that length."""
     engine = parse_engine(a.engine)
-    ir = ir_dir(a.cache, precision)
-    onnx_path = a.cache / "onnx" / precision / engine.name / "model.onnx"
-    entry: dict[str, Any] = {"precision": precision, "engine": engine.to_dict()}
+    ir = ir_dir(a.cache, precision, a.variant)
+    onnx_path = model_dir(a.cache, a.variant) / "onnx" / precision / engine.name / "model.onnx"
+    entry: dict[str, Any] = {"precision": precision, "variant": a.variant, "engine": engine.to_dict()}
     if onnx_path.is_file() and not a.reconvert:
         progress(f"{precision}: reusing {onnx_path.relative_to(a.cache)}")
     else:
@@ -158,18 +160,29 @@ def profile(precision: str, a: argparse.Namespace) -> dict[str, Any]:
             a.timeout,
         )
         if "error" in conv:
-            return entry | {"error": conv["error"]}
+            return [entry | {"error": conv["error"]}]
     write, read = kv_nodes(onnx_path)
+    kv = {"kv_write_nodes": len(write), "kv_read_nodes": len(read)}
+    prompt = prompt_ids(max(a.context), int(json.loads((ir / "config.json").read_text())["vocab_size"]))
+    return [
+        entry | {"context": c} | kv | _profile_one(onnx_path, ir, engine, prompt[:c], write, read, a) for c in a.context
+    ]
+
+
+def _profile_one(onnx_path: Path, ir: Path, engine: Any, prompt: list[int], write: set, read: set, a: Any) -> dict:
     import onnx
 
-    prompt = prompt_ids(a.prompt, int(json.loads((ir / "config.json").read_text())["vocab_size"]))
+    from ortstate import StatefulSession
+    from ortstate.bench import session_options
+    from ortstate.generate import Generator, read_config
+
     with tempfile.TemporaryDirectory(prefix="ortstate-profile-") as tmp:
         options = session_options(a.threads, onnx.load(str(onnx_path), load_external_data=False))
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(tmp) / "decode")
         generator = Generator(StatefulSession(onnx_path, options, form=engine.form), read_config(ir))
-        progress(f"{precision}: warm-up, then prefill {a.prompt} + {a.steps} decode steps under the profiler")
-        greedy(generator, prompt, a.warmup)
+        progress(f"warm-up, then prefill {len(prompt)} + {a.steps} decode steps under the profiler")
+        greedy(generator, prompt[:32], a.warmup)
         started = time.perf_counter()
         run = greedy(generator, prompt, a.steps)
         wall = time.perf_counter() - started
@@ -177,21 +190,44 @@ def profile(precision: str, a: argparse.Namespace) -> dict[str, Any]:
         gc.collect()  # ONNX Runtime writes the profile when the session goes
         files = sorted(Path(tmp).glob("decode*.json"))
         if not files:
-            return entry | {"error": "ONNX Runtime wrote no profile"}
+            return {"error": "ONNX Runtime wrote no profile"}
         trace = json.loads(files[-1].read_text(encoding="utf-8"))
     summary = summarize(trace, (a.warmup + 1) + 1, write, read)  # skip the warm-up's runs and the prefill
     decode = run["decode_s"]
-    step_ms = sum(decode) / len(decode) * 1e3
-    return (
-        entry | summary | {"step_ms": step_ms, "wall_s": wall, "kv_write_nodes": len(write), "kv_read_nodes": len(read)}
-    )
+    return summary | {"step_ms": sum(decode) / len(decode) * 1e3, "prefill_ms": run["prefill_s"] * 1e3, "wall_s": wall}
+
+
+def growth_table(first: dict[str, Any], last: dict[str, Any], key: str, label: str, top: int = 12) -> str:
+    """ms per decode step of each op type (``key="by_op"``) or part (``"by_part"``) at two context lengths,
+    the biggest growth first."""
+    a = {r["name"]: r["ms"] for r in first[key]}
+    b = {r["name"]: r["ms"] for r in last[key]}
+    rows = sorted(set(a) | set(b), key=lambda n: -(b.get(n, 0.0) - a.get(n, 0.0)))[:top]
+    c1, c2 = first["context"], last["context"]
+    lines = [f"| {label} | ms / step at {c1} | at {c2} | growth ms | × |", "| --- | ---: | ---: | ---: | ---: |"]
+    for n in rows:
+        x, y = a.get(n, 0.0), b.get(n, 0.0)
+        lines.append(
+            f"| {n} | {x:.2f} | {y:.2f} | {y - x:+.2f} | {y / x:.1f}× |" if x else f"| {n} | 0 | {y:.2f} | {y:+.2f} | |"
+        )
+    total1, total2 = first["model_run_ms"], last["model_run_ms"]
+    lines.append(f"| **`model_run`** | {total1:.2f} | {total2:.2f} | {total2 - total1:+.2f} | {total2 / total1:.1f}× |")
+    return "\n".join(lines)
 
 
 def markdown(doc: dict[str, Any], top: int = 12) -> str:
     """Per precision: ms per decode step, then op types and model parts with their share of ``model_run``."""
-    c, parts = doc["config"], []
+    c, m, parts = doc["config"], doc["machine"], []
+    if "started" in doc:
+        load = " → ".join("/".join(f"{x:.2f}" for x in one) for one in doc.get("loadavg_1_5_15", []))
+        parts.append(
+            f"Run {doc['started']}: {m['cpu']}, {m['cores']} cores (shared), CPU flags "
+            f"{', '.join(m.get('cpu_flags', [])) or 'n/a'}; onnxruntime {m['onnxruntime']}, ortstate "
+            f"{doc.get('ortstate', m['ortstate'])}; load average (1/5/15 min) start → end {load or 'n/a'}."
+        )
     for e in doc["precisions"]:
-        head = f"#### {e['precision']} ({e['engine']['name']})"
+        ctx = e.get("context", c.get("prompt"))
+        head = f"#### {e['precision']} {e.get('variant', '')} ({e['engine']['name']}), context {ctx}"
         if "error" in e:
             parts.append(f"{head}\n\nfailed: {e['error']}")
             continue
@@ -201,7 +237,7 @@ def markdown(doc: dict[str, Any], top: int = 12) -> str:
             f"Decode step {e['step_ms']:.1f} ms (Generator, wall), of which ONNX Runtime `model_run` "
             f"{e['model_run_ms']:.1f} ms and the kernels of its {e.get('nodes_per_run', 0):.0f} nodes "
             f"{e['kernels_ms']:.1f} ms "
-            f"({e['runs']} decode runs, positions {c['prompt']}–{c['prompt'] + c['steps'] - 1}, "
+            f"({e['runs']} decode runs, positions {ctx}–{ctx + c['steps'] - 1}, "
             f"{c['threads']} threads, profiler on).",
             "",
             "| op type | ms / step | % of model_run |  | model part | ms / step | % of model_run |",
@@ -216,6 +252,18 @@ def markdown(doc: dict[str, Any], top: int = 12) -> str:
         if others:
             lines += ["", f"Heaviest nodes in *other* (ms / step): {others}."]
         parts.append("\n".join(lines))
+    ok = [e for e in doc["precisions"] if "error" not in e]
+    for key in dict.fromkeys((e["precision"], e.get("variant")) for e in ok):
+        runs = sorted((e for e in ok if (e["precision"], e.get("variant")) == key), key=lambda e: e["context"])
+        if len(runs) > 1:
+            first, last = runs[0], runs[-1]
+            parts.append(
+                f"#### {key[0]} {key[1] or ''}: what grows from context {first['context']} to {last['context']}\n\n"
+                f"Decode step (wall) {first['step_ms']:.1f} → {last['step_ms']:.1f} ms.\n\n"
+                + growth_table(first, last, "by_op", "op type")
+                + "\n\n"
+                + growth_table(first, last, "by_part", "model part")
+            )
     return "\n\n".join(parts)
 
 
@@ -235,7 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--reconvert", action="store_true", help="convert even when CACHE/onnx holds a converted model")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--prompt", type=int, default=32)
+    p.add_argument("--variant", choices=VARIANTS, default=DEFAULT_VARIANT, help="the model variant (realsize_build.py)")
+    p.add_argument("--prompt", type=int, default=32, help="tokens prefilled before the profiled decode steps")
+    p.add_argument(
+        "--context",
+        type=lambda t: [int(x) for x in t.split(",")],
+        help="comma-separated prompt lengths, each profiled in a session of its own (default: --prompt)",
+    )
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--warmup", type=int, default=4, help="decode steps of the warm-up generation (default 4)")
     p.add_argument("--timeout", type=float, default=3600)
@@ -243,22 +297,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
     a.cache = a.cache.expanduser().resolve()
+    a.context = a.context or [a.prompt]
     precisions = a.precisions or ["int4", "fp32"]
-    unknown = [q for q in precisions if q not in PRECISIONS or not ir_ready(a.cache, q)]
+    unknown = [q for q in precisions if q not in PRECISIONS or not ir_ready(a.cache, q, a.variant)]
     if unknown:
         p.error(f"no built IR for {', '.join(unknown)} in {a.cache}: run realsize_build.py first")
+    import ortstate
     from ortstate.bench import machine_info
 
+    load = os.getloadavg()
     doc: dict[str, Any] = {
         "schema": "ortstate.realsize-profile/1",
-        "machine": machine_info(),
-        "config": {"threads": a.threads, "prompt": a.prompt, "steps": a.steps},
-        "precisions": [profile(q, a) for q in precisions],
+        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": machine_info() | {"cpu_flags": cpu_flags()},
+        "ortstate": ortstate_source(ortstate),
+        "config": {"threads": a.threads, "prompt": a.prompt, "steps": a.steps, "contexts": a.context},
+        "precisions": [e for q in precisions for e in profile(q, a)],
     }
+    doc["loadavg_1_5_15"] = [[round(x, 2) for x in one] for one in (load, os.getloadavg())]
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / f"{a.name}.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     (a.out / f"{a.name}.md").write_text(
-        "# Where ortstate's decode time goes (real-size model)\n\n" + markdown(doc) + "\n"
+        f"# Where ortstate's decode time goes (real-size model): {a.name}\n\n" + markdown(doc) + "\n"
     )
     print(markdown(doc))
     return 0

@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
+import realsize_context_report  # noqa: E402
 import realsize_report  # noqa: E402
 from realsize_engines import BUILTIN, parse_engine  # noqa: E402
 
@@ -72,3 +73,79 @@ def test_engine_specs():
     for bad in ("nonesuch", "x:novalue"):
         with pytest.raises(ValueError):
             parse_engine(bad)
+
+
+def _ctx(decode: list[float], prefill: list[float | None], match: list[bool]) -> dict:
+    return {
+        str(c): {"decode_p50_ms": d, "prefill_ms": p, "tokens_match": m, "first_mismatch": None if m else 3}
+        | {"max_abs_logits_diff": 1e-5, "timed_positions": [c + 4, c + 83]}
+        for c, d, p, m in zip((32, 2048, 4000), decode, prefill, match)
+    }
+
+
+def _context_entry() -> dict:
+    engines = [BUILTIN["openvino-exact"].to_dict(), BUILTIN["ortstate"].to_dict(), {"name": "co", "kind": "ortstate"}]
+    yes = [True] * 3
+    return {
+        "precision": "int4",
+        "model": "m",
+        "kv_heads": 2,
+        "engines": engines,
+        "contexts": {
+            "openvino-exact": _ctx([40.0, 44.0, 48.0], [300.0, 10000.0, 30000.0], yes),  # grows 1.2×
+            "ortstate": _ctx([41.0, 46.0, 60.0], [200.0, 9000.0, 31000.0], yes),  # grows 1.46× = 1.22× OV's
+            "co": _ctx([41.9, 47.0, 55.0], [200.0, 9000.0, None], [True, True, False]),  # 1.31× = 1.09× OV's
+        },
+        "load": {"openvino-exact": {"peak_rss_mib": 1000.0}, "ortstate": {"peak_rss_mib": 1500.0}},
+    }
+
+
+def test_context_targets_by_issue_19s_limits():
+    got = [(t["target"], t["status"]) for t in realsize_context_report.targets(_context_entry())]
+    tag = "int4 m, 2 KV heads"
+    assert got == [
+        (f"{tag}, ortstate: decode p50 at 32 ≤ 1.05× OpenVINO exact", "PASS"),
+        (f"{tag}, ortstate: decode p50 at 2048 ≤ 1.05× OpenVINO exact", "PASS"),  # 1.045×
+        (f"{tag}, ortstate: decode p50 at 4000 ≤ 1.05× OpenVINO exact", "MISS"),
+        (f"{tag}, ortstate: decode(4000)/decode(32) ≤ 1.2× OpenVINO's", "MISS"),
+        (f"{tag}, ortstate: prefill of 2048 ≤ OpenVINO exact", "PASS"),
+        (f"{tag}, ortstate: prefill of 4000 ≤ OpenVINO exact", "MISS"),
+        (f"{tag}, ortstate: greedy tokens = OpenVINO exact's at every context", "PASS"),
+        (f"{tag}, ortstate: peak RSS at 4000 ≤ 1.5× OpenVINO's", "PASS"),  # at the limit
+        (f"{tag}, co: decode p50 at 32 ≤ 1.05× OpenVINO exact", "PASS"),
+        (f"{tag}, co: decode p50 at 2048 ≤ 1.05× OpenVINO exact", "MISS"),
+        (f"{tag}, co: decode p50 at 4000 ≤ 1.05× OpenVINO exact", "MISS"),
+        (f"{tag}, co: decode(4000)/decode(32) ≤ 1.2× OpenVINO's", "PASS"),
+        (f"{tag}, co: prefill of 2048 ≤ OpenVINO exact", "PASS"),
+        (f"{tag}, co: prefill of 4000 ≤ OpenVINO exact", "n/a"),  # not measured is not a pass
+        (f"{tag}, co: greedy tokens = OpenVINO exact's at every context", "MISS"),
+        (f"{tag}, co: peak RSS at 4000 ≤ 1.5× OpenVINO's", "n/a"),
+    ]
+
+
+def test_context_markdown_rows():
+    doc = {
+        "started": "2026-01-01T00:00:00",
+        "seconds": 60.0,
+        "model": "m",
+        "config": {"threads": 2, "steps": 16, "rounds": 5, "warmup": 4, "rss_steps": 8, "contexts": [32, 2048, 4000]},
+        "machine": {"cpu": "cpu", "cores": 2, "onnxruntime": "1", "openvino": "2", "ortstate": "0", "cpu_flags": []},
+        "engines": _context_entry()["engines"][:2],
+        "precisions": [
+            _context_entry()
+            | {"loadavg_1_5_15": [[1.0, 2.0, 3.0], [1.5, 2.0, 3.0]], "contexts_process": {"peak_rss_mib": 3072.0}}
+        ],
+    }
+    text = realsize_context_report.markdown(doc)
+    row = "| 4000 | 4004–4083 | 48.0 → 60.0 | 1.25× | 1.20× / 1.46× | 30,000.0 → 31,000.0 | 1.03× | yes | 1.0e-05 |"
+    assert row in text
+    assert "| int4 m, 2 KV heads | ortstate |" in text and "1.00/2.00/3.00 → 1.50/2.00/3.00" in text
+    assert "in turn, peaked at int4 m, 2 KV heads 3.0 GiB." in text
+
+
+def test_contexts_beyond_the_models_positions_are_refused(capsys):
+    import realsize
+
+    with pytest.raises(SystemExit):
+        realsize.main(["int4", "--contexts", "32,4000", "--steps", "64"])  # 4000 + 4 + 5 × 64 > 4096
+    assert "max_position_embeddings 4096" in capsys.readouterr().err
