@@ -29,6 +29,7 @@ __all__ = ["KvBuffers", "KvMiss", "shares_kv"]
 
 _AXIS = 2
 _MIN_SPARE = 64
+_FALSE = np.array(False)
 
 
 class KvMiss(Exception):
@@ -57,6 +58,14 @@ class KvBuffers:
         self.binding, self.raw = model.fast.binding()
         self.run_bound = model.fast.run_bound
         self.input_names = [i.name for i in model.inputs]
+        # Scalars the binding reads and writes in place (bound once): each variable's rows before
+        # and after a run.
+        self.length_in = {v.id: np.zeros((), np.int64) for v in self.shared}
+        self.length_out = {v.id: np.zeros((), np.int64) for v in self.shared}
+        for var in self.shared:
+            self.binding.bind_input(var.length_input or "", "cpu", 0, np.int64, [], self.length_in[var.id].ctypes.data)
+        self.bound: dict[str, np.ndarray] = {}  # the buffer each variable's input and output is bound to
+        self.wanted: list[str] | None = None  # the outputs the binding's output list was made for
 
     # -- the buffers -----------------------------------------------------------------------------
     def _current(self) -> bool:
@@ -95,6 +104,33 @@ class KvBuffers:
                 self.store.swap({var_id: self.views[var_id]})
 
     # -- a run -----------------------------------------------------------------------------------
+    def _bind_state(self) -> None:
+        """(Re)bind what stays bound from run to run: each shared buffer as its variable's input and
+        output, and the length scalars (by pointer: a run reads and writes them where they are)."""
+        binding = self.binding
+        for var in self.shared:
+            buffer = self.buffers[var.id]
+            if self.bound.get(var.id) is buffer:
+                continue
+            shape = list(buffer.shape)
+            binding.bind_input(var.state_input or "", "cpu", 0, buffer.dtype, shape, buffer.ctypes.data)
+            bind_output(binding, var.state_output or "", buffer)
+            self.bound[var.id] = buffer
+
+    def _bind_outputs(self, wanted: list[str]) -> None:
+        """Bind the outputs a run of ``wanted`` fetches, in one order kept while ``wanted`` is the same:
+        the wanted ones and the other variables' (allocated by ONNX Runtime), the length scalars and
+        the shared buffers (by pointer)."""
+        binding = self.binding
+        if wanted != self.wanted:
+            binding.clear_binding_outputs()
+            self.bound.clear()
+            for var in self.shared:
+                bind_output(binding, var.length_output or "", self.length_out[var.id])
+            self.wanted = list(wanted)
+        for name in [*wanted, *(v.state_output or "" for v in self.others)]:
+            binding.bind_output(name, "cpu")  # a fresh allocation each run: the result is returned as it is
+
     def run(self, names: Sequence[str], full: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         """Run with ``full`` (the feeds, checked and native; the store's order for this run taken)."""
         store = self.store
@@ -103,48 +139,42 @@ class KvBuffers:
         if not self._current():
             self._seed()
         self._room(1)
+        wanted = list(names)
+        self._bind_outputs(wanted)
+        self._bind_state()
         binding = self.binding
-        binding.clear_binding_inputs()
-        binding.clear_binding_outputs()
         keep = []
         for name in self.input_names:
             value = np.ascontiguousarray(full[name])
             keep.append(value)
             binding.bind_cpu_input(name, value)
         for var in self.shared:
-            buffer = self.buffers[var.id]
-            length = np.array(self.lengths[var.id], np.int64)
-            keep.append(length)
-            binding.bind_input(var.state_input or "", "cpu", 0, buffer.dtype, list(buffer.shape), buffer.ctypes.data)
-            binding.bind_cpu_input(var.length_input or "", length)
+            self.length_in[var.id][...] = self.lengths[var.id]
         for var in self.others:
             value = np.ascontiguousarray(store.carried(var.id, full))
             keep.append(value)
             binding.bind_cpu_input(var.state_input or "", value)
             if var.init_flag:
-                binding.bind_cpu_input(var.init_flag, np.array(False))
-        wanted = list(names) if names is not self.model.output_names else self.model.output_names
-        fetched = [*wanted, *(v.length_output or "" for v in self.shared), *(v.state_output or "" for v in self.others)]
-        for name in fetched:
-            binding.bind_output(name, "cpu")
-        for var in self.shared:  # bound last: get_outputs() lists them last, and they are never copied out
-            bind_output(binding, var.state_output or "", self.buffers[var.id])
+                binding.bind_cpu_input(var.init_flag, _FALSE)
         try:
             self.run_bound(self.raw, run_options if run_options is not None else QUIET)
         except Exception:  # noqa: BLE001 - the general path runs it again and reports a real error
             raise KvMiss from None
+        del keep
         values = binding.get_outputs()
-        results = [values[i].numpy() for i in range(len(fetched))]
         count = len(wanted)
-        lengths = [int(r) for r in results[count : count + len(self.shared)]]
+        # get_outputs() lists the outputs in the order first bound (see _bind_outputs): the lengths,
+        # the wanted outputs, the other variables', then the shared buffers.
+        first = len(self.shared)
+        lengths = [int(self.length_out[v.id]) for v in self.shared]
         for var, length in zip(self.shared, lengths):
             if not self.lengths[var.id] <= length <= self.buffers[var.id].shape[_AXIS]:
                 raise KvMiss
-        del keep
+        outputs = [values[first + i].numpy() for i in range(count + len(self.others))]
         checkpoint()  # a Ctrl-C during the run lands here: nothing is committed yet
         views = [self.buffers[v.id][:, :, :length] for v, length in zip(self.shared, lengths)]
-        store.commit_values(self.ids, [*views, *results[count + len(self.shared) :]])
+        store.commit_values(self.ids, [*views, *outputs[count:]])
         for var, view, length in zip(self.shared, views, lengths):
             self.views[var.id], self.lengths[var.id] = view, length
         self.version = store.version
-        return results[:count]
+        return outputs[:count]
