@@ -13,7 +13,8 @@ from ..errors import StateError
 from ..model_meta import EXPLICIT
 from . import snapshot
 from .loaded import LoadedModel
-from .runners import ExplicitRunner, PyOpRunner, Runner
+from .pyop_runner import PyOpRunner
+from .runners import ExplicitRunner, Runner
 from .store import StateStore
 
 __all__ = ["InferRequest", "VariableState"]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable, Sequence
+
 import ml_dtypes  # noqa: F401  (makes np.dtype("bfloat16") resolvable)
 import numpy as np
 
 from ..errors import RunError, StateError
 from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, spanned_elements
 
-__all__ = ["ShapeRule", "StateStore"]
+__all__ = ["ShapeRule", "StateStore", "VariableGroup"]
 
 
 class ShapeRule:
@@ -37,6 +40,20 @@ class ShapeRule:
             if actual[i] < lo or (hi is not None and actual[i] > hi):
                 return False
         return True
+
+
+class VariableGroup:
+    """The variables one fused state op reads or writes, in its order (see
+    :func:`ortstate.passes.fuse_state_ops`), with a getter of all their values at once."""
+
+    __slots__ = ("get", "ids")
+
+    def __init__(self, ids: Sequence[str]) -> None:
+        self.ids = list(ids)
+        # ``get(values)``: a tuple of the values of ``ids``, KeyError if one is missing
+        self.get: Callable[[dict[str, np.ndarray]], tuple[np.ndarray, ...]] = (
+            operator.itemgetter(*self.ids) if len(self.ids) > 1 else lambda values: (values[self.ids[0]],)
+        )
 
 
 def _show(shape: list | None) -> str:
@@ -79,18 +96,21 @@ class StateStore:
         value = self._values.get(var_id)
         return init if value is None else value
 
-    def read_many(self, var_ids: list[str], inits: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-        """:meth:`read` of several variables at once (a fused ReadValue)."""
-        values = self._values
-        return tuple(init if (v := values.get(i)) is None else v for i, init in zip(var_ids, inits))
+    def read_many(self, group: VariableGroup, inits: list[np.ndarray]) -> Sequence[np.ndarray]:
+        """:meth:`read` of several variables at once (a fused ReadValue; ``inits`` may run longer)."""
+        try:
+            return group.get(self._values)  # all initialised: every step but the first
+        except KeyError:
+            values = self._values
+            return [values.get(i, init) for i, init in zip(group.ids, inits)]
 
     def stage(self, var_id: str, value: np.ndarray) -> None:
         """Keep a value the run writes, for :meth:`commit`."""
         self._pending[var_id] = value
 
-    def stage_many(self, var_ids: list[str], values: list[np.ndarray]) -> None:
-        """:meth:`stage` of several variables at once (a fused Assign)."""
-        self._pending.update(zip(var_ids, values))
+    def stage_many(self, group: VariableGroup, values: list[np.ndarray]) -> None:
+        """:meth:`stage` of several variables at once (a fused Assign; ``values`` may run longer)."""
+        self._pending.update(zip(group.ids, values))
 
     def fail(self, message: str) -> None:
         """Record a state op's problem: the commit raises it and changes nothing."""
