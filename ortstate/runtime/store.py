@@ -119,8 +119,9 @@ class StateStore:
     # -- what a runner calls around a run ---------------------------------------------------------
     def begin(self) -> None:
         """Forget what an earlier (failed or interrupted) run staged."""
-        self._pending.clear()
-        self._errors.clear()
+        if self._pending or self._errors:
+            self._pending.clear()
+            self._errors.clear()
 
     def commit(self) -> None:
         """Apply the run's writes, all or none (the run's error is raised, state untouched)."""
