@@ -40,8 +40,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def _machine_line(machine: dict[str, Any]) -> str:
+    isa = f" ({machine['isa']})" if machine.get("isa") else ""
     return (
-        f"{machine['cpu']}, {machine['cores']} cores; Python {machine['python']}, onnxruntime "
+        f"{machine['cpu']}{isa}, {machine['cores']} cores; Python {machine['python']}, onnxruntime "
         f"{machine['onnxruntime']}, onnxruntime-extensions {machine['onnxruntime-extensions']}, "
         f"OpenVINO {machine['openvino']}, numpy {machine['numpy']}"
     )

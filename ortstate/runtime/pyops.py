@@ -16,7 +16,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..model_meta import ASSIGN, FUSED_ASSIGN, FUSED_READ, MAX_FUSED, READ_VALUE, VARIABLE_ID, VARIABLE_IDS, fused_op
+from ..model_meta import (
+    ASSIGN,
+    FUSED_ASSIGN,
+    FUSED_READ,
+    FUSED_READ_STATES,
+    MAX_FUSED,
+    READ_VALUE,
+    VARIABLE_ID,
+    VARIABLE_IDS,
+    fused_op,
+)
 from .ort_adapter import PYOP_DTYPES, custom_op_library, register_pyop
 from .store import StateStore, VariableGroup
 
@@ -109,6 +119,33 @@ def _read_values(feed: list[np.ndarray], variable_ids: str) -> Sequence[np.ndarr
     return feed[:-1]
 
 
+_NOTHING = np.zeros(0, np.float32)  # what a read of a key no request owns gives (converted to the op's dtype)
+
+
+def _read_states(feed: list[np.ndarray], variable_ids: str) -> Sequence[np.ndarray]:
+    """Fused ReadValue of variables whose init is zeros of their init shape (see
+    :mod:`ortstate.passes.fuse`); ``feed`` is the key alone, the store makes the zeros."""
+    store = group = None
+    try:
+        group = _groups.get(variable_ids) or _group(variable_ids)
+        store = _stores.get(feed[-1].item())
+        if store is not None:
+            return store.read_many(group, ())
+    except Exception as exc:  # noqa: BLE001 - raising here would abort the process
+        if store is not None:
+            store.fail(f"ReadValue {variable_ids}: {exc}")
+            try:  # the run fails after it; meanwhile the model gets values of the right shapes
+                return [store.carried(i) for i in group.ids]  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001, S110 - as above
+                pass
+    return [_NOTHING] * MAX_FUSED  # the hook takes as many as the op has outputs
+
+
+def _read_state(feed: list[np.ndarray], variable_ids: str) -> np.ndarray:
+    """:func:`_read_states` of one variable (an op of one output gives an array, not a list)."""
+    return _read_states(feed, variable_ids)[0]
+
+
 def _assign_values(feed: list[np.ndarray], variable_ids: str) -> np.ndarray:
     """Fused Assign of several variables of one dtype (see :mod:`ortstate.passes.fuse`); ``feed`` is
     their values, then the key."""
@@ -141,8 +178,11 @@ def _register() -> None:
     for dtype in PYOP_DTYPES:
         register_pyop(_read_value, READ_VALUE, [dtype, key], [dtype], VARIABLE_ID)
         register_pyop(_assign, ASSIGN, [dtype, key], [token], VARIABLE_ID)
+        register_pyop(_read_state, fused_op(FUSED_READ_STATES, 1, dtype.name), [key], [dtype], VARIABLE_IDS)
         for n in range(2, MAX_FUSED + 1):
             register_pyop(_read_values, fused_op(FUSED_READ, n), [dtype] * n + [key], [dtype] * n, VARIABLE_IDS)
+            states = fused_op(FUSED_READ_STATES, n, dtype.name)
+            register_pyop(_read_states, states, [key], [dtype] * n, VARIABLE_IDS)
             register_pyop(_assign_values, fused_op(FUSED_ASSIGN, n), [dtype] * n + [key], [token], VARIABLE_IDS)
 
 

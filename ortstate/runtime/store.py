@@ -96,13 +96,17 @@ class StateStore:
         value = self._values.get(var_id)
         return init if value is None else value
 
-    def read_many(self, group: VariableGroup, inits: list[np.ndarray]) -> Sequence[np.ndarray]:
-        """:meth:`read` of several variables at once (a fused ReadValue; ``inits`` may run longer)."""
+    def read_many(self, group: VariableGroup, inits: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
+        """:meth:`read` of several variables at once (a fused ReadValue; ``inits`` may run longer, and
+        where it is shorter an uninitialised variable reads zeros of its init shape)."""
         try:
             return group.get(self._values)  # all initialised: every step but the first
         except KeyError:
-            values = self._values
-            return [values.get(i, init) for i, init in zip(group.ids, inits)]
+            values, count = self._values, len(inits)
+            return [
+                values[i] if i in values else inits[k] if k < count else self.carried(i)
+                for k, i in enumerate(group.ids)
+            ]
 
     def stage(self, var_id: str, value: np.ndarray) -> None:
         """Keep a value the run writes, for :meth:`commit`."""
@@ -134,10 +138,10 @@ class StateStore:
                 raise RunError(f"run did not write variable(s) {', '.join(missing)}; no variable was changed")
             for var_id, value in pending.items():
                 previous = values.get(var_id)
-                # A value shaped like the validated one before it needs no new check (the hot path);
-                # a growing one (a KV cache) gets the compiled check, and the full one only to word
-                # the error.
-                if previous is None or value.shape != previous.shape or value.dtype != carrier[var_id]:
+                # A value shaped like the validated one before it needs no new check (the hot path;
+                # numpy's dtypes of one kind are one object); a growing one (a KV cache) gets the
+                # compiled check, and the full one only to word the error.
+                if previous is None or value.shape != previous.shape or value.dtype is not previous.dtype:
                     if value.dtype != carrier[var_id] or not rules[var_id].admits(value.shape):
                         self._check(var_id, value, carrier[var_id], "the model's Assign wrote")
             values.update(pending)

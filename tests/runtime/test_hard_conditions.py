@@ -138,14 +138,15 @@ def test_state_shape_following_an_input_value(resize_xml: Path, explicit: bool, 
 
 @pytest.fixture(scope="module")
 def multi_xml(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three variables (two f32, one i64: fused and lone state ops) and an output that fails half way
+    """Three variables (two f32 starting at zeros: one fused read taking the key alone, one fused
+    write; one i64 starting at 5: a lone ReadValue and Assign) and an output that fails half way
     through a run for a bad ``shape`` value."""
     x = ops.parameter([1, 4], np.float32, name="x")
     shape = ops.parameter([2], np.int64, name="shape")
     acc, sq, count = variable("acc", [1, 4]), variable("sq", [1, 4]), variable("count", [1], np.int64)
     s = ops.add(opset6.read_value(acc), x)
     q = ops.add(opset6.read_value(sq), ops.multiply(x, x))
-    c = ops.add(opset6.read_value(count), ops.constant(np.array([1], np.int64)))
+    c = ops.add(opset6.read_value(ops.constant(np.array([5], np.int64)), count), ops.constant(np.array([1], np.int64)))
     sinks = [opset6.assign(s, acc), opset6.assign(q, sq), opset6.assign(c, count)]
     results = [ops.result(v) for v in (s, q, c, ops.reshape(s, shape, False))]
     return save_ir(ov.Model(results, sinks, [x, shape], "multi"), tmp_path_factory.mktemp("multi"), "multi")
