@@ -155,10 +155,7 @@ def ort_nodes(xml: Path, steps: int = 1000) -> list[tuple[str, float, float]]:
         session = ortstate.StatefulSession(model, options, form="custom-op")
         for f in feeds:
             session.run(None, f)
-        inner = getattr(session, "_ort", None)  # internals: the runtime's InferenceSession
-        if inner is None:
-            return []
-        trace = json.loads(Path(inner.end_profiling()).read_text(encoding="utf-8"))
+        trace = json.loads(Path(session.loaded.session.end_profiling()).read_text(encoding="utf-8"))
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for event in trace:
         name, args = event.get("name", ""), event.get("args", {})

@@ -166,7 +166,7 @@ def profile_text(prof: dict[str, Any]) -> str:
     node_lines = [f"{'node type':<22} {'share of kernel time':>20} {'nodes':>6}"]
     node_lines += [f"{name:<22} {100 * t / total:19.1f}% {calls:6.0f}" for name, t, calls in nodes[:12]]
     floor, custom = us["floor (IOBinding)"], us["StatefulSession.run, custom-op"]
-    state_ops = [n for n in nodes if n[0].startswith(("ReadValue", "Assign"))]
+    state_ops = [n for n in nodes if n[0].startswith(("ReadValue", "ReadStates", "Assign"))]
     fused = ", ".join(f"{name} ×{calls:.0f}" for name, _, calls in state_ops) or "none seen"
     shares = prof["cprofile"]["shares"]
     split = {k: shares[k] * custom for k in shares}
