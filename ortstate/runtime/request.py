@@ -110,8 +110,9 @@ class InferRequest:
 
     @property
     def bound(self) -> bool:
-        """True while this request's runs go through the explicit form's pre-bound buffers (its
-        fast path: steady shapes, see :mod:`.pingpong`)."""
+        """True while this request's runs go through pre-bound buffers: the explicit form's fast
+        path (steady shapes, see :mod:`.pingpong`) or the custom-op form's (a steady input
+        signature, see :mod:`.pyop_runner`)."""
         return self._runner.bound
 
     def variable(self, name: str) -> VariableState:

@@ -52,7 +52,7 @@ class Runner:
 
     @property
     def bound(self) -> bool:
-        """True while runs go through pre-bound buffers (the explicit form's fast path)."""
+        """True while runs go through pre-bound buffers (a form's fast path)."""
         return False
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:

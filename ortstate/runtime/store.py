@@ -129,6 +129,18 @@ class StateStore:
 
     def commit(self) -> None:
         """Apply the run's writes, all or none (the run's error is raised, state untouched)."""
+        pending, values = self._pending, self._values
+        if not self._errors and len(pending) == len(self.meta):
+            # The hot path: every value shaped and typed like the validated one before it (numpy's
+            # dtypes of one kind are one object); anything else goes through the checks below.
+            for var_id, value in pending.items():
+                previous = values.get(var_id)
+                if previous is None or value.shape != previous.shape or value.dtype is not previous.dtype:
+                    break
+            else:
+                values.update(pending)
+                pending.clear()
+                return
         try:
             if self._errors:
                 raise RunError(f"run failed inside a state op: {self._errors[0]}; no variable was changed")
