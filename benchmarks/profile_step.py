@@ -4,9 +4,9 @@ Three views:
 
 - **Layers by subtraction** (no profiler running): the same step timed as (a) the floor, (b) bare
   ``InferenceSession.run`` on the explicit graph with states as numpy feeds, (c) bare
-  ``InferenceSession.run`` on the custom-op graph (PyOps included, no StatefulSession), (d)/(e)
-  ``StatefulSession.run`` of each form. (c) - (b) over the PyOp count is the cost of one PyOp
-  call; (d) - (c) and (e) - (b) are the Python in ortstate's ``run()``.
+  ``InferenceSession.run`` on the custom-op graph a session runs (state ops fused; PyOps included,
+  no StatefulSession), (d)/(e) ``StatefulSession.run`` of each form. (c) - (b) over the PyOp count
+  is the cost of one PyOp call; (d) - (c) and (e) - (b) are the Python in ortstate's ``run()``.
 - **cProfile** of ``StatefulSession.run`` (custom-op form): the Python functions, per step.
 - **ORT's own profiler** (``enable_profiling``): each graph node's kernel time, per step.
 """
@@ -24,13 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from onnxruntime_extensions import get_library_path
 
 import ortstate
 from ortstate.bench import model_workload, session_options
 from ortstate.bench.runners import Floor
-from ortstate.model_meta import read_meta
+from ortstate.model_meta import CONTRIB_DOMAIN, read_meta
+from ortstate.passes import fusable, fuse_state_ops
+from ortstate.runtime import pyops
+from ortstate.runtime.store import StateStore
 
 
 def _median_us(step: Any, feeds: list[dict[str, np.ndarray]], repeats: int) -> float:
@@ -49,28 +53,46 @@ def _median_us(step: Any, feeds: list[dict[str, np.ndarray]], repeats: int) -> f
 def layers(xml: Path, steps: int = 2000, repeats: int = 5) -> dict[str, Any]:
     """The subtraction view; all single-threaded, the variants interleaved pass by pass.
 
-    The bare custom-op run feeds a request key no request owns: every PyOp is called and returns
-    at once (ReadValue hands back its init, Assign drops the value), so it prices the calls alone.
+    The bare custom-op run is the graph a custom-op session runs (its state ops fused, one read and
+    one write per dtype) with a request store of its own whose variables hold the workload's start
+    values: every state op does what it does in a session (reads the values, stages the writes),
+    and nothing is committed, so each step reads the same values, as the bare explicit run is fed.
     """
-    feeds = model_workload(xml, steps).steps
+    workload = model_workload(xml, steps)
+    feeds = workload.steps
     custom_model = ortstate.convert(xml)
     explicit_model = ortstate.convert(xml, explicit_state=True)
     custom = ortstate.StatefulSession(custom_model, session_options(1, custom_model), form="custom-op")
     explicit = ortstate.StatefulSession(explicit_model, session_options(1, explicit_model))
+    for session in (custom, explicit):
+        for variable in session.query_state():
+            if variable.name in workload.initial:
+                variable.state = workload.initial[variable.name]
     meta, custom_meta = read_meta(explicit_model), read_meta(custom_model)
     assert meta is not None and custom_meta is not None
-    floor = Floor(explicit_model, 1)
+    start = {
+        v.id: workload.initial.get(v.id, np.zeros(v.init_shape, np.dtype(v.carrier or v.dtype))) for v in meta.variables
+    }
+    floor = Floor(explicit_model, 1, initial=workload.initial)
     bare = ort.InferenceSession(explicit_model.SerializeToString(), session_options(1, explicit_model))
+    fused = onnx.ModelProto()
+    fused.CopyFrom(custom_model)
+    if fusable(fused):
+        fuse_state_ops(fused, custom_meta)
     options = session_options(1, custom_model)
     options.register_custom_ops_library(get_library_path())
-    bare_custom = ort.InferenceSession(custom_model.SerializeToString(), options)
-    states = {v.state_input: np.zeros(v.init_shape, np.float32) for v in meta.variables}
+    bare_custom = ort.InferenceSession(fused.SerializeToString(), options)
+    store = StateStore(custom_meta.variables)
+    for var_id, value in start.items():
+        store.set(var_id, value)
+    key = pyops.register_store(store)
+    states = {v.state_input: start[v.id] for v in meta.variables}
     flags = {v.init_flag: np.array(False) for v in meta.variables if v.init_flag}
-    no_request = {custom_meta.request_input or "": np.array(0, np.int64)}
+    fixed = {custom_meta.request_input or "": np.array(key, np.int64), **flags}
     runs = {
         "floor (IOBinding)": floor.step,
         "bare run, explicit graph": lambda f: bare.run(None, {**f, **states, **flags}),
-        "bare run, custom-op graph": lambda f: bare_custom.run(None, {**f, **no_request}),
+        "bare run, custom-op graph": lambda f: bare_custom.run(None, {**f, **fixed}),
         "StatefulSession.run, custom-op": lambda f: custom.run(None, f),
         "StatefulSession.run, explicit": lambda f: explicit.run(None, f),
     }
@@ -80,11 +102,12 @@ def layers(xml: Path, steps: int = 2000, repeats: int = 5) -> dict[str, Any]:
     for _ in range(repeats):
         for name, run in runs.items():
             best[name] = min(best[name], _median_us(run, feeds, 1))
-    pyops = 2 * len(meta.variables)
+    pyops.unregister_store(key)
+    calls = sum(1 for n in fused.graph.node if n.domain == CONTRIB_DOMAIN)
     return {
         "us": {k: round(v, 2) for k, v in best.items()},
-        "pyops_per_step": pyops,
-        "per_pyop_us": round((best["bare run, custom-op graph"] - best["bare run, explicit graph"]) / pyops, 2),
+        "pyops_per_step": calls,
+        "per_pyop_us": round((best["bare run, custom-op graph"] - best["bare run, explicit graph"]) / calls, 2),
         "explicit_over_floor_us": round(best["StatefulSession.run, explicit"] - best["floor (IOBinding)"], 2),
         "custom_over_floor_us": round(best["StatefulSession.run, custom-op"] - best["floor (IOBinding)"], 2),
     }
@@ -132,10 +155,7 @@ def ort_nodes(xml: Path, steps: int = 1000) -> list[tuple[str, float, float]]:
         session = ortstate.StatefulSession(model, options, form="custom-op")
         for f in feeds:
             session.run(None, f)
-        inner = getattr(session, "_ort", None)  # internals: the runtime's InferenceSession
-        if inner is None:
-            return []
-        trace = json.loads(Path(inner.end_profiling()).read_text(encoding="utf-8"))
+        trace = json.loads(Path(session.loaded.session.end_profiling()).read_text(encoding="utf-8"))
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for event in trace:
         name, args = event.get("name", ""), event.get("args", {})

@@ -19,8 +19,12 @@ RATIO_RUNNERS = ("custom-op", "auto", "explicit")
 CONCURRENCY_LABELS = {"bare": "bare ORT (control)", "bare-processes": "bare ORT in processes (control, no GIL)"}
 
 
-def _x(value: float | None) -> str:
+def ratio_text(value: float | None) -> str:
+    """``1.23×``, or ``n/a``."""
     return "n/a" if value is None or math.isnan(value) else f"{value:.2f}×"
+
+
+_x = ratio_text
 
 
 def target(name: str, value: float | None, ok: bool | None, detail: str) -> dict[str, Any]:
@@ -162,7 +166,7 @@ def profile_text(prof: dict[str, Any]) -> str:
     node_lines = [f"{'node type':<22} {'share of kernel time':>20} {'nodes':>6}"]
     node_lines += [f"{name:<22} {100 * t / total:19.1f}% {calls:6.0f}" for name, t, calls in nodes[:12]]
     floor, custom = us["floor (IOBinding)"], us["StatefulSession.run, custom-op"]
-    state_ops = [n for n in nodes if n[0].startswith(("ReadValue", "Assign"))]
+    state_ops = [n for n in nodes if n[0].startswith(("ReadValue", "ReadStates", "Assign"))]
     fused = ", ".join(f"{name} ×{calls:.0f}" for name, _, calls in state_ops) or "none seen"
     shares = prof["cprofile"]["shares"]
     split = {k: shares[k] * custom for k in shares}
@@ -170,9 +174,10 @@ def profile_text(prof: dict[str, Any]) -> str:
         f"Reading: ONNX Runtime itself (the floor) takes {floor:.1f} µs per step. The explicit form adds "
         f"{layers['explicit_over_floor_us']:+.1f} µs over it (noise-level when near 0). The custom-op form adds "
         f"{layers['custom_over_floor_us']:.1f} µs. A PyOp call costs {layers['per_pyop_us']:.1f} µs "
-        f"(the converted graph's {layers['pyops_per_step']} unfused ReadValue/Assign PyOps run bare, no store, "
-        f"against the explicit graph run the same way); the runtime's session runs these state PyOps per "
-        f"step: {fused}. cProfile's shares of one custom-op step (it inflates Python-heavy code: the "
+        f"(the {layers['pyops_per_step']} fused ReadValue/Assign PyOps of the graph a custom-op session runs, "
+        f"run bare with a request store of their own, against the explicit graph run the same way); the "
+        f"session's state PyOps per step: {fused}. cProfile's shares of one custom-op step (it inflates "
+        f"Python-heavy code: the "
         f"profiled step took {prof['cprofile']['profiled_us']:.0f} µs against {custom:.1f} µs unprofiled), "
         f"applied to the unprofiled {custom:.1f} µs, a rough split: ORT's C++ run without the PyOps ≈ "
         f"{split['ort_cpp']:.1f} µs, the PyOps (onnxruntime-extensions hook and ortstate's op bodies) ≈ "
@@ -270,6 +275,7 @@ __all__ = [
     "markdown_table",
     "plots",
     "profile_text",
+    "ratio_text",
     "rewrite_readme",
     "sweep_table",
     "target",

@@ -21,6 +21,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import report  # noqa: E402
+import report_recurrent  # noqa: E402
 import suite  # noqa: E402
 
 from ortstate.bench import BenchResult, machine_info, markdown_table, plot_unavailable  # noqa: E402
@@ -48,8 +49,9 @@ def _repo_relative(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _machine_line(machine: dict[str, Any]) -> str:
+    isa = f" ({machine['isa']})" if machine.get("isa") else ""
     return (
-        f"{machine['cpu']}, {machine['cores']} cores; Python {machine['python']}, onnxruntime "
+        f"{machine['cpu']}{isa}, {machine['cores']} cores; Python {machine['python']}, onnxruntime "
         f"{machine['onnxruntime']}, onnxruntime-extensions {machine['onnxruntime-extensions']}, "
         f"OpenVINO {machine['openvino']}, numpy {machine['numpy']}"
     )
@@ -75,6 +77,8 @@ def _markdown(data: dict[str, Any], images: list[str], image_dir: str) -> str:
         "rounds, are what to read).",
         "### Targets (batch 1, 1 thread, ratios of p50s from this run)\n\n" + report.targets_table(data["targets"]),
         f"### Demo char LSTM ({demo.steps} steps × {demo.rounds} rounds)\n\n{markdown_table(demo)}",
+        report_recurrent.lstm2_text(data["lstm2"]),
+        report_recurrent.native_text(data["native"]),
         "### LSTM sweeps (p50 µs per step, 1 thread)\n\nhidden (1 layer, batch 1):\n\n"
         + report.sweep_table(data["sweeps"]["hidden"], "hidden")
         + "\n\nlayers (hidden 128, batch 1):\n\n"
@@ -122,12 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="ortstate-bench-") as tmp:
         data["demo"] = suite.demo(cfg)
+        data["lstm2"] = suite.lstm2(cfg)
+        data["native"] = suite.natives(cfg)
         data["sweeps"] = suite.sweeps(cfg, Path(tmp))
         data["llm"] = suite.llm(cfg, Path(tmp))
         data["concurrency"] = suite.concurrent(cfg, Path(tmp))
         data["memory"] = suite.memory(Path(tmp))
     data["profile"] = suite.profile(cfg)
     data["targets"] = report.targets(data["demo"], data["llm"], data["concurrency"])
+    data["targets"] += report_recurrent.issue22_targets(data["lstm2"], data["native"])
     data["seconds"] = time.time() - started
     data["load"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
     missing = plot_unavailable()

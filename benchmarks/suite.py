@@ -11,6 +11,7 @@ from typing import Any
 
 import concurrency
 import irs
+import native
 import profile_step
 import torch_runner
 
@@ -20,6 +21,10 @@ from ortstate.bench import BenchResult, make_runners, max_positions, measure, mo
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "ortstate" / "_demo" / "char_lstm.xml"
 LLAMA = ROOT / "models" / "llm" / "llama" / "openvino_model.xml"
+# "lstm2" (issue 22): torch nn.LSTM(8, 16, num_layers=2, batch_first=True) made stateful, batch dynamic
+LSTM2 = ROOT / "models" / "lstm_2l_dynbatch" / "model.xml"
+# the recurrent models converted from PyTorch networks a native ONNX export can be written for
+RECURRENT = ["lstm_1l", "lstm_2l_dynbatch", "lstm_2l_f16", "gru_1l", "gru_2l", "rnn_1l", "rnn_2l_relu"]
 Progress = Callable[[str], None]
 
 
@@ -36,10 +41,12 @@ class Config:
     concurrency_steps: int = 4000  # per point, split over the requests
     concurrency_repeats: int = 3
     profile_steps: int = 3000
+    native_steps: int = 1000  # per model and graph, for the native-export comparison
+    native_rounds: int = 5
 
 
-FULL = Config(2000, 11, 500, 7, 32, 15, 8000, 3, 5000)
-QUICK = Config(200, 3, 40, 2, 16, 2, 600, 1, 500)
+FULL = Config(2000, 11, 500, 7, 32, 15, 8000, 3, 5000, 2000, 9)
+QUICK = Config(200, 3, 40, 2, 16, 2, 600, 1, 500, 200, 3)
 HIDDEN = [64, 128, 256, 512, 1024]
 LAYERS = [1, 2, 3, 4]
 BATCH = [1, 2, 4, 8, 16]
@@ -78,6 +85,24 @@ def demo(cfg: Config) -> BenchResult:
     extra = _torch(lambda: torch_runner.demo_runner(vocab, 32, 128, 1, 1))
     progress(f"demo char LSTM: {cfg.demo_steps} steps x {cfg.demo_rounds} rounds")
     return bench(DEMO, cfg.demo_steps, cfg.demo_rounds, extra=extra)
+
+
+def lstm2(cfg: Config) -> dict[str, Any]:
+    """The 2-layer LSTM through every runner, and the subtraction profile of its step (what one
+    state op call costs, run bare)."""
+    progress(f"lstm2 ({LSTM2.parent.name}): {cfg.demo_steps} steps x {cfg.demo_rounds} rounds")
+    result = bench(LSTM2, cfg.demo_steps, cfg.demo_rounds)
+    progress("lstm2: what one state op call costs")
+    return {"result": result, "layers": profile_step.layers(LSTM2, cfg.profile_steps, 5 if cfg is FULL else 2)}
+
+
+def natives(cfg: Config) -> list[dict[str, Any]]:
+    """Each recurrent model's converted explicit graph against its native export, bare ORT."""
+    rows = []
+    for name in RECURRENT:
+        progress(f"{name}: converted vs native export, {cfg.native_steps} steps x {cfg.native_rounds} rounds")
+        rows.append(native.compare(ROOT / "models" / name / "model.xml", cfg.native_steps, cfg.native_rounds))
+    return rows
 
 
 def sweeps(cfg: Config, tmp: Path) -> dict[str, list[dict[str, Any]]]:

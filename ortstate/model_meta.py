@@ -27,6 +27,7 @@ __all__ = [
     "FUSED_ASSIGN",
     "FUSED_OP",
     "FUSED_READ",
+    "FUSED_READ_STATES",
     "MAX_FUSED",
     "READ_VALUE",
     "REQUEST_INPUT",
@@ -80,17 +81,22 @@ VARIABLE_ID = "variable_id"  # the state ops' one attribute
 # The int64 scalar graph input every state op takes as its key (a request's store).
 REQUEST_INPUT = "ortstate.request"
 # The fused variant (made on load, never saved): ``ReadValues{n}`` / ``AssignValues{n}`` for
-# 2..MAX_FUSED variables of one carrier dtype, their ids a JSON list in ``variable_ids``.
+# 2..MAX_FUSED variables of one carrier dtype, their ids a JSON list in ``variable_ids``;
+# ``ReadStates{n}_{dtype}`` (1..MAX_FUSED; ``ReadStates2_float32``) reads variables whose init is
+# zeros of their init shape: it takes the request key alone, the store making the zeros (its dtype
+# is in its name: Python ops are told apart by their inputs' types, and it has none but the key).
 FUSED_READ = "ReadValues"
+FUSED_READ_STATES = "ReadStates"
 FUSED_ASSIGN = "AssignValues"
 VARIABLE_IDS = "variable_ids"
 MAX_FUSED = 16
-FUSED_OP = re.compile(rf"({FUSED_READ}|{FUSED_ASSIGN})(\d+)")
+FUSED_OP = re.compile(rf"({FUSED_READ}|{FUSED_READ_STATES}|{FUSED_ASSIGN})(\d+)(_\w+)?")
 
 
-def fused_op(kind: str, count: int) -> str:
-    """``ReadValues3``: the op type fusing ``count`` state ops of ``kind`` (FUSED_READ/FUSED_ASSIGN)."""
-    return f"{kind}{count}"
+def fused_op(kind: str, count: int, dtype: str = "") -> str:
+    """``ReadValues3``: the op type fusing ``count`` state ops of ``kind`` (FUSED_READ/FUSED_ASSIGN);
+    ``ReadStates3_float32`` with the numpy ``dtype`` of a FUSED_READ_STATES."""
+    return f"{kind}{count}" + (f"_{dtype}" if dtype else "")
 
 
 def state_input_name(var_id: str) -> str:

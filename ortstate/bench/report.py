@@ -20,17 +20,24 @@ __all__ = ["SCHEMA", "document", "machine_info", "markdown_table", "plot_figure"
 SCHEMA = "ortstate.bench/1"
 
 
+_ISA_FLAGS = ("avx", "amx", "fma", "f16c", "vnni")
+
+
 def machine_info() -> dict[str, Any]:
-    """CPU model, cores, and the versions that matter."""
+    """CPU model, cores, its vector extensions (from /proc/cpuinfo's flags), and the versions that
+    matter."""
     cpu = platform.processor() or platform.machine()
+    flags: list[str] = []
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and cpu == (platform.processor() or platform.machine()):
                 cpu = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags") and not flags:
+                flags = sorted(f for f in line.split(":", 1)[1].split() if f.startswith(_ISA_FLAGS))
     except OSError:
         pass
     info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+    info["isa"] = " ".join(flags) or None  # the vector extensions kernels pick their paths by
     info["ortstate"] = __version__
     for dist in ("onnxruntime", "onnxruntime-extensions", "onnx", "openvino", "numpy"):
         try:

@@ -14,7 +14,7 @@ from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Graph, Layer, parse_partial_shape, read_ir
 from ..model_meta import CONTRIB_DOMAIN, CUSTOM_OP, ModelMeta, write_meta
 from ..output_files import check_writable
-from ..passes import prune, to_explicit
+from ..passes import cancel_transposes, fold_static, prune, to_explicit
 from ..passes.walk import rename_reads, sorted_nodes
 from . import ops  # noqa: F401  (registers the translators)
 from .builder import GraphBuilder
@@ -152,6 +152,9 @@ def build(graph: Graph, *, explicit_state: bool = False, options: ConvertOptions
             opsets.append(helper.make_opsetid(domain, 1))
     graph_proto = b.graph()
     prune(graph_proto, frozenset({CONTRIB_DOMAIN}))
+    # Both forms and every saved or exported model get these (to_explicit rewrites this graph).
+    cancel_transposes(graph_proto)
+    fold_static(graph_proto)
     model = helper.make_model(graph_proto, opset_imports=opsets, producer_name="ortstate", ir_version=ONNX_IR_VERSION)
     meta = ModelMeta(
         form=CUSTOM_OP,

@@ -10,6 +10,10 @@ each by exactly one pass:
 - :func:`share_kv`: the explicit form's KV variables given length inputs and outputs, so a
   session can keep them in buffers with spare rows (done on load, never saved);
 - :func:`prune`: what no output needs, dropped;
+- :func:`fold_static`: what every run computes the same way, computed once (shapes with numbers
+  for dims, an RNN's ``sequence_lens`` that is the whole sequence, reshapes to the same shape);
+- :func:`cancel_transposes`: Transposes that undo each other (the recurrent layers' layouts),
+  cancelled;
 - :func:`offload_initializers`: large initializers out of the protobuf, for ONNX Runtime to be
   handed (see :mod:`ortstate.runtime.large`).
 
@@ -19,14 +23,18 @@ nothing from the converter or the runtime: the ONNX model and :mod:`ortstate.mod
 knows. Another layout (e.g. the past/present names of onnxruntime-genai) is one more module here.
 """
 
+from .fold import fold_static
 from .fuse import fusable, fuse_state_ops
 from .kv_share import share_kv, shares_any
 from .offload import Offloaded, offload_initializers, offloads_any
 from .prune import prune
 from .to_explicit import to_explicit
+from .transposes import cancel_transposes
 
 __all__ = [
     "Offloaded",
+    "cancel_transposes",
+    "fold_static",
     "fusable",
     "fuse_state_ops",
     "offload_initializers",

@@ -26,6 +26,7 @@ __all__ = ["checkpoint", "defer_sigint", "deliver", "resume_sigint"]
 
 _SIGINT = _signal.SIGINT
 _MAIN = threading.main_thread().ident
+_get_ident, _getsignal, _setsignal = threading.get_ident, _signal.getsignal, _signal.signal
 _received: list[int] = []
 
 
@@ -38,13 +39,14 @@ def defer_sigint() -> Callable[..., Any] | None:
     :func:`resume_sigint`, or None when no Python handler could run during the run (another
     thread, or SIGINT ignored or left to the OS). A SIGINT already pending is handled here, before
     the run starts."""
-    if threading.get_ident() != _MAIN:
+    if _get_ident() != _MAIN:
         return None
-    handler = _signal.getsignal(_SIGINT)
-    if not callable(handler) or handler is _record:
+    handler = _getsignal(_SIGINT)
+    if handler is _record or not callable(handler):
         return None
-    _received.clear()
-    _signal.signal(_SIGINT, _record)
+    if _received:
+        _received.clear()
+    _setsignal(_SIGINT, _record)
     return handler
 
 
@@ -52,7 +54,7 @@ def resume_sigint(handler: Callable[..., Any] | None) -> bool:
     """After a run: put ``handler`` back; True if SIGINT arrived meanwhile (see :func:`deliver`)."""
     if handler is None:
         return False
-    _signal.signal(_SIGINT, handler)  # runs _record for a signal still pending, before the swap
+    _setsignal(_SIGINT, handler)  # runs _record for a signal still pending, before the swap
     return bool(_received)
 
 

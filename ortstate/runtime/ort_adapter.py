@@ -114,16 +114,22 @@ def custom_op_library() -> str:
     return get_library_path()
 
 
-# op id -> (body, its one string attribute, output dtypes)
-_OURS: dict[int, tuple[Callable[..., Any], str, tuple[np.dtype, ...]]] = {}
+# op id -> the function the hook calls for it: ``(op id, inputs, attributes) -> the hook's tuple``
+_OURS: dict[int, Callable[[int, list, dict], tuple]] = {}
 _default_hook = _ocos._on_pyop_invocation
+_ndarray = np.ndarray
 
 
 def register_pyop(
-    body: Callable[..., Any], op_type: str, inputs: Sequence[np.dtype], outputs: Sequence[np.dtype], attr: str
+    body: Callable[[list[np.ndarray], str], Any],
+    op_type: str,
+    inputs: Sequence[np.dtype],
+    outputs: Sequence[np.dtype],
+    attr: str,
 ) -> None:
-    """Register a Python op of the contrib domain: ``body(*inputs, **{attr: str})`` returns one
-    array per output (a tuple when more than one), each of the dtype declared here.
+    """Register a Python op of the contrib domain: ``body(inputs, attribute)`` takes the list of input
+    arrays and the value of its one string attribute ``attr``, and returns one array (one output) or
+    a sequence of arrays, each of the dtype declared here.
 
     Every op must be registered before any session exists: onnxruntime keeps raw pointers into the
     registry, which registering more can move. The same op type may be registered once per
@@ -136,25 +142,64 @@ def register_pyop(
         outputs=[PYOP_DTYPES[np.dtype(d)] for d in outputs],
         attrs={attr: PyCustomOpDef.dt_string},
     )
-    _OURS[id(opdef)] = (body, attr, tuple(np.dtype(d) for d in outputs))
+    _OURS[id(opdef)] = _caller(body, attr, tuple(np.dtype(d) for d in outputs))
 
 
-def _hook(k_id: int, feed: tuple, attributes: dict) -> tuple:
-    """Call our ops without the list round trip; every other op the default way."""
-    entry = _OURS.get(k_id)
-    if entry is None:
-        return _default_hook(k_id, feed, attributes)
-    body, attr, dtypes = entry
-    out = body(*feed, **{attr: attributes.get(attr, "")})
+def _caller(body: Callable[[list[np.ndarray], str], Any], attr: str, dtypes: tuple[np.dtype, ...]) -> Callable:
+    """What the hook calls for one op: ``body``, then its outputs checked as the C++ side needs them
+    (it copies raw bytes: a C-contiguous ndarray of the declared dtype), converted where they are not
+    (the common case, checked cheaply first, needs nothing)."""
     if len(dtypes) == 1:
-        out = (out,)
-    result: list[Any] = [k_id]
-    for arr, dtype in zip(out, dtypes):
-        if arr.dtype != dtype or not arr.flags.c_contiguous:
-            arr = np.asarray(arr, dtype=dtype, order="C")  # keeps 0-d arrays 0-d
-        result.append(arr.shape)
-        result.append(arr)
-    return tuple(result)
+        (dtype,) = dtypes
+
+        def one(k_id: int, feed: list, attributes: dict) -> tuple:
+            arr = body(feed, attributes.get(attr, ""))
+            if (
+                type(arr) is not _ndarray
+                or (arr.dtype is not dtype and arr.dtype != dtype)
+                or not arr.flags.c_contiguous
+            ):
+                arr = np.asarray(arr, dtype=dtype, order="C")  # keeps 0-d arrays 0-d
+            return (k_id, arr.shape, arr)
+
+        return one
+
+    if len(set(dtypes)) == 1:  # all of one dtype (a fused read): the loop has less to do
+        dtype = dtypes[0]
+
+        def same(k_id: int, feed: list, attributes: dict) -> tuple:
+            result: list[Any] = [k_id]
+            for arr in body(feed, attributes.get(attr, "")):
+                if type(arr) is not _ndarray or arr.dtype is not dtype or not arr.flags.c_contiguous:
+                    arr = np.asarray(arr, dtype=dtype, order="C")
+                result.append(arr.shape)
+                result.append(arr)
+            return tuple(result)
+
+        return same
+
+    def many(k_id: int, feed: list, attributes: dict) -> tuple:
+        result: list[Any] = [k_id]
+        for arr, dtype in zip(body(feed, attributes.get(attr, "")), dtypes):
+            if (
+                type(arr) is not _ndarray
+                or (arr.dtype is not dtype and arr.dtype != dtype)
+                or not arr.flags.c_contiguous
+            ):
+                arr = np.asarray(arr, dtype=dtype, order="C")
+            result.append(arr.shape)
+            result.append(arr)
+        return tuple(result)
+
+    return many
+
+
+def _hook(k_id: int, feed: list, attributes: dict) -> tuple:
+    """Call our ops without the list round trip; every other op the default way."""
+    call = _OURS.get(k_id)
+    if call is None:
+        return _default_hook(k_id, feed, attributes)
+    return call(k_id, feed, attributes)
 
 
 PyCustomOpDef.install_hooker(_hook)

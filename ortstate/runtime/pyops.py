@@ -12,15 +12,23 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import numpy as np
 
-from ..model_meta import ASSIGN, FUSED_ASSIGN, FUSED_READ, MAX_FUSED, READ_VALUE, VARIABLE_ID, VARIABLE_IDS, fused_op
+from ..model_meta import (
+    ASSIGN,
+    FUSED_ASSIGN,
+    FUSED_READ,
+    FUSED_READ_STATES,
+    MAX_FUSED,
+    READ_VALUE,
+    VARIABLE_ID,
+    VARIABLE_IDS,
+    fused_op,
+)
 from .ort_adapter import PYOP_DTYPES, custom_op_library, register_pyop
-
-if TYPE_CHECKING:
-    from .store import StateStore
+from .store import StateStore, VariableGroup
 
 __all__ = ["library_path", "live_stores", "register_store", "unregister_store"]
 
@@ -63,12 +71,18 @@ def live_stores() -> int:
 
 def _store(key: np.ndarray) -> StateStore | None:
     try:
-        return _stores.get(int(key))
+        return _stores.get(key.item())
     except Exception:  # noqa: BLE001 - raising here would abort the process
         return None
 
 
-def _read_value(init: np.ndarray, key: np.ndarray, variable_id: str) -> np.ndarray:
+# The op bodies, called by the adapter's hook with the list of input arrays (the request key last)
+# and the op's one attribute. They never raise (see the module doc); each is one function, the fused
+# ones on the hot path of every step.
+
+
+def _read_value(feed: list[np.ndarray], variable_id: str) -> np.ndarray:
+    init, key = feed
     store = _store(key)
     if store is None:
         return init
@@ -79,7 +93,8 @@ def _read_value(init: np.ndarray, key: np.ndarray, variable_id: str) -> np.ndarr
         return init
 
 
-def _assign(value: np.ndarray, key: np.ndarray, variable_id: str) -> np.ndarray:
+def _assign(feed: list[np.ndarray], variable_id: str) -> np.ndarray:
+    value, key = feed
     store = _store(key)
     if store is not None:
         try:
@@ -89,39 +104,72 @@ def _assign(value: np.ndarray, key: np.ndarray, variable_id: str) -> np.ndarray:
     return _TOKEN
 
 
-def _read_values(*args: np.ndarray, variable_ids: str) -> tuple[np.ndarray, ...]:
-    """Fused ReadValue of several variables of one dtype (see :mod:`ortstate.passes.fuse`)."""
-    *inits, key = args
-    store = _store(key)
-    if store is None:
-        return tuple(inits)
+def _read_values(feed: list[np.ndarray], variable_ids: str) -> Sequence[np.ndarray]:
+    """Fused ReadValue of several variables of one dtype (see :mod:`ortstate.passes.fuse`); ``feed``
+    is their inits, then the key."""
+    store = None
     try:
-        return store.read_many(_ids(variable_ids), inits)
+        store = _stores.get(feed[-1].item())
+        if store is not None:
+            group = _groups.get(variable_ids) or _group(variable_ids)
+            return store.read_many(group, feed)
     except Exception as exc:  # noqa: BLE001 - raising here would abort the process
-        store.fail(f"ReadValue {variable_ids}: {exc}")
-        return tuple(inits)
+        if store is not None:
+            store.fail(f"ReadValue {variable_ids}: {exc}")
+    return feed[:-1]
 
 
-def _assign_values(*args: np.ndarray, variable_ids: str) -> np.ndarray:
-    """Fused Assign of several variables of one dtype (see :mod:`ortstate.passes.fuse`)."""
-    *values, key = args
-    store = _store(key)
-    if store is not None:
-        try:
-            store.stage_many(_ids(variable_ids), values)
-        except Exception as exc:  # noqa: BLE001 - raising here would abort the process
+_NOTHING = np.zeros(0, np.float32)  # what a read of a key no request owns gives (converted to the op's dtype)
+
+
+def _read_states(feed: list[np.ndarray], variable_ids: str) -> Sequence[np.ndarray]:
+    """Fused ReadValue of variables whose init is zeros of their init shape (see
+    :mod:`ortstate.passes.fuse`); ``feed`` is the key alone, the store makes the zeros."""
+    store = group = None
+    try:
+        group = _groups.get(variable_ids) or _group(variable_ids)
+        store = _stores.get(feed[-1].item())
+        if store is not None:
+            return store.read_many(group, ())
+    except Exception as exc:  # noqa: BLE001 - raising here would abort the process
+        if store is not None:
+            store.fail(f"ReadValue {variable_ids}: {exc}")
+            try:  # the run fails after it; meanwhile the model gets values of the right shapes
+                return [store.carried(i, {}) for i in group.ids]  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001, S110 - as above
+                pass
+    return [_NOTHING] * MAX_FUSED  # the hook takes as many as the op has outputs
+
+
+def _read_state(feed: list[np.ndarray], variable_ids: str) -> np.ndarray:
+    """:func:`_read_states` of one variable (an op of one output gives an array, not a list)."""
+    return _read_states(feed, variable_ids)[0]
+
+
+def _assign_values(feed: list[np.ndarray], variable_ids: str) -> np.ndarray:
+    """Fused Assign of several variables of one dtype (see :mod:`ortstate.passes.fuse`); ``feed`` is
+    their values, then the key."""
+    store = None
+    try:
+        store = _stores.get(feed[-1].item())
+        if store is not None:
+            store.stage_many(_groups.get(variable_ids) or _group(variable_ids), feed)
+    except Exception as exc:  # noqa: BLE001 - raising here would abort the process
+        if store is not None:
             store.fail(f"Assign {variable_ids}: {exc}")
     return _TOKEN
 
 
-_ID_LISTS: dict[str, list[str]] = {}
+_groups: dict[str, VariableGroup] = {}
 
 
-def _ids(variable_ids: str) -> list[str]:
-    ids = _ID_LISTS.get(variable_ids)
-    if ids is None:
-        ids = _ID_LISTS[variable_ids] = json.loads(variable_ids)
-    return ids
+def _group(variable_ids: str) -> VariableGroup:
+    """The group a fused op's ``variable_ids`` attribute (a JSON list) names, made once."""
+    ids = json.loads(variable_ids)
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ValueError(f"variable_ids is not a list of variable ids: {variable_ids!r}")
+    group = _groups[variable_ids] = VariableGroup(ids)
+    return group
 
 
 def _register() -> None:
@@ -130,8 +178,11 @@ def _register() -> None:
     for dtype in PYOP_DTYPES:
         register_pyop(_read_value, READ_VALUE, [dtype, key], [dtype], VARIABLE_ID)
         register_pyop(_assign, ASSIGN, [dtype, key], [token], VARIABLE_ID)
+        register_pyop(_read_state, fused_op(FUSED_READ_STATES, 1, dtype.name), [key], [dtype], VARIABLE_IDS)
         for n in range(2, MAX_FUSED + 1):
             register_pyop(_read_values, fused_op(FUSED_READ, n), [dtype] * n + [key], [dtype] * n, VARIABLE_IDS)
+            states = fused_op(FUSED_READ_STATES, n, dtype.name)
+            register_pyop(_read_states, states, [key], [dtype] * n, VARIABLE_IDS)
             register_pyop(_assign_values, fused_op(FUSED_ASSIGN, n), [dtype] * n + [key], [token], VARIABLE_IDS)
 
 

@@ -13,7 +13,8 @@ from ..errors import StateError
 from ..model_meta import EXPLICIT
 from . import snapshot
 from .loaded import LoadedModel
-from .runners import ExplicitRunner, PyOpRunner, Runner
+from .pyop_runner import PyOpRunner
+from .runners import ExplicitRunner, Runner
 from .store import StateStore
 
 __all__ = ["InferRequest", "VariableState"]
@@ -114,8 +115,9 @@ class InferRequest:
 
     @property
     def bound(self) -> bool:
-        """True while this request's runs go through the explicit form's pre-bound buffers (its
-        fast path: steady shapes, see :mod:`.pingpong`)."""
+        """True while this request's runs go through pre-bound buffers: the explicit form's fast
+        path (steady shapes, see :mod:`.pingpong`) or the custom-op form's (a steady input
+        signature, see :mod:`.pyop_runner`)."""
         return self._runner.bound
 
     def variable(self, name: str) -> VariableState:

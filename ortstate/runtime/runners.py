@@ -1,23 +1,23 @@
-"""How one run executes: through the Python state ops (custom-op form) or by feeding the variables
-as graph inputs and reading them back as outputs (explicit form). Both commit all or nothing."""
+"""How one run executes: the plain runner (a model without variables) and the explicit form's (the
+variables fed as graph inputs and read back as outputs); the custom-op form's is
+:mod:`.pyop_runner`. Every runner commits all or nothing."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import RunError
-from . import interrupts, pyops
+from . import interrupts
 from .guards import check_not_empty
 from .kv_buffers import KvBuffers, KvMiss, shares_kv
 from .loaded import LoadedModel
 from .pingpong import PingPong, PingPongMiss
 from .store import StateStore
 
-__all__ = ["ExplicitRunner", "PyOpRunner", "Runner", "feed_dict", "ort_error"]
+__all__ = ["ExplicitRunner", "Runner", "feed_dict", "ort_error"]
 
 _TRUE = np.array(True)
 _FALSE = np.array(False)
@@ -53,7 +53,7 @@ class Runner:
 
     @property
     def bound(self) -> bool:
-        """True while runs go through pre-bound buffers (the explicit form's fast path)."""
+        """True while runs go through pre-bound buffers (a form's fast path)."""
         return False
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
@@ -65,49 +65,6 @@ class Runner:
             return self.ort_run(names, full, run_options)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise ort_error(exc) from None
-
-
-class PyOpRunner(Runner):
-    """Custom-op form: ReadValue/Assign nodes call into this request's store by its key."""
-
-    def __init__(self, model: LoadedModel, store: StateStore, owner: object) -> None:
-        super().__init__(model, store)
-        key = pyops.register_store(store)
-        self.fixed = {model.meta.request_input or "": np.array(key, dtype=np.int64)}
-        self.flags = [(v.id, v.init_flag) for v in self.variables if v.init_flag]
-        # A model without outputs is run for its variables: fetch the Assign token the loader added.
-        self.token = [model.token] if model.token else []
-        weakref.finalize(owner, pyops.unregister_store, key)  # state is freed with its request
-
-    def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
-        full = feed_dict(feeds)
-        if self.guards:
-            check_not_empty(full, self.guards)
-        full.update(self.fixed)
-        store = self.store
-        for var_id, flag in self.flags:
-            full[flag] = _FALSE if store.initialized(var_id) else _TRUE
-        store.begin()
-        store.order_run(full)
-        handler = interrupts.defer_sigint()  # a KeyboardInterrupt inside a state op aborts the process
-        error: RunError | None = None
-        try:
-            results = self.ort_run(names or self.token, full, run_options)
-        except Exception as exc:  # onnxruntime raises its own exception types
-            error = ort_error(exc)
-        finally:
-            interrupted = interrupts.resume_sigint(handler)
-        if interrupted:
-            try:
-                interrupts.deliver(handler)  # type: ignore[arg-type]
-            except BaseException:
-                store.begin()  # the default handler raised KeyboardInterrupt: commit nothing
-                raise
-        if error is not None:
-            store.begin()
-            raise error
-        store.commit()
-        return results if names else []
 
 
 class ExplicitRunner(Runner):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ml_dtypes  # noqa: F401  (makes np.dtype("bfloat16") resolvable)
@@ -12,7 +13,7 @@ from ..errors import RunError, StateError
 from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, initial_shape, spanned_elements
 from .reorder import reorder_indices, reordered
 
-__all__ = ["ShapeRule", "StateStore"]
+__all__ = ["ShapeRule", "StateStore", "VariableGroup"]
 
 
 class ShapeRule:
@@ -41,6 +42,20 @@ class ShapeRule:
             if actual[i] < lo or (hi is not None and actual[i] > hi):
                 return False
         return True
+
+
+class VariableGroup:
+    """The variables one fused state op reads or writes, in its order (see
+    :func:`ortstate.passes.fuse_state_ops`), with a getter of all their values at once."""
+
+    __slots__ = ("get", "ids")
+
+    def __init__(self, ids: Sequence[str]) -> None:
+        self.ids = list(ids)
+        # ``get(values)``: a tuple of the values of ``ids``, KeyError if one is missing
+        self.get: Callable[[dict[str, np.ndarray]], tuple[np.ndarray, ...]] = (
+            operator.itemgetter(*self.ids) if len(self.ids) > 1 else lambda values: (values[self.ids[0]],)
+        )
 
 
 def _show(shape: list | None) -> str:
@@ -89,12 +104,24 @@ class StateStore:
         indices = self._run_order.get(var_id)
         return value if indices is None else reordered(value, indices)
 
-    def read_many(self, var_ids: list[str], inits: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-        """:meth:`read` of several variables at once (a fused ReadValue)."""
-        if self._run_order:
-            return tuple(self.read(i, init) for i, init in zip(var_ids, inits))
-        values = self._values
-        return tuple(init if (v := values.get(i)) is None else v for i, init in zip(var_ids, inits))
+    def read_many(self, group: VariableGroup, inits: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
+        """:meth:`read` of several variables at once (a fused ReadValue; ``inits`` may run longer, and
+        where it is shorter an uninitialised variable reads zeros of its init shape)."""
+        if not self._run_order:
+            try:
+                return group.get(self._values)  # all initialised: every step but the first
+            except KeyError:
+                pass
+        values, count = self._values, len(inits)
+        found = [
+            values[i] if i in values else inits[k] if k < count else self._init(i, {}) for k, i in enumerate(group.ids)
+        ]
+        order = self._run_order
+        return (
+            [v if (x := order.get(i)) is None else reordered(v, x) for i, v in zip(group.ids, found)]
+            if order
+            else found
+        )
 
     def reordering(self) -> bool:
         """Whether this run reorders any variable (see :meth:`order_run`)."""
@@ -116,9 +143,9 @@ class StateStore:
         """Keep a value the run writes, for :meth:`commit`."""
         self._pending[var_id] = value
 
-    def stage_many(self, var_ids: list[str], values: list[np.ndarray]) -> None:
-        """:meth:`stage` of several variables at once (a fused Assign)."""
-        self._pending.update(zip(var_ids, values))
+    def stage_many(self, group: VariableGroup, values: list[np.ndarray]) -> None:
+        """:meth:`stage` of several variables at once (a fused Assign; ``values`` may run longer)."""
+        self._pending.update(zip(group.ids, values))
 
     def fail(self, message: str) -> None:
         """Record a state op's problem: the commit raises it and changes nothing."""
@@ -127,12 +154,26 @@ class StateStore:
     # -- what a runner calls around a run ---------------------------------------------------------
     def begin(self) -> None:
         """Forget what an earlier (failed or interrupted) run staged."""
-        self._pending.clear()
-        self._errors.clear()
-        self._run_order.clear()
+        if self._pending or self._errors:
+            self._pending.clear()
+            self._errors.clear()
+        if self._run_order:
+            self._run_order.clear()
 
     def commit(self) -> None:
         """Apply the run's writes, all or none (the run's error is raised, state untouched)."""
+        pending, values = self._pending, self._values
+        if not self._errors and len(pending) == len(self.meta):
+            # The hot path: every value shaped and typed like the validated one before it (numpy's
+            # dtypes of one kind are one object); anything else goes through the checks below.
+            for var_id, value in pending.items():
+                previous = values.get(var_id)
+                if previous is None or value.shape != previous.shape or value.dtype is not previous.dtype:
+                    break
+            else:
+                values.update(pending)
+                pending.clear()
+                return
         try:
             if self._errors:
                 raise RunError(f"run failed inside a state op: {self._errors[0]}; no variable was changed")
@@ -142,10 +183,10 @@ class StateStore:
                 raise RunError(f"run did not write variable(s) {', '.join(missing)}; no variable was changed")
             for var_id, value in pending.items():
                 previous = values.get(var_id)
-                # A value shaped like the validated one before it needs no new check (the hot path);
-                # a growing one (a KV cache) gets the compiled check, and the full one only to word
-                # the error.
-                if previous is None or value.shape != previous.shape or value.dtype != carrier[var_id]:
+                # A value shaped like the validated one before it needs no new check (the hot path;
+                # numpy's dtypes of one kind are one object); a growing one (a KV cache) gets the
+                # compiled check, and the full one only to word the error.
+                if previous is None or value.shape != previous.shape or value.dtype is not previous.dtype:
                     if value.dtype != carrier[var_id] or not rules[var_id].admits(value.shape):
                         self._check(var_id, value, carrier[var_id], "the model's Assign wrote")
             values.update(pending)

@@ -73,7 +73,8 @@ from onnx import TensorProto, helper
 from ortstate.model_meta import CONTRIB_DOMAIN
 from ortstate.runtime.ort_adapter import custom_op_library, register_pyop
 
-def body(x, tag):  # hands back a transposed (non-contiguous) view, a 0-d int64 and a bool
+def body(feed, tag):  # hands back a transposed (non-contiguous) view, a 0-d int64 and a bool
+    (x,) = feed
     return x.T, np.array(len(tag) + x.shape[0], np.int64), x.T > 2
 
 register_pyop(body, "AdapterProbe", [np.float32], [np.float32, np.int64, np.bool_], "tag")

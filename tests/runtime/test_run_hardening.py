@@ -11,9 +11,20 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import openvino as ov
 import pytest
 from isolated import outcome, run_isolated
-from oracle import REPO, REWRITTEN, assert_same, check_bad_calls_change_nothing, check_steps, open_session, ort_states
+from oracle import (
+    REPO,
+    REWRITTEN,
+    assert_same,
+    check_bad_calls_change_nothing,
+    check_steps,
+    open_session,
+    ort_states,
+    ov_request,
+    ov_run,
+)
 
 import ortstate
 
@@ -45,6 +56,35 @@ def test_fast_path_after_a_run_with_run_options_and_a_new_shape(explicit: bool) 
         for got, expected in zip(request.run(None, feed, options), want[step]):
             np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
     assert_same(ort_states(request), ort_states(reference))
+
+
+@pytest.mark.parametrize("explicit", FORMS)
+def test_growing_cache_with_a_computed_init_through_resets(explicit: bool) -> None:
+    """A KV cache whose init is computed (behind its init flag) grows every step while the inputs keep
+    their shapes: the custom-op form's bound fast path serves those steps (its state is not bound),
+    and after a reset, or with a state set, the next step computes the init again or reads the set
+    value. Each stretch is compared with a fresh OpenVINO request (OpenVINO's CPU plugin reads this
+    cache's stale memory after a reset of its own request)."""
+    rng = np.random.default_rng(5)
+    feeds = [
+        {"input": rng.standard_normal((1, 1, 8)).astype(np.float32), "beam_idx": np.zeros(1, np.int32)}
+        for _ in range(12)
+    ]
+    past = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    request = open_session(KV, explicit).create_infer_request()
+    for start, stop, preset in ((0, 5, None), (5, 9, None), (9, 12, past)):
+        request.reset_state()
+        oracle = ov_request(KV)
+        if preset is not None:
+            request.variable("past").state = preset
+            oracle.query_state()[0].state = ov.Tensor(preset.copy())
+        for k in range(start, stop):
+            np.testing.assert_allclose(
+                request.run(None, feeds[k])[0], ov_run(oracle, feeds[k])[0], rtol=1e-3, atol=1e-3
+            )
+        np.testing.assert_allclose(request.variable("past").state, oracle.query_state()[0].state.data, rtol=1e-3)
+    if not explicit:
+        assert request.bound
 
 
 def _other_byte_order(a: np.ndarray) -> np.ndarray:

@@ -8,11 +8,12 @@ import threading
 
 import numpy as np
 import onnx
+import onnxruntime
 import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from openvino import opset6
-from oracle import REPO, REWRITTEN, open_session, save_ir, variable
+from oracle import REPO, REWRITTEN, open_session, ov_request, ov_run, save_ir, variable
 
 import ortstate
 from ortstate.runtime import pyops
@@ -228,38 +229,104 @@ def test_snapshot_refusals_change_nothing(acc_xml, tmp_path):
     assert session.query_state()[0].state.tolist() == [[1] * 4]
 
 
-def test_explicit_fast_path_follows_every_state_change(acc_xml):
-    """The ping-pong fast path engages on steady shapes and hands back to the general path on
-    set_state, reset, load, a new input signature or a failing run, never losing a step."""
-    session = ortstate.StatefulSession(ortstate.convert(acc_xml, explicit_state=True))
-    request = session.create_infer_request()
-    want = np.zeros((1, 4), np.float32)
+@pytest.fixture(scope="module")
+def acc2_xml(tmp_path_factory):
+    """Two variables (acc += x, n += 1) and two outputs (acc, n): a fused read and write."""
+    x = ops.parameter([1, 4], np.float32, name="x")
+    acc, n = variable("acc", [1, 4]), variable("n", [1, 4])
+    new_acc = ops.add(opset6.read_value(acc), x)
+    new_n = ops.add(opset6.read_value(n), ops.constant(np.ones((1, 4), np.float32)))
+    results = [ops.result(new_acc), ops.result(new_n)]
+    model = ov.Model(results, [opset6.assign(new_acc, acc), opset6.assign(new_n, n)], [x], "acc2")
+    return save_ir(model, tmp_path_factory.mktemp("acc2"), "acc2")
 
-    def step(x):
-        nonlocal want
-        want = want + x
-        np.testing.assert_array_equal(request.run(None, {"x": x})[0], want)
-        np.testing.assert_array_equal(request.query_state()[0].state, want)
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_fast_path_follows_every_state_change(acc2_xml, tmp_path, explicit):
+    """Either form's bound fast path engages on steady input shapes and hands back to the general
+    path on set_state, reset, load, a new input signature, run options or a failing run, never
+    losing a step; the outputs it returns are the caller's (a later step does not change them),
+    and a subset of the outputs comes back as asked."""
+    session = open_session(acc2_xml, explicit)
+    request = session.create_infer_request()
+    acc_out, n_out = [o.name for o in session.get_outputs()]
+    want = np.zeros((1, 4), np.float32)
+    count = 0
+    kept: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
+
+    def step(x, names=None, options=None):
+        nonlocal want, count
+        want, count = want + x, count + 1
+        got = request.run(names, {"x": x}, options)
+        expected = {acc_out: want, n_out: np.full((1, 4), count, np.float32)}
+        for name, value in zip(names or [acc_out, n_out], got, strict=True):
+            np.testing.assert_array_equal(value, expected[name])
+        np.testing.assert_array_equal(request.variable("acc").state, want)
+        kept.append((got, [g.copy() for g in got]))
 
     for i in range(4):
         step(np.full((1, 4), i, np.float32))
     assert request.bound
-    request.query_state()[0].state = np.full((1, 4), 100, np.float32)
+    step(np.ones((1, 4), np.float32), names=[n_out])
+    step(np.ones((1, 4), np.float32), names=[n_out, acc_out])
+    step(np.ones((1, 4), np.float32), options=onnxruntime.RunOptions())
+    request.save_state(tmp_path / "mid.npz")
+    saved = (want, count)
+    request.variable("acc").state = np.full((1, 4), 100, np.float32)
     want = np.full((1, 4), 100, np.float32)
     for i in range(4):
         step(np.full((1, 4), i, np.float32))
     assert request.bound
     request.reset_state()
-    want = np.zeros((1, 4), np.float32)
+    want, count = np.zeros((1, 4), np.float32), 0
     step(np.ones((1, 4), np.float32))
     with pytest.raises(ortstate.RunError, match="no variable was changed"):
         request.run(None, {"x": np.ones((1, 4), np.float64)})
     for _ in range(3):
         step(np.ones((1, 4), np.float32))
     step(np.ones((1, 4), np.float32)[:, ::-1].copy())
-    request.query_state()[0].reset()
-    want = np.zeros((1, 4), np.float32)
+    request.load_state(tmp_path / "mid.npz")
+    want, count = saved
     step(np.full((1, 4), 7, np.float32))
+    request.variable("acc").reset()
+    request.variable("n").reset()
+    want, count = np.zeros((1, 4), np.float32), 0
+    for _ in range(3):
+        step(np.full((1, 4), 7, np.float32))
+    assert request.bound
+    for got, copies in kept:  # what a step returned is the caller's: later steps leave it alone
+        for value, copy in zip(got, copies):
+            np.testing.assert_array_equal(value, copy)
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_fast_path_computes_a_guarded_init_again_after_a_reset(tmp_path, explicit):
+    """A variable whose init is computed from an input (3x, an init worth skipping: it sits behind
+    the init flag) stepped with steady shapes, reset, set, reset again: each first step after a reset
+    computes the init, and the custom-op form's bound fast path serves it (it feeds the flag itself).
+    Against OpenVINO."""
+    x = ops.parameter([1, 4], np.float32, name="x")
+    var = variable("s", [1, 4])
+    read = opset6.read_value(ops.multiply(x, ops.constant(np.full((1, 4), 3, np.float32))), var)
+    new = ops.add(read, x)
+    xml = save_ir(ov.Model([ops.result(new)], [opset6.assign(new, var)], [x], "guarded"), tmp_path, "guarded")
+    session = open_session(xml, explicit)
+    assert [v.init_flag for v in session.loaded.meta.variables] == ["ortstate.init.s"]
+    request, oracle = session.create_infer_request(), ov_request(xml)
+    rng = np.random.default_rng(3)
+    for reset, steps in ((False, 5), (True, 4), (None, 3), (True, 2)):
+        if reset:
+            request.reset_state()
+            oracle.reset_state()
+        elif reset is None:
+            request.variable("s").state = np.full((1, 4), 9, np.float32)
+            oracle.query_state()[0].state = ov.Tensor(np.full((1, 4), 9, np.float32))
+        for _ in range(steps):
+            feed = {"x": rng.standard_normal((1, 4)).astype(np.float32)}
+            np.testing.assert_allclose(request.run(None, feed)[0], ov_run(oracle, feed)[0], rtol=1e-6)
+            np.testing.assert_allclose(request.variable("s").state, oracle.query_state()[0].state.data, rtol=1e-6)
+            if not explicit and reset is not False:
+                assert request.bound  # served bound, not after a failed bound run
 
 
 def test_an_ir_path_is_converted_to_the_faster_form(acc_xml):
