@@ -86,11 +86,15 @@ def _side(graph: Graph, sdpa: Layer, index: int, what: str) -> KvSide | str:
     past = graph.producer(concat, 0)[0]
     reorder, past_shapes = None, ()
     if past.type == "Gather":
-        past_shapes = tuple(dst for dst, _ in graph.consumers(past, 0) if dst.type == "ShapeOf")
-        reorder = _reorder_input(graph, past, concat)
+        gather = past
+        past_shapes = tuple(dst for dst, _ in graph.consumers(gather, 0) if dst.type == "ShapeOf")
+        reorder = _reorder_input(graph, gather, concat)
         if reorder is None:
             return f"{what}'s past rows go through a Gather that is not a reorder of the batch by an input"
-        past = graph.producer(past, 0)[0]
+        past = graph.producer(gather, 0)[0]
+        # The runtime reorders the variable's value itself: nothing may read it before the reorder.
+        if any(dst.id != gather.id for dst, _ in graph.consumers(past, 0)):
+            return f"{what}'s variable is also read before its reorder"
     if past.type != "ReadValue":
         return f"{what}'s past rows do not come from a variable"
     # The concatenated value may go only to the Assign, (through the repeat) to this attention and to
