@@ -36,7 +36,7 @@ def _dims(graph: Graph, layer: Layer) -> list[InitDim] | None:
     if layer.type in ("Convert", "Squeeze", "Unsqueeze", "Reshape") and layer.inputs:
         inner = _dims(graph, graph.producer(layer, 0)[0])
         return inner if inner is not None and len(inner) == 1 else None
-    if layer.type == "Concat" and int(layer.attrs.get("axis", "0")) in (0, -1):
+    if layer.type == "Concat" and layer.int_attr("axis") in (0, -1):
         parts: list[InitDim] = []
         for i in range(len(layer.inputs)):
             part = _dims(graph, graph.producer(layer, i)[0])
@@ -49,7 +49,7 @@ def _dims(graph: Graph, layer: Layer) -> list[InitDim] | None:
         picked, along = _const_ints(graph, index), _const_ints(graph, axis)
         if shape_of.type != "ShapeOf" or picked is None or along not in ([0], []) or len(picked) != 1:
             return None
-        if int(layer.attrs.get("batch_dims", "0")):
+        if layer.int_attr("batch_dims") != 0:
             return None
         source = graph.producer(shape_of, 0)[0]
         rank = source.outputs[0].shape.rank if source.type == "Parameter" else None

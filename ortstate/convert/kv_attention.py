@@ -80,7 +80,7 @@ def _side(graph: Graph, sdpa: Layer, index: int, what: str) -> KvSide | str:
     concat, chain = _through_repeat(graph, sdpa, index)
     if concat.type != "Concat" or len(concat.inputs) != 2:
         return f"{what} is not a variable's past rows with this step's rows appended"
-    axis = int(concat.attrs.get("axis", "0"))
+    axis = concat.int_attr("axis")
     if axis not in (2, -2):
         return f"{what}'s Concat is on axis {axis}, not the sequence axis"
     past = graph.producer(concat, 0)[0]
@@ -115,7 +115,7 @@ def _side(graph: Graph, sdpa: Layer, index: int, what: str) -> KvSide | str:
 def _reorder_input(graph: Graph, gather: Layer, concat: Layer) -> str | None:
     """The graph input by which ``gather`` reorders its data's rows (axis 0, read by ``concat``
     and ShapeOf), as optimum-intel's ``beam_idx`` does; None for any other Gather."""
-    if len(gather.inputs) < 3 or int(gather.attrs.get("batch_dims", "0")):
+    if len(gather.inputs) < 3 or gather.int_attr("batch_dims") != 0:
         return None
     indices, axis = graph.producer(gather, 1)[0], constant_value(graph, graph.producer(gather, 2)[0])
     if indices.type != "Parameter" or axis is None or np.asarray(axis).reshape(-1).tolist() != [0]:

@@ -63,6 +63,17 @@ class Layer:
         """``Type-N`` as OpenVINO's docs name versioned ops."""
         return f"{self.type}-{self.op_version if self.op_version is not None else self.version}"
 
+    def int_attr(self, name: str, default: int = 0) -> int | None:
+        """Attribute ``name`` as an integer (``default`` where absent), None where it is not one
+        (a pattern matcher then leaves the layer to its translator, which reports it)."""
+        raw = self.attrs.get(name)
+        if raw is None:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            return None
+
     def describe(self) -> str:
         return f"layer '{self.name}' (id {self.id}, {self.op_name})"
 
