@@ -105,8 +105,8 @@ class KvBuffers:
 
     # -- a run -----------------------------------------------------------------------------------
     def _bind_state(self) -> None:
-        """(Re)bind what stays bound from run to run: each shared buffer as its variable's input and
-        output, and the length scalars (by pointer: a run reads and writes them where they are)."""
+        """(Re)bind each shared buffer as its variable's input and output (by pointer: a run reads and
+        writes it where it is) where it is not bound yet: after a seed, a growth, new outputs."""
         binding = self.binding
         for var in self.shared:
             buffer = self.buffers[var.id]
@@ -119,8 +119,8 @@ class KvBuffers:
 
     def _bind_outputs(self, wanted: list[str]) -> None:
         """Bind the outputs a run of ``wanted`` fetches, in one order kept while ``wanted`` is the same:
-        the wanted ones and the other variables' (allocated by ONNX Runtime), the length scalars and
-        the shared buffers (by pointer)."""
+        the length scalars (by pointer), the wanted ones and the other variables' (allocated by ONNX
+        Runtime each run), then the shared buffers (:meth:`_bind_state`)."""
         binding = self.binding
         if wanted != self.wanted:
             binding.clear_binding_outputs()
