@@ -63,8 +63,13 @@ def write_report(model: onnx.ModelProto, records: Sequence[Any], graph: onnx.Gra
 def read_report(model: onnx.ModelProto) -> list[dict[str, Any]] | None:
     """The rows :func:`write_report` stored, or None (not converted by this ortstate, or no
     compressed weights)."""
+    return _rows(model, WEIGHTS_KEY)
+
+
+def _rows(model: onnx.ModelProto, key: str) -> list[dict[str, Any]] | None:
+    """The JSON list stored under ``key`` of ``model``'s metadata, or None (absent or malformed)."""
     for entry in model.metadata_props:
-        if entry.key == WEIGHTS_KEY:
+        if entry.key == key:
             try:
                 rows = json.loads(entry.value)
             except ValueError:
@@ -83,11 +88,4 @@ def write_attention_report(model: onnx.ModelProto, records: Sequence[Any]) -> No
 
 def read_attention_report(model: onnx.ModelProto) -> list[dict[str, Any]] | None:
     """The rows :func:`write_attention_report` stored, or None."""
-    for entry in model.metadata_props:
-        if entry.key == ATTENTION_KEY:
-            try:
-                rows = json.loads(entry.value)
-            except ValueError:
-                return None
-            return rows if isinstance(rows, list) else None
-    return None
+    return _rows(model, ATTENTION_KEY)
