@@ -7,9 +7,9 @@ import io
 import json
 import os
 import re
-import tempfile
 import subprocess
 import sys
+import tempfile
 import tokenize
 from pathlib import Path
 
