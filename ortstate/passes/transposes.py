@@ -19,14 +19,12 @@ Every rewrite is exact: the same elements in the same places.
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from ..model_meta import fresh_name
-from .walk import all_names, consumers, outer_reads, producers, rename_uses, subgraphs
+from .walk import all_names, consumers, producers, rename_uses, subgraphs, topological_order
 
 __all__ = ["cancel_transposes"]
 
@@ -202,22 +200,7 @@ def _sort(graph: onnx.GraphProto) -> None:
     """Order ``graph``'s nodes topologically again (a moved Transpose now reads what its reader used
     to make), each node as early in the old order as its inputs allow."""
     nodes = list(graph.node)
-    made = {out: i for i, n in enumerate(nodes) for out in n.output if out}
-    waits = [{made[r] for r in (*n.input, *outer_reads(n)) if r in made} - {i} for i, n in enumerate(nodes)]
-    readers: list[list[int]] = [[] for _ in nodes]
-    for i, deps in enumerate(waits):
-        for d in deps:
-            readers[d].append(i)
-    ready = [i for i, deps in enumerate(waits) if not deps]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for r in readers[i]:
-            waits[r].discard(i)
-            if not waits[r]:
-                heapq.heappush(ready, r)
+    order = topological_order(nodes)
     if len(order) == len(nodes) and order != list(range(len(nodes))):
         del graph.node[:]
         graph.node.extend(nodes[i] for i in order)

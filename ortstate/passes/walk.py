@@ -27,6 +27,7 @@ __all__ = [
     "rename_reads",
     "rename_uses",
     "sorted_nodes",
+    "topological_order",
     "subgraphs",
 ]
 
@@ -141,6 +142,16 @@ def sorted_nodes(top: Iterable[onnx.NodeProto]) -> list[onnx.NodeProto]:
     initializers) are there from the start; nodes in a cycle keep their places at the end.
     """
     given = list(top)
+    order = topological_order(given)
+    placed = set(order)
+    order += [index for index in range(len(given)) if index not in placed]
+    return [given[index] for index in order]
+
+
+def topological_order(given: list[onnx.NodeProto]) -> list[int]:
+    """Indices of ``given`` in an order where each node comes after the nodes making what it (or its
+    subgraphs) reads, each as early in the given order as its inputs allow; nodes in a cycle are
+    left out (the list is then shorter than ``given``)."""
     made = {out: index for index, node in enumerate(given) for out in node.output if out}
     waits: list[set[int]] = []
     readers: dict[int, list[int]] = {}
@@ -159,6 +170,4 @@ def sorted_nodes(top: Iterable[onnx.NodeProto]) -> list[onnx.NodeProto]:
             waits[reader].discard(index)
             if not waits[reader]:
                 heapq.heappush(ready, reader)
-    placed = set(order)
-    order += [index for index in range(len(given)) if index not in placed]
-    return [given[index] for index in order]
+    return order
