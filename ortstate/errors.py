@@ -5,6 +5,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConversionError",
+    "DecoderError",
     "ExportError",
     "GenerationError",
     "IRError",
@@ -22,7 +23,17 @@ __all__ = [
 
 
 class OrtStateError(Exception):
-    """Base class of every error ortstate raises."""
+    """Base class of every error ortstate raises.
+
+    Attributes:
+        field: the argument or option the error is about, by its keyword name (``top_k``,
+            ``prompts``), when it is about one, else None: a caller (the command line) names it in
+            its own terms (``--top-k``) without reading the message.
+    """
+
+    def __init__(self, *args: object, field: str | None = None) -> None:
+        super().__init__(*args)
+        self.field = field
 
 
 class IRError(OrtStateError):
@@ -73,6 +84,14 @@ class PassError(OrtStateError):
 
 class GenerationError(OrtStateError):
     """A model folder or a generation request cannot be served (missing IR, unknown input, bad prompt)."""
+
+
+class DecoderError(GenerationError):
+    """What a decoder's folder, config or inputs say cannot be understood or fed (:mod:`ortstate.decoders`):
+    no IR in the folder, a malformed ``config.json``, an input no feeding rule feeds. ``generate``,
+    ``bench``, ``verify`` and ``export`` all meet it. It is a :class:`GenerationError` because
+    generation met these errors first, under that name: code catching ``GenerationError`` around
+    ``Generator.from_dir`` still catches a bad folder."""
 
 
 class ExportError(OrtStateError):

@@ -1,37 +1,34 @@
 """Step OpenVINO and ortstate side by side on one IR and compare every output and variable.
 
-OpenVINO is the reference and is imported only when needed (``pip install 'ortstate[verify]'``).
-The run: N steps, a reset, N more steps. ortstate's reset is ``reset_state()``; OpenVINO's side of
-the reset is a freshly compiled model, because its CPU plugin's own ``reset_state()`` leaves some
-ShapeOf/Broadcast-initialised caches stale (seen with ``models/kv_cache_toy`` on 2026.4).
+OpenVINO is the reference (:mod:`ortstate.verify_reference`), imported only when needed
+(``pip install 'ortstate[verify]'``). The run: N steps, a reset, N more steps. ortstate's reset is
+``reset_state()``; OpenVINO's is a freshly compiled model (see :mod:`ortstate.verify_reference`).
 
 The inputs follow the model's roles: a stateful decoder (an optimum-intel LLM) is fed as ``generate``
-feeds it, by the same :class:`~ortstate.generate.feeds.FeedRules` (a random prompt, then one random
+feeds it, by the same :class:`~ortstate.decoders.feeds.FeedRules` (a random prompt, then one random
 token per step, with the mask, positions and ``cache_position`` the rules make); any other model
-gets random values every step (see :mod:`ortstate.generate.synthetic`).
+gets random values every step (see :mod:`ortstate.decoders.synthetic`).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import onnx
 
 from .convert import convert_graph
+from .decoders import InputSpec
 from .errors import InputError, OpenVINOUnavailable, OrtStateError, RunError
-from .generate.feeds import InputSpec
-from .ir import Graph, read_ir
+from .ir import read_ir
 from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
 from .runtime import StatefulSession
-from .verify_inputs import DEFAULT_DIM, VerifyInputs, input_specs, inputs_reaching, random_inputs
+from .verify_inputs import DEFAULT_DIM, VerifyInputs, input_specs, random_inputs
+from .verify_reference import OV_CONFIG, Reference, load_openvino
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -53,19 +50,6 @@ __all__ = [
 
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-4
-# f32 everywhere: the CPU plugin may otherwise compute in bf16 (its default on CPUs with bf16 units),
-# keep KV caches in f16 or u8 and quantize the activations of compressed weights to int8 on the fly
-# (logits move by ~1e-2; docs/compressed-weights.md).
-OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
-INSTALL_HINT = "pip install 'ortstate[verify]'"
-
-
-def load_openvino() -> ModuleType:
-    """Import openvino, or raise :class:`OpenVINOUnavailable` saying how to install it."""
-    try:
-        return importlib.import_module("openvino")
-    except ImportError:
-        raise OpenVINOUnavailable(f"verify needs OpenVINO, which is not installed: {INSTALL_HINT}") from None
 
 
 @dataclass(frozen=True)
@@ -129,74 +113,6 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> tuple[float, bool,
     return error, ok, ""
 
 
-class _Reference:
-    """OpenVINO's trajectory: outputs and variables after every step of both phases."""
-
-    def __init__(
-        self,
-        ov: ModuleType,
-        xml: Path,
-        bin_path: Path | None,
-        graph: Graph,
-        initial: Mapping[str, np.ndarray],
-        remedy: str = "",
-    ) -> None:
-        self._ov = ov
-        self._remedy = remedy or "give inputs that fit with --shape NAME=D0,D1,... or --input NAME=FILE.npy"
-        self._core = ov.Core()
-        self._graph = graph
-        self.initial = initial
-        try:
-            self._model = self._core.read_model(str(xml), str(bin_path) if bin_path else None)
-        except Exception as exc:  # noqa: BLE001 - openvino raises RuntimeError subclasses
-            raise OrtStateError(f"{xml}: OpenVINO cannot read the model: {_one_line(exc)}") from None
-        # An output without tensor names (a Result whose port the IR leaves unnamed) is paired by position.
-        self.output_names = [min(o.get_names(), default="") for o in self._model.outputs]
-        # OpenVINO's CPU plugin hands a scalar variable's state back as shape [1] (outputs read
-        # from it stay scalars): such states are compared as the scalars the model declares.
-        shapes = {v.info.variable_id: v.info.data_shape for v in self._model.get_variables()}
-        self.scalars = {vid for vid, shape in shapes.items() if shape.rank.is_static and len(shape) == 0}
-
-    def request(self) -> Any:
-        try:
-            compiled = self._core.compile_model(self._model, "CPU", OV_CONFIG)
-        except Exception:  # noqa: BLE001 - an older OpenVINO may not know a key; the hint is the one that matters
-            try:
-                compiled = self._core.compile_model(self._model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-            except Exception as exc:  # noqa: BLE001
-                raise OrtStateError(f"OpenVINO cannot compile the model: {_one_line(exc)}") from None
-        request = compiled.create_infer_request()
-        for state in request.query_state():  # variables that start empty: as a stream starts them
-            if state.name in self.initial:
-                state.state = self._ov.Tensor(self.initial[state.name])
-        return request
-
-    def step(self, request: Any, feeds: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
-        try:
-            result = request.infer(dict(feeds))
-        except Exception as exc:  # noqa: BLE001
-            raise self._refused(exc, feeds) from None
-        outputs = [np.array(result[o]) for o in request.model_outputs]
-        states = {s.name: np.array(s.state.data) for s in request.query_state()}
-        for name in self.scalars.intersection(states):
-            if states[name].size == 1:
-                states[name] = states[name].reshape(())
-        return outputs, states
-
-    def _refused(self, exc: BaseException, feeds: Mapping[str, np.ndarray]) -> OrtStateError:
-        """OpenVINO's reason, the inputs it was given and the ones reaching the node it names."""
-        shown = ", ".join(f"{n} {v.dtype}[{','.join(map(str, v.shape))}]" for n, v in feeds.items())
-        where = ""
-        named = re.search(r"node with name '([^']+)'", str(exc))  # the CPU plugin names the failing node
-        layer = next((x for x in self._graph.layers.values() if named and x.name == named.group(1)), None)
-        if layer is not None:
-            reached = inputs_reaching(self._graph, layer)
-            where = f" at {layer.describe()}" + (f", which reads input(s) {', '.join(reached)}" if reached else "")
-        return OrtStateError(
-            f"OpenVINO cannot run the model on the inputs given ({shown}){where}: {_one_line(exc)}; {self._remedy}"
-        )
-
-
 def verify(
     xml: str | os.PathLike[str],
     *,
@@ -248,25 +164,10 @@ def verify(
     feeds = maker.phase(rng, steps) + maker.phase(rng, steps)
 
     say(f"running OpenVINO {ov.get_version().split('-')[0]} on {xml.name}")
-    reference = _Reference(ov, xml, bin_file, graph, maker.initial, remedy)
-    trajectory = []
-    for phase in range(2):
-        request = reference.request()  # a fresh compile is OpenVINO's reset (see the module docstring)
-        trajectory.extend(reference.step(request, f) for f in feeds[phase * steps : (phase + 1) * steps])
-
-    # Each converted form runs as itself (a custom-op model through its Python state ops). A given
-    # model runs as written and, if it is a custom-op model, also as StatefulSession runs it by
-    # default: rewritten into the explicit form.
-    runs: list[tuple[onnx.ModelProto | None, str]] = [(None, f) for f in forms]
-    if onnx_model is not None:
-        try:
-            meta = read_meta(onnx_model)
-        except ValueError:
-            meta = None  # StatefulSession says what is wrong with it
-        own = meta.form if meta and meta.variables else "auto"
-        runs = [(onnx_model, own)] + ([(onnx_model, "auto")] if own == CUSTOM_OP else [])
+    reference = Reference(ov, xml, bin_file, graph, maker.initial, remedy)
+    trajectory = _trajectory(reference, feeds, steps)
     results = []
-    for model, form in runs:
+    for model, form in _planned_runs(forms, onnx_model):
         if model is None:
             say(f"converting {xml.name} ({form} form)")
             model = convert_graph(graph, explicit_state=form == EXPLICIT)
@@ -283,6 +184,34 @@ def verify(
             raise RunError(f"{exc}; {remedy}") from None
     first = {name: (str(value.dtype), tuple(value.shape)) for name, value in feeds[0].items()}
     return VerifyResult(str(xml), ov.get_version(), steps, first, results, rtol, atol, maker.feeding)
+
+
+def _trajectory(
+    reference: Reference, feeds: list[dict[str, np.ndarray]], steps: int
+) -> list[tuple[list[np.ndarray], dict[str, np.ndarray]]]:
+    """OpenVINO's outputs and variables after each step of both phases."""
+    trajectory = []
+    for phase in range(2):
+        request = reference.request()  # a fresh compile is OpenVINO's reset (see verify_reference)
+        trajectory.extend(reference.step(request, f) for f in feeds[phase * steps : (phase + 1) * steps])
+    return trajectory
+
+
+def _planned_runs(forms: Sequence[str], onnx_model: onnx.ModelProto | None) -> list[tuple[onnx.ModelProto | None, str]]:
+    """``(model, form)`` of each ortstate run; None: the IR converted to that form.
+
+    Each converted form runs as itself (a custom-op model through its Python state ops). A given
+    model runs as written and, if it is a custom-op model, also as StatefulSession runs it by
+    default: rewritten into the explicit form.
+    """
+    if onnx_model is None:
+        return [(None, f) for f in forms]
+    try:
+        meta = read_meta(onnx_model)
+    except ValueError:
+        meta = None  # StatefulSession says what is wrong with it
+    own = meta.form if meta and meta.variables else "auto"
+    return [(onnx_model, own)] + ([(onnx_model, "auto")] if own == CUSTOM_OP else [])
 
 
 def _run_form(
@@ -335,10 +264,3 @@ def _pair_outputs(names: list[str], ov_names: list[str]) -> list[int]:
     if sorted(names) == sorted(ov_names):
         return [ov_names.index(n) for n in names]
     return list(range(len(names)))  # renamed outputs: rely on the Result order
-
-
-def _one_line(exc: BaseException) -> str:
-    """OpenVINO's whole message on one line, without its ``Exception from FILE:LINE:`` frames."""
-    lines = [line.strip() for line in str(exc).splitlines()]
-    kept = [line for line in lines if line and not re.fullmatch(r"Exception from \S+:\d+:", line)]
-    return " ".join(kept) or type(exc).__name__

@@ -1,5 +1,5 @@
 """The inputs ``verify`` feeds OpenVINO and ortstate: a stateful decoder's by the feeding rules
-``generate`` uses, any other model's random (see :mod:`ortstate.generate.synthetic`), with the
+``generate`` uses, any other model's random (see :mod:`ortstate.decoders.synthetic`), with the
 values and shapes the caller fixes checked against the model's Parameters first.
 """
 
@@ -10,12 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .decoders import FeedRules, InputSpec, SyntheticInputs, concrete_shape, ir_input_specs, read_config
+from .decoders import random_inputs as _random_inputs
 from .errors import InputError
-from .generate.feeds import FeedRules, InputSpec
-from .generate.ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size
-from .generate.model_dir import read_config
-from .generate.synthetic import concrete_shape, decoder_steps
-from .generate.synthetic import random_inputs as _random_inputs
 from .ir import Graph, Layer
 
 __all__ = ["DEFAULT_DIM", "InputError", "VerifyInputs", "input_specs", "inputs_reaching", "random_inputs"]
@@ -79,73 +76,47 @@ class VerifyInputs:
             if value.dtype != spec.dtype:
                 raise InputError(f"input '{name}': got {value.dtype} values, the model takes {spec.dtype}")
             concrete_shape(spec, batch, DEFAULT_DIM, value.shape, InputError)  # refuses a shape that cannot fit
-        self.fixed = {name: np.asarray(value) for name, value in fixed.items()}
-        self.shapes, self.batch = shapes, batch
-        self.rules: FeedRules | None = decoder_rules(graph, read_config(xml.parent))
-        self.vocab = logits_size(graph)
-        self.initial = empty_start_states(graph, self._rows())
+        self.source = SyntheticInputs(
+            graph,
+            read_config(xml.parent),
+            batch=batch,
+            prompt=DEFAULT_DIM,
+            dim=DEFAULT_DIM,
+            shapes=shapes,
+            fixed=fixed,
+            context_positions=DEFAULT_DIM,
+            error=InputError,
+        )
+        self.rules: FeedRules | None = self.source.rules
+        self.initial = self.source.initial
         self.feeding = "random, new values every step"
         if self.rules is not None:
-            self.token = "input_ids" if "input_ids" in by_name else "inputs_embeds"
-            self.batch, self.prompt = self._decoder_dims(by_name)
+            self._check_decoder_shapes(by_name, batch, shapes)
             self.feeding = (
-                f"as generate feeds a decoder: a random {self.prompt}-token prompt, then 1 token per step"
+                f"as generate feeds a decoder: a random {self.source.prompt}-token prompt, then 1 token per step"
                 + "".join(f"; {note}" for note in self.rules.notes)
             )
-
         if self.initial:
-            shapes = ", ".join(f"{n} [{','.join(map(str, v.shape))}]" for n, v in self.initial.items())
-            self.feeding += f"; variables starting empty set to zeros first: {shapes}"
+            shown = ", ".join(f"{n} [{','.join(map(str, v.shape))}]" for n, v in self.initial.items())
+            self.feeding += f"; variables starting empty set to zeros first: {shown}"
 
-    def _rows(self) -> int:
-        """The batch the inputs carry: the first dim of the first input whose first dim is dynamic."""
-        for spec in self.specs:
-            if spec.shape and not isinstance(spec.shape[0], int):
-                given = self.fixed[spec.name].shape if spec.name in self.fixed else self.shapes.get(spec.name)
-                return int(given[0]) if given else self.batch
-        return self.batch
-
-    def _decoder_dims(self, by_name: Mapping[str, InputSpec]) -> tuple[int, int]:
-        token = self.token
+    def _check_decoder_shapes(
+        self, by_name: Mapping[str, InputSpec], batch: int, shapes: Mapping[str, Sequence[int]]
+    ) -> None:
+        """A decoder's ``--shape`` may name its token input (batch, prompt length) and the encoder's output only."""
+        token = self.source.token
         shapeable = {token, "encoder_hidden_states"}
-        for name in self.shapes:
+        for name in shapes:
             if name not in shapeable:
                 raise InputError(
                     f"--shape {name}: the decoder's feeding rules make '{name}' from {token}: "
                     f"set the batch and prompt length with --shape {token}=B,N"
                 )
-            concrete_shape(by_name[name], self.batch, DEFAULT_DIM, self.shapes[name], InputError)
-        given = self.fixed.get(token, self.shapes.get(token))
-        shape = tuple(given.shape if isinstance(given, np.ndarray) else given) if given is not None else None
-        if shape is not None and len(shape) >= 2:
-            return int(shape[0]), int(shape[1])
-        return self.batch, DEFAULT_DIM
+            concrete_shape(by_name[name], batch, DEFAULT_DIM, shapes[name], InputError)
 
     def phase(self, rng: np.random.Generator, steps: int) -> list[dict[str, np.ndarray]]:
         """The feeds of one phase (``steps`` steps from a fresh state)."""
-        if self.rules is None:
-            free = [s for s in self.specs if s.name not in self.fixed]
-            out = []
-            for _ in range(steps):
-                step = random_inputs(free, rng, batch=self.batch, shapes=self.shapes)
-                step.update(self.fixed)
-                out.append({s.name: step[s.name] for s in self.specs})
-            return out
-        ids = self.fixed.get("input_ids")
-        if ids is None and self.token in self.fixed:  # fixed embeddings: every step is that many tokens
-            ids = np.zeros(self.fixed[self.token].shape[:2], np.int64)
-        feeds = decoder_steps(
-            self.rules,
-            rng,
-            batch=self.batch,
-            prompt=self.prompt,
-            steps=steps,
-            vocab=self.vocab,
-            context_positions=DEFAULT_DIM,
-            shapes=self.shapes,
-            ids=ids,
-        )
-        return [{**f, **self.fixed} for f in feeds]
+        return self.source.steps(rng, steps)
 
 
 def inputs_reaching(graph: Graph, layer: Layer) -> list[str]:

@@ -52,8 +52,7 @@ class OVModel:
             or "cache_position" in self.inputs
             or ("position_ids" not in self.inputs and not self.ref["encoder"])
         ):
-            from ortstate.generate import FeedRules, read_config
-            from ortstate.generate.ir_inputs import cache_position_window, ir_input_specs
+            from ortstate.decoders import FeedRules, cache_position_window, ir_input_specs, read_config
             from ortstate.ir import read_ir
 
             graph = read_ir(folder / self.ref["decoder_ir"])

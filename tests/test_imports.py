@@ -1,7 +1,9 @@
 """The package's import structure: data flows ir -> convert -> passes -> runtime -> generate/bench/
-verify -> cli, each part importing only what its place allows (``ALLOWED``), with no import cycles
-(module level or late) and no module taking another's private names. Read statically from the
-source, so a late import inside a function counts as much as one at the top."""
+verify -> cli, with ``decoders`` (what an optimum-intel decoder takes, read from its IR and folder)
+on ir beside the converter, under everything that feeds or exports a decoder. Each part imports
+only what its place allows (``ALLOWED``), with no import cycles (module level or late) and no
+module taking another's private names. Read statically from the source, so a late import inside a
+function counts as much as one at the top."""
 
 from __future__ import annotations
 
@@ -22,12 +24,17 @@ ALLOWED = {
     "passes": BASE,
     "convert": BASE | {"ir", "passes"},
     "runtime": BASE | {"passes"},
-    "generate": BASE | {"ir", "convert", "runtime"},
-    "bench": BASE | {"ir", "convert", "runtime", "generate"},
-    "verify_inputs": BASE | {"ir", "convert", "runtime", "generate"},
-    "verify": BASE | {"ir", "convert", "runtime", "generate", "verify_inputs"},
-    "export": BASE | {"ir", "convert", "passes", "generate"},  # an LLM folder for other tools
-    "cli": BASE | {"ir", "convert", "passes", "runtime", "generate", "bench", "verify", "verify_inputs", "export"},
+    # What an optimum-intel decoder takes (folder, config, feeding rules, graph roles): generate,
+    # bench, verify and export read decoders through it, and none of them reads another for it.
+    "decoders": BASE | {"ir"},
+    "generate": BASE | {"ir", "convert", "runtime", "decoders"},
+    "bench": BASE | {"ir", "convert", "runtime", "decoders"},
+    "verify_inputs": BASE | {"ir", "decoders"},
+    "verify_reference": BASE | {"ir", "verify_inputs"},  # OpenVINO's side of verify
+    "verify": BASE | {"ir", "convert", "runtime", "decoders", "verify_inputs", "verify_reference"},
+    "export": BASE | {"ir", "convert", "passes", "decoders"},  # an LLM folder for other tools
+    "cli": BASE
+    | {"ir", "convert", "passes", "runtime", "decoders", "generate", "bench", "verify", "verify_inputs", "export"},
 }
 
 

@@ -1,7 +1,7 @@
 """What a benchmark feeds: inputs made from an IR's Parameters, decoders as prefill + decode.
 
 A stateful decoder is fed as ``generate`` feeds it, by the same feeding rules
-(:mod:`ortstate.generate.synthetic`); any other model gets random values of its inputs' shapes.
+(:mod:`ortstate.decoders.synthetic`); any other model gets random values of its inputs' shapes.
 """
 
 from __future__ import annotations
@@ -16,10 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..generate.feeds import FeedRules, InputSpec
-from ..generate.ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size
-from ..generate.model_dir import read_config
-from ..generate.synthetic import decoder_steps, random_inputs
+from ..decoders import FeedRules, SyntheticInputs, read_config
 from ..ir import Graph, read_ir
 
 __all__ = ["Feeds", "Workload", "max_positions", "model_label", "model_workload", "weight_precision"]
@@ -36,7 +33,7 @@ class Workload:
         model: how plots and tables name the model (see :func:`model_label`).
         precision: the weights' precision as the IR stores them (see :func:`weight_precision`).
         initial: values every runner sets after each reset: the variables that start empty (see
-            :func:`~ortstate.generate.ir_inputs.empty_start_states`), as a stream of batch 1 starts them.
+            :func:`~ortstate.decoders.ir_inputs.empty_start_states`), as a stream of batch 1 starts them.
         rules: a decoder's feeding rules (their ``notes`` and ``remedy`` say what they had to
             guess), None for other models.
     """
@@ -98,7 +95,7 @@ def model_workload(
 ) -> Workload:
     """Inputs made from the IR's Parameters.
 
-    A stateful decoder (see :func:`~ortstate.generate.ir_inputs.decoder_rules`) gets a prefill of
+    A stateful decoder (see :func:`~ortstate.decoders.ir_inputs.decoder_rules`) gets a prefill of
     ``position - 1`` random tokens and one decode step (untimed, so its caches hold ``position``
     tokens), then ``steps`` timed one-token decode steps, every input made by generate's feeding
     rules. Other models get random values per step: ints 0 (valid indices for any table), floats
@@ -114,13 +111,23 @@ def model_workload(
     graph = read_ir(xml)
     rng = np.random.default_rng(seed)
     label, precision = model_label(xml), weight_precision(graph)
-    rules = decoder_rules(graph, read_config(xml.parent))
     shapes = shapes or {}
-    specs = ir_input_specs(graph)
-    unknown = [n for n in shapes if n not in {s.name for s in specs}]
+    inputs = SyntheticInputs(
+        graph,
+        read_config(xml.parent),
+        batch=1,
+        prompt=position - 1,
+        dim=1,
+        shapes=shapes,
+        scale=0.5,
+        context_positions=_ENCODER_POSITIONS,
+        scalar_dynamic_rank=True,
+    )
+    names = [s.name for s in inputs.specs]
+    unknown = [n for n in shapes if n not in names]
     if unknown:
-        raise ValueError(f"--shape {unknown[0]}: unknown input (inputs: {', '.join(s.name for s in specs)})")
-    if rules is not None:
+        raise ValueError(f"--shape {unknown[0]}: unknown input (inputs: {', '.join(names)})")
+    if inputs.rules is not None:
         if position < 2:
             raise ValueError(f"the decode position must be at least 2, got {position}")
         made = [n for n in shapes if n != "encoder_hidden_states"]
@@ -128,26 +135,15 @@ def model_workload(
             raise ValueError(
                 f"--shape {made[0]}: a decoder's inputs follow its feeding rules (--position sets the length)"
             )
-        feeds = decoder_steps(
-            rules,
-            rng,
-            batch=1,
-            prompt=position - 1,
-            steps=steps + 2,
-            vocab=logits_size(graph),
-            context_positions=_ENCODER_POSITIONS,
-            shapes=shapes,
-        )
+        feeds = inputs.steps(rng, steps + 2)
         config = {"KV_CACHE_PRECISION": "f32"}
         what = f"one-token decode from position {position}"
-        return Workload(xml.stem, xml, feeds[2:], feeds[:2], config, what, label, precision, rules=rules)
+        return Workload(xml.stem, xml, feeds[2:], feeds[:2], config, what, label, precision, rules=inputs.rules)
 
-    untyped = [s.name for s in specs if s.dtype is None]
+    untyped = [s.name for s in inputs.specs if s.dtype is None]
     if untyped:
         raise ValueError(f"cannot make values for input(s) {', '.join(untyped)}: no numpy type holds their elements")
-    specs = [InputSpec(s.name, s.dtype, s.shape if s.shape is not None else ()) for s in specs]
-    timed = [random_inputs(specs, rng, batch=1, dim=1, shapes=shapes, scale=0.5) for _ in range(steps)]
-    first = next((v.shape[0] for s, v in zip(specs, timed[0].values()) if s.shape and s.shape[0] is None), 1)
-    initial = empty_start_states(graph, first) if timed else {}
+    timed = inputs.steps(rng, steps)
+    initial = inputs.initial if timed else {}
     what = "one step per run"
     return Workload(xml.stem, xml, timed, description=what, model=label, precision=precision, initial=initial)

@@ -19,13 +19,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 
-from ..convert import build, save_model
+from ..convert import Built, build, save_model
 from ..convert.context import ConvertOptions
-from ..errors import ExportError, GenerationError, PassError
-from ..generate.model_dir import find_model_files, read_json_object
+from ..decoders import DecoderError, ModelFiles, find_model_files, read_json_object
+from ..errors import ExportError, PassError
 from ..ir import Graph, read_ir
 from ..model_meta import read_meta
 from ..output_files import OutputFiles, check_folder, make_folder, remove_folders
@@ -93,22 +94,56 @@ def export(
             written to a temporary file first and all replace their targets together once all are
             written, so a failed export leaves the folder as it was (and removes it if it made it).
     """
+    plan = _plan(Path(model_dir), Path(out_dir), layout, context_length)
+    check_folder(plan.out)  # before converting: a big model takes minutes
+    graph, built, cache = _convert(plan, int8_activations)
+    _check_empty_inits(graph, plan.source, plan.named, layout)
+    # before anything is written: a config it cannot make leaves no half folder
+    settings = _genai_settings(plan, built.model, cache) if layout == GENAI else None
+    written, tokenizer = _write(plan, built, settings)
+    notices = []
+    if not tokenizer:
+        notices.append(
+            f"{plan.source} has no tokenizer files ({TOKENIZER_FILES[0]} ...): the export generates from token ids "
+            "only; copy them into the output folder for text"
+        )
+    return Exported(plan.out, tuple(sorted(written)), plan.family, cache, tuple(notices))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What :func:`export` reads and writes, decided (and checked) before anything is converted.
+
+    Attributes:
+        named: how messages name the model (its family, else "the model").
+    """
+
+    source: Path
+    out: Path
+    layout: str
+    files: ModelFiles
+    config: dict[str, Any]
+    generation: dict[str, Any]
+    family: str
+    named: str
+    context_length: int | None
+
+
+def _plan(source: Path, out: Path, layout: str, context_length: int | None) -> _Plan:
+    """Check the arguments and the folder, and read its configs (see :func:`export`'s Raises)."""
     if layout not in LAYOUTS:
         raise ExportError(f"unknown layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
-    source, out = Path(model_dir), Path(out_dir)
     try:
         files = find_model_files(source)
-    except GenerationError as exc:
+    except DecoderError as exc:
         raise ExportError(str(exc)) from None
     config = read_json_object(source / "config.json", ExportError)
     generation = read_json_object(source / "generation_config.json", ExportError)
     family = config.get("model_type") if isinstance(config.get("model_type"), str) else ""
     if context_length is not None and layout != GENAI:
         raise ExportError(f"a context length applies to the {GENAI} layout only ({layout} reads config.json)")
-    if context_length is not None:
-        configs.context_length(
-            {}, context_length
-        )  # a bad value, at once; against config.json's once the family is known
+    if context_length is not None:  # a bad value, at once; against config.json's once the family is known
+        configs.context_length({}, context_length)
     named = family or "the model"
     if files.encoder is not None:
         raise ExportError(
@@ -122,49 +157,56 @@ def export(
         )
     if out.resolve() == source.resolve():
         raise ExportError(f"{out}: the output folder must not be the model folder")
-    check_folder(out)  # before converting: a big model takes minutes
+    return _Plan(source, out, layout, files, config, generation, family, named, context_length)
 
-    graph = read_ir(files.decoder)
+
+def _convert(plan: _Plan, int8_activations: bool) -> tuple[Graph, Built, KvCache]:
+    """The decoder converted to the explicit form and laid out as the tools feed it."""
+    decoder = plan.files.decoder
+    graph = read_ir(decoder)
     built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
     model = built.model
     names = [i.name for i in model.graph.input]
     if "input_ids" not in names or "logits" not in [o.name for o in model.graph.output]:
-        raise ExportError(f"{files.decoder}: a decoder-only LLM takes input_ids and gives logits")
+        raise ExportError(f"{decoder}: a decoder-only LLM takes input_ids and gives logits")
     meta = read_meta(model)
     if meta is None:
-        raise ExportError(f"{files.decoder}: the model has no state: there is no KV cache to lay out")
+        raise ExportError(f"{decoder}: the model has no state: there is no KV cache to lay out")
     try:
         cache = kv_layout(model, meta)
     except PassError as exc:
         raise ExportError(
-            f"{source}: {named} cannot be exported for {layout}: {exc} (onnxruntime-genai and optimum carry "
-            "nothing but past/present KV caches between steps)"
+            f"{plan.source}: {plan.named} cannot be exported for {plan.layout}: {exc} (onnxruntime-genai and "
+            "optimum carry nothing but past/present KV caches between steps)"
         ) from None
+    return graph, built, cache
 
-    _check_empty_inits(graph, source, named, layout)
-    settings = None
-    if layout == GENAI:  # before anything is written: a config it cannot make leaves no half folder
-        inputs = tuple(i.name for i in model.graph.input)
-        try:
-            settings = genai_config(
-                config,
-                generation,
-                cache,
-                filename=MODEL_FILE,
-                inputs=inputs,
-                vocab_size=_vocab(model),
-                context=context_length,
-            )
-        except ExportError as exc:
-            raise ExportError(f"{source}: {exc}") from None
 
+def _genai_settings(plan: _Plan, model: onnx.ModelProto, cache: KvCache) -> dict[str, Any]:
+    """``genai_config.json``'s content."""
+    try:
+        return genai_config(
+            plan.config,
+            plan.generation,
+            cache,
+            filename=MODEL_FILE,
+            inputs=tuple(i.name for i in model.graph.input),
+            vocab_size=_vocab(model),
+            context=plan.context_length,
+        )
+    except ExportError as exc:
+        raise ExportError(f"{plan.source}: {exc}") from None
+
+
+def _write(plan: _Plan, built: Built, settings: dict[str, Any] | None) -> tuple[list[str], list[str]]:
+    """Write the folder, all files together; ``(files written, the tokenizer files among them)``."""
+    source, out = plan.source, plan.out
     made = make_folder(out)
     written = [MODEL_FILE]
-    notices = []
     try:
         with OutputFiles() as staged:  # all replace their targets once all are written
-            save_model(model, built.arrays, out / MODEL_FILE, staged)
-            if _uses_data_file(model):
+            save_model(built.model, built.arrays, out / MODEL_FILE, staged)
+            if _uses_data_file(built.model):
                 written.append(MODEL_FILE + ".data")
             if settings is not None:
                 text = json.dumps(settings, indent=2) + "\n"
@@ -182,12 +224,7 @@ def export(
     except BaseException:
         remove_folders(made)
         raise
-    if not tokenizer:
-        notices.append(
-            f"{source} has no tokenizer files ({TOKENIZER_FILES[0]} ...): the export generates from token ids "
-            "only; copy them into the output folder for text"
-        )
-    return Exported(out, tuple(sorted(written)), family, cache, tuple(notices))
+    return written, tokenizer
 
 
 def _check_empty_inits(graph: Graph, source: Path, named: str, layout: str) -> None:

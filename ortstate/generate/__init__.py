@@ -1,21 +1,29 @@
 """Text generation over converted stateful LLM IRs (optimum-intel exports).
 
 ``Generator.from_dir(folder)`` converts the folder's IRs and feeds each step as optimum-intel does
-(see :mod:`ortstate.generate.feeds`); the KV cache or SSM state stays in the model's variables.
+(see :mod:`ortstate.decoders.feeds`); the KV cache or SSM state stays in the model's variables.
 It decodes greedily, samples, or runs beam search through the model's ``beam_idx``; it can continue
 from the state a generation left (``reset=False``); :class:`TextStreamer` prints text as it comes,
 :class:`Chat` keeps a conversation in the cache.
 """
 
+from ..decoders import (
+    FeedRules,
+    InputSpec,
+    ModelConfig,
+    ModelFiles,
+    StateLayout,
+    find_model_files,
+    read_config,
+    state_layout,
+)
 from ..errors import GenerationError
 from .beam_search import Hypothesis
 from .chat import Chat
 from .encoder_decoder import Encoder, TextEmbedder
-from .feeds import FeedRules, InputSpec, input_specs
 from .generator import GenerationRun, Generator
-from .model_dir import ModelConfig, ModelFiles, find_model_files, read_config
 from .options import SearchOptions
-from .state_layout import StateLayout, state_layout
+from .session_inputs import input_specs
 from .streamer import IncrementalDecoder, TextStreamer
 from .tokenizer import Tokenizer
 

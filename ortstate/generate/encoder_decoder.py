@@ -11,9 +11,10 @@ import time
 
 import numpy as np
 
+from ..decoders import InputSpec
 from ..errors import GenerationError
 from ..runtime import StatefulSession
-from .feeds import InputSpec, input_specs
+from .session_inputs import input_specs
 
 __all__ = ["Encoder", "TextEmbedder"]
 

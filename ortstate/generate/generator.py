@@ -1,6 +1,6 @@
 """Text generation over a converted stateful LLM: the KV cache / SSM state lives in the model's variables.
 
-:class:`Generator` feeds the decoder step by step (see :mod:`~ortstate.generate.feeds`) and picks
+:class:`Generator` feeds the decoder step by step (see :mod:`~ortstate.decoders.feeds`) and picks
 tokens greedily, by sampling or by beam search (:mod:`~ortstate.generate.decoding`); beam search
 reorders the cache through the model's own ``beam_idx`` input. A generation either starts from a
 fresh state or continues the state the last one left (``reset=False``: a chat turn after a turn).
@@ -16,17 +16,23 @@ from typing import Any
 
 import numpy as np
 
+from ..decoders import (
+    FeedRules,
+    ModelConfig,
+    StateLayout,
+    cache_position_window,
+    find_model_files,
+    read_config,
+    state_layout,
+)
 from ..errors import GenerationError
 from ..ir import read_ir
 from ..runtime import StatefulSession
 from .decoding import GenerationRun, Job, beam_search, sample_or_greedy
 from .encoder_decoder import Encoder, TextEmbedder
-from .feeds import FeedRules, input_specs
-from .ir_inputs import cache_position_window
-from .model_dir import ModelConfig, find_model_files, read_config
 from .options import SearchOptions, file_defaults
 from .prompts import FirstRow, check_prompts, is_sequence, nested
-from .state_layout import StateLayout, state_layout
+from .session_inputs import input_specs
 from .stepper import Stepper
 from .stopping import StopCriteria
 from .tokenizer import TOKENIZER_FILE, Tokenizer
@@ -39,11 +45,11 @@ class Generator:
 
     Args:
         session: the decoder's session (either form).
-        config: token ids, model type and search defaults (see :func:`~ortstate.generate.model_dir.read_config`).
+        config: token ids, model type and search defaults (see :func:`~ortstate.decoders.model_dir.read_config`).
         encoder: an encoder-decoder's encoder (its output feeds ``encoder_hidden_states``).
         embedder: a VLM's text embeddings (the decoder takes ``inputs_embeds``).
         rules: how to feed the decoder (default: decided from its inputs and ``config``;
-            :meth:`from_dir` also reads the decoder's graph, see :mod:`~ortstate.generate.ir_inputs`).
+            :meth:`from_dir` also reads the decoder's graph, see :mod:`~ortstate.decoders.ir_inputs`).
         layout: how the decoder's variables follow rows and tokens (read from its graph by
             :meth:`from_dir`); without it, beam search and padding are refused.
         tokenizer: for stop strings (anything with ``decode(ids, skip_special_tokens=...)``);
@@ -87,7 +93,7 @@ class Generator:
 
     @classmethod
     def from_dir(cls, model_dir: str | os.PathLike[str], form: str = "auto", *, tokenizer: Any = None) -> Generator:
-        """Convert the IRs of an optimum-intel export folder (see :mod:`~ortstate.generate.model_dir`)
+        """Convert the IRs of an optimum-intel export folder (see :mod:`~ortstate.decoders.model_dir`)
         to ``form`` (see :class:`~ortstate.StatefulSession`).
 
         Raises:

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..decoders import SEARCH_KEYS
 from ..errors import GenerationError
-from .model_dir import SEARCH_KEYS
 
 __all__ = ["SEARCH_KEYS", "SearchOptions", "file_defaults"]
 

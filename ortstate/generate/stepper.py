@@ -1,10 +1,10 @@
 """One decoder fed step by step: its session, the rows of its cache, and what its state allows.
 
 :class:`Stepper` turns "these tokens for these rows, continuing these rows of the cache" into one run
-of the model (:class:`~ortstate.generate.feeds.FeedRules` makes the inputs), and keeps what the model
+of the model (:class:`~ortstate.decoders.feeds.FeedRules` makes the inputs), and keeps what the model
 cannot say about its cache (:class:`~ortstate.generate.rows.CacheRows`): the attention mask, which
 prompt each row belongs to (to pick its rows of the encoder output), each row's tokens. It also says
-what the decoder's variables allow (:class:`~ortstate.generate.state_layout.StateLayout`): beam
+what the decoder's variables allow (:class:`~ortstate.decoders.state_layout.StateLayout`): beam
 search through ``beam_idx``, left padding, several tokens in one run after the prefill.
 """
 
@@ -14,12 +14,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..decoders import FeedRules, StateLayout
 from ..errors import GenerationError
 from ..runtime import StatefulSession
 from .encoder_decoder import TextEmbedder
-from .feeds import FeedRules
 from .rows import CacheRows
-from .state_layout import StateLayout
 
 __all__ = ["Stepper"]
 

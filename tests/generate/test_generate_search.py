@@ -56,7 +56,7 @@ def prompts_of(family: str) -> list[list[int]]:
 
 def test_families_are_the_attention_only_ones() -> None:
     """Every decoder-only folder whose variables are all attention caches is tested here."""
-    from ortstate.generate.state_layout import state_layout
+    from ortstate.decoders import state_layout
     from ortstate.ir import read_ir
 
     found = []

@@ -2,7 +2,7 @@
 its vocabulary, and so whether (and how) it is fed as a decoder.
 
 ``generate`` reads it for the decoder of a model folder; ``bench`` and ``verify`` read it for any IR
-they are given, so that all three feed a decoder by the same :class:`~ortstate.generate.feeds.FeedRules`.
+they are given, so that all three feed a decoder by the same :class:`~ortstate.decoders.feeds.FeedRules`.
 The graph is read, never run: what it shows is what the model computes, whatever ``config.json``
 says or lacks.
 """

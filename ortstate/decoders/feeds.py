@@ -16,7 +16,7 @@ read with the wrong positions or masked wrongly):
 - ``cache_position`` ``[n]``: for a mamba-family model, where it indexes the convolution state,
   ``arange(conv_kernel)`` at prefill and ``[past]`` after; otherwise ``arange(past, past + n)``.
   The kernel is read from the graph (the length of the state axis ``cache_position`` indexes: see
-  :mod:`ortstate.generate.ir_inputs`), else from config (``conv_kernel``/``mamba_d_conv``); a
+  :mod:`ortstate.decoders.ir_inputs`), else from config (``conv_kernel``/``mamba_d_conv``); a
   ``cache_position`` that indexes such a window also marks a mamba-style model without config.json.
 - ``beam_idx`` ``[batch]``: which row of the cache each row continues (the model gathers its cache
   with it); ``arange(batch)`` unless beam search reorders the beams.
@@ -35,15 +35,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from ..errors import GenerationError
-from ..runtime import numpy_dtype
+from ..errors import DecoderError
 from .model_dir import ModelConfig
 
-__all__ = ["MAMBA_FAMILY", "FeedRules", "InputSpec", "input_specs"]
+__all__ = ["KNOWN_INPUTS", "MAMBA_FAMILY", "FeedRules", "InputSpec"]
 
 # Decoders optimum feeds through OVModelWithMambaForCausalLM: the mask covers the current tokens only.
 MAMBA_FAMILY = frozenset({"mamba", "falcon_mamba", "zamba2"})
@@ -65,18 +63,6 @@ class InputSpec:
     @property
     def rank(self) -> int | None:
         return None if self.shape is None else len(self.shape)
-
-
-def input_specs(node_args: Sequence[Any]) -> list[InputSpec]:
-    """:class:`InputSpec` of onnxruntime ``NodeArg``s (``StatefulSession.get_inputs()``)."""
-    specs = []
-    for arg in node_args:
-        dtype = numpy_dtype(arg.type)
-        if dtype is None:
-            raise GenerationError(f"input '{arg.name}': unsupported type {arg.type}")
-        shape = None if arg.shape is None else tuple(arg.shape)
-        specs.append(InputSpec(arg.name, dtype, shape))
-    return specs
 
 
 @dataclass(frozen=True)
@@ -108,28 +94,28 @@ class FeedRules:
 
         Args:
             window: the length of the state axis ``cache_position`` indexes, read from the graph
-                (:func:`~ortstate.generate.ir_inputs.cache_position_window`); None when it indexes
+                (:func:`~ortstate.decoders.ir_inputs.cache_position_window`); None when it indexes
                 no such window or the graph is not at hand. The graph wins over the config: it is
                 what the model computes.
 
         Raises:
-            GenerationError: an input no rule feeds, neither ``input_ids`` nor ``inputs_embeds``, or a
+            DecoderError: an input no rule feeds, neither ``input_ids`` nor ``inputs_embeds``, or a
                 mamba-family ``cache_position`` whose window neither the graph nor the config gives.
         """
         names = [i.name for i in inputs]
         unknown = [n for n in names if n not in KNOWN_INPUTS]
         if unknown:
-            raise GenerationError(
+            raise DecoderError(
                 f"no feeding rule for input(s) {', '.join(unknown)} (inputs: {', '.join(names)}; "
                 f"known: {', '.join(sorted(KNOWN_INPUTS))})"
             )
         if "input_ids" not in names and "inputs_embeds" not in names:
-            raise GenerationError(f"the model takes neither input_ids nor inputs_embeds (inputs: {', '.join(names)})")
+            raise DecoderError(f"the model takes neither input_ids nor inputs_embeds (inputs: {', '.join(names)})")
         mamba = any(t in MAMBA_FAMILY for t in config.model_types)
         takes_position = "cache_position" in names
         kernel = window or config.conv_kernel or 0
         if mamba and takes_position and kernel <= 0:
-            raise GenerationError(
+            raise DecoderError(
                 f"a {config.model_type} model takes cache_position: config.json needs conv_kernel (or mamba_d_conv)"
             )
         conv = takes_position and (window is not None or mamba)
@@ -202,16 +188,16 @@ class FeedRules:
                 row several times, growing the cache to ``len(beam_idx)`` rows.
 
         Raises:
-            GenerationError: a value ``context`` must supply is missing, or ``mask`` has the wrong shape.
+            DecoderError: a value ``context`` must supply is missing, or ``mask`` has the wrong shape.
         """
         ids = np.asarray(ids)
         if ids.ndim != 2:
-            raise GenerationError(f"token ids must be [batch, tokens], got shape {list(ids.shape)}")
+            raise DecoderError(f"token ids must be [batch, tokens], got shape {list(ids.shape)}")
         batch, n = ids.shape
         if mask is None:
             mask = np.ones((batch, past + n), dtype=np.int64)
         elif np.shape(mask) != (batch, past + n):
-            raise GenerationError(f"the attention mask must be [{batch}, {past + n}], got {list(np.shape(mask))}")
+            raise DecoderError(f"the attention mask must be [{batch}, {past + n}], got {list(np.shape(mask))}")
         context = context or {}
         out: dict[str, np.ndarray] = {}
         for spec in self.inputs:
@@ -259,5 +245,5 @@ class FeedRules:
     def _context(context: Mapping[str, np.ndarray], name: str) -> np.ndarray:
         if name not in context:
             what = "run the encoder first" if name.startswith("encoder") else "embed the tokens first"
-            raise GenerationError(f"input '{name}' has no value: {what}")
+            raise DecoderError(f"input '{name}' has no value: {what}")
         return np.asarray(context[name])

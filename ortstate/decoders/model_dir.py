@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import GenerationError, OrtStateError
+from ..errors import DecoderError, OrtStateError
 
-__all__ = ["GenerationError", "ModelConfig", "ModelFiles", "find_model_files", "read_config", "read_json_object"]
+__all__ = ["DecoderError", "ModelConfig", "ModelFiles", "find_model_files", "read_config", "read_json_object"]
 
 DECODER_ONLY = "openvino_model.xml"
 LANGUAGE_MODEL = "openvino_language_model.xml"
@@ -49,11 +49,11 @@ def find_model_files(folder: str | os.PathLike[str]) -> ModelFiles:
     """Locate the IRs of an optimum-intel export folder.
 
     Raises:
-        GenerationError: the folder does not exist or holds none of the known IR layouts.
+        DecoderError: the folder does not exist or holds none of the known IR layouts.
     """
     root = Path(folder)
     if not root.is_dir():
-        raise GenerationError(f"{root}: not a directory")
+        raise DecoderError(f"{root}: not a directory")
 
     def present(name: str) -> Path | None:
         path = root / name
@@ -69,7 +69,7 @@ def find_model_files(folder: str | os.PathLike[str]) -> ModelFiles:
     if single is not None:
         return ModelFiles(root, single)
     known = f"{DECODER_ONLY}, {LANGUAGE_MODEL}, or {ENCODER} with {DECODER}"
-    raise GenerationError(f"{root}: no OpenVINO IR to generate with (expected {known})")
+    raise DecoderError(f"{root}: no OpenVINO IR to generate with (expected {known})")
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class ModelConfig:
         """Build from parsed ``config.json`` and ``generation_config.json`` (the latter wins).
 
         Raises:
-            GenerationError: a value generation uses is of the wrong type or out of range (naming
+            DecoderError: a value generation uses is of the wrong type or out of range (naming
                 the key).
         """
         text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else {}
@@ -153,17 +153,17 @@ _MAX_ID = 2**63 - 1  # token ids are int64 in the model
 
 def _integer(value: Any, key: str, lo: int = 0, either: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= _MAX_ID:
-        raise GenerationError(f"{key}: expected an integer >= {lo}{either}, got {value!r}")
+        raise DecoderError(f"{key}: expected an integer >= {lo}{either}, got {value!r}")
     return value
 
 
 def _text(value: Any, key: str) -> str:
     if not isinstance(value, str):
-        raise GenerationError(f"{key}: expected a string, got {value!r}")
+        raise DecoderError(f"{key}: expected a string, got {value!r}")
     return value
 
 
-def read_json_object(path: Path, error: type[OrtStateError] = GenerationError) -> dict[str, Any]:
+def read_json_object(path: Path, error: type[OrtStateError] = DecoderError) -> dict[str, Any]:
     """``path`` (a ``config.json``-like file) as a JSON object; {} when there is no such file.
 
     Raises:
@@ -184,12 +184,12 @@ def read_config(folder: str | os.PathLike[str]) -> ModelConfig:
     """The folder's :class:`ModelConfig`; missing files give an empty config (no eos, no model type).
 
     Raises:
-        GenerationError: a file is not a JSON object, or a value it gives is of the wrong type.
+        DecoderError: a file is not a JSON object, or a value it gives is of the wrong type.
     """
     root = Path(folder)
     config = read_json_object(root / "config.json")
     generation = read_json_object(root / "generation_config.json")
     try:
         return ModelConfig.from_dicts(config, generation)
-    except GenerationError as exc:
-        raise GenerationError(f"{root}: config.json or generation_config.json: {exc}") from None
+    except DecoderError as exc:
+        raise DecoderError(f"{root}: config.json or generation_config.json: {exc}") from None
