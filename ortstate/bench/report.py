@@ -10,6 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..errors import OutputFileError
 from ..output_files import write_file
 from ..version import __version__
 from .measure import BenchResult
@@ -81,13 +82,24 @@ def markdown_table(result: BenchResult) -> str:
     return "\n".join(lines)
 
 
-def plot_unavailable() -> str | None:
-    """Why plots can't be drawn here (None when matplotlib imports)."""
+def plot_unavailable(path: str | os.PathLike[str] | None = None) -> str | None:
+    """Why a plot can't be drawn here (into ``path``, when given: its suffix names the format), or
+    None when it can: matplotlib imports and writes that format."""
     try:
-        import matplotlib  # noqa: F401
+        from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
         return "plots need matplotlib: pip install 'ortstate[plot]'"
+    if path is None:
+        return None
+    kind = _plot_format(path)
+    known = FigureCanvasBase.get_supported_filetypes()
+    if kind not in known:
+        return f"{path}: matplotlib writes no .{kind} files (it writes {', '.join(sorted(known))})"
     return None
+
+
+def _plot_format(path: str | os.PathLike[str]) -> str:
+    return Path(path).suffix[1:].lower() or "png"
 
 
 def _plain(label: str) -> str:
@@ -127,12 +139,16 @@ def plot_results(results: Sequence[BenchResult], path: str | os.PathLike[str], t
     Needs matplotlib.
 
     Raises:
-        OutputFileError: ``path`` cannot be written (see :mod:`ortstate.output_files`).
+        OutputFileError: ``path`` cannot be written (see :mod:`ortstate.output_files`), or names a
+            format matplotlib does not write.
     """
+    problem = plot_unavailable(path)
+    if problem:
+        raise OutputFileError(problem)
     import matplotlib.pyplot as plt
 
     fig = plot_figure(results, title)
-    kind = Path(path).suffix[1:].lower() or "png"
+    kind = _plot_format(path)
     try:
         write_file(path, lambda f: fig.savefig(f, format=kind, dpi=110, bbox_inches="tight"))
     finally:

@@ -71,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
     for option in ("steps", "rounds", "threads"):
         if getattr(args, option) < 1:
             raise UsageError(f"--{option} must be at least 1, got {getattr(args, option)}")
-    if args.plot and bench.plot_unavailable():  # say so before minutes of measuring, not after
-        raise UsageError(f"--plot: {bench.plot_unavailable()}")
+    problem = bench.plot_unavailable(args.plot) if args.plot else None
+    if problem:  # say so before minutes of measuring, not after
+        raise UsageError(f"--plot: {problem}")
     for option in ("json", "markdown", "plot"):  # before minutes of measuring
         if getattr(args, option):
             _output(option, functools.partial(check_writable, getattr(args, option)))

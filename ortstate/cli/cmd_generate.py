@@ -22,6 +22,7 @@ from ..generate import (
     Tokenizer,
     find_model_files,
 )
+from ..generate.prompts import check_prompts
 from ..generate.tokenizer import TOKENIZER_FILE
 from .args import add_form_option, add_verbose_option, load_npy
 from .command import EXIT_OK, Command
@@ -138,14 +139,13 @@ def search_options(args: argparse.Namespace) -> dict[str, Any]:
     try:
         SearchOptions.build(**given)
     except GenerationError as exc:
-        raise UsageError(f"--{_flag_of(str(exc))}: {exc}") from None
+        raise UsageError(f"{flag(exc.field)}: {exc}" if exc.field else str(exc)) from None
     return given
 
 
-def _flag_of(message: str) -> str:
-    """The option a SearchOptions message is about (its first word), spelled as a flag."""
-    word = message.split(" ", 1)[0]
-    return {"stop_strings": "stop", "stop_token_ids": "stop-id"}.get(word, word.replace("_", "-"))
+def flag(keyword: str) -> str:
+    """The command-line flag of a generation keyword (an error's ``field``)."""
+    return {"stop_strings": "--stop", "stop_token_ids": "--stop-id"}.get(keyword, "--" + keyword.replace("_", "-"))
 
 
 def _parse_ids(text: str) -> list[int]:
@@ -211,10 +211,10 @@ def _prompt(args: argparse.Namespace, generator: Generator, tokenizer: Any) -> l
         )
     else:
         raise UsageError("give the prompt with --prompt-ids 1,2,3 (or --prompt TEXT with a tokenizer.json)")
-    vocab = generator.vocab_size
-    bad = [t for t in ids if t < 0 or (vocab is not None and t >= vocab)]
-    if bad:
-        raise UsageError(f"prompt token id(s) {', '.join(map(str, bad))} outside the vocabulary (0..{vocab - 1})")
+    try:
+        check_prompts([ids], args.max_new_tokens, vocab_size=generator.vocab_size)
+    except GenerationError as exc:
+        raise UsageError(f"prompt {exc}" if exc.field == "prompts" else str(exc)) from None
     return ids
 
 

@@ -9,7 +9,6 @@ fresh state or continues the state the last one left (``reset=False``: a chat tu
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -280,6 +279,30 @@ class Generator:
         do (refused for a model whose state would take the pad tokens in: see :meth:`padding_problem`).
         A row that stopped is fed the pad token afterwards, masked, and gets no more tokens.
         """
+        job = self._plan(prompts, max_new_tokens, stream, encoder_input, stop_at_eos, keep_logits, reset, search)
+        self.last_run = job.run
+        try:
+            (beam_search if job.options.beam_search else sample_or_greedy)(self.stepper, job)
+        finally:
+            end = getattr(stream, "end", None)
+            if callable(end):
+                end()
+        return job.run.tokens
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _plan(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        stream: Callable[[list[int]], None] | None,
+        encoder_input: np.ndarray | None,
+        stop_at_eos: bool,
+        keep_logits: bool,
+        reset: bool,
+        search: dict[str, Any],
+    ) -> Job:
+        """Check a :meth:`generate_batch` request and decide what it feeds and how it picks and stops
+        (running the encoder on ``encoder_input``: nothing else runs before the request is known good)."""
         if stream is not None and not callable(stream):
             raise GenerationError(f"stream must be a callable taking the new tokens, got {type(stream).__name__}")
         options = self.search_options(**search)
@@ -287,34 +310,16 @@ class Generator:
             raise GenerationError("beam search cannot stream: its tokens are only known when it ends")
         held = self._rows.rows if not reset and self._rows.rows > 0 else None
         rows = check_prompts(prompts, max_new_tokens, vocab_size=self.vocab_size, held_rows=held)
-        if encoder_input is not None:
-            if not reset:
-                raise GenerationError("encoder_input starts a new generation: it cannot be given with reset=False")
-            self.encode(encoder_input)
-        if self.rules.needs_encoder and self.encoder_output is None:
-            raise GenerationError("an encoder-decoder needs an encoder input (encoder_input=...)")
-        hidden = self.encoder_output
-        if hidden is not None and hidden.shape[0] != len(rows):
-            raise GenerationError(f"the encoder output has batch {hidden.shape[0]}, the prompts {len(rows)}")
+        self._encoder_context(len(rows), encoder_input, reset)
         rebuild = options.beam_search and not self.layout.expands_by_beam_idx
-        chunks, fresh, histories = self._chunks(rows, reset, rebuild=rebuild)
-        criteria = StopCriteria(
-            self.config.eos_token_ids if stop_at_eos else (),
-            options.stop_token_ids,
-            options.stop_strings,
-            self.tokenizer if options.stop_strings else None,
-        )
-        seed = None
-        if options.do_sample:
-            seed = options.seed if options.seed is not None else secrets.randbits(63)
-        run = GenerationRun(
-            prompt_tokens=max(len(c) for c in chunks),
-            tokens=[[] for _ in rows],
-            encoder_seconds=self.encoder.last_seconds if (self.encoder and encoder_input is not None) else 0.0,
-            seed=seed,
-        )
-        self.last_run = run
-        job = Job(
+        chunks, fresh, histories = self._rows.first_feed(rows, reset, rebuild=rebuild)
+        seed = options.draw_seed()
+        encoded = self.encoder.last_seconds if (self.encoder and encoder_input is not None) else 0.0
+        run = GenerationRun(max(len(c) for c in chunks), [[] for _ in rows], encoder_seconds=encoded, seed=seed)
+        eos = self.config.eos_token_ids if stop_at_eos else ()
+        tokenizer = self.tokenizer if options.stop_strings else None
+        criteria = StopCriteria(eos, options.stop_token_ids, options.stop_strings, tokenizer)
+        return Job(
             chunks=chunks,
             fresh=fresh,
             histories=histories,
@@ -327,28 +332,15 @@ class Generator:
             keep_logits=keep_logits,
             pad=self.config.pad_token_id if self.config.pad_token_id is not None else 0,
         )
-        try:
-            (beam_search if options.beam_search else sample_or_greedy)(self.stepper, job)
-        finally:
-            end = getattr(stream, "end", None)
-            if callable(end):
-                end()
-        return run.tokens
 
-    # -- helpers ------------------------------------------------------------------------------------
-    def _chunks(
-        self, rows: list[list[int]], reset: bool, *, rebuild: bool
-    ) -> tuple[list[list[int]], bool, list[list[int]]]:
-        """What to feed first, whether it starts from a fresh state, and each row's tokens once it is fed:
-        the prompts (``reset``); or each row's pending token and new prompt (continuing); or the whole
-        history and the new prompt when the cache cannot be continued (stale, or ``rebuild``)."""
-        state = self._rows
-        if reset or state.rows == 0:
-            return rows, True, [list(r) for r in rows]
-        histories = [h + r for h, r in zip(state.history, rows)]
-        if state.stale or rebuild:
-            return histories, True, [list(h) for h in histories]
-        chunks = [p + r for p, r in zip(state.pending, rows)]
-        if not any(chunks):
-            raise GenerationError("nothing to continue from: give the next tokens (the last generation fed them all)")
-        return chunks, False, histories
+    def _encoder_context(self, rows: int, encoder_input: np.ndarray | None, reset: bool) -> None:
+        """Run the encoder on ``encoder_input`` if given; check an encoder-decoder has an output for ``rows`` rows."""
+        if encoder_input is not None:
+            if not reset:
+                raise GenerationError("encoder_input starts a new generation: it cannot be given with reset=False")
+            self.encode(encoder_input)
+        if self.rules.needs_encoder and self.encoder_output is None:
+            raise GenerationError("an encoder-decoder needs an encoder input (encoder_input=...)")
+        hidden = self.encoder_output
+        if hidden is not None and hidden.shape[0] != rows:
+            raise GenerationError(f"the encoder output has batch {hidden.shape[0]}, the prompts {rows}")

@@ -11,6 +11,7 @@ does, except the switches ``do_sample`` and ``num_beams``: ortstate decodes gree
 from __future__ import annotations
 
 import numbers
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -90,12 +91,18 @@ class SearchOptions:
     def beam_search(self) -> bool:
         return self.num_beams > 1
 
+    def draw_seed(self) -> int | None:
+        """The seed a generation samples with: :attr:`seed`, else a fresh one; None when it does not sample."""
+        if not self.do_sample:
+            return None
+        return self.seed if self.seed is not None else secrets.randbits(63)
+
 
 def _as_tuple(value: Any, key: str) -> tuple[Any, ...]:
     if isinstance(value, (str, bytes, numbers.Number)):
         return (value,)  # a single stop string / id
     if not isinstance(value, Sequence) and not hasattr(value, "__iter__"):
-        raise GenerationError(f"{key} must be a list, got {type(value).__name__}")
+        raise GenerationError(f"{key} must be a list, got {type(value).__name__}", field=key)
     return tuple(value)
 
 
@@ -108,37 +115,38 @@ def _is_real(value: Any) -> bool:
 
 
 def _check(options: SearchOptions, where: str) -> None:
-    """Raise GenerationError for the first parameter out of range (``where`` prefixes the message)."""
+    """Raise GenerationError for the first parameter out of range (``where`` prefixes the message;
+    the error's ``field`` names the parameter)."""
 
-    def fail(message: str) -> None:
-        raise GenerationError(f"{where}{message}")
+    def fail(field: str, what: str) -> None:
+        raise GenerationError(f"{where}{field} {what}", field=field)
 
     if not isinstance(options.do_sample, bool):
-        fail(f"do_sample must be true or false, got {options.do_sample!r}")
+        fail("do_sample", f"must be true or false, got {options.do_sample!r}")
     t = options.temperature
     if not _is_real(t) or not 0 < t < float("inf"):
-        fail(f"temperature must be a number > 0, got {t!r} (for greedy decoding, do not sample)")
+        fail("temperature", f"must be a number > 0, got {t!r} (for greedy decoding, do not sample)")
     if not _is_int(options.top_k) or options.top_k < 0:
-        fail(f"top_k must be an integer >= 0 (0 keeps every token), got {options.top_k!r}")
+        fail("top_k", f"must be an integer >= 0 (0 keeps every token), got {options.top_k!r}")
     if not _is_real(options.top_p) or not 0 < options.top_p <= 1:
-        fail(f"top_p must be in (0, 1], got {options.top_p!r}")
+        fail("top_p", f"must be in (0, 1], got {options.top_p!r}")
     r = options.repetition_penalty
     if not _is_real(r) or not 0 < r < float("inf"):
-        fail(f"repetition_penalty must be a number > 0 (1 = no penalty), got {r!r}")
+        fail("repetition_penalty", f"must be a number > 0 (1 = no penalty), got {r!r}")
     if not _is_int(options.num_beams) or options.num_beams < 1:
-        fail(f"num_beams must be an integer >= 1, got {options.num_beams!r}")
+        fail("num_beams", f"must be an integer >= 1, got {options.num_beams!r}")
     if not _is_real(options.length_penalty) or abs(options.length_penalty) == float("inf"):
-        fail(f"length_penalty must be a finite number, got {options.length_penalty!r}")
+        fail("length_penalty", f"must be a finite number, got {options.length_penalty!r}")
     if not (isinstance(options.early_stopping, bool) or options.early_stopping == "never"):
-        fail(f"early_stopping must be true, false or 'never', got {options.early_stopping!r}")
+        fail("early_stopping", f"must be true, false or 'never', got {options.early_stopping!r}")
     if options.seed is not None and (not _is_int(options.seed) or not 0 <= options.seed < 2**63):
-        fail(f"seed must be an integer in [0, 2**63), got {options.seed!r}")
+        fail("seed", f"must be an integer in [0, 2**63), got {options.seed!r}")
     bad_ids = [t for t in options.stop_token_ids if not _is_int(t) or t < 0]
     if bad_ids:
-        fail(f"stop_token_ids must be non-negative integers, got {', '.join(map(repr, bad_ids))}")
+        fail("stop_token_ids", f"must be non-negative integers, got {', '.join(map(repr, bad_ids))}")
     bad_strings = [s for s in options.stop_strings if not isinstance(s, str) or not s]
     if bad_strings:
-        fail(f"stop_strings must be non-empty strings, got {', '.join(map(repr, bad_strings))}")
+        fail("stop_strings", f"must be non-empty strings, got {', '.join(map(repr, bad_strings))}")
 
 
 def file_defaults(generation: Mapping[str, Any], source: str = "generation_config.json") -> dict[str, Any]:
@@ -153,5 +161,5 @@ def file_defaults(generation: Mapping[str, Any], source: str = "generation_confi
     try:
         SearchOptions(**values)
     except GenerationError as exc:
-        raise GenerationError(f"{source}: {exc}") from None
+        raise GenerationError(f"{source}: {exc}", field=exc.field) from None
     return values

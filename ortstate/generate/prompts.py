@@ -23,28 +23,34 @@ def check_prompts(
         held_rows: continuing a state of this many rows (one prompt each, possibly empty), else None.
 
     Raises:
-        GenerationError: one line saying what is wrong.
+        GenerationError: one line saying what is wrong; its ``field`` is ``max_new_tokens`` or ``prompts``.
     """
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-        raise GenerationError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        raise GenerationError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}", field="max_new_tokens")
     if not is_sequence(prompts):
-        raise GenerationError(f"prompts must be a list of token id lists, got {type(prompts).__name__}")
+        raise GenerationError(
+            f"prompts must be a list of token id lists, got {type(prompts).__name__}", field="prompts"
+        )
     rows = []
     for prompt in prompts:
         if not is_sequence(prompt):
-            raise GenerationError(f"a prompt is a list of token ids, got {type(prompt).__name__}")
+            raise GenerationError(f"a prompt is a list of token ids, got {type(prompt).__name__}", field="prompts")
         odd = next((t for t in prompt if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer))), None)
         if odd is not None:
-            raise GenerationError(f"token ids must be integers, got {odd!r} ({type(odd).__name__})")
+            raise GenerationError(f"token ids must be integers, got {odd!r} ({type(odd).__name__})", field="prompts")
         rows.append([int(t) for t in prompt])
     if not rows or (held_rows is None and not all(rows)):
-        raise GenerationError("the prompt is empty: give at least one token id")
+        raise GenerationError("the prompt is empty: give at least one token id", field="prompts")
     if held_rows is not None and len(rows) != held_rows:
-        raise GenerationError(f"continuing needs one prompt per row of the state ({held_rows}), got {len(rows)}")
+        raise GenerationError(
+            f"continuing needs one prompt per row of the state ({held_rows}), got {len(rows)}", field="prompts"
+        )
     bad = sorted({t for r in rows for t in r if t < 0 or t > _MAX_ID or (vocab_size is not None and t >= vocab_size)})
     if bad:
         limit = f"0..{vocab_size - 1}" if vocab_size is not None else "non-negative"
-        raise GenerationError(f"token id(s) {', '.join(map(str, bad))} outside the vocabulary ({limit})")
+        raise GenerationError(
+            f"token id(s) {', '.join(map(str, bad))} outside the vocabulary ({limit})", field="prompts"
+        )
     return rows
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import GenerationError
+
 __all__ = ["CacheRows", "left_pad"]
 
 
@@ -79,3 +81,24 @@ class CacheRows:
 
     def commit(self, mask: np.ndarray, prompts: np.ndarray) -> None:
         self.mask, self.prompts = mask, prompts
+
+    def first_feed(
+        self, prompts: list[list[int]], reset: bool, *, rebuild: bool
+    ) -> tuple[list[list[int]], bool, list[list[int]]]:
+        """What a generation of ``prompts`` feeds first, whether it starts from a fresh state, and each
+        row's tokens once it is fed: the prompts (``reset``); or each row's pending token and new prompt
+        (continuing); or the whole history and the new prompt when the cache cannot be continued
+        (stale, or ``rebuild``).
+
+        Raises:
+            GenerationError: continuing with nothing to feed.
+        """
+        if reset or self.rows == 0:
+            return prompts, True, [list(r) for r in prompts]
+        histories = [h + r for h, r in zip(self.history, prompts)]
+        if self.stale or rebuild:
+            return histories, True, [list(h) for h in histories]
+        chunks = [p + r for p, r in zip(self.pending, prompts)]
+        if not any(chunks):
+            raise GenerationError("nothing to continue from: give the next tokens (the last generation fed them all)")
+        return chunks, False, histories

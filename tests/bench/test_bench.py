@@ -127,6 +127,16 @@ def test_plot_without_matplotlib_fails_before_measuring(capsys, monkeypatch, tmp
     assert not (tmp_path / "p.png").exists()
 
 
+def test_a_plot_format_matplotlib_does_not_write_fails_before_measuring(capsys, tmp_path):
+    target = tmp_path / "p.xyz"
+    code, out, err = run_cli(capsys, "bench", DEMO, "--steps", 3, "--rounds", 1, "--plot", target)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"ortstate: error: --plot: {target}: matplotlib writes no .xyz files (it writes ")
+    assert "png" in err and err.count("\n") == 1 and not target.exists()
+    with pytest.raises(ortstate.OutputFileError, match=r"matplotlib writes no \.xyz files"):
+        bench.plot_results([fake_result("m/model.xml", "f32", 10.0)], target)
+
+
 def test_plot_writes_a_png(capsys, tmp_path):
     code, _, err = run_cli(capsys, "bench", DEMO, "--steps", 3, "--rounds", 1, "--plot", tmp_path / "p.png")
     assert code == 0, err

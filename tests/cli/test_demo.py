@@ -11,16 +11,17 @@ import pytest
 from oracle import OV_CONFIG
 
 import ortstate
-from ortstate.cli import demo, main
+from ortstate.cli import char_lstm, cmd_demo, main
 
 CHARS = 60
 
 
 def _openvino_greedy(prompt: str, count: int) -> str:
     """Greedy decoding straight through OpenVINO's stateful InferRequest, independent of the demo."""
-    meta = json.loads((demo.DEMO_DIR / "vocab.json").read_text(encoding="utf-8"))
+    meta = json.loads((char_lstm.DEMO_DIR / "vocab.json").read_text(encoding="utf-8"))
     chars, name, out = meta["chars"], meta["input"]["name"], meta["output"]["name"]
-    request = ov.Core().compile_model(str(demo.DEMO_DIR / "char_lstm.xml"), "CPU", OV_CONFIG).create_infer_request()
+    xml = char_lstm.DEMO_DIR / "char_lstm.xml"
+    request = ov.Core().compile_model(str(xml), "CPU", OV_CONFIG).create_infer_request()
     logits = None
     for ch in prompt:
         logits = request.infer({name: np.array([[chars.index(ch)]], np.int64)})[out]
@@ -39,15 +40,15 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
 
 
 def test_vocab_describes_the_ir() -> None:
-    meta = json.loads((demo.DEMO_DIR / "vocab.json").read_text(encoding="utf-8"))
-    model = ov.Core().read_model(str(demo.DEMO_DIR / "char_lstm.xml"))
+    meta = json.loads((char_lstm.DEMO_DIR / "vocab.json").read_text(encoding="utf-8"))
+    model = ov.Core().read_model(str(char_lstm.DEMO_DIR / "char_lstm.xml"))
     assert [i.get_any_name() for i in model.inputs] == [meta["input"]["name"]]
     assert str(model.inputs[0].get_partial_shape()) == meta["input"]["shape"]
     assert model.inputs[0].get_element_type() == ov.Type.i64
     assert [o.get_any_name() for o in model.outputs] == [meta["output"]["name"]]
     assert model.outputs[0].get_partial_shape()[-1].get_length() == len(meta["chars"])
     assert sorted(s.get_variable_id() for s in model.get_sinks()) == sorted(meta["variables"])
-    assert (demo.DEMO_DIR / "char_lstm.bin").stat().st_size < 1 << 20
+    assert (char_lstm.DEMO_DIR / "char_lstm.bin").stat().st_size < 1 << 20
 
 
 @pytest.mark.parametrize("form", [[], ["--form", "custom-op"]], ids=["auto", "custom-op"])
@@ -67,7 +68,7 @@ def test_greedy_text_is_deterministic_and_equals_openvino(capsys: pytest.Capture
     assert code == 0
     again = _run(capsys, "--chars", str(CHARS), "--no-openvino")[1]
     assert out == again
-    prompt, second = "Beautiful is", demo.SECOND_PROMPT
+    prompt, second = "Beautiful is", cmd_demo.SECOND_PROMPT
     want = f"{prompt}{_openvino_greedy(prompt, CHARS)}\n{second}{_openvino_greedy(second, CHARS)}\n"
     assert out == want
 
@@ -97,8 +98,8 @@ def test_unknown_prompt_characters(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_demo_files_are_packaged() -> None:
-    assert demo.DEMO_DIR == Path(ortstate.__file__).parent / "_demo"  # package data
-    assert {p.name for p in demo.DEMO_DIR.iterdir()} >= {"char_lstm.xml", "char_lstm.bin", "vocab.json"}
+    assert char_lstm.DEMO_DIR == Path(ortstate.__file__).parent / "_demo"  # package data
+    assert {p.name for p in char_lstm.DEMO_DIR.iterdir()} >= {"char_lstm.xml", "char_lstm.bin", "vocab.json"}
 
 
 def test_cli_runs_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
