@@ -24,7 +24,7 @@ import onnx
 from .convert import convert_graph
 from .decoders import InputSpec
 from .errors import InputError, OpenVINOUnavailable, OrtStateError, RunError
-from .ir import read_ir
+from .ir import Graph, read_ir
 from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
 from .runtime import StatefulSession
 from .verify_inputs import DEFAULT_DIM, VerifyInputs, input_specs, random_inputs
@@ -153,8 +153,7 @@ def verify(
         raise OrtStateError(f"steps must be at least 1, got {steps}")
     ov = load_openvino()
     say = progress or (lambda _msg: None)
-    xml = Path(xml)
-    bin_file = Path(bin_path) if bin_path is not None else None
+    xml, bin_file = Path(xml), (Path(bin_path) if bin_path is not None else None)
     graph = read_ir(xml, bin_file)
     maker = VerifyInputs(graph, xml, batch, shapes or {}, inputs or {})
     remedy = maker.rules.remedy if maker.rules is not None else ""
@@ -162,26 +161,16 @@ def verify(
         note("; ".join(maker.rules.notes))
     rng = np.random.default_rng(seed)
     feeds = maker.phase(rng, steps) + maker.phase(rng, steps)
-
     say(f"running OpenVINO {ov.get_version().split('-')[0]} on {xml.name}")
     reference = Reference(ov, xml, bin_file, graph, maker.initial, remedy)
     trajectory = _trajectory(reference, feeds, steps)
     results = []
     for model, form in _planned_runs(forms, onnx_model):
-        if model is None:
-            say(f"converting {xml.name} ({form} form)")
-            model = convert_graph(graph, explicit_state=form == EXPLICIT)
-        session = StatefulSession(model, form=form)
-        label = session.form if session.form == session.model_form else f"{session.form} (rewritten)"
-        say(f"running ortstate ({label} form)")
+        session = _session(graph, xml, model, form, say)
         try:
-            results.append(
-                _run_form(session, label, reference.output_names, feeds, trajectory, steps, rtol, atol, maker.initial)
-            )
+            results.append(_run_form(session, reference.output_names, feeds, trajectory, (rtol, atol), maker.initial))
         except RunError as exc:
-            if not remedy:
-                raise
-            raise RunError(f"{exc}; {remedy}") from None
+            raise RunError(f"{exc}; {remedy}") if remedy else exc from None
     first = {name: (str(value.dtype), tuple(value.shape)) for name, value in feeds[0].items()}
     return VerifyResult(str(xml), ov.get_version(), steps, first, results, rtol, atol, maker.feeding)
 
@@ -195,6 +184,20 @@ def _trajectory(
         request = reference.request()  # a fresh compile is OpenVINO's reset (see verify_reference)
         trajectory.extend(reference.step(request, f) for f in feeds[phase * steps : (phase + 1) * steps])
     return trajectory
+
+
+def _session(graph: Graph, xml: Path, model: onnx.ModelProto | None, form: str, say: Callable[[str], None]) -> Any:
+    """The session of one run: ``model`` (None: the IR converted to ``form``) in ``form``."""
+    if model is None:
+        say(f"converting {xml.name} ({form} form)")
+        model = convert_graph(graph, explicit_state=form == EXPLICIT)
+    session = StatefulSession(model, form=form)
+    say(f"running ortstate ({_label(session)} form)")
+    return session
+
+
+def _label(session: Any) -> str:
+    return session.form if session.form == session.model_form else f"{session.form} (rewritten)"
 
 
 def _planned_runs(forms: Sequence[str], onnx_model: onnx.ModelProto | None) -> list[tuple[onnx.ModelProto | None, str]]:
@@ -216,15 +219,15 @@ def _planned_runs(forms: Sequence[str], onnx_model: onnx.ModelProto | None) -> l
 
 def _run_form(
     session: Any,
-    label: str,
     ov_names: list[str],
     feeds: list[dict[str, np.ndarray]],
     trajectory: list[tuple[list[np.ndarray], dict[str, np.ndarray]]],
-    steps: int,
-    rtol: float,
-    atol: float,
+    tolerance: tuple[float, float],
     initial: Mapping[str, np.ndarray],
 ) -> FormResult:
+    """Run ``session`` through both phases (half of ``feeds`` each) and compare with ``trajectory``."""
+    steps, (rtol, atol) = len(feeds) // 2, tolerance
+    label = _label(session)
     result = FormResult(label)
     names = [o.name for o in session.get_outputs()]
     order = _pair_outputs(names, ov_names)

@@ -107,11 +107,9 @@ def model_workload(
             an input of a type numpy cannot hold.
         OrtStateError: the IR cannot be read.
     """
-    xml = Path(xml)
-    graph = read_ir(xml)
-    rng = np.random.default_rng(seed)
+    xml, shapes = Path(xml), shapes or {}
+    graph, rng = read_ir(xml), np.random.default_rng(seed)
     label, precision = model_label(xml), weight_precision(graph)
-    shapes = shapes or {}
     inputs = SyntheticInputs(
         graph,
         read_config(xml.parent),

@@ -15,7 +15,6 @@ from ..errors import RunError, UsageError
 from ..generate import (
     Chat,
     GenerationError,
-    GenerationRun,
     Generator,
     SearchOptions,
     TextStreamer,
@@ -26,6 +25,7 @@ from ..generate.prompts import check_prompts
 from ..generate.tokenizer import TOKENIZER_FILE
 from .args import add_form_option, add_verbose_option, load_npy
 from .command import EXIT_OK, Command
+from .generate_output import IdPrinter, latency_summary, write_out
 from .report import progress
 
 DESCRIPTION = """\
@@ -218,53 +218,6 @@ def _prompt(args: argparse.Namespace, generator: Generator, tokenizer: Any) -> l
     return ids
 
 
-class _IdPrinter:
-    """Streams token ids to stdout, space-separated."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, token: int) -> None:
-        sys.stdout.write(f"{' ' if self.count else ''}{token}")
-        sys.stdout.flush()
-        self.count += 1
-
-
-def _stdout(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
-
-
-STOPPED = {
-    "eos": "stopped at eos",
-    "stop_token": "stopped at a stop token",
-    "stop_string": "stopped at a stop string",
-    "max_new_tokens": "max new tokens reached",
-}
-
-
-def latency_summary(run: GenerationRun, form: str) -> str:
-    """One line: prefill time, decode median/p90 per token, why it stopped."""
-    parts = []
-    if run.encoder_seconds:
-        parts.append(f"encoder {run.encoder_seconds * 1e3:.2f} ms")
-    plural = "s" * (run.prompt_tokens != 1)
-    parts.append(f"prefill {run.prefill_seconds * 1e3:.2f} ms ({run.prompt_tokens} prompt token{plural})")
-    decode = np.asarray(run.decode_seconds) * 1e6
-    if decode.size:
-        median, p90 = np.median(decode), np.percentile(decode, 90)
-        tokens = f"{decode.size} token{'s' * (decode.size != 1)}"
-        parts.append(f"decode {tokens}: median {median:.0f} µs, p90 {p90:.0f} µs per token")
-    how = [f"{form} form"]
-    if run.seed is not None:
-        how.append(f"sampled with seed {run.seed}")
-    if run.beams is not None:
-        best = run.beams[0][0].score if run.beams and run.beams[0] else float("nan")
-        how.append(f"{sum(len(b) for b in run.beams)} beams, best score {best:.4f}")
-    how.append(STOPPED.get(run.stop_reason, run.stop_reason))
-    return f"ortstate: {'; '.join(parts)} ({', '.join(how)})"
-
-
 def run(args: argparse.Namespace) -> int:
     model_dir = Path(args.model_dir)
     if not model_dir.exists():
@@ -303,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
     beams = search.get("num_beams", 1) > 1
     stream: Any = None
     if not beams:
-        stream = TextStreamer(tokenizer, on_text=_stdout) if args.prompt is not None else _IdPrinter()
+        stream = TextStreamer(tokenizer, on_text=write_out) if args.prompt is not None else IdPrinter()
     with _remedied(generator):
         tokens = generator.generate(
             prompt,
@@ -314,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
             **search,
         )
     if beams:
-        _stdout(tokenizer.decode(tokens) if args.prompt is not None else " ".join(map(str, tokens)))
+        write_out(tokenizer.decode(tokens) if args.prompt is not None else " ".join(map(str, tokens)))
     print(flush=True)
     assert generator.last_run is not None
     print(latency_summary(generator.last_run, generator.session.form), file=sys.stderr)
@@ -347,11 +300,11 @@ def _chat(args: argparse.Namespace, generator: Generator, tokenizer: Any, search
     turns = [args.prompt] if args.prompt is not None else _stdin_turns()
     beams = search.get("num_beams", 1) > 1
     for turn in turns:
-        stream = None if beams else TextStreamer(tokenizer, on_text=_stdout)
+        stream = None if beams else TextStreamer(tokenizer, on_text=write_out)
         with _remedied(generator):
             reply = chat.say(turn, args.max_new_tokens, stream=stream, stop_at_eos=not args.ignore_eos, **search)
         if beams:
-            _stdout(reply)
+            write_out(reply)
         print(flush=True)
         assert generator.last_run is not None
         print(latency_summary(generator.last_run, generator.session.form), file=sys.stderr)
