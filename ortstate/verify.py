@@ -12,10 +12,12 @@ gets random values every step (see :mod:`ortstate.decoders.synthetic`).
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -28,7 +30,7 @@ from .ir import Graph, read_ir
 from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
 from .runtime import StatefulSession
 from .verify_inputs import DEFAULT_DIM, VerifyInputs, input_specs, random_inputs
-from .verify_reference import OV_CONFIG, Reference, load_openvino
+from .verify_reference import OV_CONFIG, Reference
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -50,6 +52,15 @@ __all__ = [
 
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-4
+INSTALL_HINT = "pip install 'ortstate[verify]'"
+
+
+def load_openvino() -> ModuleType:
+    """Import openvino, or raise :class:`OpenVINOUnavailable` saying how to install it."""
+    try:
+        return importlib.import_module("openvino")
+    except ImportError:
+        raise OpenVINOUnavailable(f"verify needs OpenVINO, which is not installed: {INSTALL_HINT}") from None
 
 
 @dataclass(frozen=True)

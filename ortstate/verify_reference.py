@@ -1,13 +1,12 @@
 """OpenVINO's side of ``verify``: the reference trajectory of one IR, step by step.
 
-OpenVINO is imported only when needed (``pip install 'ortstate[verify]'``). Its reset is a freshly
+``verify`` imports OpenVINO (only when needed) and hands it over. Its reset is a freshly
 compiled model, because its CPU plugin's own ``reset_state()`` leaves some ShapeOf/Broadcast-initialised
 caches stale (seen with ``models/kv_cache_toy`` on 2026.4).
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,25 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from .errors import OpenVINOUnavailable, OrtStateError
+from .errors import OrtStateError
 from .ir import Graph
 from .verify_inputs import inputs_reaching
 
-__all__ = ["INSTALL_HINT", "OV_CONFIG", "Reference", "load_openvino", "one_line"]
+__all__ = ["OV_CONFIG", "Reference", "one_line"]
 
 # f32 everywhere: the CPU plugin may otherwise compute in bf16 (its default on CPUs with bf16 units),
 # keep KV caches in f16 or u8 and quantize the activations of compressed weights to int8 on the fly
 # (logits move by ~1e-2; docs/compressed-weights.md).
 OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
-INSTALL_HINT = "pip install 'ortstate[verify]'"
-
-
-def load_openvino() -> ModuleType:
-    """Import openvino, or raise :class:`OpenVINOUnavailable` saying how to install it."""
-    try:
-        return importlib.import_module("openvino")
-    except ImportError:
-        raise OpenVINOUnavailable(f"verify needs OpenVINO, which is not installed: {INSTALL_HINT}") from None
 
 
 class Reference:

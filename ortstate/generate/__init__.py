@@ -5,6 +5,11 @@
 It decodes greedily, samples, or runs beam search through the model's ``beam_idx``; it can continue
 from the state a generation left (``reset=False``); :class:`TextStreamer` prints text as it comes,
 :class:`Chat` keeps a conversation in the cache.
+
+What a decoder takes (its folder, config, feeding rules, state layout) is :mod:`ortstate.decoders`';
+the names generation has always exported from there (``FeedRules``, ``ModelConfig``,
+``find_model_files``, ...) are exported here too, and a :class:`~ortstate.errors.DecoderError` is a
+:class:`GenerationError`.
 """
 
 from ..decoders import (
