@@ -67,6 +67,7 @@ class PingPong:
             self.bindings.append(binding)
             self.raw_bindings.append(raw)
         self.k = 0
+        self.probe = variables[0].id  # whose buffer tells which set the store holds
         self.run_bound = model.fast.run_bound
         store.swap(current)  # the store reads the live buffer set (no version bump)
         self.version = store.version
@@ -84,6 +85,8 @@ class PingPong:
                 raise PingPongMiss
             _copyto(buf, arr)
         k = self.k
+        if self.store.committed(self.probe) is not self.sets[k][self.probe]:
+            k = self.k = k ^ 1  # a Ctrl-C landed between the last commit and the flip below
         try:
             self.run_bound(self.raw_bindings[k], QUIET)
         except Exception:  # noqa: BLE001 - the general path re-runs and reports a real error properly
@@ -93,11 +96,12 @@ class PingPong:
         else:
             outputs = self.outputs
             out = [outputs[n].copy() for n in names]
-        # A Ctrl-C during the run is raised here (the next run still reads set k); after it only the
-        # switch of sets and the return are left, so a KeyboardInterrupt means nothing was committed.
+        # A Ctrl-C during the run is raised here (the next run still reads set k). The commit is the
+        # store's swap, one dict update: a Ctrl-C raised as it is called commits nothing, and one
+        # raised after it, before the flip of ``self.k``, is caught up by the next run's check.
         _checkpoint()
-        self.k = k ^ 1
         self.store.swap(self.sets[k ^ 1])
+        self.k = k ^ 1
         return out
 
 
