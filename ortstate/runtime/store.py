@@ -132,10 +132,12 @@ class StateStore:
         ``VariableMeta.reorder``); an uninitialised variable is reordered as its init is read."""
         order = self._run_order
         order.clear()
+        seen: dict[tuple[str, int], np.ndarray | None] = {}  # variables of one batch share the check
         for var_id, name in self._reorders:
             value = self._values.get(var_id)
             rows = value.shape[0] if value is not None and value.ndim else -1
-            indices = reorder_indices(feeds, name, rows)
+            key = (name, rows)
+            indices = seen[key] if key in seen else seen.setdefault(key, reorder_indices(feeds, name, rows))
             if indices is not None:
                 order[var_id] = indices
 
