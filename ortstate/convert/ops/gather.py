@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ..compressed import float_weight, gather_quantized
+from ..compressed import FloatWeight, QuantizedWeight, float_weight, gather_quantized
 from ..context import Context, Node
 from ..dtypes import numpy_type
 from ..int64 import i64, int64_input, scalar_const
 from ..registry import translator
-from ..weights import FloatWeight, QuantizedWeight
 
 _MAX = np.iinfo(np.int64).max  # "to the end" in a Slice
 
