@@ -11,8 +11,8 @@ import numpy as np
 from ..errors import ConversionError
 from ..ir import ElementType, Graph, Layer, PartialShape, element_type, parse_partial_shape
 from .builder import GraphBuilder
+from .compressed.emitted import EmittedWeights
 from .compressed.recognise import plan_weights
-from .compressed.registry import EmittedWeights
 from .compressed.weights import FloatWeight, QuantizedWeight
 from .dtypes import onnx_type
 from .folding import constant_value

@@ -2,8 +2,8 @@
 
 One job a module: ``weights`` (what a recognised weight is), ``recognise`` (the IR patterns of
 compressed weights), ``plan`` (which MatMuls run together, decided up front), ``pack`` (their
-bytes, pure numpy), ``nbits`` (their initializers and the ``MatMulNBits`` node), ``split`` (the
-exact int8 split), ``registry`` (what is written, once a weight), ``emit`` (what translators call).
+bytes, pure numpy), ``nbits`` (their initializers and the ``MatMulNBits`` node), ``exact_split`` (the
+exact int8 split), ``emitted`` (what is written, once a weight), ``emit`` (what translators call).
 
 Why these ops, measured with ``benchmarks/weights_kernels.py`` (ONNX Runtime 1.31 CPU, AVX2):
 
@@ -20,7 +20,7 @@ Why these ops, measured with ``benchmarks/weights_kernels.py`` (ONNX Runtime 1.3
 - Decoding (at most ``SPLIT_MAX_ROWS`` rows of activations) runs the int8 kernels
   (``accuracy_level`` 4), which ONNX Runtime makes 1.5x (4-bit) to 20x (8-bit) faster than its
   f32-compute ones on AVX2, on activations split exactly into three parts whose int8
-  quantization loses nothing that f32 would keep (:func:`~.split.int8_grid_parts`): the result is
+  quantization loses nothing that f32 would keep (:func:`~.exact_split.int8_grid_parts`): the result is
   OpenVINO's exact one to f32 rounding. More rows (a prompt) run a 4-bit weight's f32-compute
   kernel, faster there, through an ``If`` on the row count.
 - 8-bit weights are written as they are (``MatMulNBits`` bits=8) and always split: ONNX Runtime
@@ -39,10 +39,10 @@ Why these ops, measured with ``benchmarks/weights_kernels.py`` (ONNX Runtime 1.3
 """
 
 from .emit import MIN_EXPANDED, float_weight, gather_quantized, matmul_quantized, record_expanded
+from .emitted import EmittedWeights
+from .exact_split import SPLIT_MAX_ROWS
 from .nbits import MS_DOMAIN
 from .recognise import WeightPlan, plan_weights, weight_source
-from .registry import EmittedWeights
-from .split import SPLIT_MAX_ROWS
 from .weights import CompressedInput, FloatWeight, QuantizedWeight
 
 __all__ = [

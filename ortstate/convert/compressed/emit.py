@@ -1,5 +1,5 @@
 """What translators call for a compressed weight: its nodes and initializers, written once each
-(:class:`~.registry.EmittedWeights`) and recorded for ``inspect``."""
+(:class:`~.emitted.EmittedWeights`) and recorded for ``inspect``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from onnx import TensorProto
 
 from ...ir import Layer
 from ..weights_report import EXPANDED
+from .emitted import FloatValues
+from .exact_split import SPLIT_MAX_ROWS, write_split_group
 from .nbits import MS_DOMAIN, NBitsInputs, gather_inputs, matmul_nbits, nibble_inputs, stacked_inputs
 from .plan import SplitGroup, split_group
 from .recognise import weight_source
-from .registry import FloatValues
-from .split import SPLIT_MAX_ROWS, write_split_group
 from .weights import FloatWeight, QuantizedWeight
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ MIN_EXPANDED = 1024
 def matmul_quantized(node: Node, ctx: Context, w: QuantizedWeight) -> str:
     """``A @ W^T`` for a quantized ``W [N, K]`` (MatMul's B, either orientation).
 
-    Exact by default, through the split (see ``split``): a few rows of A (decoding) reach the int8
+    Exact by default, through the split (see ``exact_split``): a few rows of A (decoding) reach the int8
     kernels split exactly, more rows (a prompt) a 4-bit weight's f32-compute kernel. With
     ``int8_activations`` the activations are quantized once, as OpenVINO's default CPU config
     does. An input of unknown rank keeps the f32-compute kernel (the split reshapes by rank).
@@ -63,7 +63,7 @@ def _matmul_inputs(ctx: Context, w: QuantizedWeight, native8: bool) -> NBitsInpu
 
 def _write_split_group(node: Node, ctx: Context, group: SplitGroup, rank: int) -> None:
     """Every MatMul of ``group``, written as ``node`` (its first translated) is: their outputs go
-    to the registry."""
+    to ``ctx.compressed``."""
     fused4, fused8 = _stacked_inputs(ctx, group.weights(4), 4), _stacked_inputs(ctx, group.weights(8), 8)
     outs = write_split_group(ctx.b, group, node.layer.name, node.inputs[0], rank, fused4, fused8)
     ctx.compressed.add_split_outputs(zip(group.ordered, outs))

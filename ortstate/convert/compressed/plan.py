@@ -4,7 +4,7 @@ node is written.
 The MatMuls reading one activation (q/k/v, gate/up) whose quantized weights share a block and K
 form a group: their weights of one bit width run as one ``MatMulNBits`` over the rows of all of
 them (one initializer, split after), behind one ``If`` on the activation's row count (see
-``split``). The first of them translated writes the whole group.
+``exact_split``). The first of them translated writes the whole group.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def int8_grid_parts(x: str, rank: int, block: int, k: int, b: GraphBuilder, cons
     ``x`` on its grid, ``x2`` the remainder ``x - x1`` on its own grid (127x finer), ``x3`` what is
     left (at most ``max|x| / 64516``), which the kernel quantizes with an error below ``max|x| /
     2**23``: f32's own rounding. The three rows cost one pass over the weight (they share each
-    unpacked block). ``tests/convert/test_weights.py`` pins the result to f32 accuracy on
+    unpacked block). ``tests/convert/compressed/test_weights.py`` pins the result to f32 accuracy on
     heavy-tailed activations: if a later ONNX Runtime quantizes differently, it fails, not drifts.
     """
     blocks = -(-k // block)
