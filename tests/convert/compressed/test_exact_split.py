@@ -59,6 +59,10 @@ def _dense(w) -> np.ndarray:
     return (w.codes().astype(np.float64) - w.zero_point[:, per_value]) * w.scale[:, per_value]
 
 
+def _level(node) -> int:
+    return next(a.i for a in node.attribute if a.name == "accuracy_level")
+
+
 def test_a_group_is_one_if_on_the_row_count_with_each_weights_result_after_it():
     group = _group()
     b = GraphBuilder("g")
