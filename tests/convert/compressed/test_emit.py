@@ -8,7 +8,7 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from oracle import single_op
-from qweights import chain
+from quantized_weights import chain
 
 from ortstate.convert.builder import GraphBuilder
 from ortstate.convert.compressed import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
-from qweights import quantized
+from quantized_weights import quantized
 
 from ortstate.convert.compressed import EmittedWeights, FloatWeight
 from ortstate.convert.compressed.emitted import FloatValues

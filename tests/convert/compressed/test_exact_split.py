@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
-from qweights import quantized
+from quantized_weights import quantized
 
 from ortstate.convert.builder import GraphBuilder
 from ortstate.convert.compressed.exact_split import SPLIT_MAX_ROWS, int8_grid_parts, write_split_group

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
-from qweights import quantized
+from quantized_weights import quantized
 
 from ortstate.convert.builder import GraphBuilder
 from ortstate.convert.compressed.nbits import (

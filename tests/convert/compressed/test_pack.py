@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from qweights import quantized
+from quantized_weights import quantized
 
 from ortstate.convert.compressed import pack
 

@@ -6,7 +6,7 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 from oracle import single_op
-from qweights import chain
+from quantized_weights import chain
 
 from ortstate.convert.compressed.plan import split_group, split_groups
 from ortstate.ir import read_ir

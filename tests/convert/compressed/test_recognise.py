@@ -7,7 +7,7 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 from oracle import single_op
-from qweights import chain
+from quantized_weights import chain
 
 from ortstate.convert.compressed import FloatWeight, QuantizedWeight, plan_weights, weight_source
 from ortstate.convert.compressed.pack import pack4
