@@ -20,6 +20,8 @@ def test_names_are_unique_across_a_graph_and_its_subgraphs():
     child = b.sub("body")
     assert child.names is names
     assert b.op("Relu", ["x"]) == "Relu:Relu" and child.op("Relu", ["x"]) == "Relu:Relu_1"
+    child.op("MatMulNBits", ["a", "b"], domain="com.microsoft")
+    assert b.domains == {"com.microsoft"}  # the model imports what its subgraphs use
 
 
 def test_op_names_values_after_the_layer_and_records_domains():
