@@ -136,7 +136,7 @@ class Node:
         return constant_value(self.graph, producer)
 
     def weight(self, i: int) -> QuantizedWeight | FloatWeight | None:
-        """Input ``i`` as a compressed weight the converter keeps compressed (see ``weights``)."""
+        """Input ``i`` as a compressed weight the converter keeps compressed (see ``compressed``)."""
         return plan_weights(self.graph).weights.get(self.graph.producer(self.layer, i)[0].id)
 
     def const_ints(self, i: int, what: str) -> list[int]:

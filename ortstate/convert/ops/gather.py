@@ -16,7 +16,7 @@ _MAX = np.iinfo(np.int64).max  # "to the end" in a Slice
 
 # -- Gather ------------------------------------------------------------------------------------
 def _gather_any(node: Node, ctx: Context, batch_dims: int, zero_out_of_range: bool) -> list[str]:
-    """Gather, with a compressed table (see ``weights``) read compressed."""
+    """Gather, with a compressed table (see ``compressed``) read compressed."""
     weight = node.weight(0)
     if isinstance(weight, QuantizedWeight):  # an embedding table kept compressed (axis 0, no batch)
         indices = node.inputs[1] if node.input_type(1).name in ("i32", "i64") else int64_input(node, ctx, 1)

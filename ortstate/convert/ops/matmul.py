@@ -25,7 +25,7 @@ def matmul_v1(node: Node, ctx: Context) -> list[str]:
     from the result, and batch dims broadcast. ONNX MatMul has no transpose flags, so a flagged operand of
     rank >= 2 gets an explicit Transpose of its last two dims, except against a 1-D operand v, where
     A^T v = v A and v B^T = B v need none (onnxruntime 1.31 fuses Transpose(A) @ v into a wrong result).
-    A compressed weight B (see ``weights``) becomes ``MatMulNBits`` (see ``compressed``).
+    A compressed weight B (see ``compressed``) becomes ``MatMulNBits``.
     """
     weight = node.weight(1)
     if isinstance(weight, QuantizedWeight):  # NNCF's int8/int4 weight, kept compressed
