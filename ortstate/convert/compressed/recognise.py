@@ -10,12 +10,10 @@ constants that OpenVINO's CPU plugin decompresses on the fly:
   ``[N, groups, group]`` with a ``Reshape`` to ``[N, K]`` (``[groups, group, N]`` to ``[K, N]``
   when MatMul does not transpose the weight), scales and zero points ``[N, groups, 1]``.
 
-:class:`QuantizedWeight` is such a chain read as ``W[n, k] = (codes[n, k] - zero_point[n, g]) *
-scale[n, g]`` with ``g = k // group``, rows ``n`` the output channels (MatMul) or table rows
-(Gather), ``k`` the reduction (or embedding) axis. Codes keep their stored bytes where the layout
-allows (OpenVINO packs 4-bit values two a byte, the first in the low nibble, as ONNX Runtime's
-``MatMulNBits`` and ``GatherBlockQuantized`` want them). Anything else (nf4, f8, codebooks, scales
-varying inside a group) is not recognised and is folded to f32 (see ``folding``).
+Such a chain is read as a :class:`~.weights.QuantizedWeight` (large f16/bf16 constants as a
+:class:`~.weights.FloatWeight`), codes keeping their stored bytes where the layout allows. Anything
+else (nf4, f8, codebooks, scales varying inside a group) is not recognised and is folded to f32
+(see ``folding``).
 """
 
 from __future__ import annotations
