@@ -137,8 +137,10 @@ class GraphBuilder:
         self.outputs.append(helper.make_tensor_value_info(name, elem_type, None if shape is None else list(shape)))
 
     def sub(self, name: str) -> GraphBuilder:
-        """A builder for a subgraph (If/Loop body) sharing this graph's names."""
+        """A builder for a subgraph (If/Loop body) sharing this graph's names, and its record of
+        the domains used (the model imports a domain any subgraph uses)."""
         child = GraphBuilder(name, self.names, self.hint)
+        child.domains = self.domains
         return child
 
     def graph(self) -> onnx.GraphProto:

@@ -11,10 +11,12 @@ import numpy as np
 from ..errors import ConversionError
 from ..ir import ElementType, Graph, Layer, PartialShape, element_type, parse_partial_shape
 from .builder import GraphBuilder
+from .compressed.emitted import EmittedWeights
+from .compressed.recognise import plan_weights
+from .compressed.weights import FloatWeight, QuantizedWeight
 from .dtypes import onnx_type
 from .folding import constant_value
 from .loop_state import VariableScope
-from .weights import FloatWeight, QuantizedWeight, plan_weights
 
 __all__ = ["Context", "ConvertOptions", "Node", "OPSET"]
 
@@ -127,14 +129,14 @@ class Node:
     def const(self, i: int) -> np.ndarray | None:
         """Input ``i``'s value when it is a constant (a Const, possibly through Convert); None for
         a quantized weight, which stays compressed (see :meth:`weight`). An f16 weight a
-        translator needs as a value (LSTM gates to reorder, say) is folded to f32 as before."""
+        translator needs as a value (LSTM gates to reorder, say) is folded to f32."""
         producer = self.graph.producer(self.layer, i)[0]
         if isinstance(plan_weights(self.graph).weights.get(producer.id), QuantizedWeight):
             return None
         return constant_value(self.graph, producer)
 
     def weight(self, i: int) -> QuantizedWeight | FloatWeight | None:
-        """Input ``i`` as a compressed weight the converter keeps compressed (see ``weights``)."""
+        """Input ``i`` as a compressed weight the converter keeps compressed (see ``compressed``)."""
         return plan_weights(self.graph).weights.get(self.graph.producer(self.layer, i)[0].id)
 
     def const_ints(self, i: int, what: str) -> list[int]:
@@ -198,9 +200,7 @@ class Context:
         self.opset = OPSET
         self.scope = scope  # how loops in this graph reach the variables of their bodies
         self.options = options or ConvertOptions()
-        # Per compressed weight and use: the initializers and attributes emitted, shared by every
-        # consumer of that weight.
-        self.emitted: dict[tuple[int, str, bool], tuple[list[str], dict[str, Any], bool]] = {}
+        self.compressed = EmittedWeights()  # what this graph's compressed weights were written as
         self.weights: list[WeightRecord] = []
         # Set by the driver for the main graph: the ONNX value of any layer's output (a translator
         # fusing several layers reads them), and values to read instead of others once every layer

@@ -15,14 +15,12 @@ from onnx import TensorProto
 from ..errors import ConversionError, OrtStateError
 from ..ir import Graph, Layer
 from .builder import GraphBuilder
-from .compressed import float_weight
+from .compressed import CompressedInput, FloatWeight, float_weight, plan_weights, record_expanded
 from .context import Context, ConvertOptions
 from .dtypes import numpy_type, onnx_type
 from .folding import constant_value, feeds_only_folds
 from .loop_state import BodyScope
 from .registry import translator_for
-from .weights import FloatWeight, plan_weights, weight_source
-from .weights_report import EXPANDED
 
 __all__ = ["Values", "input_value", "tag", "translate_body", "translate_layer"]
 
@@ -99,7 +97,7 @@ def translate_layer(layer: Layer, ctx: Context, values: Values, value_of: ValueO
     plan = plan_weights(ctx.graph)
     if layer.id in plan.skipped:
         if layer.id in plan.weights:  # read compressed by every consumer: no value of its own
-            values[(layer.id, layer.outputs[0].id)] = f"ortstate.compressed:{layer.name}"
+            values[(layer.id, layer.outputs[0].id)] = CompressedInput(layer)
         return
     weight = plan.weights.get(layer.id)
     if isinstance(weight, FloatWeight):
@@ -116,9 +114,7 @@ def translate_layer(layer: Layer, ctx: Context, values: Values, value_of: ValueO
         dtype = numpy_type(onnx_type(layer.outputs[0].element_type, f"{ctx.graph.source}: {layer.describe()}"))
         name = ctx.b.const(folded.astype(dtype, copy=False), hint=layer.name)
         values[(layer.id, layer.outputs[0].id)] = name
-        source = weight_source(ctx.graph, layer) if folded.size >= 1024 else ""
-        if source and set(source.split("+")) - {"f32", "f64"}:
-            ctx.record_weight(layer.name, source, EXPANDED, [name])
+        record_expanded(ctx, layer, folded.size, name)
         return
     fn = translator_for(layer.type, layer.op_version)
     assert fn is not None  # unsupported_ops() ran first

@@ -1,5 +1,5 @@
 """Weight-decompression chains that no consumer takes compressed (here an Add; MatMul and Gather
-take them compressed, see test_weights.py) fold to f32 initializers, decompressed in f32 as
+take them compressed, see compressed/test_weights.py) fold to f32 initializers, decompressed in f32 as
 OpenVINO's CPU does."""
 
 from __future__ import annotations

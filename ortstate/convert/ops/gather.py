@@ -5,19 +5,18 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ..compressed import float_weight, gather_quantized
+from ..compressed import FloatWeight, QuantizedWeight, float_weight, gather_quantized
 from ..context import Context, Node
 from ..dtypes import numpy_type
 from ..int64 import i64, int64_input, scalar_const
 from ..registry import translator
-from ..weights import FloatWeight, QuantizedWeight
 
 _MAX = np.iinfo(np.int64).max  # "to the end" in a Slice
 
 
 # -- Gather ------------------------------------------------------------------------------------
 def _gather_any(node: Node, ctx: Context, batch_dims: int, zero_out_of_range: bool) -> list[str]:
-    """Gather, with a compressed table (see ``weights``) read compressed."""
+    """Gather, with a compressed table (see ``compressed``) read compressed."""
     weight = node.weight(0)
     if isinstance(weight, QuantizedWeight):  # an embedding table kept compressed (axis 0, no batch)
         indices = node.inputs[1] if node.input_type(1).name in ("i32", "i64") else int64_input(node, ctx, 1)

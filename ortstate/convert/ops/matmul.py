@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from ..compressed import float_weight, matmul_quantized
+from ..compressed import FloatWeight, QuantizedWeight, float_weight, matmul_quantized, record_expanded
 from ..context import Context, Node
 from ..dtypes import numpy_type
 from ..registry import translator
-from ..weights import FloatWeight, QuantizedWeight, weight_source
-from ..weights_report import EXPANDED
 
 
 def _swap_last_two(node: Node, ctx: Context, i: int) -> str:
@@ -27,7 +25,7 @@ def matmul_v1(node: Node, ctx: Context) -> list[str]:
     from the result, and batch dims broadcast. ONNX MatMul has no transpose flags, so a flagged operand of
     rank >= 2 gets an explicit Transpose of its last two dims, except against a 1-D operand v, where
     A^T v = v A and v B^T = B v need none (onnxruntime 1.31 fuses Transpose(A) @ v into a wrong result).
-    A compressed weight B (see ``weights``) becomes ``MatMulNBits`` (see ``compressed``).
+    A compressed weight B (see ``compressed``) becomes ``MatMulNBits``.
     """
     weight = node.weight(1)
     if isinstance(weight, QuantizedWeight):  # NNCF's int8/int4 weight, kept compressed
@@ -56,8 +54,5 @@ def _constant_transposed(node: Node, ctx: Context) -> str | None:
         return None
     dtype = numpy_type(node.onnx_input_type(1))
     name = ctx.b.lazy_const(value.shape[::-1], dtype, lambda: value.T.astype(dtype), f"{node.layer.name}_transposed")
-    producer = node.graph.producer(node.layer, 1)[0]
-    source = weight_source(node.graph, producer)
-    if producer.type != "Const" and value.size >= 1024 and set(source.split("+")) - {"f32", "f64"}:
-        ctx.record_weight(producer.name, source, EXPANDED, [name])  # a chain folded to f32
+    record_expanded(ctx, node.graph.producer(node.layer, 1)[0], value.size, name)
     return name

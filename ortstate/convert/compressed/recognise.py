@@ -10,12 +10,10 @@ constants that OpenVINO's CPU plugin decompresses on the fly:
   ``[N, groups, group]`` with a ``Reshape`` to ``[N, K]`` (``[groups, group, N]`` to ``[K, N]``
   when MatMul does not transpose the weight), scales and zero points ``[N, groups, 1]``.
 
-:class:`QuantizedWeight` is such a chain read as ``W[n, k] = (codes[n, k] - zero_point[n, g]) *
-scale[n, g]`` with ``g = k // group``, rows ``n`` the output channels (MatMul) or table rows
-(Gather), ``k`` the reduction (or embedding) axis. Codes keep their stored bytes where the layout
-allows (OpenVINO packs 4-bit values two a byte, the first in the low nibble, as ONNX Runtime's
-``MatMulNBits`` and ``GatherBlockQuantized`` want them). Anything else (nf4, f8, codebooks, scales
-varying inside a group) is not recognised and is folded to f32 as before (see ``folding``).
+Such a chain is read as a :class:`~.weights.QuantizedWeight` (large f16/bf16 constants as a
+:class:`~.weights.FloatWeight`), codes keeping their stored bytes where the layout allows. Anything
+else (nf4, f8, codebooks, scales varying inside a group) is not recognised and is folded to f32
+(see ``folding``).
 """
 
 from __future__ import annotations
@@ -26,67 +24,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import Graph, Layer
-from .folding import constant_value
+from ...ir import Graph, Layer
+from ..folding import constant_value
+from .weights import FloatWeight, QuantizedWeight
 
-__all__ = ["FloatWeight", "QuantizedWeight", "WeightPlan", "plan_weights", "weight_source"]
+__all__ = ["WeightPlan", "plan_weights", "weight_source"]
 
 _BITS = {"u4": 4, "i4": 4, "u8": 8, "i8": 8}
 # f16/bf16 constants smaller than this are folded to f32 (biases, norms, rotary tables): only
 # weights are worth a Cast node.
 MIN_FLOAT_WEIGHT = 1024
-
-
-@dataclass(frozen=True)
-class QuantizedWeight:
-    """A block-quantized 2-D weight in ``[rows, k]`` orientation (see the module docstring).
-
-    ``packed`` holds the codes as stored (``uint8``): for 4 bits two a byte along ``k`` (low nibble
-    first) when every row starts on a byte, else None and ``codes()`` unpacks. ``signed`` codes
-    (i4/i8) are offset by ``2**(bits-1)`` into the unsigned form ONNX Runtime takes, and so are
-    their zero points (``zero_point`` is already in that form).
-    """
-
-    layer: Layer  # the chain's last layer: what the consumer reads
-    bits: int
-    signed: bool
-    rows: int
-    k: int
-    group: int  # values along k sharing one scale (k itself: per channel)
-    block: int  # ONNX Runtime's block along k (a power of two >= 16 inside a group; see _block)
-    scale: np.ndarray  # [rows, groups] float32
-    zero_point: np.ndarray  # [rows, groups] uint8, unsigned form
-    source: str  # e.g. "u4 g128 asym"
-    stored_bytes: int
-    stored_codes: Callable[[], np.ndarray]  # [rows, k] as stored (uint8/int8), unpacked on demand
-    packed: np.ndarray | None = None
-
-    @property
-    def groups(self) -> int:
-        return self.scale.shape[1]
-
-    def codes(self, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Rows ``start:stop`` of the ``[rows, k]`` uint8 codes in the unsigned form (a copy only
-        where a transform is needed)."""
-        codes = self.stored_codes()[start:stop]
-        if self.signed:
-            return (codes.astype(np.int16) + (1 << (self.bits - 1))).astype(np.uint8)
-        return codes.astype(np.uint8, copy=False)
-
-    def packed_unsigned(self) -> np.ndarray | None:
-        """The stored 4-bit bytes ``[rows, k / 2]`` in the unsigned form, or None (unpack instead)."""
-        if self.packed is None:
-            return None
-        return self.packed ^ np.uint8(0x88) if self.signed else self.packed
-
-
-@dataclass(frozen=True)
-class FloatWeight:
-    """A large ``Convert(Const f16|bf16 -> f32)``: kept in its stored type, widened by a Cast."""
-
-    layer: Layer
-    value: np.ndarray  # the stored constant (float16 or bfloat16), read-only view
-    source: str
 
 
 @dataclass
@@ -172,7 +119,7 @@ def _float(graph: Graph, layer: Layer) -> FloatWeight | None:
 def _quantized_for_consumers(graph: Graph, layer: Layer) -> QuantizedWeight | None:
     """The weight ``layer`` ends, if every consumer takes it in one orientation we can emit, as
     f32: a chain ending in f16 (for an f16 MatMul) rounds each value to f16, which blocked codes
-    and scales cannot say; it is folded, as before."""
+    and scales cannot say; it is folded."""
     etype = layer.outputs[0].element_type
     if etype is not None and etype.name != "f32":
         return None
@@ -258,53 +205,21 @@ def _blocked(
     bits, signed = _BITS[etype], etype.startswith("i")
     packed = graph.packed(codes_layer)
     stored = tuple(packed.shape) if packed is not None else graph.constant(codes_layer).shape
-    # Canonical stored layout: [rows, groups, group] (k_axis 1) or [groups, group, rows] (k_axis 0).
-    if target is None:
-        if len(stored) != 2:
-            return None
-        layout = (stored[0], 1, stored[1]) if k_axis == 1 else (1, stored[0], stored[1])
-    else:
-        if len(stored) != 3:
-            return None
-        merged = [stored[0], stored[1] * stored[2]] if k_axis == 1 else [stored[0] * stored[1], stored[2]]
-        if merged != target:
-            return None
-        layout = tuple(stored)
-    if k_axis == 1:
-        rows, groups, group = layout
-        per_group = (rows, groups, 1)
-    else:
-        groups, group, rows = layout
-        per_group = (groups, 1, rows)
+    layout = _layout(stored, target, k_axis)
+    if layout is None:
+        return None
+    rows, groups, group, per_group = layout
     k = groups * group
     block = _block(groups, group, k)
     if rows == 0 or k == 0 or block is None:
         return None
     scale_g = _per_group(scale.astype(np.float32), len(stored), per_group, k_axis)
-    if scale_g is None:
-        return None
     offset = 1 << (bits - 1) if signed else 0
-    if zero_point is None:
-        zp_g = np.full((rows, groups), offset, np.int64)
-    else:
-        zp = _per_group(zero_point, len(stored), per_group, k_axis)
-        if zp is None or not np.all(np.isfinite(zp)) or np.any(zp != np.round(zp)):
-            return None
-        zp_g = zp.astype(np.int64) + offset
-        if zp_g.min() < 0 or zp_g.max() >= 1 << bits:
-            return None
-    if k_axis == 0:  # [groups, group, rows] -> [rows, k]: a transposed copy of the codes
-
-        def stored_codes() -> np.ndarray:
-            return np.ascontiguousarray(graph.constant(codes_layer).reshape(k, rows).T)
-
-        packed_rows = None
-    else:
-
-        def stored_codes() -> np.ndarray:
-            return graph.constant(codes_layer).reshape(rows, k)
-
-        packed_rows = _packed_rows(packed.raw if packed is not None else None, bits, rows, k)
+    zp_g = _zero_points(zero_point, len(stored), per_group, k_axis, bits, offset)
+    if scale_g is None or zp_g is None:
+        return None
+    raw = packed.raw if packed is not None and k_axis == 1 else None  # [groups, group, rows]: transposed
+    packed_rows = _packed_rows(raw, bits, rows, k)
     sym = "sym" if zero_point is None or np.all(zp_g == offset) else "asym"
     kind = "per-channel" if groups == 1 else f"g{group}"
     return QuantizedWeight(
@@ -319,9 +234,66 @@ def _blocked(
         zero_point=zp_g.astype(np.uint8),
         source=f"{etype} {kind} {sym} {rows}x{k}",
         stored_bytes=(rows * k * bits + 7) // 8,
-        stored_codes=stored_codes,
+        stored_codes=_codes_reader(graph, codes_layer, k_axis, rows, k),
         packed=packed_rows,
     )
+
+
+def _layout(
+    stored: tuple[int, ...], target: list[int] | None, k_axis: int
+) -> tuple[int, int, int, tuple[int, int, int]] | None:
+    """``(rows, groups, group, per-group shape)`` of codes stored as ``stored`` (Reshaped to
+    ``target``, if any): canonically ``[rows, groups, group]`` (k_axis 1) or ``[groups, group,
+    rows]`` (k_axis 0); None for any other layout."""
+    if target is None:
+        if len(stored) != 2:
+            return None
+        layout = (stored[0], 1, stored[1]) if k_axis == 1 else (1, stored[0], stored[1])
+    else:
+        if len(stored) != 3:
+            return None
+        merged = [stored[0], stored[1] * stored[2]] if k_axis == 1 else [stored[0] * stored[1], stored[2]]
+        if merged != target:
+            return None
+        layout = tuple(stored)
+    if k_axis == 1:
+        rows, groups, group = layout
+        return rows, groups, group, (rows, groups, 1)
+    groups, group, rows = layout
+    return rows, groups, group, (groups, 1, rows)
+
+
+def _zero_points(
+    zero_point: np.ndarray | None, rank: int, per_group: tuple[int, ...], k_axis: int, bits: int, offset: int
+) -> np.ndarray | None:
+    """The zero points as ``[rows, groups]`` int64 in the unsigned form (``offset`` added; the
+    offset itself without any), or None: not one integer per group, or out of the codes' range."""
+    if zero_point is None:
+        rows_groups = (per_group[0], per_group[1]) if k_axis == 1 else (per_group[2], per_group[0])
+        return np.full(rows_groups, offset, np.int64)
+    zp = _per_group(zero_point, rank, per_group, k_axis)
+    if zp is None or not np.all(np.isfinite(zp)) or np.any(zp != np.round(zp)):
+        return None
+    zp_g = zp.astype(np.int64) + offset
+    if zp_g.min() < 0 or zp_g.max() >= 1 << bits:
+        return None
+    return zp_g
+
+
+def _codes_reader(graph: Graph, codes_layer: Layer, k_axis: int, rows: int, k: int) -> Callable[[], np.ndarray]:
+    """A reader of the ``[rows, k]`` codes as stored (of ``[groups, group, rows]`` codes: a
+    transposed copy)."""
+    if k_axis == 0:
+
+        def stored_codes() -> np.ndarray:
+            return np.ascontiguousarray(graph.constant(codes_layer).reshape(k, rows).T)
+
+    else:
+
+        def stored_codes() -> np.ndarray:
+            return graph.constant(codes_layer).reshape(rows, k)
+
+    return stored_codes
 
 
 def _block(groups: int, group: int, k: int) -> int | None:
