@@ -23,9 +23,13 @@ Why these ops, measured with ``benchmarks/weights_kernels.py`` (ONNX Runtime 1.3
   quantization loses nothing that f32 would keep (:func:`~.exact_split.int8_grid_parts`): the result is
   OpenVINO's exact one to f32 rounding. More rows (a prompt) run a 4-bit weight's f32-compute
   kernel, faster there, through an ``If`` on the row count.
-- 8-bit weights are written as they are (``MatMulNBits`` bits=8) and always split: ONNX Runtime
-  1.31 has no fast f32-compute 8-bit kernel on x86 (at ``accuracy_level`` 0 it dequantizes all of
-  B on every call). Where the split cannot be built (an input of unknown rank) an int8 weight runs
+- 8-bit weights are written as they are (``MatMulNBits`` bits=8) and split up to
+  ``SPLIT8_MAX_ROWS`` rows: ONNX Runtime 1.31 has no fast f32-compute 8-bit kernel on x86 (at
+  ``accuracy_level`` 0 it dequantizes all of B on every call). Beyond that (a long prompt) the
+  split's three partial results per row would outgrow the weight itself (a 151936-row LM head:
+  7 GB of partials for 4,000 tokens), so the weight is dequantized to f32 in the run
+  (``DequantizeLinear``, blocked) for one f32 ``MatMul``. Where the split cannot be built (an
+  input of unknown rank) an int8 weight runs
   as one 4-bit ``MatMulNBits`` over twice the rows, its high and low nibbles: ``q - zp = 16 (hi -
   zp_hi) + (lo - zp_lo)`` with ``zp = 16 zp_hi + zp_lo``, scales ``16 s`` and ``s``, then the two
   halves added (exact, the int8 weight's memory). With ``int8_activations`` (an explicit option,
@@ -40,7 +44,7 @@ Why these ops, measured with ``benchmarks/weights_kernels.py`` (ONNX Runtime 1.3
 
 from .emit import MIN_EXPANDED, float_weight, gather_quantized, matmul_quantized, record_expanded
 from .emitted import EmittedWeights
-from .exact_split import SPLIT_MAX_ROWS
+from .exact_split import SPLIT8_MAX_ROWS, SPLIT_MAX_ROWS
 from .nbits import MS_DOMAIN
 from .recognise import WeightPlan, plan_weights, weight_source
 from .weights import CompressedInput, FloatWeight, QuantizedWeight
@@ -48,6 +52,7 @@ from .weights import CompressedInput, FloatWeight, QuantizedWeight
 __all__ = [
     "MIN_EXPANDED",
     "MS_DOMAIN",
+    "SPLIT8_MAX_ROWS",
     "SPLIT_MAX_ROWS",
     "CompressedInput",
     "EmittedWeights",

@@ -10,7 +10,7 @@ from onnx import TensorProto
 from ...ir import Layer
 from ..weights_report import EXPANDED
 from .emitted import FloatValues
-from .exact_split import SPLIT_MAX_ROWS, write_split_group
+from .exact_split import SPLIT8_MAX_ROWS, SPLIT_MAX_ROWS, write_split_group
 from .nbits import MS_DOMAIN, NBitsInputs, gather_inputs, matmul_nbits, nibble_inputs, stacked_inputs
 from .plan import SplitGroup, split_group
 from .recognise import weight_source
@@ -75,7 +75,8 @@ def _stacked_inputs(ctx: Context, weights: list[QuantizedWeight], bits: int) -> 
     if not weights:
         return None
     inputs = stacked_inputs(ctx.b, weights, bits)
-    how = f"exact (int8 split up to {SPLIT_MAX_ROWS} rows, f32 beyond)" if bits == 4 else "exact (int8 split)"
+    limit = SPLIT_MAX_ROWS if bits == 4 else SPLIT8_MAX_ROWS
+    how = f"exact (int8 split up to {limit} rows, f32 beyond)"
     for w in weights:  # the report counts the shared initializers' bytes once, on the first
         _record(ctx, w, f"MatMulNBits {bits}-bit block {w.block}, {how}", inputs.names)
     return inputs

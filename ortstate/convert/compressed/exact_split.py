@@ -3,15 +3,14 @@
 - At most :data:`SPLIT_MAX_ROWS` rows of the activations: they are split once
   (:func:`int8_grid_parts`) and the kernels run at ``accuracy_level`` 4 on the three parts, summed.
 - More rows: 4-bit weights at ``accuracy_level`` 0 on the activations (the same initializer: ONNX
-  Runtime prepacks a 4-bit weight once for each kernel). 8-bit weights take the split for any row
-  count (ONNX Runtime has no fast f32-compute 8-bit kernel, and their 4-bit nibble form would be a
-  second copy of the weight in the file): the ``If`` gives the parts out and their kernel runs
-  once, after it.
+  Runtime prepacks a 4-bit weight once for each kernel). 8-bit weights are split up to
+  :data:`SPLIT8_MAX_ROWS` rows (ONNX Runtime has no fast f32-compute 8-bit kernel, and their 4-bit
+  nibble form would be a second copy of the weight in the file) and dequantized to f32 in the run
+  beyond (:func:`~.nbits.dequantized_matmul`). Each bit width has its own ``If`` on the row count.
 
 The split's ~20 small values live in the ``If``'s branches: in the main graph, 24 layers of them
 made ONNX Runtime's allocation planner (quadratic in a graph's values) take 9.7 s instead of 3.3 s
-to load the real-size int4 model. So a group of 8-bit weights only still gets its ``If``, both
-branches splitting. A 1-D activation (one row) needs no ``If``.
+to load the real-size int4 model. A 1-D activation (one row) needs no ``If``.
 
 One ``MatMulNBits`` over a group's stacked weights: ONNX Runtime 1.31 ran q/k/v as one kernel in
 0.18 ms instead of 0.28 ms, gate/up in 1.19 instead of 1.38 (a 3-row split, 2 threads: 7 ms a
@@ -20,23 +19,33 @@ token over 24 layers).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from onnx import TensorProto
 
 from ..builder import GraphBuilder
-from .nbits import NBitsInputs, matmul_nbits
+from .nbits import NBitsInputs, dequantized_matmul, matmul_nbits
 from .plan import SplitGroup
 from .weights import QuantizedWeight
 
-__all__ = ["SPLIT_MAX_ROWS", "int8_grid_parts", "write_split_group"]
+__all__ = ["SPLIT8_MAX_ROWS", "SPLIT_MAX_ROWS", "int8_grid_parts", "write_split_group"]
 
 # Up to this many rows of A take the exact int8 split (three kernel rows each), more a 4-bit
 # weight's f32-compute kernel. ONNX Runtime 1.31, AVX2, a 4864x896 4-bit weight, 2 threads
 # (``benchmarks/weights_kernels.py``): the int8 kernel takes ~225 us for 3 rows and ~46 us for each
 # further row, the f32 one ~360 us for 1 row and ~75 us for each further row: they cross at 3.
 SPLIT_MAX_ROWS = 3
+
+# Up to this many rows of A, 8-bit weights take the exact split; more rows dequantize the weight to
+# f32 in the run for one f32 MatMul. The split costs three int8 kernel rows per row of A and
+# ``3 x rows x N`` f32 of partial results; the f32 way one pass over the weight and an ``N x K`` f32
+# temporary. ONNX Runtime 1.31, 2 threads, AVX-512, a 151936 x 896 LM head: the split ~2.3 ms a row,
+# the f32 way ~280 ms + ~1.4 ms a row; they cross near 300 rows, where the split's partials also
+# outgrow the f32 copy of the weight (at 4,000 rows they held 7 GB).
+SPLIT8_MAX_ROWS = 256
 
 # The activations' split: three parts, the first two exactly on int8 grids.
 _PARTS = 3
@@ -54,15 +63,15 @@ def write_split_group(
 ) -> list[str]:
     """The outputs of ``group``'s MatMuls (in :attr:`SplitGroup.ordered` order) on activations
     ``x`` of ``rank``, from its 4-bit and 8-bit weights' stacked inputs (None: no such weights);
-    ``name`` (the MatMul writing the group) names the ``If``'s branches."""
-    axis = b.const(np.array([-2], np.int64), hint="axis_m2")
-    writer = _SplitWriter(b, group, name, x, rank, fused4, fused8, axis)
-    outs = writer.branch(b, few=True) if rank == 1 else writer.if_on_rows()
+    ``name`` (the MatMul writing the group) names the ``If`` branches."""
+    writer = _SplitWriter(b, group, name, x, rank, b.const(np.array([-2], np.int64), hint="axis_m2"))
     results = []
     if fused4 is not None:
-        results += _split_rows(b, outs[0], group.weights(4))
+        f32 = partial(matmul_nbits, a=x, inputs=fused4, accuracy_level=0)
+        results += _split_rows(b, writer.by_rows(fused4, f32, SPLIT_MAX_ROWS, "int4"), group.weights(4))
     if fused8 is not None:
-        results += _split_rows(b, writer.summed(b, outs[-1], fused8), group.weights(8))
+        f32 = partial(dequantized_matmul, consts=b, a=x, inputs=fused8)
+        results += _split_rows(b, writer.by_rows(fused8, f32, SPLIT8_MAX_ROWS, "int8"), group.weights(8))
     return results
 
 
@@ -73,42 +82,26 @@ class _SplitWriter:
     name: str
     x: str
     rank: int
-    fused4: NBitsInputs | None
-    fused8: NBitsInputs | None
     axis: str  # -2: the parts' axis
 
-    def summed(self, graph: GraphBuilder, parts: str, fused: NBitsInputs) -> str:
-        """The int8 kernel on the three parts, their rows summed."""
+    def split(self, graph: GraphBuilder, fused: NBitsInputs) -> str:
+        """The int8 kernel on the activations' three parts, their rows summed."""
+        parts = int8_grid_parts(self.x, self.rank, self.group.block, self.group.k, graph, self.b)
         rows = matmul_nbits(graph, parts, fused, accuracy_level=4)
         return graph.op("ReduceSum", [rows, self.axis], {"keepdims": 0})
 
-    def branch(self, graph: GraphBuilder, few: bool) -> list[str]:
-        """The 4-bit weights' result, then the parts if 8-bit weights need them."""
-        outs, parts = [], None
-        if self.fused4 is not None:
-            if few:
-                parts = int8_grid_parts(self.x, self.rank, self.group.block, self.group.k, graph, self.b)
-                outs.append(self.summed(graph, parts, self.fused4))
-            else:
-                outs.append(matmul_nbits(graph, self.x, self.fused4, accuracy_level=0))
-        if self.fused8 is not None:
-            outs.append(parts or int8_grid_parts(self.x, self.rank, self.group.block, self.group.k, graph, self.b))
-        return outs
-
-    def if_on_rows(self) -> list[str]:
-        """One ``If``: :meth:`branch` for few rows (then) and for many (else)."""
-        b, name = self.b, self.name
+    def by_rows(self, fused: NBitsInputs, many: Callable[[GraphBuilder], str], limit: int, what: str) -> str:
+        """One ``If`` on the row count: the split up to ``limit`` rows (then), ``many(graph)`` beyond."""
+        b = self.b
+        if self.rank == 1:
+            return self.split(b, fused)
         branches = {}
         for attr, few in (("then_branch", True), ("else_branch", False)):
-            sub = b.sub(f"{name}/{'few' if few else 'many'}_rows")
-            for out in self.branch(sub, few):
-                sub.add_output(out, TensorProto.FLOAT, None)
+            sub = b.sub(f"{self.name}/{what}_{'few' if few else 'many'}_rows")
+            sub.add_output(self.split(sub, fused) if few else many(sub), TensorProto.FLOAT, None)
             branches[attr] = sub.graph()
-        limit = b.const(np.array(SPLIT_MAX_ROWS * self.group.k, np.int64), hint="split_max_values")
-        few_rows = b.op("LessOrEqual", [b.op("Size", [self.x]), limit])
-        count = (self.fused4 is not None) + (self.fused8 is not None)
-        outs = b.op("If", [few_rows], branches, outputs=count)
-        return [outs] if count == 1 else outs
+        limit_values = b.const(np.array(limit * self.group.k, np.int64), hint="split_max_values")
+        return b.op("If", [b.op("LessOrEqual", [b.op("Size", [self.x]), limit_values])], branches)
 
 
 def _split_rows(b: GraphBuilder, out: str, weights: list[QuantizedWeight]) -> list[str]:

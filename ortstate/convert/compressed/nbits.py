@@ -14,7 +14,15 @@ from ..builder import GraphBuilder
 from . import pack
 from .weights import QuantizedWeight
 
-__all__ = ["MS_DOMAIN", "NBitsInputs", "gather_inputs", "matmul_nbits", "nibble_inputs", "stacked_inputs"]
+__all__ = [
+    "MS_DOMAIN",
+    "NBitsInputs",
+    "dequantized_matmul",
+    "gather_inputs",
+    "matmul_nbits",
+    "nibble_inputs",
+    "stacked_inputs",
+]
 
 MS_DOMAIN = "com.microsoft"
 
@@ -80,3 +88,23 @@ def matmul_nbits(graph: GraphBuilder, a: str, inputs: NBitsInputs, accuracy_leve
         return out
     high, low = graph.op("Split", [out], {"axis": -1, "num_outputs": 2}, outputs=2)
     return graph.op("Add", [high, low])
+
+
+def dequantized_matmul(graph: GraphBuilder, consts: GraphBuilder, a: str, inputs: NBitsInputs) -> str:
+    """``a @ W^T`` for stacked 8-bit ``inputs``, the weight dequantized to f32 in the run
+    (``DequantizeLinear`` blocked along K, opset 21: ONNX Runtime folds no ``DequantizeLinear`` at
+    load, so the f32 copy lives only during the run) and multiplied in f32 (``FusedMatMul``)."""
+    rows, k, block = inputs.attrs["N"], inputs.attrs["K"], inputs.attrs["block_size"]
+    blocks = -(-k // block)
+    per_block = consts.const(np.array([rows, blocks, 1], np.int64), hint="per_block")
+    scale = graph.op("Reshape", [inputs.names[1], per_block])
+    if len(inputs.names) > 2:
+        zero_point = graph.op("Reshape", [inputs.names[2], per_block])
+    else:  # MatMulNBits' default for 8 bits
+        zero_point = graph.op("Expand", [consts.const(np.uint8(128), hint="zp128"), per_block])
+    weight = graph.op("DequantizeLinear", [inputs.names[0], scale, zero_point], {"axis": 2, "block_size": block})
+    flat = graph.op("Reshape", [weight, consts.const(np.array([rows, blocks * block], np.int64), hint="flat")])
+    if blocks * block != k:  # per channel with K not a multiple of the block: the last block is padded
+        zero, end = consts.const(np.array([0], np.int64), hint="zero"), consts.const(np.array([k], np.int64), hint="k")
+        flat = graph.op("Slice", [flat, zero, end, consts.const(np.array([-1], np.int64), hint="axis_m1")])
+    return graph.op("FusedMatMul", [a, flat], {"transB": 1}, domain=MS_DOMAIN)

@@ -12,7 +12,12 @@ from onnx import TensorProto, helper
 from quantized_weights import quantized
 
 from ortstate.convert.builder import GraphBuilder
-from ortstate.convert.compressed.exact_split import SPLIT_MAX_ROWS, int8_grid_parts, write_split_group
+from ortstate.convert.compressed.exact_split import (
+    SPLIT8_MAX_ROWS,
+    SPLIT_MAX_ROWS,
+    int8_grid_parts,
+    write_split_group,
+)
 from ortstate.convert.compressed.nbits import MS_DOMAIN, stacked_inputs
 from ortstate.convert.compressed.plan import SplitGroup
 
@@ -63,29 +68,31 @@ def _level(node) -> int:
     return next(a.i for a in node.attribute if a.name == "accuracy_level")
 
 
-def test_a_group_is_one_if_on_the_row_count_with_each_weights_result_after_it():
+def test_each_bit_width_of_a_group_is_one_if_on_the_row_count():
     group = _group()
     b = GraphBuilder("g")
     b.add_input("x", TensorProto.FLOAT, ["rows", 32])
     fused4, fused8 = stacked_inputs(b, group.weights(4), 4), stacked_inputs(b, group.weights(8), 8)
     outs = write_split_group(b, group, "q", "x", 2, fused4, fused8)
     assert len(outs) == 3  # q, k, v: group.ordered
-    assert [n.op_type for n in b.nodes] == ["Size", "LessOrEqual", "If", "Split", "MatMulNBits", "ReduceSum"]
-    branches = {a.name: a.g for a in b.nodes[2].attribute}
-    assert branches["then_branch"].name == "q/few_rows" and branches["else_branch"].name == "q/many_rows"
-    levels = {
-        name: [
-            next(a.i for a in n.attribute if a.name == "accuracy_level") for n in g.node if n.op_type == "MatMulNBits"
-        ]
-        for name, g in branches.items()
-    }
-    assert levels == {"then_branch": [4], "else_branch": [0]}  # 4-bit: int8 on few rows, f32 on many
-    assert [len(g.output) for g in branches.values()] == [2, 2]  # the 4-bit result, the parts for 8-bit
+    assert [n.op_type for n in b.nodes] == ["Size", "LessOrEqual", "If", "Split", "Size", "LessOrEqual", "If"]
+    ifs = [{a.name: a.g for a in n.attribute} for n in b.nodes if n.op_type == "If"]
+    names = [(g["then_branch"].name, g["else_branch"].name) for g in ifs]
+    assert names == [("q/int4_few_rows", "q/int4_many_rows"), ("q/int8_few_rows", "q/int8_many_rows")]
+
+    def kernels(g):
+        return [(n.op_type, _level(n) if n.op_type == "MatMulNBits" else None) for n in g.node if n.domain == MS_DOMAIN]
+
+    # 4-bit: int8 on few rows, f32 on many; 8-bit: int8 on few rows, dequantized to f32 on many
+    assert [kernels(ifs[0][k]) for k in ("then_branch", "else_branch")] == [[("MatMulNBits", 4)], [("MatMulNBits", 0)]]
+    assert [kernels(ifs[1][k]) for k in ("then_branch", "else_branch")] == [[("MatMulNBits", 4)], [("FusedMatMul", None)]]
+    assert "DequantizeLinear" in [n.op_type for n in ifs[1]["else_branch"].node]
     session = _session(b, outs)
-    for rows in (1, SPLIT_MAX_ROWS, SPLIT_MAX_ROWS + 2):
+    for rows in (1, SPLIT_MAX_ROWS, SPLIT_MAX_ROWS + 2, SPLIT8_MAX_ROWS, SPLIT8_MAX_ROWS + 1):
         x = RNG.standard_normal((rows, 32)).astype(np.float32)
         for got, w in zip(session.run(None, {"x": x}), [group.weights(4)[0], group.weights(4)[1], group.weights(8)[0]]):
-            np.testing.assert_allclose(got, x.astype(np.float64) @ _dense(w).T, rtol=1e-5, atol=1e-4)
+            want = x.astype(np.float64) @ _dense(w).T  # f32 sums of 32 products: a few f32 ulps of the largest
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=np.abs(want).max() * 1e-6)
 
 
 def test_one_row_needs_no_if():

@@ -29,6 +29,7 @@ from oracle import check_model, open_session, single_op
 
 import ortstate
 from ortstate.convert import read_report
+from ortstate.convert.compressed import SPLIT8_MAX_ROWS
 from ortstate.passes import walk
 
 RNG = np.random.default_rng(12)
@@ -158,8 +159,9 @@ def nbits_attrs(model: onnx.ModelProto) -> list[dict]:
 @pytest.mark.parametrize(("rows", "k", "group"), CASES)
 @pytest.mark.parametrize("transpose_b", [True, False], ids=["tb", "no_tb"])
 def test_matmul_weight_kept_compressed(tmp_path, wtype, sym, rows, k, group, transpose_b):
-    """Both kernels, in both forms, against numpy: 6 rows (a prompt: a 4-bit weight's f32-compute
-    kernel) and 2 rows (decoding a batch of two: the exact int8 split). OpenVINO is not asserted: its
+    """Every kernel, in both forms, against numpy: 6 rows (a prompt: a 4-bit weight's f32-compute
+    kernel), 2 rows (decoding a batch of two: the exact int8 split) and a long prompt (an 8-bit weight
+    dequantized to f32 in the run). OpenVINO is not asserted: its
     compressed-MatMul kernels depend on the CPU, and OpenVINO 2026.4 gets one or two rows of a 4-bit
     weight in groups of 48 wrong on this AVX2 machine (the f32 weights they decompress to are
     OpenVINO's semantics, and the committed int4/int8 LLMs check those against OpenVINO)."""
@@ -169,7 +171,8 @@ def test_matmul_weight_kept_compressed(tmp_path, wtype, sym, rows, k, group, tra
     w = dense.T if transpose_b else dense
     model = ortstate.convert(xml)
     block = nbits_attrs(model)[0]["block_size"]
-    for acts in (RNG.standard_normal((2, 3, k)), RNG.standard_normal((2, 1, k))):
+    long = RNG.standard_normal((2, SPLIT8_MAX_ROWS // 2 + 1, k))
+    for acts in (RNG.standard_normal((2, 3, k)), RNG.standard_normal((2, 1, k)), long):
         for explicit in (False, True):
             got = open_session(xml, explicit).run(None, {"x": acts.astype(np.float32)})[0]
             assert_f32_accurate(got, acts.astype(np.float32), w, block, f"{acts.shape} explicit={explicit}")
@@ -178,13 +181,13 @@ def test_matmul_weight_kept_compressed(tmp_path, wtype, sym, rows, k, group, tra
     assert ops_used["MatMul"] == 0, ops_used
     # exact by default, behind an If on the row count: few rows split on int8 grids (three rows,
     # summed after the kernel); more rows take a 4-bit weight's f32-compute kernel, while an 8-bit
-    # weight is split for any row count (the If gives the parts out to its one kernel)
+    # weight is split up to SPLIT8_MAX_ROWS rows and dequantized to f32 in the run beyond
     kernels = nbits_attrs(model)
     levels = sorted(a["accuracy_level"] for a in kernels)
     assert levels == ([4] if bits == 8 else [0, 4]), kernels
     assert all((a["bits"], a["K"], a["N"]) == (bits, k, rows) for a in kernels), kernels
-    rounds = 4 if bits == 8 else 2  # the split in both branches, or in the few-rows one
-    assert (ops_used["If"], ops_used["ReduceSum"], ops_used["Round"]) == (1, 1, rounds), ops_used
+    assert (ops_used["If"], ops_used["ReduceSum"], ops_used["Round"]) == (1, 1, 2), ops_used
+    assert ops_used["DequantizeLinear"] == ops_used["FusedMatMul"] == (bits == 8), ops_used
     assert_no_f32_copy(model, rows * k)
     blocks = -(-k // kernels[0]["block_size"])
     assert initializer_bytes(model) <= rows * blocks * kernels[0]["block_size"] * bits // 8 + 10 * rows * blocks + 64
@@ -225,9 +228,10 @@ def test_exact_split_has_f32_accuracy(tmp_path, wtype, k, group, seq):
 
 
 def test_weights_sharing_an_input_share_one_split(tmp_path):
-    """q/k/v-like MatMuls on one activation run in one If that splits the activation once; their
-    4-bit weights (sym and asym, u4 and i4) as one kernel over all their rows, the 8-bit one as
-    another; a weight with another block gets its own If. Both row counts, both forms, numpy."""
+    """q/k/v-like MatMuls on one activation share their kernels: their 4-bit weights (sym and asym,
+    u4 and i4) run as one kernel over all their rows behind one If on the row count, the 8-bit one
+    behind another (its own row limit); a weight with another block gets its own If. Every row count,
+    both forms, numpy."""
     k = 256
     made = [
         compressed(24, k, "u4", 128, sym=False),
@@ -240,13 +244,14 @@ def test_weights_sharing_an_input_share_one_split(tmp_path):
     xml = single_op(tmp_path, outs, [x])
     model = ortstate.convert(xml)
     ifs = [n for n in model.graph.node if n.op_type == "If"]
-    assert sorted(len(n.output) for n in ifs) == [1, 2], [list(n.output) for n in ifs]
+    assert [len(n.output) for n in ifs] == [1, 1, 1], [list(n.output) for n in ifs]
     assert "Round" not in {n.op_type for n in model.graph.node}  # the split lives in the branches
     used = Counter(n.op_type for n in walk.nodes(model.graph))
-    assert used["Round"] == 2 * 3  # group 1: once a branch (the 8-bit weight splits in both); group 2: once
+    assert used["Round"] == 2 * 3  # in each If's few-rows branch
+    assert used["DequantizeLinear"] == 1  # the 8-bit weight's many-rows branch
     kernels = sorted((a["bits"], a["N"], a["block_size"], a["accuracy_level"]) for a in nbits_attrs(model))
     assert kernels == [(4, 8, 64, 0), (4, 8, 64, 4), (4, 40, 128, 0), (4, 40, 128, 4), (8, 8, 128, 4)]
-    for seq in (1, 3, 4, 9):
+    for seq in (1, 3, 4, 9, SPLIT8_MAX_ROWS + 1):
         acts = RNG.standard_normal((1, seq, k)).astype(np.float32)
         for explicit in (False, True):
             got = open_session(xml, explicit).run(None, {"x": acts})
