@@ -85,7 +85,10 @@ def test_each_bit_width_of_a_group_is_one_if_on_the_row_count():
 
     # 4-bit: int8 on few rows, f32 on many; 8-bit: int8 on few rows, dequantized to f32 on many
     assert [kernels(ifs[0][k]) for k in ("then_branch", "else_branch")] == [[("MatMulNBits", 4)], [("MatMulNBits", 0)]]
-    assert [kernels(ifs[1][k]) for k in ("then_branch", "else_branch")] == [[("MatMulNBits", 4)], [("FusedMatMul", None)]]
+    assert [kernels(ifs[1][k]) for k in ("then_branch", "else_branch")] == [
+        [("MatMulNBits", 4)],
+        [("FusedMatMul", None)],
+    ]
     assert "DequantizeLinear" in [n.op_type for n in ifs[1]["else_branch"].node]
     session = _session(b, outs)
     for rows in (1, SPLIT_MAX_ROWS, SPLIT_MAX_ROWS + 2, SPLIT8_MAX_ROWS, SPLIT8_MAX_ROWS + 1):
