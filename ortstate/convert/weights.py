@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Graph, Layer
+from ..ir.walk import upstream
 from .folding import constant_value
 
 __all__ = ["FloatWeight", "QuantizedWeight", "WeightPlan", "plan_weights", "weight_source"]
@@ -142,17 +143,19 @@ _CHAIN_OPS = frozenset({"Const", "Convert", "Subtract", "Multiply", "Reshape"})
 
 def weight_source(graph: Graph, layer: Layer) -> str:
     """The element types of the constants a folded value comes from (``u4+f16``), for reports."""
-    types, stack, seen = set(), [layer], set()
-    while stack:
-        src = stack.pop()
-        if src.id in seen:
-            continue
-        seen.add(src.id)
-        if src.type == "Const" and src.attrs.get("element_type") not in ("i32", "i64"):  # not shapes
-            types.add(src.attrs.get("element_type", "?"))
-        elif src.type in _CHAIN_OPS or src.type in ("Transpose", "Unsqueeze", "Squeeze", "Add"):
-            stack.extend(graph.producer(src, i)[0] for i in range(len(src.inputs)))
+
+    def inputs(src: Layer) -> range:
+        return range(len(src.inputs) if src.type in _CHAIN_OPS or src.type in _SOURCE_OPS else 0)
+
+    types = {
+        src.attrs.get("element_type", "?")
+        for src in upstream(graph, [layer], inputs)
+        if src.type == "Const" and src.attrs.get("element_type") not in ("i32", "i64")  # not shapes
+    }
     return "+".join(sorted(types))
+
+
+_SOURCE_OPS = frozenset({"Transpose", "Unsqueeze", "Squeeze", "Add"})
 
 
 # -- f16/bf16 -----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ knows. Another layout (e.g. the past/present names of onnxruntime-genai) is one 
 
 from .fold import fold_static
 from .fuse import fusable, fuse_state_ops
+from .init_guard import guard_inits
 from .kv_share import share_kv, shares_any
 from .offload import Offloaded, offload_initializers, offloads_any
 from .prune import prune
@@ -37,6 +38,7 @@ __all__ = [
     "fold_static",
     "fusable",
     "fuse_state_ops",
+    "guard_inits",
     "offload_initializers",
     "offloads_any",
     "prune",

@@ -41,7 +41,7 @@ from ..errors import PassError
 from ..model_meta import EXPLICIT, META_KEY, ModelMeta, VariableMeta, fresh_name
 from .kv_share import share_kv, shares_all
 from .prune import prune
-from .walk import all_names, consumers, outer_reads, producers, rename_uses, sorted_nodes
+from .walk import all_names, consumers, outer_reads, producers, rename_uses, sorted_nodes, upstream
 
 __all__ = ["PAST_NAME", "PRESENT_NAME", "KvCache", "kv_layout"]
 
@@ -372,21 +372,8 @@ def _needed(graph: onnx.GraphProto, renames: dict[str, str], dropped: set[int]) 
 
 def _graph_inputs_of(graph: onnx.GraphProto, value: str, inputs: set[str], stop: set[str]) -> set[str]:
     """The graph inputs among ``inputs`` that ``value`` is computed from, not looking past ``stop``."""
-    producer = producers(graph)
-    found: set[str] = set()
-    seen: set[str] = set()
-    stack = [value]
-    while stack:
-        name = stack.pop()
-        if name in seen or name in stop:
-            continue
-        seen.add(name)
-        if name in inputs:
-            found.add(name)
-        elif name in producer:
-            node = graph.node[producer[name]]
-            stack.extend([*node.input, *outer_reads(node)])
-    return found
+    found = upstream(graph, [value], stop=stop)
+    return {name for name in found if name in inputs and name not in stop}
 
 
 def _axis(node: onnx.NodeProto) -> int:
