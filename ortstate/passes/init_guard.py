@@ -155,7 +155,10 @@ def _guard(
     elem = helper.np_dtype_to_tensor_dtype(carrier)
     then_out, else_out = fresh(f"{var.id}_init"), fresh(f"{var.id}_skip")
     then_branch = helper.make_graph(
-        [*(graph.node[i] for i in moved), helper.make_node("Identity", [init], [then_out], name=fresh(then_out))],
+        [
+            *(graph.node[i] for i in moved),
+            helper.make_node("Identity", [init], [then_out], name=fresh(f"{var.id}_init_identity")),
+        ],
         f"init_{var.id}",
         [],
         [helper.make_tensor_value_info(then_out, elem, None)],
@@ -163,14 +166,16 @@ def _guard(
     # A placeholder the run never reads: the variable is initialised when the flag is off.
     empty = onnx.numpy_helper.from_array(np.zeros([0] * max(1, len(var.init_shape)), carrier), fresh(f"{var.id}_empty"))
     else_branch = helper.make_graph(
-        [helper.make_node("Identity", [empty.name], [else_out], name=fresh(else_out))],
+        [helper.make_node("Identity", [empty.name], [else_out], name=fresh(f"{var.id}_skip_identity"))],
         f"skip_init_{var.id}",
         [],
         [helper.make_tensor_value_info(else_out, elem, None)],
         [empty],
     )
     out = fresh(f"{var.id}_guarded")
-    return helper.make_node("If", [flag], [out], name=fresh(out), then_branch=then_branch, else_branch=else_branch)
+    return helper.make_node(
+        "If", [flag], [out], name=fresh(f"{var.id}_guard"), then_branch=then_branch, else_branch=else_branch
+    )
 
 
 def _order_flags(graph: onnx.GraphProto, meta: ModelMeta) -> None:
