@@ -127,7 +127,7 @@ class Node:
     def const(self, i: int) -> np.ndarray | None:
         """Input ``i``'s value when it is a constant (a Const, possibly through Convert); None for
         a quantized weight, which stays compressed (see :meth:`weight`). An f16 weight a
-        translator needs as a value (LSTM gates to reorder, say) is folded to f32 as before."""
+        translator needs as a value (LSTM gates to reorder, say) is folded to f32."""
         producer = self.graph.producer(self.layer, i)[0]
         if isinstance(plan_weights(self.graph).weights.get(producer.id), QuantizedWeight):
             return None

@@ -150,25 +150,7 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
     if has_init:
         init_type = next(iter(_types_of_value(graph, read, 0)), None)
         init_shape = _shape_of_value(graph, read, 0)
-    declared_type: ElementType | None = None
-    declared_shape = PartialShape(None)
-    if read.op_version is not None and read.op_version >= 6:
-        raw_type = read.attrs.get("variable_type", "dynamic")
-        if raw_type not in ("dynamic", "undefined"):
-            try:
-                declared_type = element_type(raw_type)
-            except KeyError:
-                raise StateError(f"{where}: unknown variable_type {raw_type!r}") from None
-        try:
-            declared_shape = parse_partial_shape(read.attrs.get("variable_shape", "..."))
-        except ValueError as exc:
-            raise StateError(f"{where}: bad variable_shape: {exc}") from None
-        if not has_init and (declared_type is None or declared_shape.dims is None):
-            raise StateError(
-                f"{where}: a ReadValue without init input needs a static variable_type and a variable_shape rank"
-            )
-    elif not has_init:
-        raise StateError(f"{where}: ReadValue-3 needs an init input")
+    declared_type, declared_shape = _declared(read, has_init, where)
     if declared_type is not None and init_type is not None and declared_type != init_type:
         raise StateError(
             f"{where}: variable_type {declared_type.name} does not relax the init value's type {init_type.name}"
@@ -207,6 +189,31 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
     variable = Variable(vid, read, assign, etype, shape, init_kind, zero_shape, shown, after_assign, init_dims=dims)
     _check_size(variable, where)
     return variable
+
+
+def _declared(read: Layer, has_init: bool, where: str) -> tuple[ElementType | None, PartialShape]:
+    """The type and shape a ReadValue-6 declares for its variable (None and a dynamic rank where
+    it leaves them open; a ReadValue-3 declares neither)."""
+    declared_type: ElementType | None = None
+    declared_shape = PartialShape(None)
+    if read.op_version is not None and read.op_version >= 6:
+        raw_type = read.attrs.get("variable_type", "dynamic")
+        if raw_type not in ("dynamic", "undefined"):
+            try:
+                declared_type = element_type(raw_type)
+            except KeyError:
+                raise StateError(f"{where}: unknown variable_type {raw_type!r}") from None
+        try:
+            declared_shape = parse_partial_shape(read.attrs.get("variable_shape", "..."))
+        except ValueError as exc:
+            raise StateError(f"{where}: bad variable_shape: {exc}") from None
+        if not has_init and (declared_type is None or declared_shape.dims is None):
+            raise StateError(
+                f"{where}: a ReadValue without init input needs a static variable_type and a variable_shape rank"
+            )
+    elif not has_init:
+        raise StateError(f"{where}: ReadValue-3 needs an init input")
+    return declared_type, declared_shape
 
 
 def _check_size(var: Variable, where: str) -> None:

@@ -15,7 +15,7 @@ scale[n, g]`` with ``g = k // group``, rows ``n`` the output channels (MatMul) o
 (Gather), ``k`` the reduction (or embedding) axis. Codes keep their stored bytes where the layout
 allows (OpenVINO packs 4-bit values two a byte, the first in the low nibble, as ONNX Runtime's
 ``MatMulNBits`` and ``GatherBlockQuantized`` want them). Anything else (nf4, f8, codebooks, scales
-varying inside a group) is not recognised and is folded to f32 as before (see ``folding``).
+varying inside a group) is not recognised and is folded to f32 (see ``folding``).
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def _float(graph: Graph, layer: Layer) -> FloatWeight | None:
 def _quantized_for_consumers(graph: Graph, layer: Layer) -> QuantizedWeight | None:
     """The weight ``layer`` ends, if every consumer takes it in one orientation we can emit, as
     f32: a chain ending in f16 (for an f16 MatMul) rounds each value to f16, which blocked codes
-    and scales cannot say; it is folded, as before."""
+    and scales cannot say; it is folded to f32 instead."""
     etype = layer.outputs[0].element_type
     if etype is not None and etype.name != "f32":
         return None

@@ -9,8 +9,9 @@ next value. Per variable:
   for a zero init (the runtime feeds zeros of ``init_shape`` while the variable is uninitialised),
   else through ``If(ortstate.init.<id>, init, ortstate.in.<id>)``. An init the converter guarded
   with ``If(flag, init, <empty>)`` gets the state input as its else branch; an unguarded one (cheap
-  enough to compute every step through the Python ops) gets a flag input and an ``If`` of its own,
-  and the nodes only it needs move into that ``If``'s then branch, so steady steps skip them.
+  enough to compute every step through the Python ops) is guarded first, by the same pass
+  (:func:`~ortstate.passes.guard_inits`: a flag input, the nodes only it needs in the ``If``'s
+  then branch), so steady steps skip them.
 - ``Assign(value, key)`` makes ``value`` a new graph output ``ortstate.out.<id>``: the node making
   it is renamed to write it there, or, where that cannot be (the value is a graph input or output,
   another variable's value, or written by two Assigns), an ``Identity`` copies it.
@@ -27,8 +28,8 @@ too. That is on purpose. The state store, ``set_state`` and snapshots then hold 
 whichever form runs; the pass is a substitution that needs no type reasoning (an ONNX graph does
 not say the type of the value an ``Assign`` casts, and dropping the converter's lossless casts
 would need it); and the price, two casts a step per f16 variable, falls on variables no exported
-model we know has (optimum-intel keeps KV caches in f32). Explicit models written by ortstate
-before this pass carry an f16 variable as float16; their metadata says so and they load as before.
+model we know has (optimum-intel keeps KV caches in f32). Explicit models from older ortstate
+versions carry an f16 variable as float16; their metadata says so, and the runtime follows it.
 
 Loop-body variables (:mod:`ortstate.convert.loop_state`) need nothing more: the custom-op form
 reads them before the loop and writes them after it, in the main graph.

@@ -13,7 +13,6 @@ from ortstate.errors import PassError
 from ortstate.model_meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, READ_VALUE, VARIABLE_ID, ModelMeta, VariableMeta
 from ortstate.passes import guard_inits
 from ortstate.passes.init_guard import only_for
-from ortstate.passes.walk import subgraphs
 
 KEY = "ortstate.request"
 
