@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -248,13 +248,11 @@ def _alias(
         renames[value] = source
 
 
-def _passthrough(
-    fresh: Callable[[str], str], name: str, value: str, elem_type: int, before: Sequence[onnx.NodeProto] = ()
-) -> onnx.GraphProto:
-    """A branch graph giving ``value`` (of the graph around it, or made by the ``before`` nodes)."""
+def _passthrough(fresh: Callable[[str], str], name: str, value: str, elem_type: int) -> onnx.GraphProto:
+    """A branch graph giving ``value`` of the graph around it."""
     out = fresh(f"{name}_out")
     return helper.make_graph(
-        [*before, helper.make_node("Identity", [value], [out], name=fresh(f"{name}_identity"))],
+        [helper.make_node("Identity", [value], [out], name=fresh(f"{name}_identity"))],
         name,
         [],
         [helper.make_tensor_value_info(out, elem_type, None)],
