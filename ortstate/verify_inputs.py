@@ -14,6 +14,7 @@ from .decoders import FeedRules, InputSpec, SyntheticInputs, concrete_shape, ir_
 from .decoders import random_inputs as _random_inputs
 from .errors import InputError
 from .ir import Graph, Layer
+from .ir.walk import upstream
 
 __all__ = ["DEFAULT_DIM", "InputError", "VerifyInputs", "input_specs", "inputs_reaching", "random_inputs"]
 
@@ -121,17 +122,5 @@ class VerifyInputs:
 
 def inputs_reaching(graph: Graph, layer: Layer) -> list[str]:
     """The model inputs ``layer`` depends on, by name."""
-    seen, stack, found = {layer.id}, [layer], []
-    while stack:
-        current = stack.pop()
-        if current.type == "Parameter":
-            found.append(current.tensor_name())
-        for index in range(len(current.inputs)):
-            try:
-                source, _ = graph.producer(current, index)
-            except (IndexError, KeyError):
-                continue
-            if source.id not in seen:
-                seen.add(source.id)
-                stack.append(source)
+    found = [src.tensor_name() for src in upstream(graph, [layer]) if src.type == "Parameter"]
     return sorted(found)

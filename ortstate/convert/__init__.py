@@ -3,7 +3,7 @@
 from .driver import Built, build, convert, convert_graph, unsupported_ops
 from .external import save_model
 from .registry import registered
-from .state import Variable, collect_variables
+from .variables import Variable, collect_variables
 from .weights_report import read_attention_report, read_report
 
 __all__ = [

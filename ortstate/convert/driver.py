@@ -14,7 +14,7 @@ from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Graph, Layer, parse_partial_shape, read_ir
 from ..model_meta import CONTRIB_DOMAIN, CUSTOM_OP, ModelMeta, write_meta
 from ..output_files import check_writable
-from ..passes import cancel_transposes, fold_static, prune, to_explicit
+from ..passes import cancel_transposes, fold_static, guard_inits, prune, to_explicit
 from ..passes.walk import rename_reads, sorted_nodes
 from . import ops  # noqa: F401  (registers the translators)
 from .builder import GraphBuilder
@@ -24,13 +24,18 @@ from .dtypes import onnx_type
 from .external import Array, inline, save_model
 from .loop_state import MainScope
 from .registry import lookup
-from .state import StateWriter, collect_variables, plan_inits
+from .state import StateWriter
 from .translate import Values, input_value, tag, translate_layer
+from .variables import Variable, collect_variables
 from .weights_report import write_attention_report, write_report
 
 __all__ = ["Built", "build", "convert", "convert_graph", "unsupported_ops"]
 
 _STRUCTURAL = frozenset({"Parameter", "Result", "ReadValue", "Assign"})
+# Init-only layers of these types are cheap enough to run every step instead of paying for an If.
+_CHEAP_INIT_OPS = frozenset(
+    "Const Convert ShapeOf Gather Concat Broadcast Reshape Squeeze Unsqueeze Slice StridedSlice Range".split()
+)
 ONNX_IR_VERSION = 10  # onnx writes 14 by default; onnxruntime 1.31 reads at most 13
 
 
@@ -107,69 +112,82 @@ def build(graph: Graph, *, explicit_state: bool = False, options: ConvertOptions
     if missing:
         raise UnsupportedOpsError(missing, graph.source)
     variables = collect_variables(graph)
-    plan_inits(graph, variables)
-
     b = GraphBuilder(graph.name or "ortstate", keep_large=True)
+    written = _write(graph, b, variables, options)
+    graph_proto = b.graph()
+    prune(graph_proto, frozenset({CONTRIB_DOMAIN}))
+    meta = ModelMeta(
+        form=CUSTOM_OP,
+        variables=tuple(replace(written.state.meta[v.id], reorder=written.ctx.reorders.get(v.id)) for v in variables),
+        request_input=written.state.request_input,
+        source=Path(graph.source).name,
+        digest=graph.digest,
+    )
+    meta = guard_inits(graph_proto, meta, lambda _, moved: any(node.name in written.costly for node in moved))
+    # Both forms and every saved or exported model get these (to_explicit rewrites this graph).
+    cancel_transposes(graph_proto)
+    fold_static(graph_proto)
+    model = helper.make_model(
+        graph_proto, opset_imports=_opsets(b), producer_name="ortstate", ir_version=ONNX_IR_VERSION
+    )
+    write_meta(model, meta)
+    write_report(model, written.ctx.weights, graph_proto)
+    write_attention_report(model, written.ctx.attention)
+    if explicit_state:
+        write_meta(model, to_explicit(model, meta))
+    kept = {t.name for t in model.graph.initializer}
+    return Built(model, {name: value for name, value in b.large.items() if name in kept})
+
+
+@dataclass
+class _Written:
+    """The main graph as translated into the builder."""
+
+    ctx: Context
+    state: StateWriter
+    costly: set[str]  # the nodes (by name) of layers too costly to run every step for an init
+
+
+def _write(graph: Graph, b: GraphBuilder, variables: list[Variable], options: ConvertOptions | None) -> _Written:
+    """Translate every layer of the main graph, in topological order, into ``b``."""
     values: Values = {}
     _add_inputs(graph, b, values)
     _reserve_outputs(graph, b)  # the model's own names win over every name made below
-    state = StateWriter(graph, variables, b)
+    state = StateWriter(variables, b)
     ctx = Context(graph, b, MainScope(state), options)
 
     def value_of(layer: Layer, index: int) -> str:
         return input_value(graph, values, layer, index)
 
     ctx.value_of = value_of
-
-    def translate(layers: list[Layer], builder: GraphBuilder) -> None:
-        saved, ctx.b = ctx.b, builder
-        try:
-            for layer in layers:
-                translate_layer(layer, ctx, values, value_of)
-        finally:
-            ctx.b = saved
-
-    skipped = state.skipped_layers()
+    costly: set[str] = set()
     for layer in graph.topological():
-        if layer.id in skipped or layer.type in ("Parameter", "Result"):
+        if layer.type in ("Parameter", "Result"):
             continue
         first = len(b.nodes)
         if layer.type == "ReadValue":
-            values[(layer.id, layer.outputs[0].id)] = state.read(layer, value_of, translate)
+            init = value_of(layer, 0) if state.variable(layer).init == "computed" else None
+            values[(layer.id, layer.outputs[0].id)] = state.read(layer, init)
         elif layer.type == "Assign":
             out = state.assign(layer, value_of(layer, 0))
             for port in layer.outputs:
                 values[(layer.id, port.id)] = out
         else:
             translate_layer(layer, ctx, values, value_of)
+            if layer.type not in _CHEAP_INIT_OPS:
+                costly.update(node.name for node in b.nodes[first:])
         tag(b.nodes[first:], layer)
     _add_outputs(graph, b, value_of)
     _read_aliases(b, ctx.aliases)
+    return _Written(ctx, state, costly)
 
+
+def _opsets(b: GraphBuilder) -> list[onnx.OperatorSetIdProto]:
     opsets = [helper.make_opsetid("", OPSET)]
     for domain in (CONTRIB_DOMAIN, MS_DOMAIN):
         if domain in b.domains:
             opsets.append(helper.make_opsetid(domain, 1))
-    graph_proto = b.graph()
-    prune(graph_proto, frozenset({CONTRIB_DOMAIN}))
-    # Both forms and every saved or exported model get these (to_explicit rewrites this graph).
-    cancel_transposes(graph_proto)
-    fold_static(graph_proto)
-    model = helper.make_model(graph_proto, opset_imports=opsets, producer_name="ortstate", ir_version=ONNX_IR_VERSION)
-    meta = ModelMeta(
-        form=CUSTOM_OP,
-        variables=tuple(replace(state.meta[v.id], reorder=ctx.reorders.get(v.id)) for v in variables),
-        request_input=state.request_input,
-        source=Path(graph.source).name,
-        digest=graph.digest,
-    )
-    write_meta(model, meta)
-    write_report(model, ctx.weights, graph_proto)
-    write_attention_report(model, ctx.attention)
-    if explicit_state:
-        write_meta(model, to_explicit(model, meta))
-    kept = {t.name for t in model.graph.initializer}
-    return Built(model, {name: value for name, value in b.large.items() if name in kept})
+    return opsets
 
 
 def _read_aliases(b: GraphBuilder, aliases: dict[str, str]) -> None:

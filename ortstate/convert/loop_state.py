@@ -31,7 +31,8 @@ import numpy as np
 from ..ir import Graph, Layer
 from .builder import GraphBuilder
 from .dtypes import onnx_type
-from .state import StateWriter, Variable
+from .state import StateWriter
+from .variables import Variable
 
 __all__ = ["BodyScope", "MainScope", "VariableScope", "body_variables"]
 

@@ -14,6 +14,7 @@ from onnx import TensorProto
 
 from ..errors import ConversionError, OrtStateError
 from ..ir import Graph, Layer
+from ..ir.walk import upstream
 from .builder import GraphBuilder
 from .compressed import CompressedInput, FloatWeight, float_weight, plan_weights, record_expanded
 from .context import Context, ConvertOptions
@@ -165,12 +166,14 @@ def _check_shape_constants(graph: Graph, layer: Layer) -> None:
     index = _SHAPE_INPUTS.get(layer.type)
     if index is None or index >= len(layer.inputs):
         return
-    stack, seen = [graph.producer(layer, index)[0]], set()
-    while stack:  # back through the ops that carry shape values unchanged
-        src = stack.pop()
-        if src.id in seen:
-            continue
-        seen.add(src.id)
+
+    def carried(src: Layer) -> tuple[int, ...] | range:
+        """The inputs of ``src`` carrying shape values unchanged (none: the walk stops there)."""
+        if src.type not in _SHAPE_CARRIERS:
+            return ()
+        return _SHAPE_CARRIERS[src.type] or range(len(src.inputs))
+
+    for src in upstream(graph, [graph.producer(layer, index)[0]], carried):
         if src.type == "Const":
             value = graph.constant(src)
             if value.dtype.kind in "iu" and value.size and int(value.max()) > _MAX_DIM:
@@ -178,9 +181,6 @@ def _check_shape_constants(graph: Graph, layer: Layer) -> None:
                     f"{graph.source}: {layer.describe()}: input {index} takes dim {int(value.max())} from "
                     f"layer '{src.name}' (id {src.id}); no tensor can have a dim above {_MAX_DIM}"
                 )
-        elif src.type in _SHAPE_CARRIERS:
-            carried = _SHAPE_CARRIERS[src.type] or range(len(src.inputs))
-            stack.extend(graph.producer(src, i)[0] for i in carried if i < len(src.inputs))
 
 
 _SHAPE_INPUTS = {"Broadcast": 1, "Reshape": 1, "Tile": 1}

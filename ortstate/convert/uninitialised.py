@@ -17,6 +17,7 @@ dynamic dims 0, or a scalar. ``tests/convert/test_uninitialised.py`` compares ea
 from __future__ import annotations
 
 from ..ir import Graph, Layer, PartialShape
+from ..ir.walk import upstream
 
 __all__ = ["uninitialised_shape"]
 
@@ -44,21 +45,16 @@ def _moved_into_state(graph: Graph, read: Layer) -> bool:
 def _folds(graph: Graph, layer: Layer) -> bool:
     """True if ``layer`` is computed from constants only, as OpenVINO's constant folding sees it:
     the shape of a statically shaped value is a constant too."""
-    stack, seen = [layer], {layer.id}
-    while stack:
-        current = stack.pop()
-        if current.type == "Const":
-            continue
-        if current.type in ("Parameter", "ReadValue") or current.body is not None:
-            return False
-        if current.type == "ShapeOf" and graph.producer(current, 0)[1].shape.is_static:
-            continue
-        for index in range(len(current.inputs)):
-            src = graph.producer(current, index)[0]
-            if src.id not in seen:
-                seen.add(src.id)
-                stack.append(src)
-    return True
+
+    def inputs(current: Layer) -> range:
+        if current.type == "Const" or (current.type == "ShapeOf" and graph.producer(current, 0)[1].shape.is_static):
+            return range(0)
+        return range(len(current.inputs))
+
+    return not any(
+        current.type in ("Parameter", "ReadValue") or current.body is not None
+        for current in upstream(graph, [layer], inputs)
+    )
 
 
 def _feeds_only(graph: Graph, layer: Layer, read: Layer) -> bool:

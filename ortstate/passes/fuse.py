@@ -36,7 +36,7 @@ from ..model_meta import (
     fresh_name,
     fused_op,
 )
-from .walk import all_names, outer_reads
+from .walk import all_names, producers, upstream
 
 __all__ = ["fusable", "fuse_state_ops"]
 
@@ -136,29 +136,15 @@ def _variable_id(node: onnx.NodeProto) -> str:
 
 def _read_levels(graph: onnx.GraphProto, reads: list[onnx.NodeProto]) -> dict[str, int]:
     """For each read's output: 0, or 1 + the highest level of the reads its init depends on."""
-    producer = {out: node for node in graph.node for out in node.output}
+    made_by = producers(graph)
     read_outputs = {n.output[0]: n for n in reads}
     memo: dict[str, frozenset[str]] = {}
 
     def reads_behind(value: str) -> frozenset[str]:
-        """Read outputs ``value`` depends on (iteratively, to survive deep graphs)."""
-        if value in memo:
-            return memo[value]
-        stack, seen, found = [value], set(), set()
-        while stack:
-            name = stack.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            if name in read_outputs:
-                found.add(name)
-                continue
-            node = producer.get(name)
-            if node is None:
-                continue
-            stack.extend(node.input)
-            stack.extend(outer_reads(node))
-        memo[value] = frozenset(found)
+        """Read outputs ``value`` depends on."""
+        if value not in memo:
+            found = upstream(graph, [value], stop=read_outputs, made_by=made_by)
+            memo[value] = frozenset(name for name in found if name in read_outputs)
         return memo[value]
 
     levels: dict[str, int] = {}

@@ -41,7 +41,7 @@ from ..errors import PassError
 from ..model_meta import EXPLICIT, META_KEY, ModelMeta, VariableMeta, fresh_name
 from .kv_share import share_kv, shares_all
 from .prune import prune
-from .walk import all_names, consumers, outer_reads, producers, rename_uses, sorted_nodes
+from .walk import all_names, consumers, outer_reads, producers, rename_uses, sorted_nodes, upstream
 
 __all__ = ["PAST_NAME", "PRESENT_NAME", "KvCache", "kv_layout"]
 
@@ -79,6 +79,17 @@ class KvCache:
     shares_buffer: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What the layout changes: each cache's slot, the nodes dropped, the values read instead."""
+
+    slots: dict[str, tuple[int, str]]  # variable id: (layer, "key"|"value")
+    shape: tuple[int, int]  # (kv_heads, head_size)
+    renames: dict[str, str]  # an init guard's or a beam reorder's value: the state input
+    dropped: set[int]  # the init guards and beam reorders
+    beam: str | None  # the input the beam reorder read
+
+
 def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
     """Rewrite explicit-form ``model`` into the past/present layout, in place.
 
@@ -91,25 +102,46 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
     """
     if meta.form != EXPLICIT:
         raise PassError(f"the past/present layout is made from the explicit form, not the {meta.form} form")
-    graph = model.graph
-    names = {i.name for i in graph.input}
-    shared = _SHARE_INPUTS <= names and shares_all(model, meta)
+    shared = _SHARE_INPUTS <= {i.name for i in model.graph.input} and shares_all(model, meta)
     if shared:
         meta = share_kv(model, meta)
+    plan = _plan(model.graph, meta)
+    _apply(model.graph, meta, plan)
+    for index in reversed(range(len(model.metadata_props))):
+        if model.metadata_props[index].key == META_KEY:
+            del model.metadata_props[index]
+    carrier = meta.variables[0].carrier or meta.variables[0].dtype
+    return KvCache(len(plan.slots) // 2, plan.shape[0], plan.shape[1], carrier, plan.beam, shared)
+
+
+def _plan(graph: onnx.GraphProto, meta: ModelMeta) -> _Plan:
+    """Check every variable is a KV cache the layout can take; what to drop and rename."""
     shape = _cache_shape(meta.variables)
     slots = _slots(meta.variables)
-    used = consumers(graph)
-    inputs = {i.name for i in graph.input}
     taken = all_names(graph)
-    constants = _constants(graph)
-    renames: dict[str, str] = {}
-    dropped: set[int] = set()
-    beam_inputs: dict[str, str] = {}  # variable id: the input its reorder reads
     for var in meta.variables:
         layer, kind = slots[var.id]
         for name in (PAST_NAME % (layer, kind), PRESENT_NAME % (layer, kind)):
             if name in taken:
                 raise PassError(f"variable '{var.id}': the name '{name}' is already used by the model")
+    renames: dict[str, str] = {}
+    dropped: set[int] = set()
+    beam = _drop_inits_and_reorders(graph, meta, renames, dropped)
+    if beam is not None and beam in _needed(graph, renames, dropped):
+        raise PassError(f"input '{beam}' is read by more than the KV caches' beam reorder")
+    return _Plan(slots, shape, renames, dropped, beam)
+
+
+def _drop_inits_and_reorders(
+    graph: onnx.GraphProto, meta: ModelMeta, renames: dict[str, str], dropped: set[int]
+) -> str | None:
+    """Plan each cache's init guard and beam reorder away (the state input read instead); returns
+    the one input every reorder reads (None if there is none)."""
+    used = consumers(graph)
+    inputs = {i.name for i in graph.input}
+    constants = _constants(graph)
+    beam_inputs: dict[str, str] = {}  # variable id: the input its reorder reads
+    for var in meta.variables:
         value = var.state_input
         if var.init_flag is not None:
             guard = next((i for i in used.get(var.init_flag, set()) if graph.node[i].op_type == "If"), None)
@@ -133,27 +165,29 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
     if beam_inputs and len(beam_inputs) != len(meta.variables):
         odd = next(v.id for v in meta.variables if v.id not in beam_inputs)
         raise PassError(f"variable '{odd}' is not reordered by '{next(iter(beam_inputs.values()))}' as the others")
-    beam = next(iter(beam_inputs.values()), None)
-    if beam is not None and beam in _needed(graph, renames, dropped):
-        raise PassError(f"input '{beam}' is read by more than the KV caches' beam reorder")
+    return next(iter(beam_inputs.values()), None)
 
-    kept = [node for index, node in enumerate(graph.node) if index not in dropped]
+
+def _apply(graph: onnx.GraphProto, meta: ModelMeta, plan: _Plan) -> None:
+    """Drop the planned nodes, name the caches past/present, list them after the model's own
+    inputs and outputs in layer order, key before value."""
+    kept = [node for index, node in enumerate(graph.node) if index not in plan.dropped]
     del graph.node[:]
     graph.node.extend(kept)
-    rename_uses(graph, {k: _final(v, renames) for k, v in renames.items()})
+    rename_uses(graph, {k: _final(v, plan.renames) for k, v in plan.renames.items()})
     ecosystem = {}
     for var in meta.variables:
-        layer, kind = slots[var.id]
+        layer, kind = plan.slots[var.id]
         ecosystem[var.state_input] = PAST_NAME % (layer, kind)
         ecosystem[var.state_output] = PRESENT_NAME % (layer, kind)
     rename_uses(graph, ecosystem)
     flags = {v.init_flag for v in meta.variables}
-    ordered = sorted(meta.variables, key=lambda v: (slots[v.id][0], KINDS.index(slots[v.id][1])))
+    ordered = sorted(meta.variables, key=lambda v: (plan.slots[v.id][0], KINDS.index(plan.slots[v.id][1])))
     states, outputs = {v.state_input for v in ordered}, {v.state_output for v in ordered}
     new_inputs = [i for i in graph.input if i.name not in flags and i.name not in states]
-    new_inputs += [_cache_value(ecosystem[v.state_input], v, shape, "past_sequence_length") for v in ordered]
+    new_inputs += [_cache_value(ecosystem[v.state_input], v, plan.shape, "past_sequence_length") for v in ordered]
     new_outputs = [o for o in graph.output if o.name not in outputs]
-    new_outputs += [_cache_value(ecosystem[v.state_output], v, shape, "total_sequence_length") for v in ordered]
+    new_outputs += [_cache_value(ecosystem[v.state_output], v, plan.shape, "total_sequence_length") for v in ordered]
     lengths = {v.length_input for v in ordered if v.length_input}
     new_inputs = [i for i in new_inputs if i.name not in lengths]
     new_outputs = [o for o in new_outputs if o.name not in {v.length_output for v in ordered}]
@@ -167,12 +201,7 @@ def kv_layout(model: onnx.ModelProto, meta: ModelMeta) -> KvCache:
     graph.node.extend(ordered_nodes)
     prune(graph)
     del graph.input[:]
-    graph.input.extend(v for v in new_inputs if v.name != beam)
-    for index in reversed(range(len(model.metadata_props))):
-        if model.metadata_props[index].key == META_KEY:
-            del model.metadata_props[index]
-    carrier = meta.variables[0].carrier or meta.variables[0].dtype
-    return KvCache(len(slots) // 2, shape[0], shape[1], carrier, beam, shared)
+    graph.input.extend(v for v in new_inputs if v.name != plan.beam)
 
 
 def _past_length(graph: onnx.GraphProto) -> str:
@@ -372,21 +401,8 @@ def _needed(graph: onnx.GraphProto, renames: dict[str, str], dropped: set[int]) 
 
 def _graph_inputs_of(graph: onnx.GraphProto, value: str, inputs: set[str], stop: set[str]) -> set[str]:
     """The graph inputs among ``inputs`` that ``value`` is computed from, not looking past ``stop``."""
-    producer = producers(graph)
-    found: set[str] = set()
-    seen: set[str] = set()
-    stack = [value]
-    while stack:
-        name = stack.pop()
-        if name in seen or name in stop:
-            continue
-        seen.add(name)
-        if name in inputs:
-            found.add(name)
-        elif name in producer:
-            node = graph.node[producer[name]]
-            stack.extend([*node.input, *outer_reads(node)])
-    return found
+    found = upstream(graph, [value], stop=stop)
+    return {name for name in found if name in inputs and name not in stop}
 
 
 def _axis(node: onnx.NodeProto) -> int:

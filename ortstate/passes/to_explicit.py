@@ -9,8 +9,9 @@ next value. Per variable:
   for a zero init (the runtime feeds zeros of ``init_shape`` while the variable is uninitialised),
   else through ``If(ortstate.init.<id>, init, ortstate.in.<id>)``. An init the converter guarded
   with ``If(flag, init, <empty>)`` gets the state input as its else branch; an unguarded one (cheap
-  enough to compute every step through the Python ops) gets a flag input and an ``If`` of its own,
-  and the nodes only it needs move into that ``If``'s then branch, so steady steps skip them.
+  enough to compute every step through the Python ops) is guarded first, by the same pass
+  (:func:`~ortstate.passes.guard_inits`: a flag input, the nodes only it needs in the ``If``'s
+  then branch), so steady steps skip them.
 - ``Assign(value, key)`` makes ``value`` a new graph output ``ortstate.out.<id>``: the node making
   it is renamed to write it there, or, where that cannot be (the value is a graph input or output,
   another variable's value, or written by two Assigns), an ``Identity`` copies it.
@@ -27,8 +28,8 @@ too. That is on purpose. The state store, ``set_state`` and snapshots then hold 
 whichever form runs; the pass is a substitution that needs no type reasoning (an ONNX graph does
 not say the type of the value an ``Assign`` casts, and dropping the converter's lossless casts
 would need it); and the price, two casts a step per f16 variable, falls on variables no exported
-model we know has (optimum-intel keeps KV caches in f32). Explicit models written by ortstate
-before this pass carry an f16 variable as float16; their metadata says so and they load as before.
+model we know has (optimum-intel keeps KV caches in f32). Explicit models from older ortstate
+versions carry an f16 variable as float16; their metadata says so, and the runtime follows it.
 
 Loop-body variables (:mod:`ortstate.convert.loop_state`) need nothing more: the custom-op form
 reads them before the loop and writes them after it, in the main graph.
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -54,26 +55,41 @@ from ..model_meta import (
     ModelMeta,
     VariableMeta,
     fresh_name,
-    init_flag_name,
     state_dims,
     state_input_name,
     state_output_name,
 )
+from .init_guard import guard_inits
 from .prune import prune
-from .walk import all_names, consumers, inner_nodes, nodes, outer_reads, producers, rename_uses
+from .walk import all_names, consumers, inner_nodes, nodes, producers, rename_uses
 
 __all__ = ["to_explicit"]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class _Plan:
-    """How one variable is rewritten (node indices into the graph)."""
+    """How one variable is rewritten (node indices into the graph, every computed init guarded)."""
 
     var: VariableMeta
     read: int
     assign: int
-    guard: int | None = None  # the converter's If(flag, init, <empty>) feeding the read
-    inside: list[int] = dataclasses.field(default_factory=list)  # nodes moving into a new init If
+    guard: int | None  # the If(flag, init, <empty>) feeding the read; None: the init is not read
+
+
+@dataclasses.dataclass
+class _Rewrite:
+    """What the rewrite makes: nodes in place of others, renames, and the new graph inputs/outputs."""
+
+    taken: set[str]
+    replaced: dict[int, list[onnx.NodeProto]] = dataclasses.field(default_factory=dict)
+    renames: dict[str, str] = dataclasses.field(default_factory=dict)
+    inputs: list[onnx.ValueInfoProto] = dataclasses.field(default_factory=list)
+    outputs: list[onnx.ValueInfoProto] = dataclasses.field(default_factory=list)
+
+    def fresh(self, base: str) -> str:
+        name = fresh_name(base, self.taken)
+        self.taken.add(name)
+        return name
 
 
 def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
@@ -86,91 +102,54 @@ def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
             changed.
     """
     graph = model.graph
+    _check(graph, meta)
+    # Every init the runtime does not feed as zeros goes behind a flag, its else branch the state.
+    meta = guard_inits(graph, meta, lambda var, _: var.init_dims is None)
     plans = _plan(graph, meta)
-    taken = all_names(graph)
-
-    def fresh(base: str) -> str:
-        name = fresh_name(base, taken)
-        taken.add(name)
-        return name
-
-    graph_outputs = {o.name for o in graph.output}
-    old_inputs = {i.name: i for i in graph.input}
-    replaced: dict[int, list[onnx.NodeProto]] = {}
-    moved = {i for plan in plans for i in plan.inside}
-    renames: dict[str, str] = {}
-    written: dict[int, tuple[str, str]] = {}  # Assign index -> (value it writes, state output)
-    new_inputs: list[onnx.ValueInfoProto] = []
-    new_outputs: list[onnx.ValueInfoProto] = []
-    variables: list[VariableMeta] = []
-    for plan in plans:
-        var = plan.var
-        read, assign = graph.node[plan.read], graph.node[plan.assign]
-        carrier = helper.np_dtype_to_tensor_dtype(np.dtype(var.carrier or var.dtype))
-        dims = state_dims(var.shape, var.id)
-        state_in, state_out = fresh(state_input_name(var.id)), fresh(state_output_name(var.id))
-        init, value = read.input[0], read.output[0]
-        flag = var.init_flag
-        instead: list[onnx.NodeProto] = []  # what replaces the ReadValue
-        if var.init == "zeros" or var.init_dims is not None:  # the runtime feeds the first value
-            flag = None
-            _alias(value, state_in, graph_outputs, renames, instead, fresh)
-        elif plan.guard is not None:
-            guard = graph.node[plan.guard]
-            _else_branch(guard).CopyFrom(_passthrough(fresh, f"{read.name}_state", state_in, carrier))
-            _alias(value, init, graph_outputs, renames, instead, fresh)
-        else:
-            flag = fresh(init_flag_name(var.id))
-            then_branch = _passthrough(fresh, f"{read.name}_init", init, carrier, [graph.node[i] for i in plan.inside])
-            else_branch = _passthrough(fresh, f"{read.name}_state", state_in, carrier)
-            instead.append(
-                helper.make_node(
-                    "If", [flag], [value], name=read.name, then_branch=then_branch, else_branch=else_branch
-                )
-            )
-        replaced[plan.read] = instead
-        written[plan.assign] = (assign.input[0], state_out)
-        if flag is not None:
-            flag_input = onnx.ValueInfoProto()
-            if flag in old_inputs:
-                flag_input.CopyFrom(old_inputs[flag])
-            else:
-                flag_input = helper.make_tensor_value_info(flag, onnx.TensorProto.BOOL, [])
-            new_inputs.append(flag_input)
-        new_inputs.append(helper.make_tensor_value_info(state_in, carrier, dims))
-        new_outputs.append(helper.make_tensor_value_info(state_out, carrier, dims))
-        variables.append(dataclasses.replace(var, init_flag=flag, state_input=state_in, state_output=state_out))
-
-    made_by = producers(graph)
-    reads = {plan.read for plan in plans}
-    counts = Counter(value for value, _ in written.values())
-    for index, (value, state_out) in written.items():
-        maker = made_by.get(value)
-        if maker is None or maker in reads or maker in moved or value in graph_outputs or counts[value] > 1:
-            replaced[index] = [helper.make_node("Identity", [value], [state_out], name=graph.node[index].name)]
-        else:  # the value itself becomes the state output: no copy of it per run
-            renames[value] = state_out
-            replaced[index] = []
-
-    rebuilt: list[onnx.NodeProto] = []
-    for index, node in enumerate(graph.node):
-        if index not in moved:
-            rebuilt.extend(replaced.get(index, [node]))
+    rewrite = _Rewrite(all_names(graph))
+    variables = [_rewrite_read(graph, plan, rewrite) for plan in plans]
+    _rewrite_assigns(graph, plans, variables, rewrite)
+    rebuilt = [n for index, node in enumerate(graph.node) for n in rewrite.replaced.get(index, [node])]
     del graph.node[:]
     graph.node.extend(rebuilt)
-    rename_uses(graph, renames)
+    rename_uses(graph, rewrite.renames)
     hidden = {meta.request_input, *(v.init_flag for v in meta.variables)}
     kept = [i for i in graph.input if i.name not in hidden]
     del graph.input[:]
-    graph.input.extend(kept + new_inputs)
-    graph.output.extend(new_outputs)
+    graph.input.extend(kept + rewrite.inputs)
+    graph.output.extend(rewrite.outputs)
     prune(graph)
     _drop_unused_domain(model, CONTRIB_DOMAIN)
     return dataclasses.replace(meta, form=EXPLICIT, request_input=None, variables=tuple(variables))
 
 
-def _plan(graph: onnx.GraphProto, meta: ModelMeta) -> list[_Plan]:
-    """Each variable's state ops and init, checked to be as the converter writes them."""
+def _check(graph: onnx.GraphProto, meta: ModelMeta) -> None:
+    """Refuse state ops not laid out as the converter writes them."""
+    reads, assigns = _state_ops(graph, meta)
+    used = consumers(graph)
+    outputs = {o.name for o in graph.output}
+    if meta.request_input and not used.get(meta.request_input, set()) <= {*reads.values(), *assigns.values()}:
+        raise PassError(f"the request key '{meta.request_input}' is read by a node other than a state op")
+    producer = producers(graph)
+    inputs = {i.name for i in graph.input}
+    for var in meta.variables:
+        token = graph.node[assigns[var.id]].output[0]
+        if token in used or token in outputs:
+            raise PassError(f"variable '{var.id}': the output of its Assign is used")
+        if var.init_flag is None:
+            continue
+        init = graph.node[reads[var.id]].input[0]
+        guard = None if init not in producer else graph.node[producer[init]]
+        if guard is None or (guard.domain, guard.op_type) != ("", "If") or guard.input[0] != var.init_flag:
+            raise PassError(f"variable '{var.id}': its init flag '{var.init_flag}' does not guard its init")
+        if var.init_flag not in inputs or used.get(init) != {reads[var.id]} or init in outputs:
+            raise PassError(f"variable '{var.id}': its guarded init is not read by its ReadValue alone")
+        _else_branch(guard)
+
+
+def _state_ops(graph: onnx.GraphProto, meta: ModelMeta) -> tuple[dict[str, int], dict[str, int]]:
+    """``({variable id: index of its ReadValue}, {...: of its Assign})``, checked to be one each, at
+    the top level, keyed by the request input."""
     reads: dict[str, int] = {}
     assigns: dict[str, int] = {}
     for index, node in enumerate(graph.node):
@@ -191,31 +170,66 @@ def _plan(graph: onnx.GraphProto, meta: ModelMeta) -> list[_Plan]:
     if set(reads) != ids or set(assigns) != ids:
         odd = sorted(ids.symmetric_difference(reads) | ids.symmetric_difference(assigns))
         raise PassError(f"variable(s) {', '.join(odd)}: not one ReadValue and one Assign each")
-    used = consumers(graph)
-    outputs = {o.name for o in graph.output}
-    if meta.request_input and not used.get(meta.request_input, set()) <= {*reads.values(), *assigns.values()}:
-        raise PassError(f"the request key '{meta.request_input}' is read by a node other than a state op")
+    return reads, assigns
+
+
+def _plan(graph: onnx.GraphProto, meta: ModelMeta) -> list[_Plan]:
+    """Each variable's state ops and its init's guard, in the metadata's order."""
+    reads, assigns = _state_ops(graph, meta)
     producer = producers(graph)
-    inputs = {i.name for i in graph.input}
     plans = []
     for var in meta.variables:
-        plan = _Plan(var, reads[var.id], assigns[var.id])
-        token = graph.node[plan.assign].output[0]
-        if token in used or token in outputs:
-            raise PassError(f"variable '{var.id}': the output of its Assign is used")
-        init = graph.node[plan.read].input[0]
-        if var.init_flag is not None:
-            plan.guard = producer.get(init)
-            guard = None if plan.guard is None else graph.node[plan.guard]
-            if guard is None or (guard.domain, guard.op_type) != ("", "If") or guard.input[0] != var.init_flag:
-                raise PassError(f"variable '{var.id}': its init flag '{var.init_flag}' does not guard its init")
-            if var.init_flag not in inputs or used.get(init) != {plan.read} or init in outputs:
-                raise PassError(f"variable '{var.id}': its guarded init is not read by its ReadValue alone")
-            _else_branch(guard)
-        elif var.init != "zeros" and var.init_dims is None:
-            plan.inside = _only_for(graph, init, plan.read, producer, used)
-        plans.append(plan)
+        read = reads[var.id]
+        fed = var.init == "zeros" or var.init_dims is not None  # the runtime feeds the first value
+        plans.append(_Plan(var, read, assigns[var.id], None if fed else producer[graph.node[read].input[0]]))
     return plans
+
+
+def _rewrite_read(graph: onnx.GraphProto, plan: _Plan, rewrite: _Rewrite) -> VariableMeta:
+    """The ReadValue gives the state input, or, where its guard takes the init, the guard's value
+    (the state input in its else branch). Returns the variable's metadata."""
+    var, read = plan.var, graph.node[plan.read]
+    carrier = helper.np_dtype_to_tensor_dtype(np.dtype(var.carrier or var.dtype))
+    dims = state_dims(var.shape, var.id)
+    state_in, state_out = rewrite.fresh(state_input_name(var.id)), rewrite.fresh(state_output_name(var.id))
+    graph_outputs = {o.name for o in graph.output}
+    instead: list[onnx.NodeProto] = []  # what replaces the ReadValue
+    if plan.guard is None:
+        flag = None
+        _alias(read.output[0], state_in, graph_outputs, rewrite.renames, instead, rewrite.fresh)
+    else:
+        flag = var.init_flag
+        guard = graph.node[plan.guard]
+        _else_branch(guard).CopyFrom(_passthrough(rewrite.fresh, f"{read.name}_state", state_in, carrier))
+        _alias(read.output[0], read.input[0], graph_outputs, rewrite.renames, instead, rewrite.fresh)
+        flag_input = onnx.ValueInfoProto()
+        flag_input.CopyFrom(next(i for i in graph.input if i.name == flag))
+        rewrite.inputs.append(flag_input)
+    rewrite.replaced[plan.read] = instead
+    rewrite.inputs.append(helper.make_tensor_value_info(state_in, carrier, dims))
+    rewrite.outputs.append(helper.make_tensor_value_info(state_out, carrier, dims))
+    return dataclasses.replace(var, init_flag=flag, state_input=state_in, state_output=state_out)
+
+
+def _rewrite_assigns(
+    graph: onnx.GraphProto, plans: list[_Plan], variables: list[VariableMeta], rewrite: _Rewrite
+) -> None:
+    """Each Assign's value becomes its state output: the node making it writes there, or, where
+    that cannot be, an Identity copies it."""
+    made_by = producers(graph)
+    reads = {plan.read for plan in plans}
+    graph_outputs = {o.name for o in graph.output}
+    counts = Counter(graph.node[plan.assign].input[0] for plan in plans)
+    for plan, var in zip(plans, variables):
+        assign = graph.node[plan.assign]
+        value, state_out = assign.input[0], var.state_output
+        assert state_out is not None
+        maker = made_by.get(value)
+        if maker is None or maker in reads or value in graph_outputs or counts[value] > 1:
+            rewrite.replaced[plan.assign] = [helper.make_node("Identity", [value], [state_out], name=assign.name)]
+        else:  # the value itself becomes the state output: no copy of it per run
+            rewrite.renames[value] = state_out
+            rewrite.replaced[plan.assign] = []
 
 
 def _alias(
@@ -234,36 +248,11 @@ def _alias(
         renames[value] = source
 
 
-def _only_for(
-    graph: onnx.GraphProto, value: str, reader: int, producer: dict[str, int], readers: dict[str, set[int]]
-) -> list[int]:
-    """Indices, in graph order, of the nodes that compute ``value`` for node ``reader`` alone: no
-    other node (nor a graph output) needs any of their outputs."""
-    ancestors: set[int] = set()
-    stack = [value]
-    while stack:
-        index = producer.get(stack.pop())
-        if index is None or index in ancestors:
-            continue
-        ancestors.add(index)
-        node = graph.node[index]
-        stack.extend([*node.input, *outer_reads(node)])
-    outputs = {o.name for o in graph.output}
-    only: set[int] = set()
-    for index in sorted(ancestors, reverse=True):  # consumers come after producers in a graph
-        outs = [o for o in graph.node[index].output if o]
-        if all(o not in outputs and readers.get(o, set()) <= only | {reader} for o in outs):
-            only.add(index)
-    return sorted(only)
-
-
-def _passthrough(
-    fresh: Callable[[str], str], name: str, value: str, elem_type: int, before: Sequence[onnx.NodeProto] = ()
-) -> onnx.GraphProto:
-    """A branch graph giving ``value`` (of the graph around it, or made by the ``before`` nodes)."""
+def _passthrough(fresh: Callable[[str], str], name: str, value: str, elem_type: int) -> onnx.GraphProto:
+    """A branch graph giving ``value`` of the graph around it."""
     out = fresh(f"{name}_out")
     return helper.make_graph(
-        [*before, helper.make_node("Identity", [value], [out], name=fresh(f"{name}_identity"))],
+        [helper.make_node("Identity", [value], [out], name=fresh(f"{name}_identity"))],
         name,
         [],
         [helper.make_tensor_value_info(out, elem_type, None)],

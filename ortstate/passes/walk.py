@@ -12,7 +12,7 @@ is what a pass must avoid when it makes a new one).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 
 import onnx
 
@@ -29,6 +29,7 @@ __all__ = [
     "sorted_nodes",
     "topological_order",
     "subgraphs",
+    "upstream",
 ]
 
 
@@ -67,6 +68,35 @@ def outer_reads(node: onnx.NodeProto) -> list[str]:
 def producers(graph: onnx.GraphProto) -> dict[str, int]:
     """``{value: index of the node of graph (top level) making it}``."""
     return {out: index for index, node in enumerate(graph.node) for out in node.output if out}
+
+
+def upstream(
+    graph: onnx.GraphProto,
+    starts: Iterable[str],
+    *,
+    stop: Container[str] = frozenset(),
+    made_by: Mapping[str, int] | None = None,
+) -> Iterator[str]:
+    """Every value ``starts`` are computed from, the starts included, each once, depth first from the
+    first start: through each top-level node's inputs and its subgraphs' outer reads, back to graph
+    inputs, initializers and values no node makes. A value in ``stop`` is given but not walked past.
+
+    Args:
+        made_by: :func:`producers` of ``graph``, when the caller has it already.
+    """
+    made_by = producers(graph) if made_by is None else made_by
+    pending = list(reversed(list(starts)))
+    seen: set[str] = set()
+    while pending:
+        value = pending.pop()
+        if not value or value in seen:
+            continue
+        seen.add(value)
+        yield value
+        index = made_by.get(value)
+        if index is not None and value not in stop:
+            node = graph.node[index]
+            pending.extend(reversed([*node.input, *outer_reads(node)]))
 
 
 def consumers(graph: onnx.GraphProto) -> dict[str, set[int]]:

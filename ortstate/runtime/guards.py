@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from ..errors import RunError
-from ..passes.walk import inner_nodes, outer_reads
+from ..passes.walk import inner_nodes, outer_reads, producers, upstream
 
 __all__ = ["Guard", "check_not_empty", "empty_input_guards"]
 
@@ -120,20 +120,12 @@ def _inferred_dims(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
 def _upstream_inputs(graph: onnx.GraphProto, inputs: set[str], starts: list[tuple[str, str]]) -> dict[str, str]:
     """``{graph input: kernel}`` for the inputs each start value is computed from (the first start
     reaching an input names it)."""
-    producer = {out: node for node in graph.node for out in node.output}
+    made_by = producers(graph)
     found: dict[str, str] = {}
-    seen: set[str] = set()
-    stack = list(reversed(starts))  # depth first from the first start
-    while stack:
-        value, kernel = stack.pop()
-        if value in seen or not value:
-            continue
-        seen.add(value)
-        if value in inputs:
-            found.setdefault(value, kernel)
-        node = producer.get(value)
-        if node is not None:
-            stack.extend((name, kernel) for name in reversed([*node.input, *outer_reads(node)]))
+    for value, kernel in starts:
+        for name in upstream(graph, [value], made_by=made_by):
+            if name in inputs:
+                found.setdefault(name, kernel)
     return found
 
 

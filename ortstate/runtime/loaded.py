@@ -116,6 +116,16 @@ class LoadedModel:
         raise RunError("; ".join(parts) + f" (inputs: {', '.join(i.name for i in self.inputs)})")
 
 
+@dataclass(frozen=True)
+class _Opened:
+    """A model read and checked, rewritten to the form it runs in."""
+
+    source: Source
+    meta: ModelMeta  # of the form that runs
+    model_form: str  # of the model given
+    fingerprint: str
+
+
 def load_model(
     model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     sess_options: ort.SessionOptions | None = None,
@@ -128,49 +138,16 @@ def load_model(
         OrtStateError: a bad form, an unreadable model or metadata, a model not laid out as its
             metadata says, a form the model cannot run in, or ONNX Runtime refusing it.
     """
-    if form not in FORMS:
-        raise OrtStateError(f"form {form!r}: expected one of {', '.join(FORMS)}")
-    source = read_source(model)
-    origin = source.origin
-    try:
-        meta = read_meta(source.model) or ModelMeta(form=EXPLICIT, variables=())
-    except ValueError as exc:
-        raise OrtStateError(f"{origin}: {exc}") from None
-    check_model(source.model, meta, origin)
-    # What snapshots must match: the IR the converter hashed, else (an older conversion) this graph.
-    digest = meta.digest or (snapshot.model_digest(source.model) if meta.variables else "")
-    fingerprint = snapshot.fingerprint(meta.variables, digest)
-    model_form = meta.form
-    meta = _pick_form(source, meta, form)
-    if source.converted:  # an IR given: it is in the form it was converted to
-        model_form = meta.form
+    opened = _open(model, form)
+    source, meta = opened.source, opened.meta
     custom_ops = meta.form != EXPLICIT and bool(meta.variables)
-    if sess_options is None:
-        options = default_session_options(meta)
-    elif custom_ops or adds_to_options(source):
-        options = copy_session_options(sess_options)  # the caller's are not ours to change
-    else:
-        options = sess_options
-    token = None
-    if custom_ops:
-        options.register_custom_ops_library(pyops.library_path())
-        if fusable(source.model):
-            fuse_state_ops(source.own(), meta)
-        token = _fetchable(source)
+    options = _options(source, meta, sess_options, custom_ops)
+    token = _prepare_custom_ops(source, meta, options) if custom_ops else None
     keep = hand_over(source, options)  # alive until ONNX Runtime copied them
-    proto = source.model
     # Feeds only: an empty state meets a non-empty input and ONNX Runtime words that error itself.
-    guards = empty_input_guards(proto)
-    try:
-        session = ort.InferenceSession(
-            proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])
-        )
-        release_mapped_pages(keep)
-    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
-        # Name the IR it came from: a converted model ORT refuses means that IR is inconsistent.
-        converted = f" (converted from {meta.source})" if meta.source else ""
-        layer = _layer_behind(proto, str(exc))
-        raise OrtStateError(f"{origin}{converted}: {layer}onnxruntime cannot load the model: {exc}") from None
+    guards = empty_input_guards(source.model)
+    session = _session(source, meta, options, providers)
+    release_mapped_pages(keep)
     del keep
     hidden_in, hidden_out = meta.hidden_inputs, meta.hidden_outputs | {token}
     inputs = tuple(i for i in session.get_inputs() if i.name not in hidden_in)
@@ -180,15 +157,72 @@ def load_model(
         session=session,
         fast=FastRun(session),
         meta=meta,
-        model_form=model_form,
-        origin=origin,
-        fingerprint=fingerprint,
+        model_form=opened.model_form,
+        origin=source.origin,
+        fingerprint=opened.fingerprint,
         inputs=inputs,
         outputs=outputs,
         output_names=[o.name for o in outputs],
         guards={name: what for name, what in guards.items() if name in names},
         token=token,
     )
+
+
+def _open(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) -> _Opened:
+    """Read ``model``, check it against its metadata, and rewrite it to the form it runs in."""
+    if form not in FORMS:
+        raise OrtStateError(f"form {form!r}: expected one of {', '.join(FORMS)}")
+    source = read_source(model)
+    try:
+        meta = read_meta(source.model) or ModelMeta(form=EXPLICIT, variables=())
+    except ValueError as exc:
+        raise OrtStateError(f"{source.origin}: {exc}") from None
+    check_model(source.model, meta, source.origin)
+    # What snapshots must match: the IR the converter hashed, else (an older conversion) this graph.
+    digest = meta.digest or (snapshot.model_digest(source.model) if meta.variables else "")
+    fingerprint = snapshot.fingerprint(meta.variables, digest)
+    model_form = meta.form
+    meta = _pick_form(source, meta, form)
+    if source.converted:  # an IR given: it is in the form it was converted to
+        model_form = meta.form
+    return _Opened(source, meta, model_form, fingerprint)
+
+
+def _options(
+    source: Source, meta: ModelMeta, sess_options: ort.SessionOptions | None, custom_ops: bool
+) -> ort.SessionOptions:
+    """The session options to load with: ortstate's defaults, or the caller's (copied where the
+    load adds to them: the caller's are not ours to change)."""
+    if sess_options is None:
+        return default_session_options(meta)
+    if custom_ops or adds_to_options(source):
+        return copy_session_options(sess_options)
+    return sess_options
+
+
+def _prepare_custom_ops(source: Source, meta: ModelMeta, options: ort.SessionOptions) -> str | None:
+    """Register the Python ops and fuse the state ops; returns the token to fetch (see
+    :func:`_fetchable`)."""
+    options.register_custom_ops_library(pyops.library_path())
+    if fusable(source.model):
+        fuse_state_ops(source.own(), meta)
+    return _fetchable(source)
+
+
+def _session(
+    source: Source, meta: ModelMeta, options: ort.SessionOptions, providers: Sequence[str] | None
+) -> ort.InferenceSession:
+    """The ONNX Runtime session of ``source``'s model."""
+    proto = source.model
+    try:
+        return ort.InferenceSession(
+            proto.SerializeToString(), options, providers=list(providers or ["CPUExecutionProvider"])
+        )
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
+        # Name the IR it came from: a converted model ORT refuses means that IR is inconsistent.
+        converted = f" (converted from {meta.source})" if meta.source else ""
+        layer = _layer_behind(proto, str(exc))
+        raise OrtStateError(f"{source.origin}{converted}: {layer}onnxruntime cannot load the model: {exc}") from None
 
 
 def _pick_form(source: Source, meta: ModelMeta, form: str) -> ModelMeta:

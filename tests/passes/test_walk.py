@@ -16,6 +16,7 @@ from ortstate.passes.walk import (
     producers,
     rename_uses,
     subgraphs,
+    upstream,
 )
 
 
@@ -89,3 +90,27 @@ def test_rename_uses_reaches_subgraphs_but_not_the_graphs_own_declarations() -> 
     assert [o.name for o in then.output] == ["t2"]  # a subgraph's declared outputs follow
     assert list(other.node[0].input) == ["x2"]
     assert [i.name for i in graph.input][0] == "x"  # the caller renames the graph's own inputs
+
+
+def test_upstream_follows_inputs_and_outer_reads_once_depth_first() -> None:
+    graph = nested()
+    assert list(upstream(graph, ["y"])) == ["y", "n", "c", "cond_in", "a", "x", "w"]
+    assert list(upstream(graph, ["a", "c_end"])) == ["a", "x", "c_end", "n", "c", "cond_in", "w"]
+    assert list(upstream(graph, ["w", ""])) == ["w"]  # an initializer; an empty name is no value
+
+
+def test_upstream_stops_at_values_it_is_told() -> None:
+    graph = nested()
+    assert list(upstream(graph, ["y"], stop={"a"})) == ["y", "n", "c", "cond_in", "a", "w", "x"]
+    assert list(upstream(graph, ["y"], stop={"y"})) == ["y"]
+
+
+def test_upstream_survives_a_cycle() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["a"], name="n0"), helper.make_node("Relu", ["a"], ["b"], name="n1")],
+        "cycle",
+        [_value("x")],
+        [_value("b")],
+    )
+    assert list(upstream(graph, ["b"])) == ["b", "a", "x"]
+    assert list(upstream(graph, ["b"], made_by={"b": 1})) == ["b", "a"]  # the caller's producers

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...ir import Graph, Layer
+from ...ir.walk import upstream
 from ..folding import constant_value
 from .weights import FloatWeight, QuantizedWeight
 
@@ -89,17 +90,19 @@ _CHAIN_OPS = frozenset({"Const", "Convert", "Subtract", "Multiply", "Reshape"})
 
 def weight_source(graph: Graph, layer: Layer) -> str:
     """The element types of the constants a folded value comes from (``u4+f16``), for reports."""
-    types, stack, seen = set(), [layer], set()
-    while stack:
-        src = stack.pop()
-        if src.id in seen:
-            continue
-        seen.add(src.id)
-        if src.type == "Const" and src.attrs.get("element_type") not in ("i32", "i64"):  # not shapes
-            types.add(src.attrs.get("element_type", "?"))
-        elif src.type in _CHAIN_OPS or src.type in ("Transpose", "Unsqueeze", "Squeeze", "Add"):
-            stack.extend(graph.producer(src, i)[0] for i in range(len(src.inputs)))
+
+    def inputs(src: Layer) -> range:
+        return range(len(src.inputs) if src.type in _CHAIN_OPS or src.type in _SOURCE_OPS else 0)
+
+    types = {
+        src.attrs.get("element_type", "?")
+        for src in upstream(graph, [layer], inputs)
+        if src.type == "Const" and src.attrs.get("element_type") not in ("i32", "i64")  # not shapes
+    }
     return "+".join(sorted(types))
+
+
+_SOURCE_OPS = frozenset({"Transpose", "Unsqueeze", "Squeeze", "Add"})
 
 
 # -- f16/bf16 -----------------------------------------------------------------------------------
@@ -119,7 +122,7 @@ def _float(graph: Graph, layer: Layer) -> FloatWeight | None:
 def _quantized_for_consumers(graph: Graph, layer: Layer) -> QuantizedWeight | None:
     """The weight ``layer`` ends, if every consumer takes it in one orientation we can emit, as
     f32: a chain ending in f16 (for an f16 MatMul) rounds each value to f16, which blocked codes
-    and scales cannot say; it is folded."""
+    and scales cannot say; it is folded to f32 instead."""
     etype = layer.outputs[0].element_type
     if etype is not None and etype.name != "f32":
         return None
