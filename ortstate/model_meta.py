@@ -1,22 +1,46 @@
 """The contract between the converter and the runtime: the state format's names, and the variable
 metadata carried in the ONNX model.
 
-The metadata is stored as JSON under the ``ortstate`` key of ``ModelProto.metadata_props``. Every
-name the two ONNX forms give their state (op types, domain, attributes, graph inputs and outputs)
-is spelled here and nowhere else; the converter, the passes and the runtime import it from here.
+The metadata is stored as JSON under the ``ortstate`` key of ``ModelProto.metadata_props``; its
+schema (every field's type and range, checked when a model is loaded) is :mod:`.meta_schema`.
+Every name the two ONNX forms give their state (op types, domain, attributes, graph inputs and
+outputs) is spelled in :mod:`.state_format` and nowhere else; this module re-exports them, and the
+converter, the passes and the runtime import them from here.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from collections.abc import Callable, Container, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
+
+from .meta_schema import fail, fields_of, init_dim, integer, items, state_dim, text
+from .state_format import (  # the state format's names, spelled there; imported from here too
+    ASSIGN,
+    CONTRIB_DOMAIN,
+    FUSED_ASSIGN,
+    FUSED_OP,
+    FUSED_READ,
+    FUSED_READ_STATES,
+    MAX_FUSED,
+    READ_VALUE,
+    REQUEST_INPUT,
+    VARIABLE_ID,
+    VARIABLE_IDS,
+    fresh_name,
+    fused_op,
+    init_flag_name,
+    length_input_name,
+    length_output_name,
+    state_dims,
+    state_input_name,
+    state_output_name,
+)
 
 __all__ = [
     "ASSIGN",
@@ -69,83 +93,6 @@ MAX_STATE_ELEMENTS = 1 << 40
 # A variable's initial value (zeros of ``init_shape``) is made before any run and, in the custom-op
 # form, stored in the model: protobuf caps a model at 2 GB.
 MAX_INIT_BYTES = 1 << 31
-
-
-# -- the state format's names ----------------------------------------------------------------------
-# Custom-op form: ``ReadValue(init, request) -> value`` and ``Assign(value, request) -> token`` in
-# this domain, the only one onnxruntime-extensions serves Python ops from by default.
-CONTRIB_DOMAIN = "ai.onnx.contrib"
-READ_VALUE = "ReadValue"
-ASSIGN = "Assign"
-VARIABLE_ID = "variable_id"  # the state ops' one attribute
-# The int64 scalar graph input every state op takes as its key (a request's store).
-REQUEST_INPUT = "ortstate.request"
-# The fused variant (made on load, never saved): ``ReadValues{n}`` / ``AssignValues{n}`` for
-# 2..MAX_FUSED variables of one carrier dtype, their ids a JSON list in ``variable_ids``;
-# ``ReadStates{n}_{dtype}`` (1..MAX_FUSED; ``ReadStates2_float32``) reads variables whose init is
-# zeros of their init shape: it takes the request key alone, the store making the zeros (its dtype
-# is in its name: Python ops are told apart by their inputs' types, and it has none but the key).
-FUSED_READ = "ReadValues"
-FUSED_READ_STATES = "ReadStates"
-FUSED_ASSIGN = "AssignValues"
-VARIABLE_IDS = "variable_ids"
-MAX_FUSED = 16
-FUSED_OP = re.compile(rf"({FUSED_READ}|{FUSED_READ_STATES}|{FUSED_ASSIGN})(\d+)(_\w+)?")
-
-
-def fused_op(kind: str, count: int, dtype: str = "") -> str:
-    """``ReadValues3``: the op type fusing ``count`` state ops of ``kind`` (FUSED_READ/FUSED_ASSIGN);
-    ``ReadStates3_float32`` with the numpy ``dtype`` of a FUSED_READ_STATES."""
-    return f"{kind}{count}" + (f"_{dtype}" if dtype else "")
-
-
-def state_input_name(var_id: str) -> str:
-    """Explicit form: the graph input carrying the variable's value into a run."""
-    return f"ortstate.in.{var_id}"
-
-
-def state_output_name(var_id: str) -> str:
-    """Explicit form: the graph output carrying the variable's next value out of a run."""
-    return f"ortstate.out.{var_id}"
-
-
-def length_input_name(var_id: str) -> str:
-    """Explicit form, a KV variable kept in a larger buffer: how many rows of its state input are
-    its value (int64 scalar; see :mod:`ortstate.passes.kv_share`)."""
-    return f"ortstate.len.{var_id}"
-
-
-def length_output_name(var_id: str) -> str:
-    """The same variable's rows after the run (int64 scalar output)."""
-    return f"ortstate.len_out.{var_id}"
-
-
-def init_flag_name(var_id: str) -> str:
-    """Both forms: the bool scalar input telling a run the variable is uninitialised (computed inits)."""
-    return f"ortstate.init.{var_id}"
-
-
-def state_dims(shape: list[int | list[int | None]] | None, var_id: str) -> list[int | str] | None:
-    """The ONNX dims of a variable's state input and output: static dims as they are, each dynamic
-    one a symbol ``<id>_d<i>``; None for a dynamic rank."""
-    if shape is None:
-        return None
-    return [d if isinstance(d, int) else f"{var_id}_d{i}" for i, d in enumerate(shape)]
-
-
-def fresh_name(base: str, taken: Container[str], start: int = 1) -> str:
-    """``base``, or where the model already uses it, ``base_N`` for the first free N from ``start``.
-
-    The one rule by which every name ortstate makes (the names above, and the converter's own
-    value names) steps aside from a name the model already has; ``taken`` is every name of the
-    model, subgraphs included (ONNX forbids defining a name twice anywhere in a model).
-    """
-    if base not in taken:
-        return base
-    n = start
-    while f"{base}_{n}" in taken:
-        n += 1
-    return f"{base}_{n}"
 
 
 def initial_shape(var: VariableMeta, feeds: Mapping[str, Any]) -> list[int]:
@@ -308,88 +255,32 @@ def read_meta(model: onnx.ModelProto) -> ModelMeta | None:
 
 
 # -- the schema: every field's type and range, checked when a model is loaded ---------------------
-def _fail(where: str, expected: str, got: Any) -> ValueError:
-    shown = repr(got)
-    return ValueError(f"{where}: expected {expected}, got {shown[:60] + '...' if len(shown) > 60 else shown}")
-
-
-def _object(value: Any, where: str, cls: type, required: set[str]) -> dict[str, Any]:
-    """``value`` as the fields of ``cls``: a JSON object with every required key and no other."""
-    if not isinstance(value, dict):
-        raise _fail(where, "an object", value)
-    known = {f.name for f in fields(cls)}
-    missing, unknown = sorted(required - value.keys()), sorted(set(value) - known)
-    if missing or unknown:
-        parts = [f"missing field(s) {', '.join(missing)}"] if missing else []
-        parts += [f"unknown field(s) {', '.join(map(str, unknown))}"] if unknown else []
-        raise ValueError(f"{where}: {'; '.join(parts)}")
-    return value
-
-
-def _int(value: Any, where: str, lo: int = 0) -> int:
-    if type(value) is not int or value < lo:  # bool is an int to Python, not to the schema
-        raise _fail(where, f"an integer >= {lo}", value)
-    return value
-
-
-def _str(value: Any, where: str, optional: bool = False, choices: Sequence[str] = ()) -> Any:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or (choices and value not in choices) or (not choices and not value):
-        expected = f"one of {', '.join(choices)}" if choices else "a non-empty string"
-        raise _fail(where, expected + (" or null" if optional else ""), value)
-    return value
-
-
-def _list(value: Any, where: str, item: Callable[[Any, str], Any]) -> list[Any]:
-    if not isinstance(value, list):
-        raise _fail(where, "a list", value)
-    return [item(v, f"{where}[{i}]") for i, v in enumerate(value)]
-
-
-def _dim(value: Any, where: str) -> int | list[int | None]:
-    if isinstance(value, list):
-        if len(value) != 2:
-            raise _fail(where, "a dim: an integer or [lo, hi]", value)
-        lo = _int(value[0], f"{where}[0]")
-        return [lo, None if value[1] is None else _int(value[1], f"{where}[1]", lo)]
-    return _int(value, where)
-
-
-def _init_dim(value: Any, where: str) -> int | list[Any]:
-    if isinstance(value, list):
-        if len(value) != 2 or not isinstance(value[0], str) or not value[0]:
-            raise _fail(where, "an integer or [input name, axis]", value)
-        return [value[0], _int(value[1], f"{where}[1]")]
-    return _int(value, where)
-
-
 def _variable(value: Any, where: str) -> VariableMeta:
-    data = _object(value, where, VariableMeta, {"id", "element_type", "dtype", "shape", "init", "init_shape"})
-    shape = None if data["shape"] is None else _list(data["shape"], f"{where}.shape", _dim)
-    init_shape = _list(data["init_shape"], f"{where}.init_shape", _int)
+    data = fields_of(value, where, VariableMeta, {"id", "element_type", "dtype", "shape", "init", "init_shape"})
+    shape = None if data["shape"] is None else items(data["shape"], f"{where}.shape", state_dim)
+    init_shape = items(data["init_shape"], f"{where}.init_shape", integer)
     checked = {
-        "id": _str(data["id"], f"{where}.id"),
-        "element_type": _str(data["element_type"], f"{where}.element_type"),
-        "dtype": _str(data["dtype"], f"{where}.dtype", choices=tuple(DTYPES)),
+        "id": text(data["id"], f"{where}.id"),
+        "element_type": text(data["element_type"], f"{where}.element_type"),
+        "dtype": text(data["dtype"], f"{where}.dtype", choices=tuple(DTYPES)),
         "shape": shape,
-        "init": _str(data["init"], f"{where}.init", choices=("zeros", "computed")),
+        "init": text(data["init"], f"{where}.init", choices=("zeros", "computed")),
         "init_shape": init_shape,
         **{
-            k: _str(data.get(k), f"{where}.{k}", optional=True)
+            k: text(data.get(k), f"{where}.{k}", optional=True)
             for k in ("init_flag", "state_input", "state_output", "length_input", "length_output")
         },
-        "carrier": _str(data.get("carrier"), f"{where}.carrier", optional=True, choices=tuple(DTYPES)),
-        "reorder": _str(data.get("reorder"), f"{where}.reorder", optional=True),
+        "carrier": text(data.get("carrier"), f"{where}.carrier", optional=True, choices=tuple(DTYPES)),
+        "reorder": text(data.get("reorder"), f"{where}.reorder", optional=True),
         "init_dims": None
         if data.get("init_dims") is None
-        else _list(data["init_dims"], f"{where}.init_dims", _init_dim),
+        else items(data["init_dims"], f"{where}.init_dims", init_dim),
     }
     uninit = data.get("uninit_shape")
     if uninit is not None:
-        checked["uninit_shape"] = _list(uninit, f"{where}.uninit_shape", _int)
+        checked["uninit_shape"] = items(uninit, f"{where}.uninit_shape", integer)
         if shape is not None and len(uninit) != len(shape):
-            raise _fail(f"{where}.uninit_shape", f"{len(shape)} dims, as the variable's shape", uninit)
+            raise fail(f"{where}.uninit_shape", f"{len(shape)} dims, as the variable's shape", uninit)
     var = VariableMeta(**{**data, **checked})  # a field without a rule here passes through as it is
     lows = [d if isinstance(d, int) else d[0] for d in shape or []]
     if max(spanned_elements(s) for s in (lows, init_shape, var.uninitialised_shape)) > MAX_STATE_ELEMENTS:
@@ -401,24 +292,24 @@ def _variable(value: Any, where: str) -> VariableMeta:
 
 
 def _model_meta(value: Any) -> ModelMeta:
-    data = _object(value, "metadata", ModelMeta, {"form", "variables", "version"})
+    data = fields_of(value, "metadata", ModelMeta, {"form", "variables", "version"})
     if data["version"] != FORMAT_VERSION or type(data["version"]) is not int:
         raise ValueError(f"metadata format version {data['version']!r}, expected {FORMAT_VERSION}")
-    variables = tuple(_list(data["variables"], "variables", _variable))
+    variables = tuple(items(data["variables"], "variables", _variable))
     ids = [v.id for v in variables]
     if len(set(ids)) != len(ids):
         raise ValueError(f"variables: id '{next(i for i in ids if ids.count(i) > 1)}' is listed twice")
     extra = data.get("extra", {})
     if not isinstance(extra, dict) or not all(isinstance(v, str) for v in extra.values()):
-        raise _fail("extra", "an object of strings", extra)
+        raise fail("extra", "an object of strings", extra)
     source, digest = data.get("source", ""), data.get("digest", "")
-    for name, text in (("source", source), ("digest", digest)):
-        if not isinstance(text, str):
-            raise _fail(name, "a string", text)
+    for name, value in (("source", source), ("digest", digest)):
+        if not isinstance(value, str):
+            raise fail(name, "a string", value)
     checked = {
-        "form": _str(data["form"], "form", choices=(CUSTOM_OP, EXPLICIT)),
+        "form": text(data["form"], "form", choices=(CUSTOM_OP, EXPLICIT)),
         "variables": variables,
-        "request_input": _str(data.get("request_input"), "request_input", optional=True),
+        "request_input": text(data.get("request_input"), "request_input", optional=True),
         "source": source,
         "extra": dict(extra),
         "digest": digest,

@@ -13,7 +13,15 @@ from pathlib import Path
 import ortstate
 
 PACKAGE = Path(ortstate.__file__).resolve().parent
-BASE = {"errors", "version", "model_meta", "protosize", "output_files"}  # errors, version, format names, writing
+BASE = {
+    "errors",
+    "version",
+    "model_meta",
+    "meta_schema",
+    "state_format",
+    "protosize",
+    "output_files",
+}  # errors, version, format names, writing
 # What each top-level part of the package may import besides itself. Passes (ONNX -> ONNX rewrites)
 # know only the format, so the converter (explicit_state=True) and the runtime (form="auto") both
 # apply them; the runtime knows nothing of IR files or the converter (the package root composes

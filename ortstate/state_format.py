@@ -1,0 +1,108 @@
+"""The state format's names: every name the two ONNX forms give their state (op types, domain,
+attributes, graph inputs and outputs), spelled here and nowhere else, and the rule by which a name
+ortstate makes steps aside from one the model has. :mod:`ortstate.model_meta` (the metadata that
+lists a model's variables) re-exports them: the converter, the passes and the runtime import them
+from either.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Container
+
+__all__ = [
+    "ASSIGN",
+    "CONTRIB_DOMAIN",
+    "FUSED_ASSIGN",
+    "FUSED_OP",
+    "FUSED_READ",
+    "FUSED_READ_STATES",
+    "MAX_FUSED",
+    "READ_VALUE",
+    "REQUEST_INPUT",
+    "VARIABLE_ID",
+    "VARIABLE_IDS",
+    "fresh_name",
+    "fused_op",
+    "init_flag_name",
+    "length_input_name",
+    "length_output_name",
+    "state_dims",
+    "state_input_name",
+    "state_output_name",
+]
+
+# Custom-op form: ``ReadValue(init, request) -> value`` and ``Assign(value, request) -> token`` in
+# this domain, the only one onnxruntime-extensions serves Python ops from by default.
+CONTRIB_DOMAIN = "ai.onnx.contrib"
+READ_VALUE = "ReadValue"
+ASSIGN = "Assign"
+VARIABLE_ID = "variable_id"  # the state ops' one attribute
+# The int64 scalar graph input every state op takes as its key (a request's store).
+REQUEST_INPUT = "ortstate.request"
+# The fused variant (made on load, never saved): ``ReadValues{n}`` / ``AssignValues{n}`` for
+# 2..MAX_FUSED variables of one carrier dtype, their ids a JSON list in ``variable_ids``;
+# ``ReadStates{n}_{dtype}`` (1..MAX_FUSED; ``ReadStates2_float32``) reads variables whose init is
+# zeros of their init shape: it takes the request key alone, the store making the zeros (its dtype
+# is in its name: Python ops are told apart by their inputs' types, and it has none but the key).
+FUSED_READ = "ReadValues"
+FUSED_READ_STATES = "ReadStates"
+FUSED_ASSIGN = "AssignValues"
+VARIABLE_IDS = "variable_ids"
+MAX_FUSED = 16
+FUSED_OP = re.compile(rf"({FUSED_READ}|{FUSED_READ_STATES}|{FUSED_ASSIGN})(\d+)(_\w+)?")
+
+
+def fused_op(kind: str, count: int, dtype: str = "") -> str:
+    """``ReadValues3``: the op type fusing ``count`` state ops of ``kind`` (FUSED_READ/FUSED_ASSIGN);
+    ``ReadStates3_float32`` with the numpy ``dtype`` of a FUSED_READ_STATES."""
+    return f"{kind}{count}" + (f"_{dtype}" if dtype else "")
+
+
+def state_input_name(var_id: str) -> str:
+    """Explicit form: the graph input carrying the variable's value into a run."""
+    return f"ortstate.in.{var_id}"
+
+
+def state_output_name(var_id: str) -> str:
+    """Explicit form: the graph output carrying the variable's next value out of a run."""
+    return f"ortstate.out.{var_id}"
+
+
+def length_input_name(var_id: str) -> str:
+    """Explicit form, a KV variable kept in a larger buffer: how many rows of its state input are
+    its value (int64 scalar; see :mod:`ortstate.passes.kv_share`)."""
+    return f"ortstate.len.{var_id}"
+
+
+def length_output_name(var_id: str) -> str:
+    """The same variable's rows after the run (int64 scalar output)."""
+    return f"ortstate.len_out.{var_id}"
+
+
+def init_flag_name(var_id: str) -> str:
+    """Both forms: the bool scalar input telling a run the variable is uninitialised (computed inits)."""
+    return f"ortstate.init.{var_id}"
+
+
+def state_dims(shape: list[int | list[int | None]] | None, var_id: str) -> list[int | str] | None:
+    """The ONNX dims of a variable's state input and output: static dims as they are, each dynamic
+    one a symbol ``<id>_d<i>``; None for a dynamic rank."""
+    if shape is None:
+        return None
+    return [d if isinstance(d, int) else f"{var_id}_d{i}" for i, d in enumerate(shape)]
+
+
+def fresh_name(base: str, taken: Container[str], start: int = 1) -> str:
+    """``base``, or where the model already uses it, ``base_N`` for the first free N from ``start``.
+
+    The one rule by which every name ortstate makes (the names above, and the converter's own
+    value names) steps aside from a name the model already has; ``taken`` is every name of the
+    model, subgraphs included (ONNX forbids defining a name twice anywhere in a model).
+    """
+    if base not in taken:
+        return base
+    n = start
+    while f"{base}_{n}" in taken:
+        n += 1
+    return f"{base}_{n}"
