@@ -23,11 +23,13 @@ ALLOWED = {
     "convert": BASE | {"ir", "passes"},
     "runtime": BASE | {"passes"},
     "generate": BASE | {"ir", "convert", "runtime"},
-    "bench": BASE | {"ir", "convert", "runtime", "generate"},
+    "streams": BASE | {"passes", "runtime"},  # many streams batched into one run
+    "bench": BASE | {"ir", "convert", "runtime", "generate", "streams"},
     "verify_inputs": BASE | {"ir", "convert", "runtime", "generate"},
     "verify": BASE | {"ir", "convert", "runtime", "generate", "verify_inputs"},
     "export": BASE | {"ir", "convert", "passes", "generate"},  # an LLM folder for other tools
-    "cli": BASE | {"ir", "convert", "passes", "runtime", "generate", "bench", "verify", "verify_inputs", "export"},
+    "cli": BASE
+    | {"ir", "convert", "passes", "runtime", "generate", "bench", "verify", "verify_inputs", "export", "streams"},
 }
 
 

@@ -1,0 +1,48 @@
+"""One stream's feeds, checked on their own before they join a batch: a bad feed is that stream's
+error, never the batch's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import RunError
+from .layout import InputSpec
+
+__all__ = ["check_feeds"]
+
+
+def check_feeds(sid: int, given: Any, specs: tuple[InputSpec, ...]) -> list[np.ndarray]:
+    """``given``'s arrays in the order of ``specs`` (this machine's byte order), once each is one
+    stream's feed of its input: the dtype, the rank, and every static dim (1 on the batch axis).
+
+    Raises:
+        RunError: naming the stream and what is wrong with its feeds.
+    """
+    if not isinstance(given, Mapping):
+        raise RunError(f"stream {sid}: feeds must be a mapping of input names to arrays, not {type(given).__name__}")
+    if len(given) != len(specs) or any(s.name not in given for s in specs):
+        names = {s.name for s in specs}
+        missing = sorted(names - set(given))
+        unknown = sorted(str(n) for n in given if n not in names)
+        parts = [f"missing input(s) {', '.join(missing)}"] if missing else []
+        parts += [f"unknown input(s) {', '.join(unknown)}"] if unknown else []
+        raise RunError(f"stream {sid}: {'; '.join(parts)} (inputs: {', '.join(s.name for s in specs)})")
+    out = []
+    for spec in specs:
+        value = given[spec.name]
+        try:
+            arr = value if type(value) is np.ndarray else np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise RunError(f"stream {sid}: input '{spec.name}': not an array ({exc})") from None
+        if arr.dtype != spec.dtype:
+            raise RunError(f"stream {sid}: input '{spec.name}': dtype {arr.dtype}, expected {spec.dtype}")
+        if arr.ndim != len(spec.dims) or any(d is not None and d != n for d, n in zip(spec.dims, arr.shape)):
+            raise RunError(
+                f"stream {sid}: input '{spec.name}': shape {list(arr.shape)}, expected {spec.shown()} "
+                f"(one stream: 1 along axis {spec.axis})"
+            )
+        out.append(arr if arr.dtype.isnative else arr.astype(arr.dtype.newbyteorder("=")))
+    return out
