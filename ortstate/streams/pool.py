@@ -255,6 +255,11 @@ class StreamPool:
             )
 
     @property
+    def loaded(self) -> LoadedModel:
+        """The model as the pool runs it (its explicit form, the batch dynamic; see :class:`LoadedModel`)."""
+        return self._model
+
+    @property
     def streams(self) -> list[int]:
         """The ids of the open streams (parked ones included)."""
         with self._lock:

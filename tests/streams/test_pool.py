@@ -261,3 +261,29 @@ def test_submit_batches_concurrent_streams_per_tick() -> None:
             _close(got, lone.step(sid, f), f"stream {sid} step {k}")
     stats = pool.stats()
     assert stats.max_batch >= 5 and stats.runs <= 6 and stats.tick_p50 > 0
+
+
+def test_a_failed_run_changes_no_stream(monkeypatch) -> None:
+    """A step whose second run fails (two time lengths: two runs) raises and commits neither run."""
+    pool = ortstate.StreamPool(_model("lstm_1l"), slots=2)
+    lone = Lone(_model("lstm_1l"), pool)
+    rng = np.random.default_rng(9)
+    a, b = pool.open(), pool.open()
+    lone.start(a), lone.start(b)
+    run, calls = pool.loaded.fast.run, []
+
+    def second_fails(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : injected")
+        return run(*args)
+
+    monkeypatch.setattr(pool.loaded.fast, "run", second_fails)
+    with pytest.raises(RunError, match=r"^streams 1: run failed, no variable was changed: 1 : FAIL : injected$"):
+        pool.step({a: _feeds(pool, rng, 1), b: _feeds(pool, rng, 2)})
+    assert len(calls) == 2
+    monkeypatch.setattr(pool.loaded.fast, "run", run)
+    feeds = {a: _feeds(pool, rng, 2), b: _feeds(pool, rng, 2)}
+    got = pool.step(feeds)
+    for sid in (a, b):
+        _close(got[sid], lone.step(sid, feeds[sid]), f"stream {sid} after the failed step")
