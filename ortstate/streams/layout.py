@@ -20,14 +20,18 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper
 
-from ..errors import OrtStateError
-from ..model_meta import ModelMeta, VariableMeta, fresh_name
-from ..runtime import LoadedModel, numpy_dtype
+from ..errors import OrtStateError, PassError
+from ..model_meta import CUSTOM_OP, ModelMeta, VariableMeta, fresh_name, read_meta, write_meta
+from ..passes import to_explicit
+from ..runtime import LoadedModel, numpy_dtype, snapshot
+from ..runtime.loaded import load_model
 from ..runtime.runners import ort_error
+from ..runtime.source import read_source
 
-__all__ = ["InputSpec", "Layout", "StateSpec", "find_layout", "relax_batch"]
+__all__ = ["InputSpec", "Layout", "StateSpec", "find_layout", "load_pool_model", "relax_batch"]
 
 _MAX_TRIALS = 64
 _RECURRENT = ("LSTM", "GRU", "RNN")
@@ -66,6 +70,32 @@ class Layout:
     inputs: tuple[InputSpec, ...]
     outputs: Mapping[str, int]
     states: tuple[StateSpec, ...]
+
+
+def load_pool_model(
+    model: Any, sess_options: ort.SessionOptions | None, providers: Sequence[str] | None
+) -> tuple[LoadedModel, Layout, str]:
+    """``model`` (what ``StatefulSession`` takes) loaded for batches of streams: its explicit form
+    with the batch made dynamic, its layout, and the fingerprint its snapshots carry."""
+    source = read_source(model)
+    origin = source.origin
+    try:
+        meta = read_meta(source.model)
+    except ValueError as exc:
+        raise OrtStateError(f"{origin}: {exc}") from None
+    if meta is None or not meta.variables:
+        raise OrtStateError(f"{origin}: the model has no variables; a stream pool serves stateful models")
+    # The fingerprint of the model as given: a pool's snapshots load into its StatefulSession.
+    fingerprint = snapshot.fingerprint(meta.variables, meta.digest or snapshot.model_digest(source.model))
+    if meta.form == CUSTOM_OP:
+        try:
+            meta = to_explicit(source.own(), meta)
+        except PassError as exc:
+            raise OrtStateError(f"{origin}: a stream pool runs the explicit form: {exc}") from None
+        write_meta(source.model, meta)
+    dims = relax_batch(source.own(), meta)
+    loaded = load_model(source, sess_options, providers, form="explicit")
+    return loaded, find_layout(loaded, source.model, dims, origin), fingerprint
 
 
 def _candidates(dims: Sequence[onnx.TensorShapeProto.Dimension]) -> list[int]:

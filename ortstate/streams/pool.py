@@ -18,15 +18,11 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ..errors import OrtStateError, PassError, PoolFullError, RunError, StateError
-from ..model_meta import CUSTOM_OP, read_meta, write_meta
-from ..passes import to_explicit
-from ..runtime import LoadedModel, snapshot
-from ..runtime.loaded import load_model
+from ..errors import OrtStateError, PoolFullError, RunError, StateError
+from ..runtime import LoadedModel
 from ..runtime.runners import ort_error
-from ..runtime.source import read_source
 from .feeds import check_feeds
-from .layout import Layout, find_layout, relax_batch
+from .layout import load_pool_model
 from .slots import SlotStates
 from .stats import PoolStats, Recorder
 from .ticker import Ticker
@@ -35,32 +31,6 @@ __all__ = ["StreamPool"]
 
 Feeds = Mapping[str, Any]
 Outputs = dict[str, np.ndarray]
-
-
-def load_pool_model(
-    model: Any, sess_options: ort.SessionOptions | None, providers: Sequence[str] | None
-) -> tuple[LoadedModel, Layout, str]:
-    """``model`` (what ``StatefulSession`` takes) loaded for batches of streams: its explicit form
-    with the batch made dynamic, its layout, and the fingerprint its snapshots carry."""
-    source = read_source(model)
-    origin = source.origin
-    try:
-        meta = read_meta(source.model)
-    except ValueError as exc:
-        raise OrtStateError(f"{origin}: {exc}") from None
-    if meta is None or not meta.variables:
-        raise OrtStateError(f"{origin}: the model has no variables; a stream pool serves stateful models")
-    # The fingerprint of the model as given: a pool's snapshots load into its StatefulSession.
-    fingerprint = snapshot.fingerprint(meta.variables, meta.digest or snapshot.model_digest(source.model))
-    if meta.form == CUSTOM_OP:
-        try:
-            meta = to_explicit(source.own(), meta)
-        except PassError as exc:
-            raise OrtStateError(f"{origin}: a stream pool runs the explicit form: {exc}") from None
-        write_meta(source.model, meta)
-    dims = relax_batch(source.own(), meta)
-    loaded = load_model(source, sess_options, providers, form="explicit")
-    return loaded, find_layout(loaded, source.model, dims, origin), fingerprint
 
 
 class StreamPool:

@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..errors import OrtStateError
+
 if TYPE_CHECKING:
     from .pool import StreamPool
 
@@ -27,8 +29,6 @@ class Ticker:
 
     def __init__(self, pool: StreamPool, max_batch: int, max_delay: float) -> None:
         if type(max_batch) is not int or max_batch < 1 or not max_delay >= 0:
-            from ..errors import OrtStateError
-
             raise OrtStateError(f"max_batch must be >= 1 and max_delay >= 0, got {max_batch!r}, {max_delay!r}")
         self.pool = pool
         self.max_batch = max_batch
