@@ -2,17 +2,14 @@
 
 A stream is one row of the model's batch. The pool loads the model's explicit form with every
 dimension that could be the batch (a static 1 or a dynamic dim of a graph input or output) made
-dynamic, the way OpenVINO's ``set_batch`` re-shapes a model's Parameters; then it follows the
-inputs' batch dimension through the graph by trial: two streams (different inputs, different
-states) are run alone, then together with each candidate choice of axes, and the choice is taken
-whose every output and variable grows by the second stream along one axis and holds, row by row,
-what each stream gave alone. A constant that pins the batch (a ``Reshape`` to ``[1, 16]``) makes
-every choice fail; the refusal names the layer ONNX Runtime names.
+dynamic, the way OpenVINO's ``set_batch`` re-shapes a model's Parameters, and its shape arithmetic
+folded; :mod:`.batch_axes` follows the inputs' batch dimension through the graph to every output
+and variable (and refuses, naming the layer, where a constant pins it). One batched run of two
+streams against each alone then checks that the rows stay apart.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,10 +27,11 @@ from ..runtime import LoadedModel, numpy_dtype, snapshot
 from ..runtime.loaded import load_model
 from ..runtime.runners import ort_error
 from ..runtime.source import read_source
+from .batch_axes import find_axes, fold_shape_math, layer_of
+from .row_init import rows_init
 
-__all__ = ["InputSpec", "Layout", "StateSpec", "find_layout", "load_pool_model", "relax_batch"]
+__all__ = ["InputSpec", "Layout", "StateSpec", "load_pool_model", "relax_batch"]
 
-_MAX_TRIALS = 64
 _RECURRENT = ("LSTM", "GRU", "RNN")
 _LENS = 4  # their sequence_lens input
 _SEED = 20
@@ -54,13 +52,15 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class StateSpec:
-    """A variable as one stream holds it: a fixed ``shape`` with 1 at the batch ``axis``."""
+    """A variable as one stream holds it: a fixed ``shape`` with 1 at the batch ``axis``; ``flag``:
+    the input telling each row to compute the variable's init (see :mod:`.row_init`), or None."""
 
     var: VariableMeta
     axis: int
     shape: tuple[int, ...]
     carrier: np.dtype
     dtype: np.dtype
+    flag: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,14 @@ def load_pool_model(
     model: Any, sess_options: ort.SessionOptions | None, providers: Sequence[str] | None
 ) -> tuple[LoadedModel, Layout, str]:
     """``model`` (what ``StatefulSession`` takes) loaded for batches of streams: its explicit form
-    with the batch made dynamic, its layout, and the fingerprint its snapshots carry."""
+    with the batch made dynamic and each init flag per row, its layout, and the fingerprint its
+    snapshots carry.
+
+    Raises:
+        OrtStateError: a model without variables, a variable without a fixed size per stream, an
+            input without a dim to batch along, a layer that pins the batch (named), or a model
+            whose batched rows are not each stream's alone.
+    """
     source = read_source(model)
     origin = source.origin
     try:
@@ -87,24 +94,35 @@ def load_pool_model(
         raise OrtStateError(f"{origin}: the model has no variables; a stream pool serves stateful models")
     # The fingerprint of the model as given: a pool's snapshots load into its StatefulSession.
     fingerprint = snapshot.fingerprint(meta.variables, meta.digest or snapshot.model_digest(source.model))
+    proto = source.own()
     if meta.form == CUSTOM_OP:
         try:
-            meta = to_explicit(source.own(), meta)
+            meta = to_explicit(proto, meta)
         except PassError as exc:
             raise OrtStateError(f"{origin}: a stream pool runs the explicit form: {exc}") from None
-        write_meta(source.model, meta)
-    dims = relax_batch(source.own(), meta)
+    for var in meta.variables:
+        _check_variable(var, origin)
+    dims = relax_batch(proto, meta)
+    fold_shape_math(proto)
+    axes = find_axes(proto, meta, origin)
+    run_meta, flags = rows_init(proto, meta, dict(axes.states), origin)
+    write_meta(proto, run_meta)
     loaded = load_model(source, sess_options, providers, form="explicit")
-    return loaded, find_layout(loaded, source.model, dims, origin), fingerprint
-
-
-def _candidates(dims: Sequence[onnx.TensorShapeProto.Dimension]) -> list[int]:
-    return [i for i, d in enumerate(dims) if not d.HasField("dim_value") or d.dim_value == 1]
+    inputs = []
+    for name, axis in axes.inputs.items():
+        dtype = numpy_dtype(next(i.type for i in loaded.inputs if i.name == name))
+        if dtype is None:
+            raise OrtStateError(f"{origin}: input '{name}' cannot be batched by the pool (no numpy dtype)")
+        inputs.append(InputSpec(name, dtype, tuple(1 if i == axis else d for i, d in enumerate(dims[name])), axis))
+    states = tuple(_state_spec(v, axes.states[v.id], flags.get(v.id), origin) for v in meta.variables)
+    layout = Layout(tuple(inputs), dict(axes.outputs), states)
+    _check_rows(loaded, layout, proto, origin)
+    return loaded, layout, fingerprint
 
 
 def relax_batch(model: onnx.ModelProto, meta: ModelMeta) -> dict[str, tuple[int | None, ...]]:
-    """Make every graph input's and output's dims that could be the batch (static 1s) dynamic, in
-    place; returns the caller-fed inputs' dims as they were (None: dynamic)."""
+    """Make every graph input's and output's dims that could be the batch (static 1s) dynamic, each
+    a symbol of its own, in place; returns the caller-fed inputs' dims as they were (None: dynamic)."""
     graph = model.graph
     flags = {v.init_flag for v in meta.variables if v.init_flag}
     states = {v.state_input for v in meta.variables}
@@ -115,9 +133,9 @@ def relax_batch(model: onnx.ModelProto, meta: ModelMeta) -> dict[str, tuple[int 
         dims = value.type.tensor_type.shape.dim
         if n < len(graph.input) and value.name not in states:
             was[value.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
-        for axis in _candidates(dims):
-            if dims[axis].HasField("dim_value"):
-                dims[axis].dim_param = f"ortstate.pool.{n}.{axis}"
+        for axis, d in enumerate(dims):
+            if not d.HasField("dim_value") or d.dim_value == 1:
+                d.dim_param = f"ortstate.pool.{n}.{axis}"
     # Shapes inferred for the static batch would contradict the batched run's.
     del graph.value_info[:]
     _lengths_per_row(graph)
@@ -126,8 +144,7 @@ def relax_batch(model: onnx.ModelProto, meta: ModelMeta) -> dict[str, tuple[int 
 
 def _lengths_per_row(graph: onnx.GraphProto) -> None:
     """Expand every LSTM/GRU/RNN ``sequence_lens`` to the rows of its ``X``: a model of batch 1 may
-    compute one length for its one row (``Shape(x)[1:2]``); the trial refuses a model where that
-    would give one stream's length to another (a length that is not the same for all rows)."""
+    compute one length for its one row (``Shape(x)[1:2]``); the streams of one run have one length."""
     taken = {n for node in graph.node for n in (*node.input, *node.output)} | {i.name for i in graph.input}
     rewritten: list[onnx.NodeProto] = []
     for node in graph.node:
@@ -143,7 +160,14 @@ def _lengths_per_row(graph: onnx.GraphProto) -> None:
     graph.node.extend(rewritten)
 
 
-def _state_spec(var: VariableMeta, axis: int, origin: str) -> StateSpec:
+def _check_variable(var: VariableMeta, origin: str) -> None:
+    if var.shape is None:
+        raise OrtStateError(f"{origin}: variable '{var.id}' has a dynamic rank; a stream pool needs fixed-size states")
+    if var.reorder or var.length_input:
+        raise OrtStateError(f"{origin}: variable '{var.id}' is reordered or kept in a larger buffer (a KV cache)")
+
+
+def _state_spec(var: VariableMeta, axis: int, flag: str | None, origin: str) -> StateSpec:
     shape = []
     for i, d in enumerate(var.shape or []):
         if i == axis:
@@ -156,15 +180,42 @@ def _state_spec(var: VariableMeta, axis: int, origin: str) -> StateSpec:
                 "state has no fixed size (a growing state such as a KV cache); a stream pool needs fixed-size states"
             )
     carrier = np.dtype(var.carrier or var.dtype)
-    return StateSpec(var, axis, tuple(shape), carrier, np.dtype(var.dtype))
+    return StateSpec(var, axis, tuple(shape), carrier, np.dtype(var.dtype), flag)
 
 
-def _var_candidates(var: VariableMeta, origin: str) -> list[int]:
-    if var.shape is None:
-        raise OrtStateError(f"{origin}: variable '{var.id}' has a dynamic rank; a stream pool needs fixed-size states")
-    if var.reorder or var.length_input:
-        raise OrtStateError(f"{origin}: variable '{var.id}' is reordered or kept in a larger buffer (a KV cache)")
-    return [i for i, d in enumerate(var.shape) if d == 1 or (isinstance(d, list) and d[0] <= 1)]
+def _check_rows(loaded: LoadedModel, layout: Layout, proto: onnx.ModelProto, origin: str) -> None:
+    """One batched run of two streams (different inputs and states, the first one starting) against
+    each alone: the safety net under the axes the graph gave.
+
+    Raises:
+        OrtStateError: a run that fails (naming the layer ONNX Runtime names), or a batched output
+            or variable whose rows are not each stream's alone.
+    """
+    rng = np.random.default_rng(_SEED)
+    streams = []
+    for k in range(2):
+        feeds: dict[str, Any] = {s.name: _example(s.dims, s.dtype, rng) for s in layout.inputs}
+        for spec in layout.states:
+            feeds[spec.var.state_input or ""] = _example(spec.shape, spec.carrier, rng)
+            if spec.flag:
+                feeds[spec.flag] = np.array([k == 0])
+        streams.append(feeds)
+    fetch = [*loaded.output_names, *(s.var.state_output or "" for s in layout.states)]
+    axes = [*(layout.outputs[n] for n in loaded.output_names), *(s.axis for s in layout.states)]
+    fed_axes = {s.name: s.axis for s in layout.inputs}
+    fed_axes.update({s.var.state_input or "": s.axis for s in layout.states})
+    fed_axes.update({s.flag: 0 for s in layout.states if s.flag})
+    alone = [_run(loaded, fetch, s, proto, origin) for s in streams]
+    both = _run(
+        loaded, fetch, {n: np.concatenate([s[n] for s in streams], fed_axes[n]) for n in streams[0]}, proto, origin
+    )
+    for name, axis, got, *rows in zip(fetch, axes, both, *alone):
+        want = np.concatenate(rows, axis)
+        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True):
+            raise OrtStateError(
+                f"{origin}: cannot batch streams: '{name}' of two streams run together is not each one's alone "
+                f"along axis {axis} (the model mixes the rows of its batch)"
+            )
 
 
 def _example(dims: tuple[int | None, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
@@ -174,121 +225,23 @@ def _example(dims: tuple[int | None, ...], dtype: np.dtype, rng: np.random.Gener
     return np.zeros(shape, dtype)  # ids, positions, masks: 0 is valid for every model
 
 
-def find_layout(
-    loaded: LoadedModel, proto: onnx.ModelProto, dims: Mapping[str, tuple[int | None, ...]], origin: str
-) -> Layout:
-    """The batch axes of ``loaded`` (a model :func:`relax_batch` made), by trial (see the module).
-
-    Raises:
-        OrtStateError: an input numpy has no dtype for, a variable without a fixed size per stream,
-            or no choice of axes that batches streams exactly (naming the layer that pins it).
-    """
-    meta = loaded.meta
-    rng = np.random.default_rng(_SEED)
-    names = [i.name for i in loaded.inputs]
-    dtypes = {}
-    for i in loaded.inputs:
-        dtypes[i.name] = numpy_dtype(i.type)
-        if dtypes[i.name] is None:
-            raise OrtStateError(f"{origin}: input '{i.name}' of type {i.type} cannot be batched by the pool")
-    var_axes = {v.id: _var_candidates(v, origin) for v in meta.variables}
-    one = {v.id: [1 if d == 1 or not isinstance(d, int) else d for d in v.shape or []] for v in meta.variables}
-    streams = [
-        (
-            {n: _example(dims[n], dtypes[n], rng) for n in names},
-            {v.id: _example(tuple(one[v.id]), np.dtype(v.carrier or v.dtype), rng) for v in meta.variables},
-        )
-        for _ in range(2)
-    ]
-    fetch = [*loaded.output_names, *(v.state_output or "" for v in meta.variables)]
-    alone = [_run(loaded, fetch, _feeds(meta, *s), proto, origin) for s in streams]
-    input_choices = [_candidates_of(dims[n]) for n in names]
-    if not all(input_choices):
-        bad = names[input_choices.index([])]
-        raise OrtStateError(f"{origin}: input '{bad}' has no dim of 1 or dynamic to batch streams along")
-    first_error = None
-    tried = 0
-    for in_axes in itertools.product(*input_choices):
-        for axis in sorted({a for axes in var_axes.values() for a in axes}):
-            if any(axis not in axes for axes in var_axes.values()) or tried >= _MAX_TRIALS:
-                continue
-            tried += 1
-            feeds = _feeds(
-                meta,
-                {n: np.concatenate([s[0][n] for s in streams], axis=a) for n, a in zip(names, in_axes)},
-                {v: np.concatenate([s[1][v] for s in streams], axis=axis) for v in var_axes},
-            )
-            try:
-                batched = _run(loaded, fetch, feeds, proto, origin)
-            except OrtStateError as exc:
-                first_error = first_error or exc
-                continue
-            out_axes = _follows(batched, alone)
-            states = out_axes[len(loaded.output_names) :]
-            if out_axes and all(a == axis for a in states):
-                specs = tuple(_state_spec(v, axis, origin) for v in meta.variables)
-                inputs = tuple(
-                    InputSpec(n, dtypes[n], tuple(1 if i == a else d for i, d in enumerate(dims[n])), a)
-                    for n, a in zip(names, in_axes)
-                )
-                return Layout(inputs, dict(zip(loaded.output_names, out_axes)), specs)
-    why = f": {first_error}" if first_error else ""
-    raise OrtStateError(
-        f"{origin}: cannot batch streams: no batch axis of the inputs carries through every output and variable, "
-        f"row by row as each stream alone{why}"
-    )
-
-
-def _candidates_of(dims: tuple[int | None, ...]) -> list[int]:
-    return [i for i, d in enumerate(dims) if d in (None, 1)]
-
-
-def _feeds(meta: ModelMeta, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray]) -> dict[str, Any]:
-    feeds: dict[str, Any] = dict(inputs)
-    for v in meta.variables:
-        feeds[v.state_input or ""] = states[v.id]
-        if v.init_flag:
-            feeds[v.init_flag] = np.array(False)
-    return feeds
-
-
 def _run(loaded: LoadedModel, fetch: list[str], feeds: dict[str, Any], proto: onnx.ModelProto, origin: str) -> list:
     try:
         return loaded.fast.run(fetch, feeds, None)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
         text = str(ort_error(exc)).removeprefix("run failed, no variable was changed: ")
-        raise OrtStateError(f"{_layer_named(proto, text)}{text}") from None
-
-
-def _follows(batched: list[np.ndarray], alone: list[list[np.ndarray]]) -> list[int]:
-    """The axis along which each batched result stacks the lone ones, exactly as they were (up to
-    a batched kernel's rounding); [] where one does not."""
-    axes = []
-    for k, got in enumerate(batched):
-        rows = [a[k] for a in alone]
-        grown = [i for i in range(got.ndim) if got.ndim == rows[0].ndim and got.shape[i] != rows[0].shape[i]]
-        if len(grown) != 1 or rows[0].shape[grown[0]] != 1 or got.shape[grown[0]] != len(rows):
-            return []
-        axis = grown[0]
-        for r, row in enumerate(rows):
-            part = np.take(got, [r], axis=axis)
-            if part.shape != row.shape or not np.allclose(part, row, rtol=1e-4, atol=1e-5, equal_nan=True):
-                return []
-        axes.append(axis)
-    return axes
+        raise OrtStateError(f"{origin}: cannot batch streams: {_layer_named(proto, text)}{text}") from None
 
 
 def _layer_named(proto: onnx.ModelProto, message: str) -> str:
-    """``"layer 'NAME' (id N, Type-v): "`` for the first node ONNX Runtime's message names whose
-    doc string records the layer it came from (the converter writes it); else ``""``."""
+    """``"layer 'NAME' (id N, Type-v): "`` for the first node ONNX Runtime's message names, where
+    the converter recorded its layer; else ``""``."""
     named = set(re.findall(r'[Nn]ode ?\(\s*"?([^",)]+)', message)) | set(re.findall(r"Name:'([^']+)'", message))
-    if not named:
-        return ""
     stack = [proto.graph]
-    while stack:
+    while stack and named:
         graph = stack.pop()
         for node in graph.node:
             if node.name in named and node.doc_string.startswith("layer "):
-                return f"{node.doc_string}: "
+                return f"{layer_of(node)}: "
             stack.extend(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
     return ""

@@ -76,7 +76,7 @@ class StreamPool:
         self._record = Recorder()
         specs = self.layout.states
         self._fetch = [*self._model.output_names, *(s.var.state_output or "" for s in specs)]
-        self._flagged = [k for k, s in enumerate(specs) if s.var.init_flag]
+        self._flagged = [(k, s.flag) for k, s in enumerate(specs) if s.flag]
         self._ticker = Ticker(self, max_batch or slots, max_delay)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -189,18 +189,17 @@ class StreamPool:
                 groups.setdefault(tuple(a.shape for a in arrays), []).append((sid, arrays))
             results: dict[int, Any] = {}
             staged = []
-            for members in groups.values():
-                for part in self._by_init(members):
-                    slots = np.fromiter((self._slot[sid] for sid, _ in part), np.intp, len(part))
-                    try:
-                        outs, states = self._run(slots, [a for _, a in part])
-                    except RunError as exc:
-                        if raising:
-                            raise RunError(f"streams {', '.join(str(s) for s, _ in part)}: {exc}") from None
-                        failed.update((sid, exc) for sid, _ in part)
-                        continue
-                    staged.append((slots, states))
-                    results.update(zip((sid for sid, _ in part), outs))
+            for part in groups.values():
+                slots = np.fromiter((self._slot[sid] for sid, _ in part), np.intp, len(part))
+                try:
+                    outs, states = self._run(slots, [a for _, a in part])
+                except RunError as exc:
+                    if raising:
+                        raise RunError(f"streams {', '.join(str(s) for s, _ in part)}: {exc}") from None
+                    failed.update((sid, exc) for sid, _ in part)
+                    continue
+                staged.append((slots, states))
+                results.update(zip((sid for sid, _ in part), outs))
             for slots, states in staged:
                 self._states.scatter(slots, states)
             now = time.monotonic()
@@ -244,10 +243,8 @@ class StreamPool:
             full[spec.name] = feeds[0][k] if count == 1 else np.concatenate([f[k] for f in feeds], axis=spec.axis)
         for spec, value in zip(layout.states, self._states.gather(slots)):
             full[spec.var.state_input or ""] = value
-        if self._flagged:
-            first = self._states.fresh[slots[0]]
-            for k in self._flagged:
-                full[layout.states[k].var.init_flag or ""] = np.array(bool(first[k]))
+        for k, flag in self._flagged:  # each row computes its init on its stream's first step
+            full[flag] = self._states.fresh[slots, k]
         start = time.perf_counter()
         try:
             results = model.fast.run(self._fetch, full, None)
@@ -272,17 +269,6 @@ class StreamPool:
             for i in range(count)
         ]
         return rows, states
-
-    def _by_init(self, members: list) -> list[list]:
-        """``members`` split by which flagged variables (inits the model computes) each stream has
-        yet to initialise: the flag is one per run, so each such set runs apart."""
-        if not self._flagged:
-            return [members]
-        fresh = self._states.fresh
-        parts: dict[tuple, list] = {}
-        for member in members:
-            parts.setdefault(tuple(fresh[self._slot[member[0]], self._flagged]), []).append(member)
-        return list(parts.values())
 
     def _known(self, sid: Any) -> None:
         if sid not in self._slot and sid not in self._parked:
