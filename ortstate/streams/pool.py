@@ -21,6 +21,7 @@ import onnxruntime as ort
 from ..errors import OrtStateError, PoolFullError, RunError, StateError
 from ..runtime import LoadedModel
 from ..runtime.runners import ort_error
+from .bound import Bound, BoundCache, BoundMiss
 from .feeds import check_feeds
 from .layout import load_pool_model
 from .slots import SlotStates
@@ -78,6 +79,8 @@ class StreamPool:
         self._fetch = [*self._model.output_names, *(s.var.state_output or "" for s in specs)]
         self._flagged = [(k, s.flag) for k, s in enumerate(specs) if s.flag]
         self._ticker = Ticker(self, max_batch or slots, max_delay)
+        self._bound = BoundCache()
+        self._axes = [self.layout.outputs[n] for n in self._model.output_names]
 
     # -- lifecycle --------------------------------------------------------------------------------
     def open(self) -> int:
@@ -189,10 +192,10 @@ class StreamPool:
                 groups.setdefault(tuple(a.shape for a in arrays), []).append((sid, arrays))
             results: dict[int, Any] = {}
             staged = []
-            for part in groups.values():
+            for shapes, part in groups.items():
                 slots = np.fromiter((self._slot[sid] for sid, _ in part), np.intp, len(part))
                 try:
-                    outs, states = self._run(slots, [a for _, a in part])
+                    outs, states = self._run(slots, [a for _, a in part], (len(part), shapes))
                 except RunError as exc:
                     if raising:
                         raise RunError(f"streams {', '.join(str(s) for s, _ in part)}: {exc}") from None
@@ -235,9 +238,36 @@ class StreamPool:
             return sorted([*self._slot, *self._parked])
 
     # -- inside -----------------------------------------------------------------------------------
-    def _run(self, slots: np.ndarray, feeds: list[list[np.ndarray]]) -> tuple[list[Outputs], list[np.ndarray]]:
-        """One batched run of the streams in ``slots``: each stream's outputs, and the new states."""
-        model, layout, count = self._model, self.layout, len(slots)
+    def _run(self, slots: np.ndarray, feeds: list[list[np.ndarray]], key: tuple) -> tuple[list[Outputs], list]:
+        """One batched run of the streams in ``slots`` (``key``: the batch's size and feed shapes): each
+        stream's outputs, and the new states (valid until the next run of the same key)."""
+        model, count = self._model, len(slots)
+        n_out = len(model.output_names)
+        bound = self._bound.get(key)
+        results = None
+        start = time.perf_counter()
+        if bound is not None:
+            try:
+                results = bound.run(slots, feeds, self._states.arrays, self._states.fresh)
+            except BoundMiss:
+                self._bound.drop(key)
+        if results is None:
+            results = self._general(slots, feeds, key)
+            outputs = results[:n_out]
+        else:
+            outputs = [o.copy() for o in results[:n_out]]  # the caller's, apart from the bound buffers
+        self._record.run(count, time.perf_counter() - start)
+        states = results[n_out:]
+        if count == 1:
+            return [dict(zip(model.output_names, outputs))], states
+        return [
+            {n: o[(slice(None),) * a + (slice(i, i + 1),)] for n, o, a in zip(model.output_names, outputs, self._axes)}
+            for i in range(count)
+        ], states
+
+    def _general(self, slots: np.ndarray, feeds: list[list[np.ndarray]], key: tuple) -> list[np.ndarray]:
+        """A run through ``InferenceSession.run``, checked; its shapes are bound for the next run of ``key``."""
+        layout, count = self.layout, len(slots)
         full: dict[str, Any] = {}
         for k, spec in enumerate(layout.inputs):
             full[spec.name] = feeds[0][k] if count == 1 else np.concatenate([f[k] for f in feeds], axis=spec.axis)
@@ -245,30 +275,23 @@ class StreamPool:
             full[spec.var.state_input or ""] = value
         for k, flag in self._flagged:  # each row computes its init on its stream's first step
             full[flag] = self._states.fresh[slots, k]
-        start = time.perf_counter()
         try:
-            results = model.fast.run(self._fetch, full, None)
+            results = self._model.fast.run(self._fetch, full, None)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise ort_error(exc) from None
-        self._record.run(count, time.perf_counter() - start)
-        n_out = len(model.output_names)
-        states = results[n_out:]
-        for spec, value in zip(layout.states, states):
+        for spec, value in zip(layout.states, results[len(self._model.output_names) :]):
             want = spec.shape[: spec.axis] + (count,) + spec.shape[spec.axis + 1 :]
             if value.shape != want or value.dtype != spec.carrier:
                 raise RunError(
                     f"variable '{spec.var.id}': the run wrote {value.dtype} {list(value.shape)}, the pool holds "
                     f"{spec.carrier} {list(want)}; no stream was changed"
                 )
-        outputs = results[:n_out]
-        if count == 1:
-            return [dict(zip(model.output_names, outputs))], states
-        axes = [layout.outputs[n] for n in model.output_names]
-        rows = [
-            {n: o[(slice(None),) * a + (slice(i, i + 1),)] for n, o, a in zip(model.output_names, outputs, axes)}
-            for i in range(count)
-        ]
-        return rows, states
+        if not self._bound.known(key):
+            try:
+                self._bound.put(key, Bound(self._model, layout, full, results))
+            except BoundMiss:
+                self._bound.put(key, None)
+        return results
 
     def _known(self, sid: Any) -> None:
         if sid not in self._slot and sid not in self._parked:
