@@ -64,9 +64,9 @@ class Bound:
             for k, (buf, axis) in enumerate(zip(self.inputs, self.in_axes)):
                 np.concatenate([f[k] for f in feeds], axis=axis, out=buf)
         for buf, axis, array in zip(self.states, self.state_axes, arrays):
-            np.take(array, slots, axis=axis, out=buf)
+            array.take(slots, axis=axis, out=buf)
         for k, buf in self.flags:
-            np.take(fresh[:, k], slots, out=buf)
+            fresh[:, k].take(slots, out=buf)
         try:
             self.run_bound(self.raw, QUIET)
         except Exception:  # noqa: BLE001 - the general run re-runs it and reports a real error properly

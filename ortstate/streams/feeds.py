@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import RunError
 from .layout import InputSpec
 
-__all__ = ["check_feeds"]
+__all__ = ["check_feeds", "quick_feeds"]
 
 
 def check_feeds(sid: int, given: Any, specs: tuple[InputSpec, ...]) -> list[np.ndarray]:
@@ -45,4 +45,23 @@ def check_feeds(sid: int, given: Any, specs: tuple[InputSpec, ...]) -> list[np.n
                 f"(one stream: 1 along axis {spec.axis})"
             )
         out.append(arr if arr.dtype.isnative else arr.astype(arr.dtype.newbyteorder("=")))
+    return out
+
+
+def quick_feeds(given: Any, specs: tuple[InputSpec, ...]) -> list[np.ndarray] | None:
+    """``given``'s arrays when they plainly fit (a dict of native-order arrays of the right dtypes
+    and shapes: the steady case, checked cheaply); else None, and :func:`check_feeds` decides."""
+    if type(given) is not dict or len(given) != len(specs):
+        return None
+    out = []
+    for spec in specs:
+        arr = given.get(spec.name)
+        if type(arr) is not np.ndarray or arr.dtype != spec.dtype or not arr.dtype.isnative:
+            return None
+        shape = arr.shape
+        if shape != spec.dims and (
+            len(shape) != len(spec.dims) or any(d is not None and d != n for d, n in zip(spec.dims, shape))
+        ):
+            return None
+        out.append(arr)
     return out

@@ -27,8 +27,9 @@ from ..runtime import LoadedModel, numpy_dtype, snapshot
 from ..runtime.loaded import load_model
 from ..runtime.runners import ort_error
 from ..runtime.source import read_source
-from .batch_axes import find_axes, fold_shape_math, layer_of
+from .batch_axes import find_axes, layer_of
 from .row_init import rows_init
+from .shape_math import fold_shape_math
 
 __all__ = ["InputSpec", "Layout", "StateSpec", "load_pool_model", "relax_batch"]
 

@@ -22,7 +22,7 @@ from ..errors import OrtStateError, PoolFullError, RunError, StateError
 from ..runtime import LoadedModel
 from ..runtime.runners import ort_error
 from .bound import Bound, BoundCache, BoundMiss
-from .feeds import check_feeds
+from .feeds import check_feeds, quick_feeds
 from .layout import load_pool_model
 from .slots import SlotStates
 from .stats import PoolStats, Recorder
@@ -181,7 +181,7 @@ class StreamPool:
             for sid, given in feeds.items():
                 try:
                     self._known(sid)
-                    arrays = check_feeds(sid, given, self.layout.inputs)
+                    arrays = quick_feeds(given, self.layout.inputs) or check_feeds(sid, given, self.layout.inputs)
                     if sid in self._parked:
                         self._resume(sid)
                 except OrtStateError as exc:

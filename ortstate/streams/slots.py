@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -50,9 +51,15 @@ class SlotStates:
 
     def scatter(self, slots: np.ndarray, values: Sequence[np.ndarray]) -> None:
         """Write a run's new states back to ``slots``' rows."""
+        if len(slots) == 1:  # a basic slice: much cheaper than a fancy index for one row
+            slot = int(slots[0])
+            rows: Any = slice(slot, slot + 1)
+            self.fresh[slot] = False
+        else:
+            rows = slots
+            self.fresh[slots] = False
         for a, lead, value in zip(self.arrays, self._index, values):
-            a[(*lead, slots)] = value
-        self.fresh[slots] = False
+            a[(*lead, rows)] = value
 
     # -- one stream's values ----------------------------------------------------------------------
     def save(self, slot: int, path: str | os.PathLike[str]) -> None:

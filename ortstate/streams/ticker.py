@@ -3,7 +3,9 @@
 A tick starts at the first waiting submission and runs once ``max_batch`` streams wait or
 ``max_delay`` seconds have passed: it steps every waiting stream once (the oldest submission of
 each, as Triton's "oldest" sequence batcher: a stream's next step waits for the next tick), in one
-batched run per feed shape, and hands each submission its own outputs or its own error.
+batched run per feed shape, and hands each submission its own outputs or its own error. The run
+happens in a worker thread, so the event loop goes on (other coroutines run, new submissions wait
+for the next tick) while it does.
 """
 
 from __future__ import annotations
@@ -59,10 +61,10 @@ class Ticker:
                 except TimeoutError:
                     pass
             full.clear()
-            self._tick()
+            await self._tick()
             await asyncio.sleep(0)  # let the stepped streams submit their next steps
 
-    def _tick(self) -> None:
+    async def _tick(self) -> None:
         batch: dict[int, tuple[Mapping[str, Any], asyncio.Future, float]] = {}
         later = []
         for item in self._waiting:
@@ -76,8 +78,9 @@ class Ticker:
         self._waiting = later
         if not batch:
             return
-        try:
-            results = self.pool.step({sid: feeds for sid, (feeds, _, _) in batch.items()}, errors="return")
+        feeds = {sid: feeds for sid, (feeds, _, _) in batch.items()}
+        try:  # in a worker thread: the loop keeps taking submissions (for the next tick) meanwhile
+            results = await asyncio.to_thread(self.pool.step, feeds, "return")
         except Exception as exc:  # noqa: BLE001 - every submission of the tick gets it
             results = dict.fromkeys(batch, exc)
         now = time.perf_counter()

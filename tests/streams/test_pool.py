@@ -5,6 +5,8 @@ resets, closes, re-opened slots, parks, saves and loads, in the explicit form th
 from __future__ import annotations
 
 import asyncio
+import threading
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -287,3 +289,60 @@ def test_a_failed_run_changes_no_stream(monkeypatch) -> None:
     got = pool.step(feeds)
     for sid in (a, b):
         _close(got[sid], lone.step(sid, feeds[sid]), f"stream {sid} after the failed step")
+
+
+def test_state_memory_is_slots_times_one_stream_and_steps_allocate_nothing_that_stays() -> None:
+    pool = ortstate.StreamPool(_model("gru_2l"), slots=16)
+    one = sum(int(np.prod(s.shape)) * s.carrier.itemsize for s in pool.layout.states)
+    assert pool.stats().state_bytes == 16 * one
+    sids = [pool.open() for _ in range(3)]
+    rng = np.random.default_rng(4)
+    feeds = [{sid: _feeds(pool, rng, 1) for sid in sids[:k]} for k in (1, 2, 3)]  # three batch sizes
+    for f in feeds * 1400:  # every shape bound, the stats' latency windows (4,096 runs) full
+        pool.step(f)
+    tracemalloc.start()
+    try:
+        for f in feeds * 100:
+            pool.step(f)
+        before = tracemalloc.get_traced_memory()[0]
+        for f in feeds * 2000:
+            pool.step(f)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, f"{grown} bytes more after 6,000 more steps"
+
+
+def test_submit_does_not_block_the_event_loop_during_a_run(monkeypatch) -> None:
+    """The batched step waits until another coroutine has run ten times: it only can if the step
+    runs off the event loop's thread."""
+    pool = ortstate.StreamPool(_model("lstmcell_step"), slots=4, max_batch=2, max_delay=0.001)
+    lone = Lone(_model("lstmcell_step"), pool)
+    rng = np.random.default_rng(12)
+    a, b = pool.open(), pool.open()
+    lone.start(a), lone.start(b)
+    step, running, beaten = pool.step, threading.Event(), threading.Event()
+    waited = []
+
+    def waiting_step(*args, **kwargs):
+        running.set()
+        waited.append(beaten.wait(5))
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "step", waiting_step)
+    fa, fb = _feeds(pool, rng, 1), _feeds(pool, rng, 1)
+
+    async def beats() -> None:
+        while not running.is_set():
+            await asyncio.sleep(0.001)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        beaten.set()
+
+    async def everything() -> list:
+        return await asyncio.gather(pool.submit(a, fa), pool.submit(b, fb), beats())
+
+    got_a, got_b, _ = asyncio.run(everything())
+    assert waited == [True]
+    _close(got_a, lone.step(a, fa), "stream a")
+    _close(got_b, lone.step(b, fb), "stream b")
