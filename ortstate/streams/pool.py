@@ -20,8 +20,7 @@ import onnxruntime as ort
 
 from ..errors import OrtStateError, PoolFullError, RunError, StateError
 from ..runtime import LoadedModel
-from ..runtime.runners import ort_error
-from .bound import Bound, BoundCache, BoundMiss
+from .batch import BatchRunner
 from .feeds import check_feeds, quick_feeds
 from .layout import load_pool_model
 from .slots import SlotStates
@@ -70,17 +69,13 @@ class StreamPool:
         self._free = list(range(slots - 1, -1, -1))  # pop() takes the lowest free slot
         self._slot: dict[int, int] = {}
         self._parked: dict[int, Path | None] = {}  # None: parked at the initial state, no file
-        self._last: dict[int, float] = {}
+        self._last = np.zeros(slots)  # per slot: when its stream last stepped or came in (monotonic)
         self._next = 0
         self._park_dir = None if park_dir is None else Path(park_dir)
         self._lock = threading.RLock()
         self._record = Recorder()
-        specs = self.layout.states
-        self._fetch = [*self._model.output_names, *(s.var.state_output or "" for s in specs)]
-        self._flagged = [(k, s.flag) for k, s in enumerate(specs) if s.flag]
         self._ticker = Ticker(self, max_batch or slots, max_delay)
-        self._bound = BoundCache()
-        self._axes = [self.layout.outputs[n] for n in self._model.output_names]
+        self._batches = BatchRunner(self._model, self.layout, self._states, self._record)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def open(self) -> int:
@@ -112,7 +107,7 @@ class StreamPool:
             else:
                 self._free.append(self._slot_of(sid))
                 del self._slot[sid]
-            self._last.pop(sid, None)
+                self._batches.plans.clear()
 
     def save(self, sid: int, path: str | os.PathLike[str]) -> None:
         """Write stream ``sid``'s variables to a snapshot that loads into any pool of the same model,
@@ -151,12 +146,13 @@ class StreamPool:
             self._parked[sid] = path
             del self._slot[sid]
             self._free.append(slot)
+            self._batches.plans.clear()
 
     def park_idle(self, seconds: float) -> list[int]:
         """Park every stream that has not stepped for ``seconds``; returns their ids."""
         with self._lock:
             since = time.monotonic() - seconds
-            idle = [sid for sid in self._slot if self._last.get(sid, 0.0) <= since]
+            idle = [sid for sid, slot in self._slot.items() if self._last[slot] <= since]
             for sid in idle:
                 self.park(sid)
             return idle
@@ -170,45 +166,16 @@ class StreamPool:
         and changes no stream; with ``errors="return"`` that stream's entry is its
         :class:`OrtStateError` and the others step.
         """
-        if errors not in ("raise", "return"):
+        if errors != "raise" and errors != "return":
             raise OrtStateError(f"errors must be 'raise' or 'return', not {errors!r}")
-        if not isinstance(feeds, Mapping):
+        if type(feeds) is not dict and not isinstance(feeds, Mapping):
             raise RunError(f"step takes a mapping of stream ids to feeds, not {type(feeds).__name__}")
-        raising = errors == "raise"
         with self._lock:
-            failed: dict[int, OrtStateError] = {}
-            groups: dict[tuple, list[tuple[int, list[np.ndarray]]]] = {}
-            for sid, given in feeds.items():
-                try:
-                    self._known(sid)
-                    arrays = quick_feeds(given, self.layout.inputs) or check_feeds(sid, given, self.layout.inputs)
-                    if sid in self._parked:
-                        self._resume(sid)
-                except OrtStateError as exc:
-                    if raising:
-                        raise
-                    failed[sid] = exc
-                    continue
-                groups.setdefault(tuple(a.shape for a in arrays), []).append((sid, arrays))
-            results: dict[int, Any] = {}
-            staged = []
-            for shapes, part in groups.items():
-                slots = np.fromiter((self._slot[sid] for sid, _ in part), np.intp, len(part))
-                try:
-                    outs, states = self._run(slots, [a for _, a in part], (len(part), shapes))
-                except RunError as exc:
-                    if raising:
-                        raise RunError(f"streams {', '.join(str(s) for s, _ in part)}: {exc}") from None
-                    failed.update((sid, exc) for sid, _ in part)
-                    continue
-                staged.append((slots, states))
-                results.update(zip((sid for sid, _ in part), outs))
-            for slots, states in staged:
-                self._states.scatter(slots, states)
-            now = time.monotonic()
-            self._last.update((sid, now) for sid in results)
-            results.update(failed)
-            return results
+            results, rows = self._batches.planned(feeds)
+            if results is not None:
+                self._last[rows] = time.monotonic()
+                return results
+            return self._step(feeds, errors == "raise")
 
     async def submit(self, sid: int, feeds: Feeds) -> Outputs:
         """Step stream ``sid`` once, batched with the other streams submitted in the same tick (at most
@@ -238,59 +205,43 @@ class StreamPool:
             return sorted([*self._slot, *self._parked])
 
     # -- inside -----------------------------------------------------------------------------------
-    def _run(self, slots: np.ndarray, feeds: list[list[np.ndarray]], key: tuple) -> tuple[list[Outputs], list]:
-        """One batched run of the streams in ``slots`` (``key``: the batch's size and feed shapes): each
-        stream's outputs, and the new states (valid until the next run of the same key)."""
-        model, count = self._model, len(slots)
-        n_out = len(model.output_names)
-        bound = self._bound.get(key)
-        results = None
-        start = time.perf_counter()
-        if bound is not None:
+    def _step(self, feeds: Mapping[int, Feeds], raising: bool) -> dict[int, Any]:
+        """:meth:`step` the general way: each stream's feeds checked, one run per distinct shape; a
+        step of one run that went through bound buffers is planned for its next time."""
+        failed: dict[int, OrtStateError] = {}
+        groups: dict[tuple, list[tuple[int, list[np.ndarray]]]] = {}
+        for sid, given in feeds.items():
             try:
-                results = bound.run(slots, feeds, self._states.arrays, self._states.fresh)
-            except BoundMiss:
-                self._bound.drop(key)
-        if results is None:
-            results = self._general(slots, feeds, key)
-            outputs = results[:n_out]
-        else:
-            outputs = [o.copy() for o in results[:n_out]]  # the caller's, apart from the bound buffers
-        self._record.run(count, time.perf_counter() - start)
-        states = results[n_out:]
-        if count == 1:
-            return [dict(zip(model.output_names, outputs))], states
-        return [
-            {n: o[(slice(None),) * a + (slice(i, i + 1),)] for n, o, a in zip(model.output_names, outputs, self._axes)}
-            for i in range(count)
-        ], states
-
-    def _general(self, slots: np.ndarray, feeds: list[list[np.ndarray]], key: tuple) -> list[np.ndarray]:
-        """A run through ``InferenceSession.run``, checked; its shapes are bound for the next run of ``key``."""
-        layout, count = self.layout, len(slots)
-        full: dict[str, Any] = {}
-        for k, spec in enumerate(layout.inputs):
-            full[spec.name] = feeds[0][k] if count == 1 else np.concatenate([f[k] for f in feeds], axis=spec.axis)
-        for spec, value in zip(layout.states, self._states.gather(slots)):
-            full[spec.var.state_input or ""] = value
-        for k, flag in self._flagged:  # each row computes its init on its stream's first step
-            full[flag] = self._states.fresh[slots, k]
-        try:
-            results = self._model.fast.run(self._fetch, full, None)
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise ort_error(exc) from None
-        for spec, value in zip(layout.states, results[len(self._model.output_names) :]):
-            want = spec.shape[: spec.axis] + (count,) + spec.shape[spec.axis + 1 :]
-            if value.shape != want or value.dtype != spec.carrier:
-                raise RunError(
-                    f"variable '{spec.var.id}': the run wrote {value.dtype} {list(value.shape)}, the pool holds "
-                    f"{spec.carrier} {list(want)}; no stream was changed"
-                )
-        if not self._bound.known(key):
+                self._known(sid)
+                arrays = quick_feeds(given, self.layout.inputs) or check_feeds(sid, given, self.layout.inputs)
+                if sid in self._parked:
+                    self._resume(sid)
+            except OrtStateError as exc:
+                if raising:
+                    raise
+                failed[sid] = exc
+                continue
+            groups.setdefault(tuple(a.shape for a in arrays), []).append((sid, arrays))
+        results: dict[int, Any] = {}
+        staged = []
+        for shapes, part in groups.items():
+            slots = np.fromiter((self._slot[sid] for sid, _ in part), np.intp, len(part))
             try:
-                self._bound.put(key, Bound(self._model, layout, full, results))
-            except BoundMiss:
-                self._bound.put(key, None)
+                outs, states = self._batches.run(slots, [a for _, a in part], (len(part), shapes))
+            except RunError as exc:
+                if raising:
+                    raise RunError(f"streams {', '.join(str(s) for s, _ in part)}: {exc}") from None
+                failed.update((sid, exc) for sid, _ in part)
+                continue
+            staged.append((slots, states))
+            results.update(zip((sid for sid, _ in part), outs))
+        for slots, states in staged:
+            self._states.scatter(slots, states)
+            self._last[slots] = time.monotonic()
+        if not failed and len(staged) == 1:
+            (shapes,) = groups
+            self._batches.plan(tuple(feeds), staged[0][0], shapes)
+        results.update(failed)
         return results
 
     def _known(self, sid: Any) -> None:
@@ -312,7 +263,7 @@ class StreamPool:
     def _add(self, slot: int) -> int:
         sid, self._next = self._next, self._next + 1
         self._slot[sid] = slot
-        self._last[sid] = time.monotonic()
+        self._last[slot] = time.monotonic()
         return sid
 
     def _resume(self, sid: int) -> None:
@@ -326,6 +277,7 @@ class StreamPool:
         self._drop_file(sid)
         del self._parked[sid]
         self._slot[sid] = slot
+        self._batches.plans.clear()
 
     def _drop_file(self, sid: int) -> None:
         path = self._parked.get(sid)

@@ -19,7 +19,7 @@ from ..runtime import snapshot
 from ..runtime.store import StateStore
 from .layout import StateSpec
 
-__all__ = ["SlotStates"]
+__all__ = ["Rows", "SlotStates"]
 
 
 class SlotStates:
@@ -48,6 +48,10 @@ class SlotStates:
     def gather(self, slots: np.ndarray) -> list[np.ndarray]:
         """The batch's state inputs: the rows of ``slots``, in that order (new arrays)."""
         return [np.take(a, slots, axis=s.axis) for a, s in zip(self.arrays, self.specs)]
+
+    def rows(self, slots: np.ndarray, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> Rows:
+        """``slots``' rows, for a batch of them stepped again and again (see :class:`Rows`)."""
+        return Rows(self, slots, inputs, outputs)
 
     def scatter(self, slots: np.ndarray, values: Sequence[np.ndarray]) -> None:
         """Write a run's new states back to ``slots``' rows."""
@@ -98,3 +102,55 @@ class SlotStates:
             if value is not None:
                 a[(*lead, slice(slot, slot + 1))] = value
                 self.fresh[slot, k] = False
+
+
+class Rows:
+    """Some slots' rows of a :class:`SlotStates`, copied into a batch's state ``inputs`` and back
+    from its new-state ``outputs`` (buffers of the batch's shape, one per variable) without
+    allocating: between views of the arrays where the slots are consecutive (one stream's always
+    are; a copy between views is cheaper than a fancy index), else ``take``/fancy assignment along
+    the batch axis.
+
+    ``index`` selects the slots' entries of a per-slot array (a slot, a slice or the slots).
+    """
+
+    def __init__(
+        self, states: SlotStates, slots: np.ndarray, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+    ) -> None:
+        self.states, self.slots = states, slots
+        first, count = int(slots[0]), len(slots)
+        consecutive = bool((slots == np.arange(first, first + count)).all())
+        self.index: Any = first if count == 1 else slice(first, first + count) if consecutive else slots
+        if consecutive:
+            rows = slice(first, first + count)
+            views = [a[(*lead, rows)] for a, lead in zip(states.arrays, states._index)]
+            self.pulls = list(zip(inputs, views))
+            self.pushes = list(zip(views, outputs))
+            self.fresh = states.fresh[rows]  # a view: its fill() is cheaper than an indexed assignment
+        else:
+            self.takes = [(a, s.axis, buf) for a, s, buf in zip(states.arrays, states.specs, inputs)]
+            self.puts = [(a, (*lead, slots), value) for a, lead, value in zip(states.arrays, states._index, outputs)]
+        self.consecutive = consecutive
+
+    # The copies are slice assignments, not np.copyto: the same copy without its dispatch, which
+    # costs more than copying a small stream's state.
+    def gather(self) -> None:
+        """Copy the rows into the batch's state inputs."""
+        if self.consecutive:
+            for buf, view in self.pulls:
+                buf[...] = view
+        else:
+            slots = self.slots
+            for array, axis, buf in self.takes:
+                array.take(slots, axis=axis, out=buf)
+
+    def scatter(self) -> None:
+        """Write the batch's new states to the rows; their streams are initialised."""
+        if self.consecutive:
+            for view, value in self.pushes:
+                view[...] = value
+            self.fresh.fill(False)
+        else:
+            for array, where, value in self.puts:
+                array[where] = value
+            self.states.fresh[self.slots] = False
