@@ -108,7 +108,7 @@ class Plan:
                 if {a.shape for a in column} != {shape}:
                     return False
                 np.concatenate(column, axis=axis, out=buf, casting="no")  # refuses another dtype
-        except (TypeError, KeyError, AttributeError):  # not arrays of the planned dtype: the general step says so
+        except (TypeError, KeyError, AttributeError, ValueError):  # the general step says what does not fit
             return False
         return True
 

@@ -346,3 +346,60 @@ def test_submit_does_not_block_the_event_loop_during_a_run(monkeypatch) -> None:
     assert waited == [True]
     _close(got_a, lone.step(a, fa), "stream a")
     _close(got_b, lone.step(b, fb), "stream b")
+
+
+def test_a_planned_step_checks_each_streams_feeds_and_keeps_streams_exact(monkeypatch, tmp_path: Path) -> None:
+    """The same streams stepping again run by their plan (no InferenceSession.run), in consecutive
+    slots and not; a feed that does not fit the plan is still that stream's error and changes no
+    stream; closing or parking a planned stream drops the plan."""
+    pool = ortstate.StreamPool(_model("lstm_1l"), slots=6, park_dir=tmp_path)
+    lone = Lone(_model("lstm_1l"), pool)
+    rng = np.random.default_rng(21)
+    sids = [pool.open() for _ in range(5)]
+    for sid in sids:
+        lone.start(sid)
+    pool.close(sids[1])  # slots 0, 2, 3: not consecutive; 3, 4: consecutive; 0 alone
+    del lone.requests[sids[1]]
+    batches = [(sids[0], sids[2], sids[3]), (sids[3], sids[4]), (sids[0],)]
+    run, general = pool.loaded.fast.run, []
+    monkeypatch.setattr(pool.loaded.fast, "run", lambda *a: general.append(1) or run(*a))
+
+    def check(batch: tuple, what: str, bad: dict | None = None) -> None:
+        feeds = {sid: _feeds(pool, rng, 1) for sid in batch}
+        feeds.update(bad or {})
+        got = pool.step(feeds, errors="return")
+        for sid in batch:
+            if sid in (bad or {}):
+                assert isinstance(got[sid], RunError) and str(got[sid]).startswith(f"stream {sid}: "), what
+            else:
+                _close(got[sid], lone.step(sid, feeds[sid]), f"{what}: stream {sid}")
+
+    for tick in range(3):
+        for batch in batches:
+            check(batch, f"tick {tick}")
+    assert len(general) == len(batches)  # one general run per batch shape, the rest planned
+    x = _feeds(pool, rng, 1)["x"]
+    for what, value in [
+        ("float64", {"x": x.astype(np.float64)}),
+        ("two rows", {"x": np.concatenate([x, x])}),
+        ("unknown input", {"x": x, "y": x}),
+        ("a list", {"x": x.tolist()}),
+        ("another byte order", {"x": x.astype(">f4")}),
+    ]:
+        for batch in batches:
+            check(batch, what, {batch[-1]: value})
+            check(batch, f"after {what}")
+    # rows that add up to the batch's: each is still its stream's error
+    check(batches[1], "zero and two rows", {batches[1][0]: {"x": x[:0]}, batches[1][1]: {"x": np.concatenate([x, x])}})
+    check(batches[1], "after zero and two rows")
+    with pytest.raises(RunError, match=rf"^stream {sids[2]}: input 'x': dtype float64"):
+        pool.step({sids[0]: _feeds(pool, rng, 1), sids[2]: {"x": x.astype(np.float64)}, sids[3]: _feeds(pool, rng, 1)})
+    check(batches[0], "after a raised step")
+    pool.park(sids[3])
+    check(batches[1], "stream 3 resumed")
+    check(batches[0], "stream 3 in its new slot")
+    pool.close(sids[0])
+    with pytest.raises(StateError, match=f"stream {sids[0]} is not open"):
+        pool.step({sid: _feeds(pool, rng, 1) for sid in batches[0]})
+    for sid in pool.streams:
+        _close(_states_of(pool, lone, sid, tmp_path), lone.states(sid), f"stream {sid} variables")
