@@ -11,6 +11,7 @@ nothing was changed and the pool steps the general way, which finds and reports 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import attrgetter, itemgetter
 from time import perf_counter_ns
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = ["Plan", "Plans", "split_rows"]
 
 _KEPT = 8  # plans kept: the most recently made
 _ndarray = np.ndarray
+_size = attrgetter("size")
 
 
 class Plan:
@@ -50,6 +52,7 @@ class Plan:
         self.inputs = [
             (s.name, buf, shape, s.dtype, s.axis) for s, buf, shape in zip(layout.inputs, bound.inputs, shapes)
         ]
+        self.sizes = [int(np.prod(shape)) for shape in shapes]  # one stream's, per input
         n_out = len(names)
         self.outputs = bound.outputs[:n_out]
         self.rows = states.rows(slots, bound.states, bound.outputs[n_out:])
@@ -98,16 +101,22 @@ class Plan:
         return True
 
     def _many(self, feeds: Mapping[Any, Any]) -> bool:
-        """Concatenate the streams' feeds into the bound inputs, if each is what was planned."""
+        """Concatenate the streams' feeds into the bound inputs, if each is what was planned.
+
+        The concatenation into the bound buffer checks the rank, every dim but the batch axis, the
+        dtype (``casting="no"``) and that the streams' rows add up to the batch; each stream's
+        array being at least one stream's size then leaves it exactly one row (cheaper to ask of
+        a thousand arrays than their shapes).
+        """
         givens = list(feeds.values())
         try:
-            if {len(g) for g in givens} != {self.width}:
+            if set(map(len, givens)) != {self.width}:
                 return False
-            for name, buf, shape, _, axis in self.inputs:
-                column = [g[name] for g in givens]
-                if {a.shape for a in column} != {shape}:
+            for (name, buf, _, _, axis), size in zip(self.inputs, self.sizes):
+                column = list(map(itemgetter(name), givens))
+                if min(map(_size, column)) < size:
                     return False
-                np.concatenate(column, axis=axis, out=buf, casting="no")  # refuses another dtype
+                np.concatenate(column, axis=axis, out=buf, casting="no")
         except (TypeError, KeyError, AttributeError, ValueError):  # the general step says what does not fit
             return False
         return True
