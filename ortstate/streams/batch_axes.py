@@ -25,6 +25,7 @@ from onnx import TensorProto, helper, shape_inference
 from ..errors import OrtStateError
 from ..model_meta import ModelMeta, VariableMeta
 from ..passes.walk import subgraphs
+from .legible import legible_slices, typed_loops
 from .row_init import BATCH_PARAM, rows_init
 
 __all__ = ["Axes", "Dims", "find_axes", "infer_dims", "layer_of", "light_copy"]
@@ -33,6 +34,7 @@ B = BATCH_PARAM
 _MAX_CHOICES = 64
 _LIGHT = 1024  # initializers above this many bytes are only their shapes to shape inference
 _SHAPE_OF = ("Shape", "Size")
+_ROUNDS = 8  # shape inferences, each after loop-carried values were typed or found to vary
 _CONTROL = {"If": 1, "Loop": 2}  # inputs that steer a node (a condition, a trip count), not its data
 Dims = tuple[int | str | None, ...]
 
@@ -48,7 +50,8 @@ class Axes:
 
 def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` without its large initializers (declared as inputs instead: shape
-    inference needs their shapes only), value infos and output shapes (inference makes them)."""
+    inference needs their shapes only), value infos and output shapes (inference makes them), its
+    slices of run-time bounds legible to shape inference (:mod:`.legible`)."""
     light = onnx.ModelProto()
     light.CopyFrom(model)
     graph = light.graph
@@ -59,6 +62,7 @@ def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     del graph.value_info[:]
     for o in graph.output:
         o.type.tensor_type.ClearField("shape")
+    legible_slices(light)
     return light
 
 
@@ -126,13 +130,16 @@ def _infer(
     if rows is not None:
         meta, origin = rows
         rows_init(model, meta, {v.id: states[v.state_input or ""] for v in meta.variables}, origin, declare=True)
-    try:
-        graph = shape_inference.infer_shapes(model, data_prop=True).graph
-    except Exception:  # noqa: BLE001 - nothing is known then: every output fails
-        return _Inferred(None, {})
-    shapes: dict[str, Dims] = {}
-    _collect(graph, shapes)
-    return _Inferred(graph, shapes)
+    for _ in range(_ROUNDS):
+        try:
+            graph = shape_inference.infer_shapes(model, data_prop=True).graph
+        except Exception:  # noqa: BLE001 - nothing is known then: every output fails
+            return _Inferred(None, {})
+        shapes: dict[str, Dims] = {}
+        _collect(graph, shapes)
+        if not typed_loops(model, graph, shapes):
+            return _Inferred(graph, shapes)
+    return _Inferred(None, {})  # loops nested too deep to settle: nothing is known
 
 
 def infer_dims(light: onnx.ModelProto) -> dict[str, Dims]:

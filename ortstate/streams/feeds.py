@@ -9,9 +9,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import RunError
+from ..runtime.guards import Guard
+from ..runtime.guards import check_not_empty as _check_not_empty
 from .layout import InputSpec
 
-__all__ = ["check_feeds", "quick_feeds"]
+__all__ = ["check_feeds", "check_not_empty", "quick_feeds"]
 
 
 def check_feeds(sid: int, given: Any, specs: tuple[InputSpec, ...]) -> list[np.ndarray]:
@@ -65,3 +67,18 @@ def quick_feeds(given: Any, specs: tuple[InputSpec, ...]) -> list[np.ndarray] | 
             return None
         out.append(arr)
     return out
+
+
+def check_not_empty(
+    sid: int, arrays: list[np.ndarray], specs: tuple[InputSpec, ...], guards: Mapping[str, Guard]
+) -> None:
+    """Refuse one stream's feeds (``arrays``, in the order of ``specs``) where an input is empty that
+    an ONNX Runtime kernel of the model cannot take (it would crash), as a lone session does.
+
+    Raises:
+        RunError: naming the stream and the input.
+    """
+    try:
+        _check_not_empty({s.name: a for s, a in zip(specs, arrays)}, guards)
+    except RunError as exc:
+        raise RunError(f"stream {sid}: {exc}") from None

@@ -30,6 +30,7 @@ from ..runtime.source import read_source
 from .batch_axes import find_axes, layer_of
 from .row_init import rows_init
 from .shape_math import fold_shape_math
+from .unpin import RELAXED, unpin_reshapes
 
 __all__ = ["InputSpec", "Layout", "StateSpec", "load_pool_model", "relax_batch"]
 
@@ -104,6 +105,7 @@ def load_pool_model(
     for var in meta.variables:
         _check_variable(var, origin)
     dims = relax_batch(proto, meta)
+    unpin_reshapes(proto, {(name, axis) for name, was in dims.items() for axis, d in enumerate(was) if d == 1})
     fold_shape_math(proto)
     axes = find_axes(proto, meta, origin)
     run_meta, flags = rows_init(proto, meta, dict(axes.states), origin)
@@ -136,7 +138,7 @@ def relax_batch(model: onnx.ModelProto, meta: ModelMeta) -> dict[str, tuple[int 
             was[value.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
         for axis, d in enumerate(dims):
             if not d.HasField("dim_value") or d.dim_value == 1:
-                d.dim_param = f"ortstate.pool.{n}.{axis}"
+                d.dim_param = f"{RELAXED}{n}.{axis}"
     # Shapes inferred for the static batch would contradict the batched run's.
     del graph.value_info[:]
     _lengths_per_row(graph)

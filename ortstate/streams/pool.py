@@ -21,7 +21,7 @@ import onnxruntime as ort
 from ..errors import OrtStateError, PoolFullError, RunError, StateError
 from ..runtime import LoadedModel
 from .batch import BatchRunner
-from .feeds import check_feeds, quick_feeds
+from .feeds import check_feeds, check_not_empty, quick_feeds
 from .layout import load_pool_model
 from .slots import SlotStates
 from .stats import PoolStats, Recorder
@@ -214,6 +214,8 @@ class StreamPool:
             try:
                 self._known(sid)
                 arrays = quick_feeds(given, self.layout.inputs) or check_feeds(sid, given, self.layout.inputs)
+                if self._model.guards:  # a planned step has the shapes of one checked here
+                    check_not_empty(sid, arrays, self.layout.inputs, self._model.guards)
                 if sid in self._parked:
                     self._resume(sid)
             except OrtStateError as exc:

@@ -30,6 +30,8 @@ RECURRENT = [
     "rnn_2l_relu",
     "lstmcell_step",
     "grucell_step",
+    "ti_lowlatency_const",  # TensorIterator bodies after LowLatency2: their static batch made dynamic
+    "ti_lowlatency_param",
 ]
 
 
@@ -403,3 +405,22 @@ def test_a_planned_step_checks_each_streams_feeds_and_keeps_streams_exact(monkey
         pool.step({sid: _feeds(pool, rng, 1) for sid in batches[0]})
     for sid in pool.streams:
         _close(_states_of(pool, lone, sid, tmp_path), lone.states(sid), f"stream {sid} variables")
+
+
+def test_an_empty_feed_a_kernel_cannot_take_is_refused_as_alone() -> None:
+    """A TensorIterator IR (batched since its loop body was made legible) refuses a step of no time
+    steps as a lone session does, for that stream only."""
+    pool = ortstate.StreamPool(_model("ti_lowlatency_param"), slots=2)
+    lone = Lone(_model("ti_lowlatency_param"), pool)
+    rng = np.random.default_rng(13)
+    a, b = pool.open(), pool.open()
+    lone.start(a), lone.start(b)
+    empty = {**_feeds(pool, rng, 1), "x": np.zeros((1, 0, 8), np.float32)}
+    with pytest.raises(RunError) as alone:
+        lone.step(b, empty)
+    good = _feeds(pool, rng, 2)
+    got = pool.step({a: good, b: empty}, errors="return")
+    assert isinstance(got[b], RunError) and str(got[b]) == f"stream {b}: {alone.value}"
+    _close(got[a], lone.step(a, good), "the other stream")
+    again = _feeds(pool, rng, 3)
+    _close(pool.step({b: again})[b], lone.step(b, again), "the refused stream, unchanged")
