@@ -28,7 +28,7 @@ from ..passes.walk import subgraphs
 from .legible import legible_slices, typed_loops
 from .row_init import BATCH_PARAM, rows_init
 
-__all__ = ["Axes", "Dims", "find_axes", "infer_dims", "layer_of", "light_copy"]
+__all__ = ["B", "Axes", "Dims", "find_axes", "infer_dims", "layer_of", "light_copy", "lost_dims"]
 
 B = BATCH_PARAM
 _MAX_CHOICES = 64
@@ -82,6 +82,29 @@ def find_axes(model: onnx.ModelProto, meta: ModelMeta, origin: str) -> Axes:
         OrtStateError: an input without a dim of 1 or dynamic, or no choice of axes that carries the
             batch through every output (naming the layer where it is lost).
     """
+    found = _search(model, meta, origin)
+    if isinstance(found, Axes):
+        return found
+    _, failed, inferred, _ = found
+    raise OrtStateError(f"{origin}: cannot batch streams: {_lost(inferred, failed)}")
+
+
+def lost_dims(model: onnx.ModelProto, meta: ModelMeta, origin: str) -> tuple[dict[str, Dims], Mapping[str, int]] | None:
+    """Where :func:`find_axes` finds no axes: every value's dims (the batch the symbol ``B``) with
+    the choice of input axes that carried the batch to the most outputs, and that choice; None
+    where it finds them (or fails earlier)."""
+    try:
+        found = _search(model, meta, origin)
+    except OrtStateError:
+        return None
+    return None if isinstance(found, Axes) else (found[2].shapes, found[3])
+
+
+def _search(
+    model: onnx.ModelProto, meta: ModelMeta, origin: str
+) -> Axes | tuple[int, str, _Inferred, Mapping[str, int]]:
+    """:func:`find_axes`'s axes, else the choice that carried the batch to the most outputs: how
+    many, the first output it did not, its inference and its input axes."""
     light = light_copy(model)
     states = {v.state_input or "" for v in meta.variables}
     flags = {v.init_flag for v in meta.variables if v.init_flag}
@@ -93,7 +116,7 @@ def find_axes(model: onnx.ModelProto, meta: ModelMeta, origin: str) -> Axes:
         if not axes:
             raise OrtStateError(f"{origin}: input '{value.name}' has no dim of 1 or dynamic to batch streams along")
         choices.append(axes)
-    best: tuple[int, str, _Inferred] | None = None
+    best: tuple[int, str, _Inferred, Mapping[str, int]] | None = None
     for picked in itertools.islice(itertools.product(*choices), _MAX_CHOICES):
         inputs = {v.name: a for v, a in zip(given, picked)}
         first = _infer(light, inputs, {}, states)
@@ -103,9 +126,9 @@ def find_axes(model: onnx.ModelProto, meta: ModelMeta, origin: str) -> Axes:
             if failed is None:
                 return Axes(inputs, outputs, {v.id: var_axes[v.state_input or ""] for v in meta.variables})
             if best is None or len(outputs) > best[0]:
-                best = (len(outputs), failed, inferred)
+                best = (len(outputs), failed, inferred, inputs)
     assert best is not None
-    raise OrtStateError(f"{origin}: cannot batch streams: {_lost(best[2], best[1])}")
+    return best
 
 
 def _infer(

@@ -27,10 +27,10 @@ from ..runtime import LoadedModel, numpy_dtype, snapshot
 from ..runtime.loaded import load_model
 from ..runtime.runners import ort_error
 from ..runtime.source import read_source
-from .batch_axes import find_axes, layer_of
+from .batch_axes import Axes, B, find_axes, layer_of, lost_dims
 from .row_init import rows_init
 from .shape_math import fold_shape_math
-from .unpin import RELAXED, unpin_reshapes
+from .unpin import RELAXED, relaxed_sources, unpin_reshapes
 
 __all__ = ["InputSpec", "Layout", "StateSpec", "load_pool_model", "relax_batch"]
 
@@ -105,9 +105,10 @@ def load_pool_model(
     for var in meta.variables:
         _check_variable(var, origin)
     dims = relax_batch(proto, meta)
-    unpin_reshapes(proto, {(name, axis) for name, was in dims.items() for axis, d in enumerate(was) if d == 1})
+    ones = {(name, axis) for name, was in dims.items() for axis, d in enumerate(was) if d == 1}
+    unpin_reshapes(proto, relaxed_sources(proto, ones))
     fold_shape_math(proto)
-    axes = find_axes(proto, meta, origin)
+    axes = _find_axes(proto, meta, origin, ones)
     run_meta, flags = rows_init(proto, meta, dict(axes.states), origin)
     write_meta(proto, run_meta)
     loaded = load_model(source, sess_options, providers, form="explicit")
@@ -121,6 +122,21 @@ def load_pool_model(
     layout = Layout(tuple(inputs), dict(axes.outputs), states)
     _check_rows(loaded, layout, proto, origin)
     return loaded, layout, fingerprint
+
+
+def _find_axes(proto: onnx.ModelProto, meta: ModelMeta, origin: str, ones: set[tuple[str, int]]) -> Axes:
+    """:func:`find_axes`; where it finds none, once more after unpinning the reshapes that only the
+    batch followed through the whole model shows restating their input's shape (a loop's output,
+    whose body's state has the batch only once the variables have it too)."""
+    try:
+        return find_axes(proto, meta, origin)
+    except OrtStateError:
+        lost = lost_dims(proto, meta, origin)
+        batch = [] if lost is None else [(n, a) for n, a in lost[1].items() if (n, a) in ones]
+        if not batch or not unpin_reshapes(proto, {B: batch[0]}, lost[0]):
+            raise
+    fold_shape_math(proto)
+    return find_axes(proto, meta, origin)
 
 
 def relax_batch(model: onnx.ModelProto, meta: ModelMeta) -> dict[str, tuple[int | None, ...]]:

@@ -30,8 +30,10 @@ RECURRENT = [
     "rnn_2l_relu",
     "lstmcell_step",
     "grucell_step",
-    "ti_lowlatency_const",  # TensorIterator bodies after LowLatency2: their static batch made dynamic
+    "ti_lowlatency_const",  # TensorIterator and Loop bodies after LowLatency2: their batch followed
     "ti_lowlatency_param",
+    "loop_lowlatency_const",
+    "loop_lowlatency_param",
 ]
 
 
