@@ -279,6 +279,7 @@ class StreamPool:
         self._drop_file(sid)
         del self._parked[sid]
         self._slot[sid] = slot
+        self._last[slot] = time.monotonic()
         self._batches.plans.clear()
 
     def _drop_file(self, sid: int) -> None:
