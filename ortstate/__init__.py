@@ -18,6 +18,7 @@ from .errors import (
     IRFileError,
     OrtStateError,
     OutputFileError,
+    PoolFullError,
     RunError,
     StateError,
     UnsupportedOpsError,
@@ -26,6 +27,7 @@ from .export import export
 from .ir import read_ir
 from .runtime import InferRequest, StatefulSession, VariableState
 from .runtime.source import register_loader
+from .streams import StreamPool
 from .version import __version__ as __version__
 
 __all__ = [
@@ -36,9 +38,11 @@ __all__ = [
     "InferRequest",
     "OrtStateError",
     "OutputFileError",
+    "PoolFullError",
     "RunError",
     "StateError",
     "StatefulSession",
+    "StreamPool",
     "UnsupportedOpsError",
     "VariableState",
     "convert",

@@ -15,6 +15,7 @@ __all__ = [
     "OrtStateError",
     "OutputFileError",
     "PassError",
+    "PoolFullError",
     "RunError",
     "StateError",
     "UnsupportedOpsError",
@@ -105,6 +106,10 @@ class InputError(OrtStateError):
 
 class OpenVINOUnavailable(OrtStateError):
     """``openvino`` (the reference runtime ``verify`` compares with) is not installed."""
+
+
+class PoolFullError(OrtStateError):
+    """A stream pool has no free slot for a stream to open, load or resume into (nothing is evicted)."""
 
 
 class UsageError(Exception):

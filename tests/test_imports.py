@@ -36,13 +36,26 @@ ALLOWED = {
     # bench, verify and export read decoders through it, and none of them reads another for it.
     "decoders": BASE | {"ir"},
     "generate": BASE | {"ir", "convert", "runtime", "decoders"},
-    "bench": BASE | {"ir", "convert", "runtime", "decoders"},
+    "streams": BASE | {"passes", "runtime"},  # many streams batched into one run
+    "bench": BASE | {"ir", "convert", "runtime", "decoders", "streams"},
     "verify_inputs": BASE | {"ir", "decoders"},
     "verify_reference": BASE | {"ir", "verify_inputs"},  # OpenVINO's side of verify
     "verify": BASE | {"ir", "convert", "runtime", "decoders", "verify_inputs", "verify_reference"},
     "export": BASE | {"ir", "convert", "passes", "decoders"},  # an LLM folder for other tools
     "cli": BASE
-    | {"ir", "convert", "passes", "runtime", "decoders", "generate", "bench", "verify", "verify_inputs", "export"},
+    | {
+        "ir",
+        "convert",
+        "passes",
+        "runtime",
+        "decoders",
+        "generate",
+        "bench",
+        "verify",
+        "verify_inputs",
+        "export",
+        "streams",
+    },
 }
 
 

@@ -7,8 +7,10 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from .. import bench
+from ..bench import streams
 from ..errors import OrtStateError, OutputFileError, RunError, UsageError
 from ..output_files import check_writable, write_text
 from .args import add_verbose_option, existing_file, parse_shapes
@@ -33,8 +35,15 @@ generate feeds it: prefilled to --position tokens, then timed on one-token decod
 models get random values (ints 0, floats ~N(0, 0.5), dynamic dims 1; --shape sets an input's whole
 shape, e.g. an image's) every step. Progress goes to stderr when it is a terminal.
 
+With --streams N1,N2,...: many streams at once instead. For each count N, N independent streams
+each take --steps steps, served by one StreamPool (a tick steps all N in one batched run), by one
+StatefulSession request per stream, and by one OpenVINO InferRequest per stream; prints aggregate
+steps/s, a stream's p50/p99 step latency (the pool's is its tick's) and the pool's throughput over
+each other way.
+
 examples:
   ortstate bench models/lstm_1l/model.xml
+  ortstate bench models/lstm_1l/model.xml --streams 1,64,1024 --steps 50
   ortstate bench model.xml --steps 500 --rounds 7 --threads 2
   ortstate bench openvino_vision_embeddings_model.xml --shape pixel_values=1,3,16,16
   ortstate bench models/llm/llama/openvino_model.xml --position 64 --json out/llama.json --plot out/llama.png"""
@@ -54,6 +63,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--shape", action="append", metavar="NAME=D0,D1", help="an input's shape (repeatable)")
     p.add_argument("--no-openvino", action="store_true", help="leave OpenVINO's rows out")
+    p.add_argument(
+        "--streams", metavar="N1,N2", help="many streams at once: a StreamPool against one request per stream"
+    )
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--markdown", metavar="OUT", help="write the table as markdown")
     p.add_argument("--plot", metavar="OUT.png", help="draw the p50s (needs matplotlib: ortstate[plot])")
@@ -71,12 +83,15 @@ def run(args: argparse.Namespace) -> int:
     for option in ("steps", "rounds", "threads"):
         if getattr(args, option) < 1:
             raise UsageError(f"--{option} must be at least 1, got {getattr(args, option)}")
+    counts = _stream_counts(args.streams) if args.streams is not None else None
     problem = bench.plot_unavailable(args.plot) if args.plot else None
     if problem:  # say so before minutes of measuring, not after
         raise UsageError(f"--plot: {problem}")
     for option in ("json", "markdown", "plot"):  # before minutes of measuring
         if getattr(args, option):
             _output(option, functools.partial(check_writable, getattr(args, option)))
+    if counts is not None:
+        return _run_streams(args, xml, counts)
     try:
         workload = bench.model_workload(xml, args.steps, args.position, shapes=parse_shapes(args.shape))
     except ValueError as exc:
@@ -116,6 +131,40 @@ def run(args: argparse.Namespace) -> int:
         _output("json", lambda: write_text(args.json, json.dumps(bench.document([result]), indent=1) + "\n"))
     if args.plot:
         _output("plot", lambda: bench.plot_results([result], args.plot))
+    return EXIT_OK
+
+
+def _stream_counts(text: str) -> list[int]:
+    try:
+        counts = [int(n) for n in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--streams {text}: stream counts are integers separated by commas, e.g. 1,64,1024") from None
+    if not counts or min(counts) < 1:
+        raise UsageError(f"--streams {text}: every stream count must be at least 1")
+    return counts
+
+
+def _run_streams(args: argparse.Namespace, xml: Path, counts: list[int]) -> int:
+    runners = [r for r in streams.STREAM_RUNNERS if not (args.no_openvino and r == "openvino")]
+    if "openvino" in runners and streams.openvino_unavailable():
+        print(f"ortstate: note: {streams.openvino_unavailable()}: no OpenVINO rows", file=sys.stderr)
+        runners.remove("openvino")
+    rows = streams.measure_streams(xml, counts, args.steps, args.threads, runners, progress=_progress)
+    head = f"{xml}: {count(args.steps, 'step')} per stream, {count(args.threads, 'thread')}"
+    table = streams.streams_table(rows)
+    print(f"{head}\n\n{table}")
+    if args.markdown:
+        _output("markdown", lambda: write_text(args.markdown, f"{head}\n\n{table}\n"))
+    if args.json:
+        document = {
+            "model": str(xml),
+            "steps": args.steps,
+            "threads": args.threads,
+            "rows": streams.streams_document(rows),
+        }
+        _output("json", lambda: write_text(args.json, json.dumps(document, indent=1) + "\n"))
+    if args.plot:
+        _output("plot", lambda: streams.plot_streams(rows, args.plot, xml.parent.name))
     return EXIT_OK
 
 

@@ -127,7 +127,7 @@ class _Opened:
 
 
 def load_model(
-    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto | Source,
     sess_options: ort.SessionOptions | None = None,
     providers: Sequence[str] | None = None,
     form: str = "auto",

@@ -61,13 +61,16 @@ class Source:
         return self.model
 
 
-def read_source(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> Source:
-    """Read what a session was given.
+def read_source(model: str | os.PathLike[str] | bytes | onnx.ModelProto | Source) -> Source:
+    """Read what a session was given (a :class:`Source` read before, and perhaps rewritten, is
+    taken as it is: its in-memory initializers travel with it).
 
     Raises:
         OrtStateError: not a path, bytes or ModelProto; a missing or non-regular file; a file that
             is not a readable ONNX model (or that the loader of its suffix refuses).
     """
+    if isinstance(model, Source):
+        return model
     if isinstance(model, onnx.ModelProto):
         return Source(model, "model", owned=False)
     if isinstance(model, (bytes, bytearray)):

@@ -1,0 +1,8 @@
+"""Many independent streams of one stateful model, batched into one run per step: :class:`StreamPool`."""
+
+from ..errors import PoolFullError
+from .layout import Layout
+from .pool import StreamPool
+from .stats import PoolStats
+
+__all__ = ["Layout", "PoolFullError", "PoolStats", "StreamPool"]

@@ -1,0 +1,114 @@
+"""One batched run of some streams, the way that fits: a :class:`~.plan.Plan` for a step seen
+before, bound buffers for a batch shape run before (:mod:`.bound`), else ``InferenceSession.run``
+with every result checked (the run whose shapes are bound for the next time)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from ..errors import RunError
+from ..runtime import LoadedModel
+from ..runtime.runners import ort_error
+from .bound import Bound, BoundCache, BoundMiss
+from .layout import Layout
+from .plan import Plan, Plans, split_rows
+from .slots import SlotStates
+from .stats import Recorder
+
+__all__ = ["BatchRunner"]
+
+Outputs = dict[str, np.ndarray]
+
+
+class BatchRunner:
+    """Runs batches of the streams in ``states``' slots through ``model`` (laid out as ``layout``),
+    counting each run in ``record``."""
+
+    def __init__(self, model: LoadedModel, layout: Layout, states: SlotStates, record: Recorder) -> None:
+        self.model, self.layout, self.states, self.record = model, layout, states, record
+        self.plans = Plans()
+        self._bound = BoundCache()
+        self._fetch = [*model.output_names, *(s.var.state_output or "" for s in layout.states)]
+        self._flagged = [(k, s.flag) for k, s in enumerate(layout.states) if s.flag]
+        self._axes = [layout.outputs[n] for n in model.output_names]
+
+    def planned(self, feeds: Mapping[Any, Any]) -> tuple[dict[Any, Any] | None, Any]:
+        """Step ``feeds``' streams by the plan of this very batch, committed: their outputs and the
+        index of their slots; (None, None) where there is no plan or it does not fit (nothing changed)."""
+        key = tuple(feeds)
+        plan = self.plans.get(key)
+        if plan is None:
+            return None, None
+        results = plan.run(feeds, self.record)
+        if results is None:
+            self.plans.drop(key)
+            return None, None
+        return results, plan.rows.index
+
+    def plan(self, sids: tuple, slots: np.ndarray, shapes: tuple) -> None:
+        """Plan the step of ``sids`` (in ``slots``, with feeds of ``shapes``) just run, where its
+        batch shape is bound."""
+        bound = self._bound.get((len(slots), shapes))
+        if bound is not None:
+            self.plans.put(Plan(sids, slots, shapes, bound, self.states, self.layout, self.model.output_names))
+
+    def run(self, slots: np.ndarray, feeds: list[list[np.ndarray]], key: tuple) -> tuple[list[Outputs], list]:
+        """One batched run of the streams in ``slots`` (``key``: the batch's size and feed shapes): each
+        stream's outputs, and the new states (valid until the next run of the same key), uncommitted.
+
+        Raises:
+            RunError: the run failed, or wrote states of other shapes than the pool holds.
+        """
+        model, count = self.model, len(slots)
+        n_out = len(model.output_names)
+        bound = self._bound.get(key)
+        results = None
+        start = perf_counter_ns()
+        if bound is not None:
+            try:
+                results = bound.run(slots, feeds, self.states.arrays, self.states.fresh)
+            except BoundMiss:
+                self._bound.drop(key)
+        if results is None:
+            results = self._general(slots, feeds, key)
+            outputs = results[:n_out]
+        else:
+            outputs = [o.copy() for o in results[:n_out]]  # the caller's, apart from the bound buffers
+        self.record.run(count, (perf_counter_ns() - start) * 1e-9)
+        states = results[n_out:]
+        if count == 1:
+            return [dict(zip(model.output_names, outputs))], states
+        parts = [split_rows(o, a) for o, a in zip(outputs, self._axes)]
+        return [dict(zip(model.output_names, row)) for row in zip(*parts)], states
+
+    def _general(self, slots: np.ndarray, feeds: list[list[np.ndarray]], key: tuple) -> list[np.ndarray]:
+        """A run through ``InferenceSession.run``, checked; its shapes are bound for the next run of ``key``."""
+        layout, count = self.layout, len(slots)
+        full: dict[str, Any] = {}
+        for k, spec in enumerate(layout.inputs):
+            full[spec.name] = feeds[0][k] if count == 1 else np.concatenate([f[k] for f in feeds], axis=spec.axis)
+        for spec, value in zip(layout.states, self.states.gather(slots)):
+            full[spec.var.state_input or ""] = value
+        for k, flag in self._flagged:  # each row computes its init on its stream's first step
+            full[flag] = self.states.fresh[slots, k]
+        try:
+            results = self.model.fast.run(self._fetch, full, None)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise ort_error(exc) from None
+        for spec, value in zip(layout.states, results[len(self.model.output_names) :]):
+            want = spec.shape[: spec.axis] + (count,) + spec.shape[spec.axis + 1 :]
+            if value.shape != want or value.dtype != spec.carrier:
+                raise RunError(
+                    f"variable '{spec.var.id}': the run wrote {value.dtype} {list(value.shape)}, the pool holds "
+                    f"{spec.carrier} {list(want)}; no stream was changed"
+                )
+        if not self._bound.known(key):
+            try:
+                self._bound.put(key, Bound(self.model, layout, full, results))
+            except BoundMiss:
+                self._bound.put(key, None)
+        return results
