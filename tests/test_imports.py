@@ -28,8 +28,21 @@ ALLOWED = {
     "verify_inputs": BASE | {"ir", "convert", "runtime", "generate"},
     "verify": BASE | {"ir", "convert", "runtime", "generate", "verify_inputs"},
     "export": BASE | {"ir", "convert", "passes", "generate"},  # an LLM folder for other tools
+    "serve": BASE | {"runtime", "streams"},  # streams over the network: at the command line's level
     "cli": BASE
-    | {"ir", "convert", "passes", "runtime", "generate", "bench", "verify", "verify_inputs", "export", "streams"},
+    | {
+        "ir",
+        "convert",
+        "passes",
+        "runtime",
+        "generate",
+        "bench",
+        "verify",
+        "verify_inputs",
+        "export",
+        "streams",
+        "serve",
+    },
 }
 
 

@@ -1,0 +1,161 @@
+"""The ASGI app of ``ortstate serve``: HTTP for health, the model, stats and opening streams; one
+WebSocket per stream for its steps.
+
+Protocol (docs/serve.md): ``POST /v1/streams`` answers ``{"id": ...}``; ``/v1/streams/{id}`` takes
+binary messages (one step's feeds as ``.npz``, answered by its outputs as ``.npz``) and text ones
+(``{"op": "reset"}``, ``{"op": "close"}``, answered ``{"ok": true}``). A bad message is answered
+``{"error": ...}`` and changes nothing; the socket stays open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from ..errors import OrtStateError, ServeError
+from .auth import BearerAuth
+from .codec import OK, decode_npz, encode_npz, error_text, parse_op
+from .service import CLOSE_UNKNOWN, ID_PATTERN, StreamService
+
+__all__ = ["CLOSE_REPLACED", "DEFAULT_MAX_MESSAGE_BYTES", "create_app"]
+
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+CLOSE_REPLACED = 4409  # another connection to the same stream took it over
+logger = logging.getLogger("ortstate.serve")
+
+
+def create_app(
+    service: StreamService,
+    *,
+    token: str | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    idle_park: float | None = None,
+) -> Any:
+    """The ASGI app serving ``service``'s streams.
+
+    Args:
+        token: if given, every request must carry ``Authorization: Bearer TOKEN``.
+        max_message_bytes: the largest step message (and its arrays, uncompressed) a stream takes.
+        idle_park: park streams idle that long (seconds; needs the service's state directory).
+    """
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    async def model(request: Request) -> JSONResponse:
+        return JSONResponse(service.model())
+
+    async def stats(request: Request) -> JSONResponse:
+        return JSONResponse(service.stats())
+
+    async def open_stream(request: Request) -> JSONResponse:
+        try:
+            return JSONResponse({"id": service.open()}, status_code=201)
+        except ServeError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.code or 500)
+
+    async def stream(websocket: WebSocket) -> None:
+        await websocket.accept()
+        name = websocket.path_params["id"]
+        if not ID_PATTERN.fullmatch(name) or not service.knows(name):
+            await websocket.close(CLOSE_UNKNOWN, "no such stream: open one with POST /v1/streams")
+            return
+        previous = service.attach(name, websocket)
+        if previous is not None:
+            with contextlib.suppress(Exception):  # it may be gone already
+                await previous.close(CLOSE_REPLACED, "another connection took over this stream")
+        try:
+            await _serve_stream(service, name, websocket, max_message_bytes)
+        finally:
+            service.detach(name, websocket)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        parker = asyncio.create_task(_park_idle(service, idle_park)) if idle_park is not None else None
+        try:
+            yield
+        finally:
+            if parker is not None:
+                parker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await parker
+            await service.park_all()
+
+    routes = [
+        Route("/v1/health", health),
+        Route("/v1/model", model),
+        Route("/v1/stats", stats),
+        Route("/v1/streams", open_stream, methods=["POST"]),
+        WebSocketRoute("/v1/streams/{id}", stream),
+    ]
+    app: Any = Starlette(routes=routes, lifespan=lifespan)
+    app.state.service = service
+    return app if token is None else BearerAuth(app, token)
+
+
+async def _serve_stream(service: StreamService, name: str, websocket: WebSocket, limit: int) -> None:
+    """Answer ``websocket``'s messages, one at a time, until it closes or the stream ends."""
+    while True:
+        try:
+            message = await websocket.receive()
+        except (WebSocketDisconnect, RuntimeError):
+            return
+        if message["type"] == "websocket.disconnect":
+            return
+        data, text = message.get("bytes"), message.get("text")
+        try:
+            if data is not None:
+                outputs = await service.step(name, decode_npz(data, limit))
+                reply: bytes | str = encode_npz(outputs)
+            elif text is not None:
+                op = parse_op(text, limit)
+                await (service.reset(name) if op == "reset" else service.close(name))
+                reply = OK
+            else:
+                continue
+        except ServeError as exc:
+            if exc.code:  # the stream is gone or cannot come back
+                await _close(websocket, exc.code, str(exc))
+                return
+            reply = error_text(exc)
+        except Exception as exc:  # noqa: BLE001 - a bug: said to the client, the server goes on
+            reply = error_text(f"internal error: {type(exc).__name__}: {exc}")
+        if not await _send(websocket, reply):
+            return
+        if text is not None and reply == OK and not service.knows(name):
+            await _close(websocket, 1000, "stream closed")
+            return
+
+
+async def _send(websocket: WebSocket, reply: bytes | str) -> bool:
+    try:
+        if isinstance(reply, bytes):
+            await websocket.send_bytes(reply)
+        else:
+            await websocket.send_text(reply)
+    except (WebSocketDisconnect, RuntimeError, OSError):  # closed or taken over meanwhile
+        return False
+    return True
+
+
+async def _close(websocket: WebSocket, code: int, reason: str) -> None:
+    with contextlib.suppress(Exception):
+        await websocket.close(code, reason[:120])  # a close reason has at most 123 bytes
+
+
+async def _park_idle(service: StreamService, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(min(max(seconds / 2, 0.05), 1.0))
+        try:
+            await service.park_idle(seconds)
+        except OrtStateError as exc:  # a full disk: the streams stay in memory; try again later
+            logger.warning("ortstate serve: cannot park idle streams: %s", exc)

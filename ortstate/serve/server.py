@@ -1,0 +1,99 @@
+"""Running the app under uvicorn on a socket of our own: the address is known (and refused, in one
+line, if taken) before serving, and SIGTERM or SIGINT end the server gracefully with exit 0, every
+open stream parked first."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import uvicorn
+
+from ..errors import ServeError
+from .service import StreamService
+
+__all__ = ["bind", "serve_forever", "url_of"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+GRACE_SECONDS = 5.0  # how long a shutdown waits for sockets to close before cancelling them
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, except that a signal it handled is not raised again after the shutdown:
+    a server told to stop has done what it was told (exit 0)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in _SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: a free port).
+
+    Raises:
+        ServeError: the address cannot be resolved or taken.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def config(app: Any, max_message_bytes: int, max_streams: int) -> uvicorn.Config:
+    """uvicorn's settings for ``app``: quiet, bounded, with a graceful shutdown of a few seconds."""
+    return uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        # Messages up to twice the limit are read and answered with an error; larger ones close
+        # the socket (1009, "message too big") before they are buffered whole.
+        ws_max_size=max(2 * max_message_bytes, max_message_bytes + 65536),
+        ws_max_queue=4,
+        limit_concurrency=4 * max_streams + 64,
+        timeout_graceful_shutdown=GRACE_SECONDS,
+    )
+
+
+def serve_forever(
+    app: Any, service: StreamService, sock: socket.socket, settings: uvicorn.Config, ready: Callable[[], None]
+) -> None:
+    """Serve ``app`` on ``sock`` until SIGTERM or SIGINT; then every open stream is parked (with a
+    state directory) and this returns."""
+    server = _Server(settings)
+
+    async def main() -> None:
+        ready()
+        try:
+            await server.serve(sockets=[sock])
+        finally:  # the app's shutdown parked them, unless a second Ctrl-C skipped it
+            await service.park_all()
+
+    asyncio.run(main())
