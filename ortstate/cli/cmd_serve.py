@@ -11,7 +11,7 @@ import sys
 
 import onnxruntime as ort
 
-from ..errors import UsageError
+from ..errors import ServeError, UsageError
 from .args import existing_file
 from .command import EXIT_OK, Command
 
@@ -116,8 +116,11 @@ def run(args: argparse.Namespace) -> int:
     from ..serve.auth import check_exposure
     from ..streams import StreamPool
 
-    check_exposure(args.host, args.token)
-    sock = server.bind(args.host, args.port)
+    try:  # the command line asked for something that cannot be: exit 2
+        check_exposure(args.host, args.token)
+        sock = server.bind(args.host, args.port)
+    except ServeError as exc:
+        raise UsageError(str(exc)) from None
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.inter_op_num_threads = 1

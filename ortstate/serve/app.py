@@ -26,10 +26,11 @@ from .auth import BearerAuth
 from .codec import OK, decode_npz, encode_npz, error_text, parse_op
 from .service import CLOSE_UNKNOWN, ID_PATTERN, StreamService
 
-__all__ = ["CLOSE_REPLACED", "DEFAULT_MAX_MESSAGE_BYTES", "create_app"]
+__all__ = ["CLOSE_REPLACED", "CLOSE_RESTART", "DEFAULT_MAX_MESSAGE_BYTES", "create_app"]
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 CLOSE_REPLACED = 4409  # another connection to the same stream took it over
+CLOSE_RESTART = 1012  # the server is shutting down (WebSocket's "service restart")
 logger = logging.getLogger("ortstate.serve")
 
 
@@ -95,7 +96,7 @@ def create_app(
         Route("/v1/model", model),
         Route("/v1/stats", stats),
         Route("/v1/streams", open_stream, methods=["POST"]),
-        WebSocketRoute("/v1/streams/{id}", stream),
+        WebSocketRoute("/v1/streams/{id:path}", stream),  # any id: unknown ones get 4404,
     ]
     app: Any = Starlette(routes=routes, lifespan=lifespan)
     app.state.service = service
@@ -103,7 +104,8 @@ def create_app(
 
 
 async def _serve_stream(service: StreamService, name: str, websocket: WebSocket, limit: int) -> None:
-    """Answer ``websocket``'s messages, one at a time, until it closes or the stream ends."""
+    """Answer ``websocket``'s messages, one at a time, until it closes, the stream ends or the
+    server shuts down."""
     while True:
         try:
             message = await websocket.receive()
@@ -111,29 +113,43 @@ async def _serve_stream(service: StreamService, name: str, websocket: WebSocket,
             return
         if message["type"] == "websocket.disconnect":
             return
-        data, text = message.get("bytes"), message.get("text")
+        if service.draining:  # not acted on: the client sends it again after reconnecting
+            await _close(websocket, CLOSE_RESTART, "server shutting down; reconnect to continue")
+            return
+        service.in_flight += 1
         try:
-            if data is not None:
-                outputs = await service.step(name, decode_npz(data, limit))
-                reply: bytes | str = encode_npz(outputs)
-            elif text is not None:
-                op = parse_op(text, limit)
-                await (service.reset(name) if op == "reset" else service.close(name))
-                reply = OK
-            else:
-                continue
-        except ServeError as exc:
-            if exc.code:  # the stream is gone or cannot come back
-                await _close(websocket, exc.code, str(exc))
+            if not await _answer(service, name, websocket, message, limit):
                 return
-            reply = error_text(exc)
-        except Exception as exc:  # noqa: BLE001 - a bug: said to the client, the server goes on
-            reply = error_text(f"internal error: {type(exc).__name__}: {exc}")
-        if not await _send(websocket, reply):
-            return
-        if text is not None and reply == OK and not service.knows(name):
-            await _close(websocket, 1000, "stream closed")
-            return
+        finally:
+            service.in_flight -= 1
+
+
+async def _answer(service: StreamService, name: str, websocket: WebSocket, message: Any, limit: int) -> bool:
+    """Act on one message and reply; False once the socket is closed."""
+    data, text = message.get("bytes"), message.get("text")
+    try:
+        if data is not None:
+            outputs = await service.step(name, decode_npz(data, limit))
+            reply: bytes | str = encode_npz(outputs)
+        elif text is not None:
+            op = parse_op(text, limit)
+            await (service.reset(name) if op == "reset" else service.close(name))
+            reply = OK
+        else:
+            return True
+    except ServeError as exc:
+        if exc.code:  # the stream is gone or cannot come back
+            await _close(websocket, exc.code, str(exc))
+            return False
+        reply = error_text(exc)
+    except Exception as exc:  # noqa: BLE001 - a bug: said to the client, the server goes on
+        reply = error_text(f"internal error: {type(exc).__name__}: {exc}")
+    if not await _send(websocket, reply):
+        return False
+    if text is not None and reply == OK and not service.knows(name):
+        await _close(websocket, 1000, "stream closed")
+        return False
+    return True
 
 
 async def _send(websocket: WebSocket, reply: bytes | str) -> bool:

@@ -14,6 +14,7 @@ with Client("http://127.0.0.1:8000") as client:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -94,6 +95,8 @@ class Stream:
         self.id = id
         self._connection = connection
         self._timeout = timeout
+        self._exit = contextlib.ExitStack()
+        self._exit.push(connection)
 
     def step(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One step: ``feeds`` by input name (one stream's: 1 along the batch axis) -> outputs.
@@ -114,7 +117,7 @@ class Stream:
 
     def disconnect(self) -> None:
         """Close the connection; the stream stays in the server, to continue with :meth:`Client.stream`."""
-        self._connection.close()
+        self._exit.close()
 
     def _exchange(self, message: str | bytes) -> str | bytes:
         try:
@@ -154,12 +157,13 @@ class Client:
         """Connect to the open stream ``id`` (it continues where it was)."""
         http = self._http
         try:
-            connection = connect_sync(
+            connecting = connect_sync(
                 http.socket_url(id),
                 additional_headers=http.headers,
                 max_size=_REPLY_LIMIT,
                 open_timeout=http.timeout,
             )
+            connection = connecting.__enter__()  # websockets 17 wants connect() entered, older ones allow it
         except (WebSocketException, OSError, TimeoutError) as exc:
             raise _closed(exc, id) from None
         return Stream(id, connection, http.timeout)

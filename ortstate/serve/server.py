@@ -24,8 +24,17 @@ GRACE_SECONDS = 5.0  # how long a shutdown waits for sockets to close before can
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, except that a signal it handled is not raised again after the shutdown:
-    a server told to stop has done what it was told (exit 0)."""
+    """uvicorn's server, except that its shutdown first lets every step in flight finish and reply
+    (uvicorn would cut the sockets at once), and a signal it handled is not raised again after the
+    shutdown: a server told to stop has done what it was told (exit 0)."""
+
+    def __init__(self, settings: uvicorn.Config, service: StreamService) -> None:
+        super().__init__(settings)
+        self.service = service
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.service.drain(GRACE_SECONDS)
+        await super().shutdown(sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -87,7 +96,7 @@ def serve_forever(
 ) -> None:
     """Serve ``app`` on ``sock`` until SIGTERM or SIGINT; then every open stream is parked (with a
     state directory) and this returns."""
-    server = _Server(settings)
+    server = _Server(settings, service)
 
     async def main() -> None:
         ready()

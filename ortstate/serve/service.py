@@ -59,6 +59,8 @@ class StreamService:
         self._latencies: deque[float] = deque(maxlen=_KEPT)
         self.steps = 0
         self.errors = 0
+        self.draining = False  # shutting down: no new message is taken
+        self.in_flight = 0  # messages taken and not yet answered
         if self.state_dir is not None:
             try:
                 self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -156,6 +158,14 @@ class StreamService:
     async def park_all(self) -> int:
         """Park every stream in memory (at shutdown); how many were parked."""
         return sum([await self.park(s) for s in list(self._sid)])
+
+    async def drain(self, timeout: float) -> None:
+        """Take no new message, and wait (up to ``timeout`` seconds) until every message taken has
+        been answered: a step a client got no reply to was not made."""
+        self.draining = True
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     def _resident(self, stream: str) -> int:
         """``stream``'s pool id, loading it back from its file if it is parked."""
