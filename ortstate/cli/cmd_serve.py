@@ -66,12 +66,16 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--token",
         default=os.environ.get(TOKEN_VARIABLE),
-        help=f"the bearer token every request needs ({TOKEN_VARIABLE})",
+        help=f"the bearer token every request needs (default ${TOKEN_VARIABLE}, if set)",
     )
     p.add_argument("--max-streams", type=int, default=1024, metavar="N", help="open streams at most (default 1024)")
     p.add_argument("--max-batch", type=int, metavar="B", help="streams per batched run at most (default --max-streams)")
     p.add_argument(
-        "--max-delay-ms", type=float, default=2.0, metavar="MS", help="a tick waits that long for more streams (2)"
+        "--max-delay-ms",
+        type=float,
+        default=2.0,
+        metavar="MS",
+        help="a tick waits that long for more streams (default 2)",
     )
     p.add_argument(
         "--max-message-bytes", type=int, default=1 << 20, metavar="N", help="largest step message (default 1 MiB)"

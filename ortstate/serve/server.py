@@ -9,15 +9,20 @@ import contextlib
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from ..errors import ServeError
+from ..streams import StreamPool
+from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
 from .service import StreamService
 
-__all__ = ["bind", "serve_forever", "url_of"]
+__all__ = ["Running", "bind", "serve_forever", "serve_in_thread", "url_of"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_SECONDS = 5.0  # how long a shutdown waits for sockets to close before cancelling them
@@ -106,3 +111,55 @@ def serve_forever(
             await service.park_all()
 
     asyncio.run(main())
+
+
+@dataclass(frozen=True)
+class Running:
+    """A server :func:`serve_in_thread` runs: its URL and its streams."""
+
+    url: str
+    service: StreamService
+
+
+@contextlib.contextmanager
+def serve_in_thread(
+    model: Any,
+    max_streams: int = 1024,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    state_dir: str | Path | None = None,
+    idle_park: float | None = None,
+    max_batch: int | None = None,
+    max_delay: float = 0.002,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    start_timeout: float = 60.0,
+) -> Iterator[Running]:
+    """``ortstate serve`` in a thread of this process, for as long as the ``with`` block runs (a
+    notebook, a test): the same app, options as the command line's (``max_delay`` in seconds).
+
+    Raises:
+        ServeError: the address is refused (not loopback without a token, taken) or the server
+            does not start.
+    """
+    from .auth import check_exposure
+
+    check_exposure(host, token)
+    service = StreamService(StreamPool(model, max_streams, max_batch=max_batch, max_delay=max_delay), state_dir)
+    app = create_app(service, token=token, max_message_bytes=max_message_bytes, idle_park=idle_park)
+    sock = bind(host, port)
+    server = _Server(config(app, max_message_bytes, max_streams), service)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="ortstate-serve")
+    thread.start()
+    deadline = time.monotonic() + start_timeout
+    try:
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise ServeError(f"the server on {url_of(sock)} did not start")
+            time.sleep(0.01)
+        yield Running(url_of(sock), service)
+    finally:
+        server.should_exit = True
+        thread.join(GRACE_SECONDS + 10)
+        sock.close()
