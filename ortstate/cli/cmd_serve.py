@@ -116,9 +116,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--idle-park needs --state-dir: parked streams are written there")
     path = existing_file(args.model)
 
-    from ..serve import StreamService, create_app, server
+    from ..serve import server
     from ..serve.auth import check_exposure
-    from ..streams import StreamPool
 
     try:  # the command line asked for something that cannot be: exit 2
         check_exposure(args.host, args.token)
@@ -129,18 +128,23 @@ def run(args: argparse.Namespace) -> int:
     options.intra_op_num_threads = args.threads
     options.inter_op_num_threads = 1
     try:
-        pool = StreamPool(
+        service, app = server.build(
             path,
             args.max_streams,
-            max_batch=args.max_batch,
-            max_delay=args.max_delay_ms / 1e3,
-            sess_options=options,
+            args.max_batch,
+            args.max_delay_ms / 1e3,
+            args.state_dir,
+            args.token,
+            args.max_message_bytes,
+            args.idle_park,
+            options,
         )
-        service = StreamService(pool, args.state_dir)
+    except ServeError as exc:  # --state-dir cannot be made or read
+        sock.close()
+        raise UsageError(str(exc)) from None
     except BaseException:
         sock.close()
         raise
-    app = create_app(service, token=args.token, max_message_bytes=args.max_message_bytes, idle_park=args.idle_park)
     settings = server.config(app, args.max_message_bytes, args.max_streams)
     kept = f"streams parked in {args.state_dir}" if args.state_dir else "state in memory only"
     url = server.url_of(sock)

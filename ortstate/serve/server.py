@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import onnxruntime as ort
 import uvicorn
 
 from ..errors import ServeError
 from ..streams import StreamPool
 from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
+from .auth import check_exposure
 from .service import StreamService
 
-__all__ = ["Running", "bind", "serve_forever", "serve_in_thread", "url_of"]
+__all__ = ["Running", "bind", "build", "serve_forever", "serve_in_thread", "url_of"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_SECONDS = 5.0  # how long a shutdown waits for sockets to close before cancelling them
@@ -113,6 +115,23 @@ def serve_forever(
     asyncio.run(main())
 
 
+def build(
+    model: Any,
+    max_streams: int,
+    max_batch: int | None,
+    max_delay: float,
+    state_dir: str | Path | None,
+    token: str | None,
+    max_message_bytes: int,
+    idle_park: float | None,
+    sess_options: ort.SessionOptions | None = None,
+) -> tuple[StreamService, Any]:
+    """The streams of ``model`` (a pool of ``max_streams`` slots) and the app serving them."""
+    pool = StreamPool(model, max_streams, max_batch=max_batch, max_delay=max_delay, sess_options=sess_options)
+    service = StreamService(pool, state_dir)
+    return service, create_app(service, token=token, max_message_bytes=max_message_bytes, idle_park=idle_park)
+
+
 @dataclass(frozen=True)
 class Running:
     """A server :func:`serve_in_thread` runs: its URL and its streams."""
@@ -143,11 +162,8 @@ def serve_in_thread(
         ServeError: the address is refused (not loopback without a token, taken) or the server
             does not start.
     """
-    from .auth import check_exposure
-
     check_exposure(host, token)
-    service = StreamService(StreamPool(model, max_streams, max_batch=max_batch, max_delay=max_delay), state_dir)
-    app = create_app(service, token=token, max_message_bytes=max_message_bytes, idle_park=idle_park)
+    service, app = build(model, max_streams, max_batch, max_delay, state_dir, token, max_message_bytes, idle_park)
     sock = bind(host, port)
     server = _Server(config(app, max_message_bytes, max_streams), service)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="ortstate-serve")

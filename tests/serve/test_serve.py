@@ -23,6 +23,7 @@ from websockets.sync.client import connect
 from ortstate.errors import ServeError
 from ortstate.serve import AsyncClient, Client
 from ortstate.serve.codec import decode_npz, encode_npz
+from ortstate.serve.service import new_id as ortstate_id
 
 
 def _http(url: str, method: str = "GET", token: str | None = None) -> tuple[int, dict]:
@@ -266,3 +267,38 @@ def test_a_client_that_never_reads_stalls_no_one_else(shared):
         ws.socket.shutdown(socket.SHUT_RDWR)
         sender.join(10)
     assert shared.service.knows(hog)
+
+
+def test_hostile_clients_reach_no_other_stream(shared):
+    """Garbage frames, guessed ids, a reconnect storm, raw bytes that are not HTTP, a handshake
+    left half-written: the server goes on, and another stream steps exactly as alone."""
+    rng = np.random.default_rng(7)
+    lone, victim = Lone(), Client(shared.url).open()
+
+    def victim_steps() -> None:
+        fed = feeds(rng)
+        assert_same(victim.step(fed), lone.step(fed))
+
+    victim_steps()
+    before = shared.service.stats()["streams_open"]
+    host, port = shared.url.removeprefix("http://").rsplit(":", 1)
+    half = socket.create_connection((host, int(port)), timeout=10)  # a handshake never finished
+    half.sendall(b"GET /v1/streams/x HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(bytes(rng.integers(0, 256, 4096, dtype=np.uint8)) + b"\r\n\r\n")
+        assert raw.recv(4096).startswith(b"HTTP/1.1 400 ")
+    mine = shared.service.open()
+    with _socket(shared.url, mine) as ws:
+        for size in (1, 10, 1000, 60000):
+            ws.send(bytes(rng.integers(0, 256, size, dtype=np.uint8)))
+            assert "error" in json.loads(ws.recv(timeout=10))
+    victim_steps()
+    for _ in range(30):  # a reconnect storm on its own stream, each connection cut at once
+        _socket(shared.url, mine).socket.close()
+    for _ in range(30):  # guessing ids
+        with _socket(shared.url, ortstate_id()) as ws:
+            assert _closed_with(ws)[0] == 4404
+    victim_steps()
+    half.close()
+    assert shared.service.stats()["streams_open"] == before + 1  # only its own stream
+    victim.close()

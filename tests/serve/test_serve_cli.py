@@ -3,6 +3,7 @@ the same state directory resumes each stream exactly; one-line errors; ``--bench
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import selectors
@@ -19,7 +20,7 @@ from conftest import MODEL, Lone, assert_same, feeds, running
 from oracle import REPO, assert_one_line_error, run_cli
 
 from ortstate.errors import ServeError
-from ortstate.serve import Client
+from ortstate.serve import AsyncClient, Client
 
 START_TIMEOUT = 60.0
 
@@ -146,6 +147,7 @@ def test_without_a_state_dir_streams_end_with_the_server():
         ([MODEL, "--max-streams", "0"], "--max-streams must be positive, got 0"),
         ([MODEL, "--port", "70000"], "--port must be 0..65535, got 70000"),
         (["nowhere.xml"], "nowhere.xml: no such file"),
+        ([MODEL, "--state-dir", MODEL], f"--state-dir {MODEL}: File exists"),
         ([MODEL, "--bench", "http://127.0.0.1:1"], "--bench drives a running server: give its URL, not a MODEL"),
         (
             ["--bench", "ftp://x"],
@@ -193,3 +195,31 @@ def test_the_token_comes_from_the_environment(monkeypatch):
 
     assert build_parser().parse_args(["serve", str(MODEL)]).token == "from-env"
     assert build_parser().parse_args(["serve", str(MODEL), "--token", "given"]).token == "given"
+
+
+def test_256_streams_of_50_steps_each_equal_lone_sessions():
+    """The issue's load: 256 concurrent streams × 50 steps through the WebSocket API of a server
+    process, every output as a lone stream's, the steps batched."""
+    count, steps = 256, 50
+    rng = np.random.default_rng(13)
+    plan = rng.normal(0, 1, (count, steps, 1, 1, 8)).astype(np.float32)
+
+    async def drive(client: AsyncClient, k: int) -> list:
+        stream = await client.open()
+        got = [await stream.step({"x": plan[k, n]}) for n in range(steps)]
+        await stream.close()
+        return got
+
+    async def main(url: str) -> tuple[list, dict]:
+        client = AsyncClient(url)
+        results = await asyncio.gather(*(drive(client, k) for k in range(count)))
+        return results, await client.stats()
+
+    with serving("--max-streams", str(count), "--max-delay-ms", "5") as (proc, url):
+        results, stats = asyncio.run(main(url))
+        _stop(proc)
+    assert stats["steps"] == count * steps and stats["errors"] == 0 and stats["max_batch"] > 1
+    for k in range(count):
+        lone = Lone()
+        for n in range(steps):
+            assert_same(results[k][n], lone.step({"x": plan[k, n]}), f"stream {k}, step {n}")
