@@ -96,7 +96,7 @@ def create_app(
         Route("/v1/model", model),
         Route("/v1/stats", stats),
         Route("/v1/streams", open_stream, methods=["POST"]),
-        WebSocketRoute("/v1/streams/{id:path}", stream),  # any id: unknown ones get 4404,
+        WebSocketRoute("/v1/streams/{id:path}", stream),  # any id: unknown ones get 4404
     ]
     app: Any = Starlette(routes=routes, lifespan=lifespan)
     app.state.service = service
