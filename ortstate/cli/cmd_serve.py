@@ -8,6 +8,7 @@ import asyncio
 import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import onnxruntime as ort
 
@@ -83,6 +84,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", metavar="DIR", help="park streams there (idle, and at shutdown) and resume them")
     p.add_argument("--idle-park", type=float, metavar="S", help="park streams idle for S seconds (needs --state-dir)")
     p.add_argument("--threads", type=int, default=1, metavar="T", help="ONNX Runtime intra-op threads (default 1)")
+    p.add_argument("--ray", action="store_true", help="serve on Ray Serve, --replicas replicas (needs --state-dir)")
+    p.add_argument("--replicas", type=int, default=2, metavar="R", help="--ray: replicas (default 2)")
+    p.add_argument(
+        "--handoff",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="--ray: a socket is handed over (parked, reconnected) after S seconds (default 5)",
+    )
     p.add_argument("--bench", metavar="URL", help="drive the server at URL instead of serving")
     p.add_argument("--streams", type=int, default=16, metavar="N", help="--bench: concurrent streams (default 16)")
     p.add_argument("--steps", type=int, default=100, metavar="K", help="--bench: steps per stream (default 100)")
@@ -115,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     if args.idle_park is not None and args.state_dir is None:
         raise UsageError("--idle-park needs --state-dir: parked streams are written there")
     path = existing_file(args.model)
+    if args.ray:
+        return _ray(args, path)
 
     from ..serve import server
     from ..serve.auth import check_exposure
@@ -160,6 +172,47 @@ def run(args: argparse.Namespace) -> int:
         else "ortstate serve: stopped",
         flush=True,
     )
+    return EXIT_OK
+
+
+def _ray(args: argparse.Namespace, path: Path) -> int:
+    if args.state_dir is None:
+        raise UsageError("--ray needs --state-dir: a folder every replica reaches, where streams move between them")
+    _positive(args, "replicas", "handoff")
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError("ortstate serve --ray needs Ray Serve (pip install 'ortstate[ray]')")
+    from ..serve.auth import check_exposure
+    from ..serve.ray_deployment import make_app, serve_on_ray
+
+    try:
+        check_exposure(args.host, args.token)
+        Path(args.state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    except (ServeError, OSError) as exc:
+        why = str(exc) if isinstance(exc, ServeError) else f"--state-dir {args.state_dir}: {exc.strerror}"
+        raise UsageError(why) from None
+    app = make_app(
+        path,
+        args.state_dir,
+        replicas=args.replicas,
+        max_streams=args.max_streams,
+        max_batch=args.max_batch,
+        max_delay=args.max_delay_ms / 1e3,
+        token=args.token,
+        max_message_bytes=args.max_message_bytes,
+        idle_park=args.idle_park,
+        handoff=args.handoff,
+        threads=args.threads,
+    )
+
+    def ready(url: str) -> None:
+        print(
+            f"ortstate serve: {path} on {url} (Ray Serve, {args.replicas} replicas, streams parked in "
+            f"{args.state_dir}; SIGTERM or Ctrl-C stops it)",
+            flush=True,
+        )
+
+    serve_on_ray(app, args.host, args.port, ready, args.replicas)
+    print(f"ortstate serve: stopped; streams parked in {args.state_dir}", flush=True)
     return EXIT_OK
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,7 +31,7 @@ __all__ = ["CLOSE_REPLACED", "CLOSE_RESTART", "DEFAULT_MAX_MESSAGE_BYTES", "crea
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 CLOSE_REPLACED = 4409  # another connection to the same stream took it over
-CLOSE_RESTART = 1012  # the server is shutting down (WebSocket's "service restart")
+CLOSE_RESTART = 1012  # "service restart": the message was not acted on; reconnect and send it again
 logger = logging.getLogger("ortstate.serve")
 
 
@@ -40,6 +41,7 @@ def create_app(
     token: str | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     idle_park: float | None = None,
+    handoff: float | None = None,
 ) -> Any:
     """The ASGI app serving ``service``'s streams.
 
@@ -47,6 +49,9 @@ def create_app(
         token: if given, every request must carry ``Authorization: Bearer TOKEN``.
         max_message_bytes: the largest step message (and its arrays, uncompressed) a stream takes.
         idle_park: park streams idle that long (seconds; needs the service's state directory).
+        handoff: park a stream and close its socket (1012: reconnect) once the socket has been
+            open that long, between two messages: its next connection may reach another server
+            (servers behind a router that moves streams when servers come and go).
     """
 
     async def health(request: Request) -> JSONResponse:
@@ -57,6 +62,13 @@ def create_app(
 
     async def stats(request: Request) -> JSONResponse:
         return JSONResponse(service.stats())
+
+    async def describe(request: Request) -> JSONResponse:
+        name = request.path_params["id"]
+        where = service.where(name) if ID_PATTERN.fullmatch(name) else None
+        if where is None:
+            return JSONResponse({"error": "no such stream"}, status_code=404)
+        return JSONResponse({"id": name, "state": where, "server": service.name})
 
     async def open_stream(request: Request) -> JSONResponse:
         try:
@@ -75,9 +87,11 @@ def create_app(
             with contextlib.suppress(Exception):  # it may be gone already
                 await previous.close(CLOSE_REPLACED, "another connection took over this stream")
         try:
-            await _serve_stream(service, name, websocket, max_message_bytes)
+            await _serve_stream(service, name, websocket, max_message_bytes, handoff)
         finally:
-            service.detach(name, websocket)
+            if service.detach(name, websocket) and handoff is not None:
+                with contextlib.suppress(OrtStateError):  # then it stays here, parked at shutdown
+                    await service.park(name)  # its next socket may reach another server
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -96,6 +110,7 @@ def create_app(
         Route("/v1/model", model),
         Route("/v1/stats", stats),
         Route("/v1/streams", open_stream, methods=["POST"]),
+        Route("/v1/streams/{id}", describe),
         WebSocketRoute("/v1/streams/{id:path}", stream),  # any id: unknown ones get 4404
     ]
     app: Any = Starlette(routes=routes, lifespan=lifespan)
@@ -103,18 +118,27 @@ def create_app(
     return app if token is None else BearerAuth(app, token)
 
 
-async def _serve_stream(service: StreamService, name: str, websocket: WebSocket, limit: int) -> None:
-    """Answer ``websocket``'s messages, one at a time, until it closes, the stream ends or the
-    server shuts down."""
+async def _serve_stream(
+    service: StreamService, name: str, websocket: WebSocket, limit: int, handoff: float | None
+) -> None:
+    """Answer ``websocket``'s messages, one at a time, until it closes, the stream ends, the server
+    shuts down or the socket's time is up (``handoff``)."""
+    until = None if handoff is None else time.monotonic() + handoff
     while True:
         try:
-            message = await websocket.receive()
+            wait = None if until is None else max(until - time.monotonic(), 0.0)
+            message = await asyncio.wait_for(websocket.receive(), wait)
         except (WebSocketDisconnect, RuntimeError):
             return
-        if message["type"] == "websocket.disconnect":
+        except asyncio.TimeoutError:  # noqa: UP041 - not the builtin before Python 3.11
+            message = None
+        if message is not None and message["type"] == "websocket.disconnect":
             return
-        if service.draining:  # not acted on: the client sends it again after reconnecting
-            await _close(websocket, CLOSE_RESTART, "server shutting down; reconnect to continue")
+        if message is None or service.draining:  # not acted on: sent again after reconnecting
+            if message is None:
+                await service.park(name)
+            reason = "handing the stream over" if message is None else "server shutting down"
+            await _close(websocket, CLOSE_RESTART, f"{reason}; reconnect to continue")
             return
         service.in_flight += 1
         try:
@@ -122,6 +146,8 @@ async def _serve_stream(service: StreamService, name: str, websocket: WebSocket,
                 return
         finally:
             service.in_flight -= 1
+        if until is not None and time.monotonic() >= until:
+            until = time.monotonic()  # the next wait times out at once: parked and closed
 
 
 async def _answer(service: StreamService, name: str, websocket: WebSocket, message: Any, limit: int) -> bool:

@@ -125,11 +125,15 @@ def build(
     max_message_bytes: int,
     idle_park: float | None,
     sess_options: ort.SessionOptions | None = None,
+    shared: bool = False,
+    handoff: float | None = None,
 ) -> tuple[StreamService, Any]:
-    """The streams of ``model`` (a pool of ``max_streams`` slots) and the app serving them."""
+    """The streams of ``model`` (a pool of ``max_streams`` slots) and the app serving them; with
+    ``shared``, servers sharing ``state_dir`` (see :class:`StreamService`)."""
     pool = StreamPool(model, max_streams, max_batch=max_batch, max_delay=max_delay, sess_options=sess_options)
-    service = StreamService(pool, state_dir)
-    return service, create_app(service, token=token, max_message_bytes=max_message_bytes, idle_park=idle_park)
+    service = StreamService(pool, state_dir, shared=shared)
+    app = create_app(service, token=token, max_message_bytes=max_message_bytes, idle_park=idle_park, handoff=handoff)
+    return service, app
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,8 @@ def serve_in_thread(
     max_batch: int | None = None,
     max_delay: float = 0.002,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    shared: bool = False,
+    handoff: float | None = None,
     start_timeout: float = 60.0,
 ) -> Iterator[Running]:
     """``ortstate serve`` in a thread of this process, for as long as the ``with`` block runs (a
@@ -163,7 +169,9 @@ def serve_in_thread(
             does not start.
     """
     check_exposure(host, token)
-    service, app = build(model, max_streams, max_batch, max_delay, state_dir, token, max_message_bytes, idle_park)
+    service, app = build(
+        model, max_streams, max_batch, max_delay, state_dir, token, max_message_bytes, idle_park, None, shared, handoff
+    )
     sock = bind(host, port)
     server = _Server(config(app, max_message_bytes, max_streams), service)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="ortstate-serve")

@@ -5,6 +5,11 @@ A stream's public id is 128 random bits, URL-safe: the capability to use it. Eve
 memory or parked, holds one of the pool's slots, so a parked stream can always come back; a new
 stream beyond ``slots`` is refused, none is ever evicted. A parked stream is a snapshot file named
 by its id in the state directory: a server started again on that directory finds it there.
+
+With ``shared=True`` (servers behind one router, Ray Serve's replicas) the state directory belongs
+to all of them: a new stream is parked there at once, a stream not in memory is looked for there
+(restored on a miss), and a parked file is claimed by renaming it, so only one server takes it.
+Then only the streams in memory hold slots.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import os
 import re
 import secrets
+import socket
 import time
 from collections import deque
 from pathlib import Path
@@ -48,9 +54,15 @@ def _percentiles_ms(values: Any) -> tuple[float, float]:
 class StreamService:
     """Streams by public id over ``pool``; with ``state_dir``, parked there and found there again."""
 
-    def __init__(self, pool: StreamPool, state_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, pool: StreamPool, state_dir: str | os.PathLike[str] | None = None, *, shared: bool = False
+    ) -> None:
+        if shared and state_dir is None:
+            raise ServeError("servers that share their streams need a state directory they all reach")
         self.pool = pool
         self.state_dir = None if state_dir is None else Path(state_dir)
+        self.shared = shared
+        self.name = f"{socket.gethostname()}:{os.getpid()}"  # which server holds a stream
         self._sid: dict[str, int] = {}  # in the pool
         self._parked: set[str] = set()  # in state_dir
         self._locks: dict[str, asyncio.Lock] = {}
@@ -67,7 +79,8 @@ class StreamService:
                 found = [p.stem for p in self.state_dir.glob("*.npz")]
             except OSError as exc:
                 raise ServeError(f"--state-dir {self.state_dir}: {exc.strerror or exc}") from None
-            self._parked.update(s for s in found if ID_PATTERN.fullmatch(s))
+            if not shared:
+                self._parked.update(s for s in found if ID_PATTERN.fullmatch(s))
 
     # -- streams ----------------------------------------------------------------------------------
     @property
@@ -80,7 +93,7 @@ class StreamService:
         Raises:
             ServeError: (503) the server holds ``max_streams`` streams already.
         """
-        held = len(self._sid) + len(self._parked)
+        held = len(self._sid) + len(self._parked)  # shared: only those in memory hold a slot
         if held >= self.max_streams:
             raise ServeError(self._full_message(held), 503)
         try:
@@ -92,10 +105,20 @@ class StreamService:
             sid_id = new_id()
         self._sid[sid_id] = sid
         self._last[sid_id] = time.monotonic()
+        if self.shared:  # whichever server its id is routed to restores it from there
+            self._park_now(sid_id)
         return sid_id
 
     def knows(self, stream: str) -> bool:
-        return stream in self._sid or stream in self._parked
+        if stream in self._sid or stream in self._parked:
+            return True
+        return self.shared and self._file(stream).is_file()
+
+    def where(self, stream: str) -> str | None:
+        """``memory`` or ``parked`` (None: no such stream)."""
+        if stream in self._sid:
+            return "memory"
+        return "parked" if self.knows(stream) else None
 
     async def step(self, stream: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Step ``stream`` once, batched with the other streams stepping in the same tick.
@@ -127,9 +150,11 @@ class StreamService:
         async with self._lock(stream):
             if stream in self._sid:
                 self.pool.close(self._sid.pop(stream))
-            elif stream in self._parked:
+            elif stream in self._parked or self.shared:
                 self._parked.discard(stream)
-                self._file(stream).unlink(missing_ok=True)
+                claimed = self._claim(stream)
+                if claimed is not None:
+                    claimed.unlink()
             self._last.pop(stream, None)
         self._locks.pop(stream, None)
 
@@ -140,14 +165,21 @@ class StreamService:
         if self.state_dir is None:
             return False
         async with self._lock(stream):
-            sid = self._sid.get(stream)
-            if sid is None:
+            if stream not in self._sid:
                 return False
-            self.pool.save(sid, self._file(stream))
-            self.pool.close(sid)
-            del self._sid[stream]
-            self._parked.add(stream)
+            self._park_now(stream)
             return True
+
+    def _park_now(self, stream: str) -> None:
+        sid = self._sid.pop(stream)
+        try:
+            self.pool.save(sid, self._file(stream))
+        except OrtStateError:
+            self._sid[stream] = sid
+            raise
+        self.pool.close(sid)
+        if not self.shared:
+            self._parked.add(stream)
 
     async def park_idle(self, seconds: float) -> list[str]:
         """Park the streams in memory that have not stepped for ``seconds`` and are not stepping."""
@@ -172,20 +204,33 @@ class StreamService:
         sid = self._sid.get(stream)
         if sid is not None:
             return sid
-        if stream not in self._parked:
+        claimed = self._claim(stream) if stream in self._parked or self.shared else None
+        if claimed is None:
             raise ServeError("no such stream (closed, or never opened here)", CLOSE_UNKNOWN)
-        path = self._file(stream)
         try:
-            sid = self.pool.load(path)
-        except PoolFullError:
-            raise ServeError(self._full_message(len(self._sid)), CLOSE_FULL) from None
+            sid = self.pool.load(claimed)
         except OrtStateError as exc:
+            claimed.rename(self._file(stream))  # not taken: it stays parked
+            if isinstance(exc, PoolFullError):
+                raise ServeError(self._full_message(len(self._sid)), CLOSE_FULL) from None
             raise ServeError(f"the stream's parked state cannot be read back: {exc}", CLOSE_BROKEN) from None
-        path.unlink(missing_ok=True)
+        claimed.unlink()
         self._parked.discard(stream)
         self._sid[stream] = sid
         self._last[stream] = time.monotonic()
         return sid
+
+    def _claim(self, stream: str) -> Path | None:
+        """Take ``stream``'s parked file for this server (renamed: another server sharing the
+        directory finds it gone); None if there is none."""
+        if self.state_dir is None:
+            return None
+        claimed = self.state_dir / f"{stream}.npz.claimed-{self.name.replace(':', '-')}"
+        try:
+            self._file(stream).rename(claimed)
+        except FileNotFoundError:
+            return None
+        return claimed
 
     def _file(self, stream: str) -> Path:
         assert self.state_dir is not None
@@ -210,20 +255,24 @@ class StreamService:
         self._sockets[stream] = socket
         return previous
 
-    def detach(self, stream: str, socket: Any) -> None:
+    def detach(self, stream: str, socket: Any) -> bool:
+        """``socket`` is no longer ``stream``'s connection; True if the stream has none now."""
         if self._sockets.get(stream) is socket:
             del self._sockets[stream]
+        return stream not in self._sockets
 
     # -- reports ----------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         pool = self.pool.stats()
         step = _percentiles_ms(self._latencies)
+        parked = len(self._parked) if not self.shared else self._count_parked()
         return {
-            "streams_open": len(self._sid) + len(self._parked),
-            "streams_parked": len(self._parked),
+            "streams_open": len(self._sid) + parked,
+            "streams_parked": parked,
             "streams_in_memory": len(self._sid),
             "connections": len(self._sockets),
             "max_streams": self.max_streams,
+            "server": self.name,
             "steps": self.steps,
             "errors": self.errors,
             "step_p50_ms": step[0],
@@ -236,6 +285,10 @@ class StreamService:
             "tick_p50_ms": round(pool.tick_p50 * 1e3, 3),
             "tick_p99_ms": round(pool.tick_p99 * 1e3, 3),
         }
+
+    def _count_parked(self) -> int:
+        assert self.state_dir is not None
+        return sum(1 for p in self.state_dir.glob("*.npz") if ID_PATTERN.fullmatch(p.stem))
 
     def model(self) -> dict[str, Any]:
         """The model as one stream feeds it: inputs (1 along the batch axis, null: any size),

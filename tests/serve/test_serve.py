@@ -302,3 +302,45 @@ def test_hostile_clients_reach_no_other_stream(shared):
     half.close()
     assert shared.service.stats()["streams_open"] == before + 1  # only its own stream
     victim.close()
+
+
+def test_where_a_stream_is(shared):
+    client = Client(shared.url)
+    stream = client.open()
+    assert client.where(stream.id) == {"id": stream.id, "state": "memory", "server": shared.service.name}
+    stream.close()
+    with pytest.raises(ServeError, match="404 no such stream"):
+        client.where(stream.id)
+
+
+def test_servers_sharing_a_state_dir_hand_streams_over(tmp_path):
+    """Two servers on one directory (as Ray Serve's replicas): a stream opened on one steps on the
+    other (restored on a miss), and back; each socket is handed over after 0.2 s (closed with 1012,
+    the client connects again and sends again); the outputs are a lone stream's throughout."""
+    rng = np.random.default_rng(8)
+    lone = Lone()
+    options = {"state_dir": tmp_path, "shared": True, "handoff": 0.2}
+    with running(slots=4, **options) as a, running(slots=4, **options) as b:
+        stream = Client(a.url).open()
+        assert Client(a.url).where(stream.id)["state"] == "parked"  # a new stream waits on disk
+        for server in (b, a, b):
+            moved = Client(server.url).stream(stream.id)
+            for _ in range(3):
+                fed = feeds(rng)
+                assert_same(moved.step(fed), lone.step(fed), server.url)
+            assert Client(server.url).where(stream.id) == {
+                "id": stream.id,
+                "state": "memory",
+                "server": server.service.name,
+            }
+            time.sleep(0.3)  # the socket's time is up: it is parked and closed
+            fed = feeds(rng)
+            assert_same(moved.step(fed), lone.step(fed), "after the handover")
+            moved.disconnect()
+            deadline = time.monotonic() + 10
+            while Client(server.url).where(stream.id)["state"] != "parked":
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert a.service.stats()["steps"] == 4 and b.service.stats()["steps"] == 8
+        Client(a.url).stream(stream.id).close()
+    assert list(tmp_path.iterdir()) == []
