@@ -50,6 +50,13 @@ back); one more is refused (503 {{"error": ...}}), none is ever evicted. A step 
 --max-message-bytes (or whose arrays are, uncompressed) is answered with an error; one over twice
 that closes the socket (1009). One slow client delays only its own stream.
 
+With --ray: the same app on Ray Serve (the ray extra), --replicas replicas each with a pool of
+its own, routed by stream id (Ray Serve's consistent-hash router, no fallback); the replicas share
+--state-dir (required): a new stream is parked there, a replica restores a stream it does not hold
+from there, and a stream's socket is handed over every --handoff seconds (parked; the client
+connects again), so a stream survives its replica being removed or replaced. Ray runs on this
+machine, or on the cluster RAY_ADDRESS names (then --state-dir must be a shared filesystem).
+
 With --bench URL: no MODEL; drive the server at URL with --streams concurrent streams of --steps
 steps each and print aggregate steps/s, a step's p50/p99 latency and the server's mean batch.
 
@@ -57,6 +64,7 @@ examples:
   ortstate serve models/lstm_2l_dynbatch/model.xml --port 8000
   ortstate serve model.xml --state-dir state/ --idle-park 30 --max-streams 4096
   ORTSTATE_SERVE_TOKEN=s3cret ortstate serve model.xml --host 0.0.0.0 --port 8000
+  ortstate serve model.xml --ray --replicas 2 --state-dir state/ --port 8000
   ortstate serve --bench http://127.0.0.1:8000 --streams 256 --steps 50"""
 
 

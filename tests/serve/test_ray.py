@@ -5,6 +5,11 @@ stream continues exactly on the replica left."""
 from __future__ import annotations
 
 import logging
+import re
+import selectors
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -12,6 +17,7 @@ import numpy as np
 import pytest
 import ray
 from conftest import MODEL, Lone, assert_same, feeds
+from oracle import REPO
 from ray import serve
 
 from ortstate.errors import ServeError
@@ -20,6 +26,38 @@ from ortstate.serve.ray_deployment import make_app
 from ortstate.serve.server import bind
 
 STREAMS = 12
+
+
+def test_the_command_parks_every_stream_on_sigterm_and_exits_0(tmp_path):
+    """``ortstate serve --ray`` (its own local Ray): a client still connected at SIGTERM; the process
+    exits 0 with the stream parked where a lone session loads it and continues exactly."""
+    command = [sys.executable, "-m", "ortstate", "serve", str(MODEL), "--ray", "--port", "0"]
+    command += ["--state-dir", str(tmp_path), "--handoff", "1"]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            assert sel.select(120), "the server printed nothing"
+        line = proc.stdout.readline()
+        url = re.search(r" on (http://127\.0\.0\.1:\d+) \(Ray Serve, 2 replicas", line)
+        assert url, line
+        rng, lone = np.random.default_rng(21), Lone()
+        stream = Client(url.group(1)).open()
+        for _ in range(3):
+            fed = feeds(rng)
+            assert_same(stream.step(fed), lone.step(fed))
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0 and out.splitlines()[-1] == f"ortstate serve: stopped; streams parked in {tmp_path}"
+    assert [p.name for p in tmp_path.iterdir()] == [f"{stream.id}.npz"]
+    restored = Lone()
+    restored.request.load_state(tmp_path / f"{stream.id}.npz")
+    fed = feeds(rng)
+    assert_same(restored.step(fed), lone.step(fed), "the parked stream, continued alone")
 
 
 @pytest.fixture(scope="module")
