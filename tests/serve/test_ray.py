@@ -5,6 +5,7 @@ stream continues exactly on the replica left."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import selectors
 import signal
@@ -62,7 +63,12 @@ def test_the_command_parks_every_stream_on_sigterm_and_exits_0(tmp_path):
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    """Ray on this machine for the module; this process as it was afterwards (ray.init leaves a
+    SIGTERM handler and environment variables behind)."""
+    environ, sigterm = dict(os.environ), signal.getsignal(signal.SIGTERM)
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False
+    )
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
     sock.close()
@@ -72,6 +78,9 @@ def local_ray():
     finally:
         serve.shutdown()
         ray.shutdown()
+        signal.signal(signal.SIGTERM, sigterm)
+        os.environ.clear()
+        os.environ.update(environ)
 
 
 def _replicas() -> dict:
