@@ -30,19 +30,8 @@ ALLOWED = {
     "export": BASE | {"ir", "convert", "passes", "generate"},  # an LLM folder for other tools
     "serve": BASE | {"runtime", "streams"},  # streams over the network: at the command line's level
     "cli": BASE
-    | {
-        "ir",
-        "convert",
-        "passes",
-        "runtime",
-        "generate",
-        "bench",
-        "verify",
-        "verify_inputs",
-        "export",
-        "streams",
-        "serve",
-    },
+    | {"ir", "convert", "passes", "runtime", "generate", "bench", "verify", "verify_inputs", "export", "streams"}
+    | {"serve"},
 }
 
 
