@@ -20,6 +20,7 @@ from .errors import (
     OutputFileError,
     PoolFullError,
     RunError,
+    ServeError,
     StateError,
     UnsupportedOpsError,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "OutputFileError",
     "PoolFullError",
     "RunError",
+    "ServeError",
     "StateError",
     "StatefulSession",
     "StreamPool",

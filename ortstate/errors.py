@@ -17,6 +17,7 @@ __all__ = [
     "PassError",
     "PoolFullError",
     "RunError",
+    "ServeError",
     "StateError",
     "UnsupportedOpsError",
     "UsageError",
@@ -110,6 +111,19 @@ class OpenVINOUnavailable(OrtStateError):
 
 class PoolFullError(OrtStateError):
     """A stream pool has no free slot for a stream to open, load or resume into (nothing is evicted)."""
+
+
+class ServeError(OrtStateError):
+    """A stream server refused a message or a stream (``ortstate.serve``): the message says why.
+
+    Attributes:
+        code: the WebSocket close code or HTTP status the server answered with (0: an error reply,
+            the stream open and unchanged).
+    """
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class UsageError(Exception):

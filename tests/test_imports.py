@@ -42,6 +42,7 @@ ALLOWED = {
     "verify_reference": BASE | {"ir", "verify_inputs"},  # OpenVINO's side of verify
     "verify": BASE | {"ir", "convert", "runtime", "decoders", "verify_inputs", "verify_reference"},
     "export": BASE | {"ir", "convert", "passes", "decoders"},  # an LLM folder for other tools
+    "serve": BASE | {"runtime", "streams"},  # streams over the network: at the command line's level
     "cli": BASE
     | {
         "ir",
@@ -55,6 +56,7 @@ ALLOWED = {
         "verify_inputs",
         "export",
         "streams",
+        "serve",
     },
 }
 

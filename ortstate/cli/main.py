@@ -12,7 +12,7 @@ from typing import NoReturn
 from ..errors import InputError, IRFileError, OpenVINOUnavailable, OrtStateError, OutputFileError, UsageError
 from ..runtime import options as ort_options
 from ..version import __version__
-from . import cmd_bench, cmd_convert, cmd_demo, cmd_export, cmd_generate, cmd_inspect, cmd_run, cmd_verify
+from . import cmd_bench, cmd_convert, cmd_demo, cmd_export, cmd_generate, cmd_inspect, cmd_run, cmd_serve, cmd_verify
 from .command import EXIT_FAILURE, EXIT_USAGE, Command
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -30,6 +30,7 @@ COMMANDS: dict[str, Command] = {
         cmd_export.COMMAND,
         cmd_verify.COMMAND,
         cmd_bench.COMMAND,
+        cmd_serve.COMMAND,
     )
 }
 
@@ -47,6 +48,7 @@ examples:
   ortstate run model.onnx --input x=x.npy --steps 5
   ortstate verify model.xml --both              # both ONNX forms against OpenVINO, through a reset
   ortstate export qwen2-ov/ qwen2-genai/        # an optimum-intel LLM folder for onnxruntime-genai
+  ortstate serve model.xml --port 8000          # many streams over WebSockets, batched (ortstate[serve])
   ortstate COMMAND --help                       # the options and examples of one command
 
 exit codes: 0 success; 1 the model could not be converted, loaded or run (a malformed model file

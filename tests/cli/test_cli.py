@@ -520,7 +520,7 @@ def test_usage_errors_are_one_line(capsys):
     assert code == 2
     assert_one_line_error(
         err,
-        "no command given; commands: demo, convert, inspect, run, generate, export, verify, bench "
+        "no command given; commands: demo, convert, inspect, run, generate, export, verify, bench, serve "
         "(see 'ortstate --help')",
     )
     code, _, err = run_cli(capsys, "convert")

@@ -1,0 +1,239 @@
+"""``ortstate serve``: many streams of one stateful model over HTTP and WebSockets (the ``serve``
+extra), and ``--bench URL`` to drive a running server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import onnxruntime as ort
+
+from ..errors import ServeError, UsageError
+from .args import existing_file
+from .command import EXIT_OK, Command
+
+__all__ = ["COMMAND"]
+
+TOKEN_VARIABLE = "ORTSTATE_SERVE_TOKEN"
+
+DESCRIPTION = f"""\
+Serve MODEL (an IR .xml or an ONNX model) to many streams at once: each stream is a client's own
+set of the model's variables, stepped over one WebSocket; the steps of concurrent streams are
+batched into one run per tick by a StreamPool (a tick runs once --max-batch streams wait, or
+--max-delay-ms after the first). Prints the server's URL, then serves until SIGTERM or Ctrl-C.
+
+protocol (docs/serve.md):
+  GET  /v1/health, /v1/model (inputs, outputs, variables), /v1/stats (streams, batches, latency)
+  POST /v1/streams               -> {{"id": "..."}}: a new stream; its id (128 random bits) is the
+                                    capability to use it: keep it secret
+  WS   /v1/streams/ID            binary message: one step's feeds as numpy.savez bytes (one stream's
+                                 shapes: 1 along the batch axis); reply: the outputs, the same way.
+                                 text {{"op": "reset"}} / {{"op": "close"}}: reply {{"ok": true}}.
+                                 A bad message gets {{"error": "..."}} and changes nothing; an unknown
+                                 id is closed with code 4404; reconnecting continues the stream.
+
+state: without --state-dir, a stream's state lives in this process's memory only and dies with
+it. With --state-dir, streams idle for --idle-park seconds are parked there (a snapshot per stream,
+named by its id), every open stream is parked on SIGTERM or Ctrl-C before the process exits 0, and
+a server started again on the same directory continues each stream when its client reconnects.
+
+security: with --token T (or {TOKEN_VARIABLE}=T) every request and WebSocket must carry
+"Authorization: Bearer T" (else 401, or close code 4401). Without a token the server listens on
+loopback only: any other --host is refused. No TLS: put a TLS proxy in front for a network.
+
+limits: --max-streams open streams (parked ones included: each keeps its slot, so it can always come
+back); one more is refused (503 {{"error": ...}}), none is ever evicted. A step message over
+--max-message-bytes (or whose arrays are, uncompressed) is answered with an error; one over twice
+that closes the socket (1009). One slow client delays only its own stream.
+
+With --ray: the same app on Ray Serve (the ray extra), --replicas replicas each with a pool of
+its own, routed by stream id (Ray Serve's consistent-hash router, no fallback); the replicas share
+--state-dir (required): a new stream is parked there, a replica restores a stream it does not hold
+from there, and a stream's socket is handed over every --handoff seconds (parked; the client
+connects again), so a stream survives its replica being removed or replaced. Ray runs on this
+machine, or on the cluster RAY_ADDRESS names (then --state-dir must be a shared filesystem).
+
+With --bench URL: no MODEL; drive the server at URL with --streams concurrent streams of --steps
+steps each and print aggregate steps/s, a step's p50/p99 latency and the server's mean batch.
+
+examples:
+  ortstate serve models/lstm_2l_dynbatch/model.xml --port 8000
+  ortstate serve model.xml --state-dir state/ --idle-park 30 --max-streams 4096
+  ORTSTATE_SERVE_TOKEN=s3cret ortstate serve model.xml --host 0.0.0.0 --port 8000
+  ortstate serve model.xml --ray --replicas 2 --state-dir state/ --port 8000
+  ortstate serve --bench http://127.0.0.1:8000 --streams 256 --steps 50"""
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", nargs="?", help="an IR .xml or an ONNX model (not with --bench)")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="the port (default 8000; 0: any free port)")
+    p.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_VARIABLE),
+        help=f"the bearer token every request needs (default ${TOKEN_VARIABLE}, if set)",
+    )
+    p.add_argument("--max-streams", type=int, default=1024, metavar="N", help="open streams at most (default 1024)")
+    p.add_argument("--max-batch", type=int, metavar="B", help="streams per batched run at most (default --max-streams)")
+    p.add_argument(
+        "--max-delay-ms",
+        type=float,
+        default=2.0,
+        metavar="MS",
+        help="a tick waits that long for more streams (default 2)",
+    )
+    p.add_argument(
+        "--max-message-bytes", type=int, default=1 << 20, metavar="N", help="largest step message (default 1 MiB)"
+    )
+    p.add_argument("--state-dir", metavar="DIR", help="park streams there (idle, and at shutdown) and resume them")
+    p.add_argument("--idle-park", type=float, metavar="S", help="park streams idle for S seconds (needs --state-dir)")
+    p.add_argument("--threads", type=int, default=1, metavar="T", help="ONNX Runtime intra-op threads (default 1)")
+    p.add_argument("--ray", action="store_true", help="serve on Ray Serve, --replicas replicas (needs --state-dir)")
+    p.add_argument("--replicas", type=int, default=2, metavar="R", help="--ray: replicas (default 2)")
+    p.add_argument(
+        "--handoff",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="--ray: a socket is handed over (parked, reconnected) after S seconds (default 5)",
+    )
+    p.add_argument("--bench", metavar="URL", help="drive the server at URL instead of serving")
+    p.add_argument("--streams", type=int, default=16, metavar="N", help="--bench: concurrent streams (default 16)")
+    p.add_argument("--steps", type=int, default=100, metavar="K", help="--bench: steps per stream (default 100)")
+
+
+def _check_extra() -> None:
+    missing = [m for m in ("starlette", "uvicorn", "websockets") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(
+            f"ortstate serve needs the serve extra (pip install 'ortstate[serve]'); missing {', '.join(missing)}"
+        )
+
+
+def _positive(args: argparse.Namespace, *options: str) -> None:
+    for option in options:
+        value = getattr(args, option.replace("-", "_"))
+        if value is not None and not value > 0:
+            raise UsageError(f"--{option} must be positive, got {value}")
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_extra()
+    if args.bench is not None:
+        return _bench(args)
+    if args.model is None:
+        raise UsageError("serve needs a MODEL to serve, or --bench URL (see 'ortstate serve --help')")
+    _positive(args, "max-streams", "max-batch", "max-delay-ms", "max-message-bytes", "idle-park", "threads")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be 0..65535, got {args.port}")
+    if args.idle_park is not None and args.state_dir is None:
+        raise UsageError("--idle-park needs --state-dir: parked streams are written there")
+    path = existing_file(args.model)
+    if args.ray:
+        return _ray(args, path)
+
+    from ..serve import server
+    from ..serve.auth import check_exposure
+
+    try:  # the command line asked for something that cannot be: exit 2
+        check_exposure(args.host, args.token)
+        sock = server.bind(args.host, args.port)
+    except ServeError as exc:
+        raise UsageError(str(exc)) from None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    options.inter_op_num_threads = 1
+    try:
+        service, app = server.build(
+            path,
+            args.max_streams,
+            args.max_batch,
+            args.max_delay_ms / 1e3,
+            args.state_dir,
+            args.token,
+            args.max_message_bytes,
+            args.idle_park,
+            options,
+        )
+    except ServeError as exc:  # --state-dir cannot be made or read
+        sock.close()
+        raise UsageError(str(exc)) from None
+    except BaseException:
+        sock.close()
+        raise
+    settings = server.config(app, args.max_message_bytes, args.max_streams)
+    kept = f"streams parked in {args.state_dir}" if args.state_dir else "state in memory only"
+    url = server.url_of(sock)
+
+    def ready() -> None:
+        print(f"ortstate serve: {path} on {url} ({kept}; SIGTERM or Ctrl-C stops it)", flush=True)
+
+    server.serve_forever(app, service, sock, settings, ready)
+    parked = service.stats()["streams_parked"]
+    print(
+        f"ortstate serve: stopped; {parked} streams parked in {args.state_dir}"
+        if args.state_dir
+        else "ortstate serve: stopped",
+        flush=True,
+    )
+    return EXIT_OK
+
+
+def _ray(args: argparse.Namespace, path: Path) -> int:
+    if args.state_dir is None:
+        raise UsageError("--ray needs --state-dir: a folder every replica reaches, where streams move between them")
+    _positive(args, "replicas", "handoff")
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError("ortstate serve --ray needs Ray Serve (pip install 'ortstate[ray]')")
+    from ..serve.auth import check_exposure
+    from ..serve.ray_deployment import make_app, serve_on_ray
+
+    try:
+        check_exposure(args.host, args.token)
+        Path(args.state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    except (ServeError, OSError) as exc:
+        why = str(exc) if isinstance(exc, ServeError) else f"--state-dir {args.state_dir}: {exc.strerror}"
+        raise UsageError(why) from None
+    app = make_app(
+        path,
+        args.state_dir,
+        replicas=args.replicas,
+        max_streams=args.max_streams,
+        max_batch=args.max_batch,
+        max_delay=args.max_delay_ms / 1e3,
+        token=args.token,
+        max_message_bytes=args.max_message_bytes,
+        idle_park=args.idle_park,
+        handoff=args.handoff,
+        threads=args.threads,
+    )
+
+    def ready(url: str) -> None:
+        print(
+            f"ortstate serve: {path} on {url} (Ray Serve, {args.replicas} replicas, streams parked in "
+            f"{args.state_dir}; SIGTERM or Ctrl-C stops it)",
+            flush=True,
+        )
+
+    serve_on_ray(app, args.host, args.port, ready, args.replicas)
+    print(f"ortstate serve: stopped; streams parked in {args.state_dir}", flush=True)
+    return EXIT_OK
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.model is not None:
+        raise UsageError("--bench drives a running server: give its URL, not a MODEL")
+    _positive(args, "streams", "steps")
+    from ..serve.bench import run_bench
+
+    result = asyncio.run(run_bench(args.bench, args.streams, args.steps, args.token))
+    print(result.summary())
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+COMMAND = Command("serve", "serve many streams of a model over WebSockets, batched", DESCRIPTION, configure, run)

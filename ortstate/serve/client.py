@@ -1,0 +1,318 @@
+"""Talking to ``ortstate serve`` from Python: :class:`Client` (blocking) and :class:`AsyncClient`
+(asyncio), each handing out streams whose ``step(feeds)`` returns the step's outputs.
+
+```python
+with Client("http://127.0.0.1:8000") as client:
+    stream = client.open()                   # a new stream; stream.id is its capability
+    outputs = stream.step({"x": x})          # {output name: array}
+    stream.disconnect()                      # the stream lives on in the server ...
+    stream = client.stream(stream.id)        # ... and continues where it was
+    stream.close()                           # ends it
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as connect_async
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
+from websockets.sync.client import ClientConnection as SyncConnection
+from websockets.sync.client import connect as connect_sync
+
+from ..errors import ServeError
+from .codec import decode_npz, encode_npz
+
+__all__ = ["SESSION_HEADER", "AsyncClient", "AsyncStream", "Client", "Stream"]
+
+SESSION_HEADER = "X-Session-Id"
+_REPLY_LIMIT = 1 << 30  # outputs the client takes from its server: large, but bounded
+_TIMEOUT = 60.0
+_RESTART = 1012
+_FIRST_DELAY, _LAST_DELAY = 0.05, 1.0  # seconds between connecting again
+
+
+class _Http:
+    """The server's address and token, and its JSON endpoints."""
+
+    def __init__(self, url: str, token: str | None, timeout: float) -> None:
+        self.url = url.rstrip("/")
+        if not self.url.startswith(("http://", "https://")):
+            raise ServeError(f"{url}: a server URL starts with http:// or https://")
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, headers: Mapping[str, str] | None = None) -> Any:
+        request = urllib.request.Request(self.url + path, method=method, headers=dict(headers or self.headers))
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            try:
+                why = json.loads(exc.read()).get("error", exc.reason)
+            except (ValueError, AttributeError):
+                why = exc.reason
+            raise ServeError(f"{self.url}{path}: {exc.code} {why}", exc.code) from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ServeError(f"{self.url}{path}: cannot reach the server ({reason})") from None
+
+    def stream_headers(self, stream: str) -> dict[str, str]:
+        """The headers of a request about ``stream``: the token, and the stream's id as the session
+        id a router keeps a session on (Ray Serve's consistent-hash router reads X-Session-Id)."""
+        return {**self.headers, SESSION_HEADER: stream}
+
+    def socket_url(self, stream: str) -> str:
+        return "ws" + self.url.removeprefix("http") + f"/v1/streams/{stream}"
+
+
+def _closed(exc: Exception, stream: str) -> ServeError:
+    if isinstance(exc, ConnectionClosed) and exc.rcvd is not None:
+        code, reason = exc.rcvd.code, exc.rcvd.reason
+        return ServeError(f"stream {stream}: closed by the server ({code}: {reason or 'no reason given'})", code)
+    if isinstance(exc, InvalidStatus):
+        status = exc.response.status_code
+        return ServeError(f"stream {stream}: the server refused the connection (HTTP {status})", status)
+    return ServeError(f"stream {stream}: connection lost ({exc or type(exc).__name__})")
+
+
+def _again(error: ServeError) -> bool:
+    """The server did not act on the message (it is shutting down, or hands the stream over, 1012),
+    or refused a connection for now (503 while a server behind a router starts or stops): connect
+    again and send it again."""
+    return error.code in (_RESTART, 502, 503)
+
+
+def _reply(message: str | bytes) -> dict[str, np.ndarray]:
+    if isinstance(message, bytes):
+        return decode_npz(message, _REPLY_LIMIT)
+    raise ServeError(json.loads(message).get("error", message))
+
+
+def _ok(message: str | bytes) -> None:
+    reply = json.loads(message) if isinstance(message, str) else {}
+    if reply.get("ok") is not True:
+        raise ServeError(reply.get("error", "unexpected reply"))
+
+
+class Stream:
+    """One stream of a server over its WebSocket (from :meth:`Client.open` or :meth:`Client.stream`).
+
+    When the server closes the socket without acting on a message (code 1012: it is shutting down,
+    or hands the stream to another server behind the same router), the stream connects again and
+    sends the message again, for up to ``timeout`` seconds.
+    """
+
+    def __init__(self, id: str, client: Client) -> None:  # noqa: A002 - the protocol's word
+        self.id = id
+        self._client = client
+        self._exit = contextlib.ExitStack()
+        self._connection: SyncConnection | None = None
+
+    def step(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One step: ``feeds`` by input name (one stream's: 1 along the batch axis) -> outputs.
+
+        Raises:
+            ServeError: the server refused the feeds (the stream is unchanged), or the stream ended.
+        """
+        return _reply(self._exchange(encode_npz(feeds)))
+
+    def reset(self) -> None:
+        """Put the stream back at the model's initial state."""
+        _ok(self._exchange('{"op": "reset"}'))
+
+    def close(self) -> None:
+        """End the stream (its id is unknown to the server from now on) and the connection."""
+        _ok(self._exchange('{"op": "close"}'))
+        self.disconnect()
+
+    def disconnect(self) -> None:
+        """Close the connection; the stream stays in the server, to continue with :meth:`Client.stream`."""
+        self._exit.close()
+        self._connection = None
+
+    def connect(self) -> None:
+        """Open the stream's WebSocket (done by the first message if not done before)."""
+        self.disconnect()
+        http = self._client.http
+        try:
+            connecting = connect_sync(
+                http.socket_url(self.id),
+                additional_headers=http.stream_headers(self.id),
+                max_size=_REPLY_LIMIT,
+                open_timeout=http.timeout,
+            )
+            # websockets 17 wants connect() entered; older ones allow it
+            self._connection = self._exit.enter_context(connecting)
+        except (WebSocketException, OSError, TimeoutError) as exc:
+            raise _closed(exc, self.id) from None
+
+    def _exchange(self, message: str | bytes) -> str | bytes:
+        deadline = time.monotonic() + self._client.http.timeout
+        delay = _FIRST_DELAY
+        while True:
+            try:
+                if self._connection is None:
+                    self.connect()
+                assert self._connection is not None
+                try:
+                    self._connection.send(message)
+                    return self._connection.recv(timeout=self._client.http.timeout)
+                except (WebSocketException, OSError, TimeoutError) as exc:
+                    raise _closed(exc, self.id) from None
+            except ServeError as error:
+                self.disconnect()
+                if not _again(error) or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(2 * delay, _LAST_DELAY)
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.disconnect()
+
+
+class Client:
+    """A blocking client of one ``ortstate serve`` server (``url`` as ``http://host:port``)."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = _TIMEOUT) -> None:
+        self.http = _Http(url, token, timeout)
+
+    def health(self) -> dict[str, Any]:
+        return self.http.call("GET", "/v1/health")
+
+    def model(self) -> dict[str, Any]:
+        """The model's inputs (one stream's shapes, null: any size), outputs and variables."""
+        return self.http.call("GET", "/v1/model")
+
+    def stats(self) -> dict[str, Any]:
+        """The server's counters (behind a router: those of whichever server answers)."""
+        return self.http.call("GET", "/v1/stats")
+
+    def where(self, id: str) -> dict[str, Any]:  # noqa: A002
+        """Which server holds stream ``id`` and whether it is in memory or parked."""
+        return self.http.call("GET", f"/v1/streams/{id}", self.http.stream_headers(id))
+
+    def open(self) -> Stream:
+        """A new stream at the model's initial state, connected."""
+        return self.stream(self.http.call("POST", "/v1/streams")["id"])
+
+    def stream(self, id: str) -> Stream:  # noqa: A002 - the protocol's word
+        """Connect to the open stream ``id`` (it continues where it was)."""
+        stream = Stream(id, self)
+        stream.connect()
+        return stream
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+class AsyncStream:
+    """:class:`Stream`, for asyncio."""
+
+    def __init__(self, id: str, client: AsyncClient) -> None:  # noqa: A002
+        self.id = id
+        self._client = client
+        self._connection: ClientConnection | None = None
+
+    async def step(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return _reply(await self._exchange(encode_npz(feeds)))
+
+    async def reset(self) -> None:
+        _ok(await self._exchange('{"op": "reset"}'))
+
+    async def close(self) -> None:
+        _ok(await self._exchange('{"op": "close"}'))
+        await self.disconnect()
+
+    async def disconnect(self) -> None:
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            await connection.close()
+
+    async def connect(self) -> None:
+        await self.disconnect()
+        http = self._client.http
+        try:
+            self._connection = await connect_async(
+                http.socket_url(self.id),
+                additional_headers=http.stream_headers(self.id),
+                max_size=_REPLY_LIMIT,
+                open_timeout=http.timeout,
+            )
+        except (WebSocketException, OSError, asyncio.TimeoutError) as exc:
+            raise _closed(exc, self.id) from None
+
+    async def _exchange(self, message: str | bytes) -> str | bytes:
+        deadline = time.monotonic() + self._client.http.timeout
+        delay = _FIRST_DELAY
+        while True:
+            try:
+                if self._connection is None:
+                    await self.connect()
+                assert self._connection is not None
+                try:
+                    await self._connection.send(message)
+                    return await asyncio.wait_for(self._connection.recv(), self._client.http.timeout)
+                except (WebSocketException, OSError, asyncio.TimeoutError) as exc:
+                    raise _closed(exc, self.id) from None
+            except ServeError as error:
+                await self.disconnect()
+                if not _again(error) or time.monotonic() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, _LAST_DELAY)
+
+    async def __aenter__(self) -> AsyncStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.disconnect()
+
+
+class AsyncClient:
+    """:class:`Client`, for asyncio (its HTTP calls run in a worker thread)."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = _TIMEOUT) -> None:
+        self.http = _Http(url, token, timeout)
+
+    async def health(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.http.call, "GET", "/v1/health")
+
+    async def model(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.http.call, "GET", "/v1/model")
+
+    async def stats(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.http.call, "GET", "/v1/stats")
+
+    async def where(self, id: str) -> dict[str, Any]:  # noqa: A002
+        return await asyncio.to_thread(self.http.call, "GET", f"/v1/streams/{id}", self.http.stream_headers(id))
+
+    async def open(self) -> AsyncStream:
+        reply = await asyncio.to_thread(self.http.call, "POST", "/v1/streams")
+        return await self.stream(reply["id"])
+
+    async def stream(self, id: str) -> AsyncStream:  # noqa: A002
+        stream = AsyncStream(id, self)
+        await stream.connect()
+        return stream
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass

@@ -1,0 +1,189 @@
+"""Running the app under uvicorn on a socket of our own: the address is known (and refused, in one
+line, if taken) before serving, and SIGTERM or SIGINT end the server gracefully with exit 0, every
+open stream parked first."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+import uvicorn
+
+from ..errors import ServeError
+from ..streams import StreamPool
+from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
+from .auth import check_exposure
+from .service import StreamService
+
+__all__ = ["Running", "bind", "build", "serve_forever", "serve_in_thread", "url_of"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+GRACE_SECONDS = 5.0  # how long a shutdown waits for sockets to close before cancelling them
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, except that its shutdown first lets every step in flight finish and reply
+    (uvicorn would cut the sockets at once), and a signal it handled is not raised again after the
+    shutdown: a server told to stop has done what it was told (exit 0)."""
+
+    def __init__(self, settings: uvicorn.Config, service: StreamService) -> None:
+        super().__init__(settings)
+        self.service = service
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.service.drain(GRACE_SECONDS)
+        await super().shutdown(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in _SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: a free port).
+
+    Raises:
+        ServeError: the address cannot be resolved or taken.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def config(app: Any, max_message_bytes: int, max_streams: int) -> uvicorn.Config:
+    """uvicorn's settings for ``app``: quiet, bounded, with a graceful shutdown of a few seconds."""
+    return uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        # Messages up to twice the limit are read and answered with an error; larger ones close
+        # the socket (1009, "message too big") before they are buffered whole.
+        ws_max_size=max(2 * max_message_bytes, max_message_bytes + 65536),
+        ws_max_queue=4,
+        limit_concurrency=4 * max_streams + 64,
+        timeout_graceful_shutdown=GRACE_SECONDS,
+    )
+
+
+def serve_forever(
+    app: Any, service: StreamService, sock: socket.socket, settings: uvicorn.Config, ready: Callable[[], None]
+) -> None:
+    """Serve ``app`` on ``sock`` until SIGTERM or SIGINT; then every open stream is parked (with a
+    state directory) and this returns."""
+    server = _Server(settings, service)
+
+    async def main() -> None:
+        ready()
+        try:
+            await server.serve(sockets=[sock])
+        finally:  # the app's shutdown parked them, unless a second Ctrl-C skipped it
+            await service.park_all()
+
+    asyncio.run(main())
+
+
+def build(
+    model: Any,
+    max_streams: int,
+    max_batch: int | None,
+    max_delay: float,
+    state_dir: str | Path | None,
+    token: str | None,
+    max_message_bytes: int,
+    idle_park: float | None,
+    sess_options: ort.SessionOptions | None = None,
+    shared: bool = False,
+    handoff: float | None = None,
+) -> tuple[StreamService, Any]:
+    """The streams of ``model`` (a pool of ``max_streams`` slots) and the app serving them; with
+    ``shared``, servers sharing ``state_dir`` (see :class:`StreamService`)."""
+    pool = StreamPool(model, max_streams, max_batch=max_batch, max_delay=max_delay, sess_options=sess_options)
+    service = StreamService(pool, state_dir, shared=shared)
+    app = create_app(service, token=token, max_message_bytes=max_message_bytes, idle_park=idle_park, handoff=handoff)
+    return service, app
+
+
+@dataclass(frozen=True)
+class Running:
+    """A server :func:`serve_in_thread` runs: its URL and its streams."""
+
+    url: str
+    service: StreamService
+
+
+@contextlib.contextmanager
+def serve_in_thread(
+    model: Any,
+    max_streams: int = 1024,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    state_dir: str | Path | None = None,
+    idle_park: float | None = None,
+    max_batch: int | None = None,
+    max_delay: float = 0.002,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    shared: bool = False,
+    handoff: float | None = None,
+    start_timeout: float = 60.0,
+) -> Iterator[Running]:
+    """``ortstate serve`` in a thread of this process, for as long as the ``with`` block runs (a
+    notebook, a test): the same app, options as the command line's (``max_delay`` in seconds).
+
+    Raises:
+        ServeError: the address is refused (not loopback without a token, taken) or the server
+            does not start.
+    """
+    check_exposure(host, token)
+    service, app = build(
+        model, max_streams, max_batch, max_delay, state_dir, token, max_message_bytes, idle_park, None, shared, handoff
+    )
+    sock = bind(host, port)
+    server = _Server(config(app, max_message_bytes, max_streams), service)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="ortstate-serve")
+    thread.start()
+    deadline = time.monotonic() + start_timeout
+    try:
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise ServeError(f"the server on {url_of(sock)} did not start")
+            time.sleep(0.01)
+        yield Running(url_of(sock), service)
+    finally:
+        server.should_exit = True
+        thread.join(GRACE_SECONDS + 10)
+        sock.close()

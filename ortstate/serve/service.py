@@ -1,0 +1,305 @@
+"""The streams a server holds: public ids over one :class:`~ortstate.streams.StreamPool`, parking to
+a state directory and resuming from it, and what ``/v1/stats`` and ``/v1/model`` report.
+
+A stream's public id is 128 random bits, URL-safe: the capability to use it. Every open stream, in
+memory or parked, holds one of the pool's slots, so a parked stream can always come back; a new
+stream beyond ``slots`` is refused, none is ever evicted. A parked stream is a snapshot file named
+by its id in the state directory: a server started again on that directory finds it there.
+
+With ``shared=True`` (servers behind one router, Ray Serve's replicas) the state directory belongs
+to all of them: a new stream is parked there at once, a stream not in memory is looked for there
+(restored on a miss), and a parked file is claimed by renaming it, so only one server takes it.
+Then only the streams in memory hold slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import secrets
+import socket
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import OrtStateError, PoolFullError, ServeError
+from ..runtime import numpy_dtype
+from ..streams import StreamPool
+
+__all__ = ["CLOSE_FULL", "CLOSE_UNKNOWN", "ID_PATTERN", "StreamService", "new_id"]
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{22}")  # secrets.token_urlsafe(16): 128 bits
+CLOSE_UNKNOWN = 4404  # no such stream (never created by a connection)
+CLOSE_FULL = 4503  # no slot for the stream: the server holds --max-streams streams
+CLOSE_BROKEN = 4500  # the stream's parked state cannot be read back
+_KEPT = 4096  # step latencies kept for the percentiles
+
+
+def new_id() -> str:
+    return secrets.token_urlsafe(16)
+
+
+def _percentiles_ms(values: Any) -> tuple[float, float]:
+    kept = np.fromiter(values, float)
+    if not kept.size:
+        return 0.0, 0.0
+    p50, p99 = np.percentile(kept, [50, 99]) * 1e3
+    return round(float(p50), 3), round(float(p99), 3)
+
+
+class StreamService:
+    """Streams by public id over ``pool``; with ``state_dir``, parked there and found there again."""
+
+    def __init__(
+        self, pool: StreamPool, state_dir: str | os.PathLike[str] | None = None, *, shared: bool = False
+    ) -> None:
+        if shared and state_dir is None:
+            raise ServeError("servers that share their streams need a state directory they all reach")
+        self.pool = pool
+        self.state_dir = None if state_dir is None else Path(state_dir)
+        self.shared = shared
+        self.name = f"{socket.gethostname()}:{os.getpid()}"  # which server holds a stream
+        self._sid: dict[str, int] = {}  # in the pool
+        self._parked: set[str] = set()  # in state_dir
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._last: dict[str, float] = {}
+        self._sockets: dict[str, Any] = {}
+        self._latencies: deque[float] = deque(maxlen=_KEPT)
+        self.steps = 0
+        self.errors = 0
+        self.draining = False  # shutting down: no new message is taken
+        self.in_flight = 0  # messages taken and not yet answered
+        if self.state_dir is not None:
+            try:
+                self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                found = [p.stem for p in self.state_dir.glob("*.npz")]
+            except OSError as exc:
+                raise ServeError(f"--state-dir {self.state_dir}: {exc.strerror or exc}") from None
+            if not shared:
+                self._parked.update(s for s in found if ID_PATTERN.fullmatch(s))
+
+    # -- streams ----------------------------------------------------------------------------------
+    @property
+    def max_streams(self) -> int:
+        return self.pool.slots
+
+    def open(self) -> str:
+        """A new stream at the model's initial state; its id.
+
+        Raises:
+            ServeError: (503) the server holds ``max_streams`` streams already.
+        """
+        held = len(self._sid) + len(self._parked)  # shared: only those in memory hold a slot
+        if held >= self.max_streams:
+            raise ServeError(self._full_message(held), 503)
+        try:
+            sid = self.pool.open()
+        except PoolFullError:
+            raise ServeError(self._full_message(held), 503) from None
+        sid_id = new_id()
+        while sid_id in self._parked or sid_id in self._sid:  # 2**-128: never, but cheap to be sure
+            sid_id = new_id()
+        self._sid[sid_id] = sid
+        self._last[sid_id] = time.monotonic()
+        if self.shared:  # whichever server its id is routed to restores it from there
+            self._park_now(sid_id)
+        return sid_id
+
+    def knows(self, stream: str) -> bool:
+        if stream in self._sid or stream in self._parked:
+            return True
+        return self.shared and self._file(stream).is_file()
+
+    def where(self, stream: str) -> str | None:
+        """``memory`` or ``parked`` (None: no such stream)."""
+        if stream in self._sid:
+            return "memory"
+        return "parked" if self.knows(stream) else None
+
+    async def step(self, stream: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Step ``stream`` once, batched with the other streams stepping in the same tick.
+
+        Raises:
+            ServeError: the feeds do not fit the model (code 0: the stream is unchanged), or the
+                stream is gone or cannot be brought back (a close code).
+        """
+        async with self._lock(stream):
+            sid = self._resident(stream)
+            start = time.perf_counter()
+            try:
+                outputs = await self.pool.submit(sid, feeds)
+            except OrtStateError as exc:
+                self.errors += 1
+                raise ServeError(str(exc).removeprefix(f"stream {sid}: ")) from None
+            self._latencies.append(time.perf_counter() - start)
+            self.steps += 1
+            self._last[stream] = time.monotonic()
+            return outputs
+
+    async def reset(self, stream: str) -> None:
+        async with self._lock(stream):
+            self.pool.reset(self._resident(stream))
+            self._last[stream] = time.monotonic()
+
+    async def close(self, stream: str) -> None:
+        """End ``stream``: its slot and its parked file are freed, its id unknown from now on."""
+        async with self._lock(stream):
+            if stream in self._sid:
+                self.pool.close(self._sid.pop(stream))
+            elif stream in self._parked or self.shared:
+                self._parked.discard(stream)
+                claimed = self._claim(stream)
+                if claimed is not None:
+                    claimed.unlink()
+            self._last.pop(stream, None)
+        self._locks.pop(stream, None)
+
+    # -- parking ----------------------------------------------------------------------------------
+    async def park(self, stream: str) -> bool:
+        """Move ``stream``'s state to its file in the state directory and free its pool row;
+        False without a state directory or when it is not in memory."""
+        if self.state_dir is None:
+            return False
+        async with self._lock(stream):
+            if stream not in self._sid:
+                return False
+            self._park_now(stream)
+            return True
+
+    def _park_now(self, stream: str) -> None:
+        sid = self._sid.pop(stream)
+        try:
+            self.pool.save(sid, self._file(stream))
+        except OrtStateError:
+            self._sid[stream] = sid
+            raise
+        self.pool.close(sid)
+        if not self.shared:
+            self._parked.add(stream)
+
+    async def park_idle(self, seconds: float) -> list[str]:
+        """Park the streams in memory that have not stepped for ``seconds`` and are not stepping."""
+        since = time.monotonic() - seconds
+        idle = [s for s in self._sid if self._last.get(s, 0.0) <= since and not self._lock(s).locked()]
+        return [s for s in idle if await self.park(s)]
+
+    async def park_all(self) -> int:
+        """Park every stream in memory (at shutdown); how many were parked."""
+        return sum([await self.park(s) for s in list(self._sid)])
+
+    async def drain(self, timeout: float) -> None:
+        """Take no new message, and wait (up to ``timeout`` seconds) until every message taken has
+        been answered: a step a client got no reply to was not made."""
+        self.draining = True
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    def _resident(self, stream: str) -> int:
+        """``stream``'s pool id, loading it back from its file if it is parked."""
+        sid = self._sid.get(stream)
+        if sid is not None:
+            return sid
+        claimed = self._claim(stream) if stream in self._parked or self.shared else None
+        if claimed is None:
+            raise ServeError("no such stream (closed, or never opened here)", CLOSE_UNKNOWN)
+        try:
+            sid = self.pool.load(claimed)
+        except OrtStateError as exc:
+            claimed.rename(self._file(stream))  # not taken: it stays parked
+            if isinstance(exc, PoolFullError):
+                raise ServeError(self._full_message(len(self._sid)), CLOSE_FULL) from None
+            raise ServeError(f"the stream's parked state cannot be read back: {exc}", CLOSE_BROKEN) from None
+        claimed.unlink()
+        self._parked.discard(stream)
+        self._sid[stream] = sid
+        self._last[stream] = time.monotonic()
+        return sid
+
+    def _claim(self, stream: str) -> Path | None:
+        """Take ``stream``'s parked file for this server (renamed: another server sharing the
+        directory finds it gone); None if there is none."""
+        if self.state_dir is None:
+            return None
+        claimed = self.state_dir / f"{stream}.npz.claimed-{self.name.replace(':', '-')}"
+        try:
+            self._file(stream).rename(claimed)
+        except FileNotFoundError:
+            return None
+        return claimed
+
+    def _file(self, stream: str) -> Path:
+        assert self.state_dir is not None
+        return self.state_dir / f"{stream}.npz"
+
+    def _lock(self, stream: str) -> asyncio.Lock:
+        lock = self._locks.get(stream)
+        if lock is None:
+            lock = self._locks[stream] = asyncio.Lock()
+        return lock
+
+    def _full_message(self, held: int) -> str:
+        return (
+            f"server full: it holds {held} of --max-streams {self.max_streams} streams; "
+            "a stream is freed when its client closes it"
+        )
+
+    # -- connections ------------------------------------------------------------------------------
+    def attach(self, stream: str, socket: Any) -> Any:
+        """Make ``socket`` the one connection of ``stream``; the one it replaces, or None."""
+        previous = self._sockets.get(stream)
+        self._sockets[stream] = socket
+        return previous
+
+    def detach(self, stream: str, socket: Any) -> bool:
+        """``socket`` is no longer ``stream``'s connection; True if the stream has none now."""
+        if self._sockets.get(stream) is socket:
+            del self._sockets[stream]
+        return stream not in self._sockets
+
+    # -- reports ----------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        pool = self.pool.stats()
+        step = _percentiles_ms(self._latencies)
+        parked = len(self._parked) if not self.shared else self._count_parked()
+        return {
+            "streams_open": len(self._sid) + parked,
+            "streams_parked": parked,
+            "streams_in_memory": len(self._sid),
+            "connections": len(self._sockets),
+            "max_streams": self.max_streams,
+            "server": self.name,
+            "steps": self.steps,
+            "errors": self.errors,
+            "step_p50_ms": step[0],
+            "step_p99_ms": step[1],
+            "runs": pool.runs,
+            "mean_batch": round(pool.mean_batch, 3),
+            "max_batch": pool.max_batch,
+            "run_p50_ms": round(pool.run_p50 * 1e3, 3),
+            "run_p99_ms": round(pool.run_p99 * 1e3, 3),
+            "tick_p50_ms": round(pool.tick_p50 * 1e3, 3),
+            "tick_p99_ms": round(pool.tick_p99 * 1e3, 3),
+        }
+
+    def _count_parked(self) -> int:
+        assert self.state_dir is not None
+        return sum(1 for p in self.state_dir.glob("*.npz") if ID_PATTERN.fullmatch(p.stem))
+
+    def model(self) -> dict[str, Any]:
+        """The model as one stream feeds it: inputs (1 along the batch axis, null: any size),
+        outputs and variables."""
+        layout, loaded = self.pool.layout, self.pool.loaded
+        types = {o.name: numpy_dtype(o.type) for o in loaded.outputs}
+        return {
+            "inputs": [{"name": i.name, "dtype": i.dtype.name, "shape": list(i.dims)} for i in layout.inputs],
+            "outputs": [
+                {"name": n, "dtype": getattr(types.get(n), "name", None), "batch_axis": a}
+                for n, a in layout.outputs.items()
+            ],
+            "variables": [{"id": s.var.id, "dtype": s.dtype.name, "shape": list(s.shape)} for s in layout.states],
+        }

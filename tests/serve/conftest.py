@@ -1,0 +1,62 @@
+"""Real servers on 127.0.0.1 (a free port) for the serve tests: uvicorn in a thread of the test
+process, stopped by the test; and the oracle, a lone StatefulSession request per stream."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from oracle import REPO
+
+import ortstate
+from ortstate.serve import serve_in_thread
+
+MODEL = REPO / "models" / "lstm_2l_dynbatch" / "model.xml"
+RTOL = ATOL = 1e-6  # a batched kernel rounds differently from batch 1 (the pool's contract)
+
+
+def running(slots: int = 16, **options: Any) -> Any:
+    """A server in a thread of this process, small messages (64 KiB) unless asked."""
+    options.setdefault("max_message_bytes", 1 << 16)
+    return serve_in_thread(MODEL, slots, **options)
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Any]:
+    """One server for the tests that only open their own streams."""
+    with running(slots=64, max_delay=0.01) as r:
+        yield r
+
+
+class Lone:
+    """The oracle: one StatefulSession request per stream, starting where a pool stream starts (a
+    dynamic-batch IR's variables at zeros of one row)."""
+
+    session: Any = None
+
+    def __init__(self) -> None:
+        if Lone.session is None:
+            Lone.session = ortstate.StatefulSession(MODEL)
+        self.request = Lone.session.create_infer_request()
+        self.reset()
+
+    def reset(self) -> None:
+        self.request.reset_state()
+        for var in self.request.query_state():
+            var.state = np.zeros([2, 1, 16], np.float32)
+
+    def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.request.infer(feeds)
+
+
+def feeds(rng: np.random.Generator, time_steps: int = 1) -> dict[str, np.ndarray]:
+    return {"x": rng.normal(0, 1, (1, time_steps, 8)).astype(np.float32)}
+
+
+def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str = "") -> None:
+    assert got.keys() == want.keys(), what
+    for name in want:
+        assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape, f"{what}: {name}"
+        np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=ATOL, err_msg=f"{what}: {name}")

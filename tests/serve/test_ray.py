@@ -1,0 +1,138 @@
+"""ortstate serve on Ray Serve, on this machine's Ray (127.0.0.1): streams routed by id over two
+replicas that share a state directory; the replicas replaced by one while clients step, and every
+stream continues exactly on the replica left."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import ray
+from conftest import MODEL, Lone, assert_same, feeds
+from oracle import REPO
+from ray import serve
+
+from ortstate.errors import ServeError
+from ortstate.serve import Client
+from ortstate.serve.ray_deployment import make_app
+from ortstate.serve.server import bind
+
+STREAMS = 12
+
+
+def test_the_command_parks_every_stream_on_sigterm_and_exits_0(tmp_path):
+    """``ortstate serve --ray`` (its own local Ray): a client still connected at SIGTERM; the process
+    exits 0 with the stream parked where a lone session loads it and continues exactly."""
+    command = [sys.executable, "-m", "ortstate", "serve", str(MODEL), "--ray", "--port", "0"]
+    command += ["--state-dir", str(tmp_path), "--handoff", "1"]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            assert sel.select(120), "the server printed nothing"
+        line = proc.stdout.readline()
+        url = re.search(r" on (http://127\.0\.0\.1:\d+) \(Ray Serve, 2 replicas", line)
+        assert url, line
+        rng, lone = np.random.default_rng(21), Lone()
+        stream = Client(url.group(1)).open()
+        for _ in range(3):
+            fed = feeds(rng)
+            assert_same(stream.step(fed), lone.step(fed))
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0 and out.splitlines()[-1] == f"ortstate serve: stopped; streams parked in {tmp_path}"
+    assert [p.name for p in tmp_path.iterdir()] == [f"{stream.id}.npz"]
+    restored = Lone()
+    restored.request.load_state(tmp_path / f"{stream.id}.npz")
+    fed = feeds(rng)
+    assert_same(restored.step(fed), lone.step(fed), "the parked stream, continued alone")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """Ray on this machine for the module; this process as it was afterwards (ray.init leaves a
+    SIGTERM handler and environment variables behind)."""
+    environ, sigterm = dict(os.environ), signal.getsignal(signal.SIGTERM)
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False
+    )
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        signal.signal(signal.SIGTERM, sigterm)
+        os.environ.clear()
+        os.environ.update(environ)
+
+
+def _replicas() -> dict:
+    return dict(serve.status().applications["ortstate"].deployments["ortstate"].replica_states)
+
+
+def test_streams_survive_their_replica_being_replaced(local_ray, tmp_path):
+    url, rng = local_ray, np.random.default_rng(20)
+    serve.run(make_app(MODEL, tmp_path, replicas=2, handoff=0.5), name="ortstate", route_prefix="/")
+    client = Client(url)
+    streams = [client.open() for _ in range(STREAMS)]
+    lones = [Lone() for _ in streams]
+    plan = [[feeds(rng) for _ in range(300)] for _ in streams]
+    got: list[list] = [[] for _ in streams]
+
+    def step(k: int) -> None:
+        got[k].append(streams[k].step(plan[k][len(got[k])]))
+
+    for k in range(STREAMS):
+        step(k)
+    before = {client.where(s.id)["server"] for s in streams}
+    assert len(before) == 2, "the streams did not spread over both replicas"
+
+    stop, failed = threading.Event(), []
+
+    def drive(k: int) -> None:
+        try:
+            while not stop.is_set() and len(got[k]) < len(plan[k]) - 5:
+                step(k)
+                time.sleep(0.01)
+        except ServeError as exc:
+            failed.append(f"stream {k}: {exc}")
+
+    threads = [threading.Thread(target=drive, args=(k,), daemon=True) for k in range(STREAMS)]
+    for t in threads:
+        t.start()
+    serve.run(make_app(MODEL, tmp_path, replicas=1, handoff=0.5), name="ortstate", route_prefix="/")
+    deadline = time.monotonic() + 60
+    while _replicas() != {"RUNNING": 1}:
+        assert time.monotonic() < deadline, _replicas()
+        time.sleep(0.2)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert failed == []
+    assert min(len(g) for g in got) > 5, "the clients made no steps while the replicas were replaced"
+    for k in range(STREAMS):
+        step(k)
+    after = {client.where(s.id)["server"] for s in streams}
+    assert len(after) == 1 and not after & before, (before, after)
+    for k in range(STREAMS):
+        for n, outputs in enumerate(got[k]):
+            assert_same(outputs, lones[k].step(plan[k][n]), f"stream {k}, step {n}")
+        streams[k].close()
+    assert list(tmp_path.iterdir()) == []
