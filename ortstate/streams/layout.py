@@ -119,7 +119,8 @@ def load_pool_model(
             raise OrtStateError(f"{origin}: input '{name}' cannot be batched by the pool (no numpy dtype)")
         inputs.append(InputSpec(name, dtype, tuple(1 if i == axis else d for i, d in enumerate(dims[name])), axis))
     states = tuple(_state_spec(v, axes.states[v.id], flags.get(v.id), origin) for v in meta.variables)
-    layout = Layout(tuple(inputs), dict(axes.outputs), states)
+    model_outputs = set(loaded.output_names)  # the variables' outputs are the states' business
+    layout = Layout(tuple(inputs), {n: a for n, a in axes.outputs.items() if n in model_outputs}, states)
     _check_rows(loaded, layout, proto, origin)
     return loaded, layout, fingerprint
 
