@@ -150,6 +150,7 @@ class Stream:
                 additional_headers=http.stream_headers(self.id),
                 max_size=_REPLY_LIMIT,
                 open_timeout=http.timeout,
+                compression=None,  # small arrays: compressing costs more than sending
             )
             # websockets 17 wants connect() entered; older ones allow it
             self._connection = self._exit.enter_context(connecting)
@@ -253,6 +254,7 @@ class AsyncStream:
                 additional_headers=http.stream_headers(self.id),
                 max_size=_REPLY_LIMIT,
                 open_timeout=http.timeout,
+                compression=None,  # small arrays: compressing costs more than sending
             )
         except (WebSocketException, OSError, asyncio.TimeoutError) as exc:
             raise _closed(exc, self.id) from None

@@ -37,6 +37,7 @@ class Ticker:
         self.max_delay = max_delay
         self.latencies: deque[float] = deque(maxlen=_KEPT)
         self._waiting: list[tuple[int, Mapping[str, Any], asyncio.Future, float]] = []
+        self._streams: set[int] = set()  # the streams among the waiting submissions
         self._full: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
@@ -44,10 +45,11 @@ class Ticker:
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         self._waiting.append((sid, feeds, future, time.perf_counter()))
+        self._streams.add(sid)
         if self._task is None or self._task.done() or self._task.get_loop() is not loop:
             self._full = asyncio.Event()
             self._task = loop.create_task(self._ticks())
-        if len({s for s, *_ in self._waiting}) >= self.max_batch and self._full is not None:
+        if len(self._streams) >= self.max_batch and self._full is not None:
             self._full.set()
         return await future
 
@@ -76,6 +78,7 @@ class Ticker:
             else:
                 batch[sid] = (feeds, future, since)
         self._waiting = later
+        self._streams = {sid for sid, *_ in later}
         if not batch:
             return
         feeds = {sid: feeds for sid, (feeds, _, _) in batch.items()}
