@@ -54,6 +54,35 @@ def create_app(
             (servers behind a router that moves streams when servers come and go).
     """
 
+    async def stream(websocket: WebSocket) -> None:
+        await websocket.accept()
+        name = websocket.path_params["id"]
+        if not ID_PATTERN.fullmatch(name) or not service.knows(name):
+            await websocket.close(CLOSE_UNKNOWN, "no such stream: open one with POST /v1/streams")
+            return
+        previous = service.attach(name, websocket)
+        if previous is not None:
+            with contextlib.suppress(Exception):  # it may be gone already
+                await previous.close(CLOSE_REPLACED, "another connection took over this stream")
+        try:
+            await _serve_stream(service, name, websocket, max_message_bytes, handoff)
+        finally:
+            if service.detach(name, websocket) and handoff is not None:
+                with contextlib.suppress(OrtStateError):  # then it stays here, parked at shutdown
+                    await service.park(name)  # its next socket may reach another server
+
+    routes = [
+        *_http_routes(service),
+        WebSocketRoute("/v1/streams/{id:path}", stream),  # any id: unknown ones get 4404
+    ]
+    app: Any = Starlette(routes=routes, lifespan=_lifespan(service, idle_park))
+    app.state.service = service
+    return app if token is None else BearerAuth(app, token)
+
+
+def _http_routes(service: StreamService) -> list[Route]:
+    """The HTTP endpoints: health, model, stats, a stream's whereabouts, opening a stream."""
+
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
 
@@ -76,22 +105,18 @@ def create_app(
         except ServeError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.code or 500)
 
-    async def stream(websocket: WebSocket) -> None:
-        await websocket.accept()
-        name = websocket.path_params["id"]
-        if not ID_PATTERN.fullmatch(name) or not service.knows(name):
-            await websocket.close(CLOSE_UNKNOWN, "no such stream: open one with POST /v1/streams")
-            return
-        previous = service.attach(name, websocket)
-        if previous is not None:
-            with contextlib.suppress(Exception):  # it may be gone already
-                await previous.close(CLOSE_REPLACED, "another connection took over this stream")
-        try:
-            await _serve_stream(service, name, websocket, max_message_bytes, handoff)
-        finally:
-            if service.detach(name, websocket) and handoff is not None:
-                with contextlib.suppress(OrtStateError):  # then it stays here, parked at shutdown
-                    await service.park(name)  # its next socket may reach another server
+    return [
+        Route("/v1/health", health),
+        Route("/v1/model", model),
+        Route("/v1/stats", stats),
+        Route("/v1/streams", open_stream, methods=["POST"]),
+        Route("/v1/streams/{id}", describe),
+    ]
+
+
+def _lifespan(service: StreamService, idle_park: float | None) -> Any:
+    """The app's lifespan: idle streams parked every so often while it serves, every stream parked
+    when it stops."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -105,17 +130,7 @@ def create_app(
                     await parker
             await service.park_all()
 
-    routes = [
-        Route("/v1/health", health),
-        Route("/v1/model", model),
-        Route("/v1/stats", stats),
-        Route("/v1/streams", open_stream, methods=["POST"]),
-        Route("/v1/streams/{id}", describe),
-        WebSocketRoute("/v1/streams/{id:path}", stream),  # any id: unknown ones get 4404
-    ]
-    app: Any = Starlette(routes=routes, lifespan=lifespan)
-    app.state.service = service
-    return app if token is None else BearerAuth(app, token)
+    return lifespan
 
 
 async def _serve_stream(
