@@ -176,7 +176,14 @@ def test_readme_synopsis_names_every_command_once():
 
 
 # The explicit form's tensor names (docs/forms.md): spelled like Python names, but none.
-TENSOR_NAMES = ("ortstate.request", "ortstate.in.", "ortstate.out.", "ortstate.init.", "ortstate.len.", "ortstate.len_out.")
+TENSOR_NAMES = (
+    "ortstate.request",
+    "ortstate.in.",
+    "ortstate.out.",
+    "ortstate.init.",
+    "ortstate.len.",
+    "ortstate.len_out.",
+)
 
 
 def test_python_names_in_the_docs_exist():
