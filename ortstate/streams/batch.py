@@ -14,7 +14,7 @@ from ..errors import RunError
 from ..runtime import LoadedModel
 from ..runtime.runners import ort_error
 from .bound import Bound, BoundCache, BoundMiss
-from .layout import Layout
+from .layout import Layout, join_column
 from .plan import Plan, Plans, split_rows
 from .slots import SlotStates
 from .stats import Recorder
@@ -90,7 +90,7 @@ class BatchRunner:
         layout, count = self.layout, len(slots)
         full: dict[str, Any] = {}
         for k, spec in enumerate(layout.inputs):
-            full[spec.name] = feeds[0][k] if count == 1 else np.concatenate([f[k] for f in feeds], axis=spec.axis)
+            full[spec.name] = feeds[0][k] if count == 1 else join_column(spec, [f[k] for f in feeds])
         for spec, value in zip(layout.states, self.states.gather(slots)):
             full[spec.var.state_input or ""] = value
         for k, flag in self._flagged:  # each row computes its init on its stream's first step

@@ -24,8 +24,8 @@ from onnx import TensorProto, helper, shape_inference
 
 from ..errors import OrtStateError
 from ..model_meta import ModelMeta, VariableMeta
-from ..passes.walk import subgraphs
-from .legible import legible_slices, typed_loops
+from ..passes.walk import nodes, subgraphs
+from .legible import legible_kernels, legible_shapes, legible_slices, typed_loops
 from .row_init import BATCH_PARAM, rows_init
 
 __all__ = ["B", "Axes", "Dims", "find_axes", "infer_dims", "layer_of", "light_copy", "lost_dims"]
@@ -41,9 +41,10 @@ Dims = tuple[int | str | None, ...]
 
 @dataclass(frozen=True)
 class Axes:
-    """The batch axis of each caller-fed input, each model output (by name) and each variable (by id)."""
+    """The batch axis of each caller-fed input (None: a value the streams of a run share), each
+    model output (by name) and each variable (by id)."""
 
-    inputs: Mapping[str, int]
+    inputs: Mapping[str, int | None]
     outputs: Mapping[str, int]
     states: Mapping[str, int]
 
@@ -51,7 +52,8 @@ class Axes:
 def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` without its large initializers (declared as inputs instead: shape
     inference needs their shapes only), value infos and output shapes (inference makes them), its
-    slices of run-time bounds legible to shape inference (:mod:`.legible`)."""
+    slices of run-time bounds and ONNX Runtime's own kernels legible to shape inference
+    (:mod:`.legible`)."""
     light = onnx.ModelProto()
     light.CopyFrom(model)
     graph = light.graph
@@ -63,6 +65,7 @@ def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     for o in graph.output:
         o.type.tensor_type.ClearField("shape")
     legible_slices(light)
+    legible_kernels(light)
     return light
 
 
@@ -104,7 +107,9 @@ def _search(
     model: onnx.ModelProto, meta: ModelMeta, origin: str
 ) -> Axes | tuple[int, str, _Inferred, Mapping[str, int]]:
     """:func:`find_axes`'s axes, else the choice that carried the batch to the most outputs: how
-    many, the first output it did not, its inference and its input axes."""
+    many, the first output it did not, its inference and its input axes. Inputs that the batch on
+    them alone carries to no output (:func:`_shared`) are tried first as values the streams of a run
+    share, where another input is batched; then batched as the others."""
     light = light_copy(model)
     states = {v.state_input or "" for v in meta.variables}
     flags = {v.init_flag for v in meta.variables if v.init_flag}
@@ -116,8 +121,18 @@ def _search(
         if not axes:
             raise OrtStateError(f"{origin}: input '{value.name}' has no dim of 1 or dynamic to batch streams along")
         choices.append(axes)
-    best: tuple[int, str, _Inferred, Mapping[str, int]] | None = None
-    for picked in itertools.islice(itertools.product(*choices), _MAX_CHOICES):
+    inner = _read_inside(model.graph)
+    read = {i for node in model.graph.node for i in node.input}
+    shared = [
+        k
+        for k, value in enumerate(given)
+        if value.name in read
+        and value.name not in inner  # read in a subgraph (an init, a loop body): a row's
+        and _shared(light, value.name, choices[k], states | {v.name for v in given if v is not value})
+    ]
+    tried = [[[None] if k in shared else c for k, c in enumerate(choices)]] if 0 < len(shared) < len(given) else []
+    best: tuple[int, str, _Inferred, Mapping[str, int | None]] | None = None
+    for picked in itertools.chain(*(itertools.islice(itertools.product(*c), _MAX_CHOICES) for c in [*tried, choices])):
         inputs = {v.name: a for v, a in zip(given, picked)}
         first = _infer(light, inputs, {}, states)
         for var_axes in _state_choices(first, meta.variables):
@@ -131,9 +146,31 @@ def _search(
     return best
 
 
+def _read_inside(graph: onnx.GraphProto) -> set[str]:
+    """The values the subgraphs of ``graph``'s nodes read or give back (an outer scope's, among them)."""
+    read: set[str] = set()
+    for node in nodes(graph):
+        for sub in subgraphs(node):
+            read.update(o.name for o in sub.output)
+            read.update(i for n in sub.node for i in n.input)
+    return read
+
+
+def _shared(light: onnx.ModelProto, name: str, axes: Sequence[int], others: set[str]) -> bool:
+    """Whether the batch on input ``name`` alone (on any of its candidate ``axes``; the ``others``
+    inputs' candidate dims 1) reaches no output: its value steers the run (a position whose length
+    picks prefill or decode, a scatter index) and is not any row's, so the streams of one run must
+    share it."""
+    for axis in axes:
+        inferred = _infer(light, {name: axis}, {}, others)
+        if inferred.graph is None or any(_carries(inferred.shapes, o.name) for o in light.graph.output):
+            return False
+    return True
+
+
 def _infer(
     light: onnx.ModelProto,
-    inputs: Mapping[str, int],
+    inputs: Mapping[str, int | None],
     states: Mapping[str, int],
     state_inputs: set[str],
     rows: tuple[ModelMeta, str] | None = None,
@@ -160,7 +197,7 @@ def _infer(
             return _Inferred(None, {})
         shapes: dict[str, Dims] = {}
         _collect(graph, shapes)
-        if not typed_loops(model, graph, shapes):
+        if not typed_loops(model, graph, shapes) and not legible_shapes(model, shapes):
             return _Inferred(graph, shapes)
     return _Inferred(None, {})  # loops nested too deep to settle: nothing is known
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..runtime import LoadedModel
 from ..runtime.pingpong import QUIET, bind_output
-from .layout import Layout
+from .layout import Layout, join_column
 
 __all__ = ["Bound", "BoundCache", "BoundMiss"]
 
@@ -48,7 +48,7 @@ class Bound:
         for name, buf in zip(names, self.outputs):
             bind_output(self.binding, name, buf)
         self.run_bound = model.fast.run_bound
-        self.in_axes = [s.axis for s in layout.inputs]
+        self.in_specs = layout.inputs
         self.state_axes = [s.axis for s in layout.states]
 
     def run(
@@ -61,8 +61,8 @@ class Bound:
             for buf, given in zip(self.inputs, feeds[0]):
                 np.copyto(buf, given)
         else:
-            for k, (buf, axis) in enumerate(zip(self.inputs, self.in_axes)):
-                np.concatenate([f[k] for f in feeds], axis=axis, out=buf)
+            for k, (buf, spec) in enumerate(zip(self.inputs, self.in_specs)):
+                join_column(spec, [f[k] for f in feeds], buf)
         for buf, axis, array in zip(self.states, self.state_axes, arrays):
             array.take(slots, axis=axis, out=buf)
         for k, buf in self.flags:

@@ -44,7 +44,11 @@ def check_feeds(sid: int, given: Any, specs: tuple[InputSpec, ...]) -> list[np.n
         if arr.ndim != len(spec.dims) or any(d is not None and d != n for d, n in zip(spec.dims, arr.shape)):
             raise RunError(
                 f"stream {sid}: input '{spec.name}': shape {list(arr.shape)}, expected {spec.shown()} "
-                f"(one stream: 1 along axis {spec.axis})"
+                + (
+                    f"(one stream: 1 along axis {spec.axis})"
+                    if spec.axis is not None
+                    else "(shared by a run's streams)"
+                )
             )
         out.append(arr if arr.dtype.isnative else arr.astype(arr.dtype.newbyteorder("=")))
     return out

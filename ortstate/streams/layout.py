@@ -28,6 +28,7 @@ from ..runtime.loaded import load_model
 from ..runtime.runners import ort_error
 from ..runtime.source import read_source
 from .batch_axes import Axes, B, find_axes, layer_of, lost_dims
+from .row_index import offset_rows, row_index_inputs
 from .row_init import rows_init
 from .shape_math import fold_shape_math
 from .unpin import RELAXED, relaxed_sources, unpin_reshapes
@@ -41,12 +42,15 @@ _SEED = 20
 
 @dataclass(frozen=True)
 class InputSpec:
-    """A graph input as one stream feeds it: its dims (None: any size; the batch axis is 1)."""
+    """A graph input as one stream feeds it: its dims (None: any size; the batch axis is 1);
+    ``axis`` None: a value the streams of one run share (runs group streams by it); ``rows``: it
+    indexes rows of the batch (see :mod:`.row_index`)."""
 
     name: str
     dtype: np.dtype
     dims: tuple[int | None, ...]
-    axis: int
+    axis: int | None
+    rows: bool = False
 
     def shown(self) -> str:
         return "[" + ",".join("?" if d is None else str(d) for d in self.dims) + "]"
@@ -113,11 +117,14 @@ def load_pool_model(
     write_meta(proto, run_meta)
     loaded = load_model(source, sess_options, providers, form="explicit")
     inputs = []
+    state_axes = {v.state_input or "": axes.states[v.id] for v in meta.variables}
+    rows = row_index_inputs(proto.graph, state_axes, {n for n, a in axes.inputs.items() if a == 0})
     for name, axis in axes.inputs.items():
         dtype = numpy_dtype(next(i.type for i in loaded.inputs if i.name == name))
         if dtype is None:
             raise OrtStateError(f"{origin}: input '{name}' cannot be batched by the pool (no numpy dtype)")
-        inputs.append(InputSpec(name, dtype, tuple(1 if i == axis else d for i, d in enumerate(dims[name])), axis))
+        shape = tuple(1 if i == axis else d for i, d in enumerate(dims[name]))
+        inputs.append(InputSpec(name, dtype, shape, axis, name in rows and len(shape) == 1))
     states = tuple(_state_spec(v, axes.states[v.id], flags.get(v.id), origin) for v in meta.variables)
     model_outputs = set(loaded.output_names)  # the variables' outputs are the states' business
     layout = Layout(tuple(inputs), {n: a for n, a in axes.outputs.items() if n in model_outputs}, states)
@@ -215,6 +222,7 @@ def _check_rows(loaded: LoadedModel, layout: Layout, proto: onnx.ModelProto, ori
     streams = []
     for k in range(2):
         feeds: dict[str, Any] = {s.name: _example(s.dims, s.dtype, rng) for s in layout.inputs}
+        feeds.update({s.name: streams[0][s.name] for s in layout.inputs if k and s.axis is None})
         for spec in layout.states:
             feeds[spec.var.state_input or ""] = _example(spec.shape, spec.carrier, rng)
             if spec.flag:
@@ -222,13 +230,12 @@ def _check_rows(loaded: LoadedModel, layout: Layout, proto: onnx.ModelProto, ori
         streams.append(feeds)
     fetch = [*loaded.output_names, *(s.var.state_output or "" for s in layout.states)]
     axes = [*(layout.outputs[n] for n in loaded.output_names), *(s.axis for s in layout.states)]
-    fed_axes = {s.name: s.axis for s in layout.inputs}
-    fed_axes.update({s.var.state_input or "": s.axis for s in layout.states})
+    fed_axes = {s.var.state_input or "": s.axis for s in layout.states}
     fed_axes.update({s.flag: 0 for s in layout.states if s.flag})
+    joined = {n: np.concatenate([s[n] for s in streams], fed_axes[n]) for n in fed_axes}
+    joined.update({s.name: join_column(s, [f[s.name] for f in streams]) for s in layout.inputs})
     alone = [_run(loaded, fetch, s, proto, origin) for s in streams]
-    both = _run(
-        loaded, fetch, {n: np.concatenate([s[n] for s in streams], fed_axes[n]) for n in streams[0]}, proto, origin
-    )
+    both = _run(loaded, fetch, joined, proto, origin)
     for name, axis, got, *rows in zip(fetch, axes, both, *alone):
         want = np.concatenate(rows, axis)
         if got.shape != want.shape or not np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True):
@@ -236,6 +243,21 @@ def _check_rows(loaded: LoadedModel, layout: Layout, proto: onnx.ModelProto, ori
                 f"{origin}: cannot batch streams: '{name}' of two streams run together is not each one's alone "
                 f"along axis {axis} (the model mixes the rows of its batch)"
             )
+
+
+def join_column(spec: InputSpec, column: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    """The batched feed of ``spec``'s input from each stream's (``column``; into ``out`` where
+    given, of the same dtype): the streams' rows joined along its axis (row indices offset to each
+    stream's own row), or the one value they share."""
+    if spec.axis is None:
+        if out is None:
+            return column[0]
+        np.copyto(out, column[0], casting="no")
+        return out
+    joined = np.concatenate(column, axis=spec.axis, out=out, casting="no")
+    if spec.rows:
+        offset_rows(joined)
+    return joined
 
 
 def _example(dims: tuple[int | None, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:

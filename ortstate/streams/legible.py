@@ -1,5 +1,22 @@
 """What ONNX shape inference cannot see by itself in a model, told it (for shape inference only:
-in the copy :func:`~.batch_axes.light_copy` makes): slices of run-time bounds, loop-carried values.
+in the copy :func:`~.batch_axes.light_copy` makes): slices of run-time bounds, loop-carried values,
+ONNX Runtime's kernels of the ONNX domain that ONNX does not define.
+
+ONNX Runtime's own kernels.
+
+ONNX shape inference gives an op it has no schema for an output of unknown shape: the batch is
+lost at ONNX Runtime's ``SimplifiedLayerNormalization`` (the RMS norm the converter writes, an
+ONNX-domain kernel of ONNX Runtime's). Each such node of :data:`SAME_SHAPE` (a kernel whose one
+output has its first input's shape and type) becomes an ``Identity`` of that input.
+
+Pads and shapes computed at run time.
+
+Two more, once a shape inference has given the values' dims (:func:`legible_shapes`, then infer
+again): a ``Pad`` whose pads are computed keeps every dim whose two pads are constant zeros (the
+pads' entries followed through ``Concat``, ``Reshape``, ``Split``, ``Squeeze``, ``Unsqueeze`` and
+``Cast`` from constants: a causal convolution pads its time axis only), the others becoming unknown
+as for a slice; and a ``Reshape`` of a 1-D value to one entry (``[-1]``) is a ``Concat`` of it
+alone, which data propagation follows (a shape read with ``Shape``, reshaped, then a target).
 
 Slices with bounds known only at run time.
 
@@ -22,11 +39,13 @@ from onnx import helper, numpy_helper
 
 from ..passes.walk import subgraphs
 
-__all__ = ["legible_slices", "typed_loops"]
+__all__ = ["SAME_SHAPE", "legible_kernels", "legible_shapes", "legible_slices", "typed_loops"]
 
 Dims = tuple[int | str | None, ...]
 
 _PREFIX = "ortstate.infer.slice"
+# ONNX Runtime's kernels in the ONNX domain (no ONNX schema) whose one output is shaped as input 0
+SAME_SHAPE = frozenset({"SimplifiedLayerNormalization"})
 _ASSUMED, _VARIES = "ortstate: the initial value's shape, assumed", "ortstate: its shape varies"
 
 
@@ -52,6 +71,140 @@ def legible_slices(model: onnx.ModelProto) -> None:
         if len(out) != len(graph.node):
             del graph.node[:]
             graph.node.extend(out)
+
+
+def legible_kernels(model: onnx.ModelProto) -> None:
+    """Make, in place, every node of :data:`SAME_SHAPE` in ``model`` (subgraphs included) with one
+    output and no ONNX schema an ``Identity`` of its first input, as described in the module."""
+    for graph in _graphs(model.graph):
+        for node in graph.node:
+            if (
+                node.op_type in SAME_SHAPE
+                and node.domain in ("", "ai.onnx")
+                and len(node.output) == 1
+                and not onnx.defs.has(node.op_type)
+            ):
+                node.op_type = "Identity"
+                del node.input[1:]
+                del node.attribute[:]
+
+
+def legible_shapes(model: onnx.ModelProto, shapes: Mapping[str, Dims]) -> bool:
+    """Rewrite, in place, the Pads and Reshapes of ``model``'s main graph described in the module,
+    given every value's ``shapes`` as inferred; True where anything changed (then infer again)."""
+    graph = model.graph
+    made_by = {o: n for n in graph.node for o in n.output}
+    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    out: list[onnx.NodeProto] = []
+    changed = False
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            out.append(node)
+        elif (
+            node.op_type == "Reshape"
+            and len(shapes.get(node.input[0]) or ()) == 1
+            and _entries(node.input[1], made_by, known, shapes) in ([-1], [shapes[node.input[0]][0]])
+        ):
+            out.append(helper.make_node("Concat", node.input[:1], node.output, name=node.name, axis=0))
+            changed = True
+        elif node.op_type == "Pad" and len(node.input) > 1 and node.input[1] not in known:
+            rank = len(shapes.get(node.input[0]) or ())
+            pads = _entries(node.input[1], made_by, known, shapes)
+            if not rank or pads is None or len(pads) != 2 * rank or None not in pads:  # ONNX's own then
+                out.append(node)
+                continue
+            axes = [a for a in range(rank) if pads[a] != 0 or pads[a + rank] != 0]
+            out.extend(_unknown_along(node, axes, f"{_PREFIX}.pad.{len(out)}"))
+            changed = True
+        else:
+            out.append(node)
+    if changed:
+        del graph.node[:]
+        graph.node.extend(out)
+    return changed
+
+
+def _unknown_along(node: onnx.NodeProto, axes: list[int], at: str) -> list[onnx.NodeProto]:
+    """A Pad ``node``'s stand-in: its input with a dim of run-time length (unknown to inference) on
+    each of ``axes``, the others kept."""
+    made = [
+        helper.make_node("ReduceMax", node.input[1:2], [f"{at}.n"], keepdims=0),
+        helper.make_node("Cast", [f"{at}.n"], [f"{at}.n64"], to=onnx.TensorProto.INT64),
+        helper.make_node("Constant", [], [f"{at}.zero"], value=numpy_helper.from_array(np.array(0, np.int64))),
+        helper.make_node("Constant", [], [f"{at}.one"], value=numpy_helper.from_array(np.array(1, np.int64))),
+        helper.make_node("Range", [f"{at}.zero", f"{at}.n64", f"{at}.one"], [f"{at}.indices"]),
+    ]
+    current = node.input[0]
+    for k, axis in enumerate(axes):
+        target = node.output[0] if k == len(axes) - 1 else f"{at}.{k}"
+        made.append(helper.make_node("Gather", [current, f"{at}.indices"], [target], name=node.name, axis=axis))
+        current = target
+    if not axes:
+        made.append(helper.make_node("Identity", node.input[:1], node.output, name=node.name))
+    return made
+
+
+def _entries(
+    name: str, made_by: Mapping[str, onnx.NodeProto], known: Mapping[str, np.ndarray], shapes: Mapping[str, Dims]
+) -> list[int | None] | None:
+    """The entries of the small integer value ``name``, each an int where constants give it, else
+    None; None where its shape is not known."""
+    value = _partial(name, made_by, known, shapes, 0)
+    return None if value is None else [None if v is None else int(v) for v in value.reshape(-1).tolist()]
+
+
+def _partial(
+    name: str,
+    made_by: Mapping[str, onnx.NodeProto],
+    known: Mapping[str, np.ndarray],
+    shapes: Mapping[str, Dims],
+    depth: int,
+) -> np.ndarray | None:
+    """``name``'s value as an object array (None: an entry not known), or None where not followed."""
+    if name in known:
+        return known[name].astype(object)
+    node = made_by.get(name)
+    dims = shapes.get(name)
+    if node is not None and node.op_type == "Constant" and node.attribute[0].name == "value":
+        return numpy_helper.to_array(node.attribute[0].t).astype(object)
+    args = []
+    if node is not None and depth < _DEPTH and node.op_type in _FOLLOWED:
+        args = [_partial(i, made_by, known, shapes, depth + 1) for i in node.input]
+    if args and all(a is not None for a in args):
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        got = _FOLLOWED[node.op_type](list(node.output).index(name), args, attrs)
+        if got is not None and (dims is None or got.shape == tuple(dims)):
+            return got
+    if dims is None or not all(isinstance(d, int) for d in dims) or int(np.prod(dims)) > _SMALL:
+        return None
+    return np.full(dims, None, object)  # a value of known shape, its entries not known
+
+
+def _split(k: int, args: list[np.ndarray], attrs: dict) -> np.ndarray | None:
+    """Output ``k`` of a Split with constant sizes."""
+    sizes = args[1].tolist() if len(args) > 1 else None
+    if sizes is None or None in sizes:
+        return None
+    return np.split(args[0], np.cumsum(sizes)[:-1].tolist(), axis=int(attrs.get("axis", 0)))[k]
+
+
+def _reshape(k: int, args: list[np.ndarray], attrs: dict) -> np.ndarray | None:
+    """A Reshape to a constant target (0: the input's dim there)."""
+    target = args[1].tolist()
+    if None in target:
+        return None
+    return args[0].reshape([args[0].shape[i] if v == 0 else int(v) for i, v in enumerate(target)])
+
+
+_DEPTH, _SMALL = 16, 64  # how far back a value's entries are followed; the most entries followed
+_FOLLOWED = {
+    "Concat": lambda k, a, at: np.concatenate(a, axis=int(at["axis"])),
+    "Reshape": _reshape,
+    "Split": _split,
+    "Squeeze": lambda k, a, at: np.squeeze(a[0], axis=tuple(int(v) for v in a[1].tolist())) if len(a) > 1 else None,
+    "Unsqueeze": lambda k, a, at: np.expand_dims(a[0], tuple(int(v) for v in a[1].tolist())),
+    "Cast": lambda k, a, at: a[0],
+}
 
 
 def _gathers(

@@ -20,6 +20,7 @@ import numpy as np
 from ..runtime.pingpong import QUIET
 from .bound import Bound
 from .layout import Layout
+from .row_index import offset_rows
 from .slots import SlotStates
 from .stats import Recorder
 
@@ -52,6 +53,7 @@ class Plan:
         self.inputs = [
             (s.name, buf, shape, s.dtype, s.axis) for s, buf, shape in zip(layout.inputs, bound.inputs, shapes)
         ]
+        self.row_index = {s.name for s in layout.inputs if s.rows}  # offset to each stream's row
         self.sizes = [int(np.prod(shape)) for shape in shapes]  # one stream's, per input
         n_out = len(names)
         self.outputs = bound.outputs[:n_out]
@@ -116,7 +118,14 @@ class Plan:
                 column = list(map(itemgetter(name), givens))
                 if min(map(_size, column)) < size:
                     return False
-                np.concatenate(column, axis=axis, out=buf, casting="no")
+                if axis is None:
+                    if any(not np.array_equal(c, column[0]) for c in column):
+                        return False  # a run shares that value: the general step groups the streams by it
+                    np.copyto(buf, column[0], casting="no")
+                else:
+                    np.concatenate(column, axis=axis, out=buf, casting="no")
+                    if name in self.row_index:
+                        offset_rows(buf)
         except (TypeError, KeyError, AttributeError, ValueError):  # the general step says what does not fit
             return False
         return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -223,10 +224,13 @@ class StreamPool:
                     raise
                 failed[sid] = exc
                 continue
-            groups.setdefault(tuple(a.shape for a in arrays), []).append((sid, arrays))
+            shared = tuple(a.tobytes() for a, s in zip(arrays, self.layout.inputs) if s.axis is None)
+            groups.setdefault((tuple(a.shape for a in arrays), shared), []).append((sid, arrays))
         results: dict[int, Any] = {}
         staged = []
-        for shapes, part in groups.items():
+        # runs of one batch shape in one step (their shared values differ) write the same bound buffers
+        keys = Counter((len(part), shapes) for (shapes, _), part in groups.items())
+        for (shapes, _), part in groups.items():
             slots = np.fromiter((self._slot[sid] for sid, _ in part), np.intp, len(part))
             try:
                 outs, states = self._batches.run(slots, [a for _, a in part], (len(part), shapes))
@@ -235,13 +239,15 @@ class StreamPool:
                     raise RunError(f"streams {', '.join(str(s) for s, _ in part)}: {exc}") from None
                 failed.update((sid, exc) for sid, _ in part)
                 continue
+            if keys[len(part), shapes] > 1:
+                states = [s.copy() for s in states]
             staged.append((slots, states))
             results.update(zip((sid for sid, _ in part), outs))
         for slots, states in staged:
             self._states.scatter(slots, states)
             self._last[slots] = time.monotonic()
         if not failed and len(staged) == 1:
-            (shapes,) = groups
+            ((shapes, _),) = groups
             self._batches.plan(tuple(feeds), staged[0][0], shapes)
         results.update(failed)
         return results

@@ -1,0 +1,64 @@
+"""Inputs that index rows of the batch: a stream's indices offset to its own row in a batched run.
+
+An optimum-intel export reads each state through ``Gather(state, beam_idx)`` along the batch axis
+(the beam reorder): ``beam_idx`` holds rows of the whole batch, one per row. A stream alone is a
+batch of one row, so its index picks row 0 (``0`` or ``-1``), and anything else is out of range,
+which gives zeros (OpenVINO's Gather, as the converter writes it). Run with other streams, the
+same index would pick another stream's row. Such an input is found from the graph (an input that
+the indices of a ``Gather`` of a state input along its batch axis are computed from, shapes
+aside), and in every batched run each stream's index is made its own row's where it picks row 0,
+and the batch's size (out of range there too) where it is out of range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+
+__all__ = ["offset_rows", "row_index_inputs"]
+
+_SHAPE_OF = ("Shape", "Size")
+
+
+def row_index_inputs(graph: onnx.GraphProto, state_axes: Mapping[str, int], candidates: set[str]) -> set[str]:
+    """The ``candidates`` (graph inputs) that index rows of a state input (``state_axes``: each
+    state input's batch axis) through a ``Gather`` along that axis."""
+    made_by = {o: n for n in graph.node for o in n.output}
+    found: set[str] = set()
+    for node in graph.node:
+        if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or node.input[0] not in state_axes:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if axis == state_axes[node.input[0]]:
+            found |= _sources(node.input[1], made_by) & candidates
+    return found
+
+
+def _sources(name: str, made_by: Mapping[str, onnx.NodeProto]) -> set[str]:
+    """The values ``name`` is computed from that no node makes (graph inputs, initializers), not
+    through a node that reads only shapes."""
+    seen: set[str] = set()
+    stack, found = [name], set()
+    while stack:
+        value = stack.pop()
+        if value in seen or not value:
+            continue
+        seen.add(value)
+        node = made_by.get(value)
+        if node is None:
+            found.add(value)
+        elif node.op_type not in _SHAPE_OF:
+            stack.extend(node.input)
+    return found
+
+
+def offset_rows(joined: np.ndarray) -> None:
+    """Make, in place, the batched indices ``joined`` (row ``k``: stream ``k``'s index into its own
+    batch of one) each stream's own row, or the batch's size where out of range."""
+    count = len(joined)
+    if count < 2:
+        return
+    own = (joined == 0) | (joined == -1)
+    joined[...] = np.where(own, np.arange(count, dtype=joined.dtype), np.asarray(count, joined.dtype))
