@@ -17,6 +17,8 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 
+from ..passes.walk import producers, upstream
+
 __all__ = ["offset_rows", "row_index_inputs"]
 
 _SHAPE_OF = ("Shape", "Size")
@@ -24,33 +26,17 @@ _SHAPE_OF = ("Shape", "Size")
 
 def row_index_inputs(graph: onnx.GraphProto, state_axes: Mapping[str, int], candidates: set[str]) -> set[str]:
     """The ``candidates`` (graph inputs) that index rows of a state input (``state_axes``: each
-    state input's batch axis) through a ``Gather`` along that axis."""
-    made_by = {o: n for n in graph.node for o in n.output}
+    state input's batch axis) through a ``Gather`` along that axis, not through a node that reads
+    only shapes."""
+    made_by = producers(graph)
+    shapes = {o for n in graph.node if n.op_type in _SHAPE_OF for o in n.output}
     found: set[str] = set()
     for node in graph.node:
         if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or node.input[0] not in state_axes:
             continue
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
         if axis == state_axes[node.input[0]]:
-            found |= _sources(node.input[1], made_by) & candidates
-    return found
-
-
-def _sources(name: str, made_by: Mapping[str, onnx.NodeProto]) -> set[str]:
-    """The values ``name`` is computed from that no node makes (graph inputs, initializers), not
-    through a node that reads only shapes."""
-    seen: set[str] = set()
-    stack, found = [name], set()
-    while stack:
-        value = stack.pop()
-        if value in seen or not value:
-            continue
-        seen.add(value)
-        node = made_by.get(value)
-        if node is None:
-            found.add(value)
-        elif node.op_type not in _SHAPE_OF:
-            stack.extend(node.input)
+            found |= {v for v in upstream(graph, [node.input[1]], stop=shapes, made_by=made_by) if v in candidates}
     return found
 
 
