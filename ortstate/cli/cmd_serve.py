@@ -4,7 +4,6 @@ extra), and ``--bench URL`` to drive a running server."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import os
 import sys
@@ -82,9 +81,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-delay-ms",
         type=float,
-        default=2.0,
+        default=0.5,
         metavar="MS",
-        help="a tick waits that long for more streams (default 2)",
+        help="a tick waits that long for more streams (default 0.5)",
     )
     p.add_argument(
         "--max-message-bytes", type=int, default=1 << 20, metavar="N", help="largest step message (default 1 MiB)"
@@ -229,8 +228,9 @@ def _bench(args: argparse.Namespace) -> int:
         raise UsageError("--bench drives a running server: give its URL, not a MODEL")
     _positive(args, "streams", "steps")
     from ..serve.bench import run_bench
+    from ..serve.server import run_loop
 
-    result = asyncio.run(run_bench(args.bench, args.streams, args.steps, args.token))
+    result = run_loop(run_bench(args.bench, args.streams, args.steps, args.token))
     print(result.summary())
     sys.stdout.flush()
     return EXIT_OK

@@ -75,7 +75,7 @@ def make_app(
     replicas: int = 2,
     max_streams: int = 1024,
     max_batch: int | None = None,
-    max_delay: float = 0.002,
+    max_delay: float = 0.0005,
     token: str | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     idle_park: float | None = None,
