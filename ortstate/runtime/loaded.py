@@ -31,7 +31,7 @@ from .options import copy_session_options, default_session_options
 from .ort_adapter import FastRun
 from .source import Source, read_source
 
-__all__ = ["FORMS", "LoadedModel", "load_model", "numpy_dtype"]
+__all__ = ["FORMS", "LoadedModel", "layer_behind", "load_model", "numpy_dtype"]
 
 FORMS = ("auto", CUSTOM_OP, EXPLICIT)
 _NUMPY_OF_ORT = {
@@ -179,8 +179,7 @@ def _open(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) ->
         raise OrtStateError(f"{source.origin}: {exc}") from None
     check_model(source.model, meta, source.origin)
     # What snapshots must match: the IR the converter hashed, else (an older conversion) this graph.
-    digest = meta.digest or (snapshot.model_digest(source.model) if meta.variables else "")
-    fingerprint = snapshot.fingerprint(meta.variables, digest)
+    fingerprint = snapshot.model_fingerprint(source.model, meta)
     model_form = meta.form
     meta = _pick_form(source, meta, form)
     if source.converted:  # an IR given: it is in the form it was converted to
@@ -221,7 +220,7 @@ def _session(
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
         # Name the IR it came from: a converted model ORT refuses means that IR is inconsistent.
         converted = f" (converted from {meta.source})" if meta.source else ""
-        layer = _layer_behind(proto, str(exc))
+        layer = layer_behind(proto, str(exc))
         raise OrtStateError(f"{source.origin}{converted}: {layer}onnxruntime cannot load the model: {exc}") from None
 
 
@@ -268,11 +267,13 @@ def _fetchable(source: Source) -> str | None:
     return token
 
 
-def _layer_behind(proto: onnx.ModelProto, message: str) -> str:
-    """``"layer 'NAME' (id N, Type-v): "`` for the first node onnxruntime's message names, if the
-    converter recorded the layer it came from in the node's doc_string; else ``""``."""
-    named = re.findall(r'[Nn]ode ?\(\s*"?([^",)]+)', message)
+def layer_behind(proto: onnx.ModelProto, message: str) -> str:
+    """``"layer 'NAME' (id N, Type-v): "`` for the first node an ONNX Runtime message names (at load:
+    ``Node (name)``, in a run: ``Name:'name'``), where the converter recorded the IR layer it came
+    from in the node's doc_string; else ``""``."""
+    named = re.findall(r'[Nn]ode ?\(\s*"?([^",)]+)|Name:\'([^\']+)\'', message)
     if not named:
         return ""
     docs = {node.name: node.doc_string for node in nodes(proto.graph)}
-    return next((f"{docs[n]}: " for n in named if docs.get(n, "").startswith("layer ")), "")
+    names = [load or run for load, run in named]
+    return next((f"{docs[n]}: " for n in names if docs.get(n, "").startswith("layer ")), "")

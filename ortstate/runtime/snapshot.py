@@ -32,11 +32,11 @@ import numpy as np
 import onnx
 
 from ..errors import StateError
-from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, spanned_elements
+from ..model_meta import MAX_STATE_ELEMENTS, ModelMeta, VariableMeta, spanned_elements
 from ..output_files import write_file
 from .store import ShapeRule, StateStore
 
-__all__ = ["fingerprint", "load_state", "model_digest", "save_state"]
+__all__ = ["fingerprint", "load_state", "model_digest", "model_fingerprint", "save_state"]
 
 _FORMAT = "ortstate-state-2"
 _OLD_FORMATS = ("ortstate-state-1",)
@@ -50,6 +50,13 @@ def fingerprint(variables: tuple[VariableMeta, ...], digest: str) -> str:
     and shapes, hashed (the same for both ONNX forms of one conversion)."""
     key = json.dumps([_FORMAT, digest, [[v.id, v.element_type, v.shape] for v in variables]])
     return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def model_fingerprint(model: onnx.ModelProto, meta: ModelMeta) -> str:
+    """:func:`fingerprint` of a model as given: the IR digest its metadata records, else (an older
+    conversion) :func:`model_digest` of its graph; a model without variables has no digest."""
+    digest = meta.digest or (model_digest(model) if meta.variables else "")
+    return fingerprint(meta.variables, digest)
 
 
 def model_digest(model: onnx.ModelProto) -> str:

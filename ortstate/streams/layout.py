@@ -10,7 +10,6 @@ streams against each alone then checks that the rows stay apart.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,10 +23,10 @@ from ..errors import OrtStateError, PassError
 from ..model_meta import CUSTOM_OP, ModelMeta, VariableMeta, fresh_name, read_meta, write_meta
 from ..passes import to_explicit
 from ..runtime import LoadedModel, numpy_dtype, snapshot
-from ..runtime.loaded import load_model
+from ..runtime.loaded import layer_behind, load_model
 from ..runtime.runners import ort_error
 from ..runtime.source import read_source
-from .batch_axes import Axes, B, find_axes, layer_of, lost_dims
+from .batch_axes import Axes, B, find_axes, lost_dims
 from .row_index import offset_rows, row_index_inputs
 from .row_init import rows_init
 from .shape_math import fold_shape_math
@@ -99,7 +98,7 @@ def load_pool_model(
     if meta is None or not meta.variables:
         raise OrtStateError(f"{origin}: the model has no variables; a stream pool serves stateful models")
     # The fingerprint of the model as given: a pool's snapshots load into its StatefulSession.
-    fingerprint = snapshot.fingerprint(meta.variables, meta.digest or snapshot.model_digest(source.model))
+    fingerprint = snapshot.model_fingerprint(source.model, meta)
     proto = source.own()
     if meta.form == CUSTOM_OP:
         try:
@@ -272,18 +271,4 @@ def _run(loaded: LoadedModel, fetch: list[str], feeds: dict[str, Any], proto: on
         return loaded.fast.run(fetch, feeds, None)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
         text = str(ort_error(exc)).removeprefix("run failed, no variable was changed: ")
-        raise OrtStateError(f"{origin}: cannot batch streams: {_layer_named(proto, text)}{text}") from None
-
-
-def _layer_named(proto: onnx.ModelProto, message: str) -> str:
-    """``"layer 'NAME' (id N, Type-v): "`` for the first node ONNX Runtime's message names, where
-    the converter recorded its layer; else ``""``."""
-    named = set(re.findall(r'[Nn]ode ?\(\s*"?([^",)]+)', message)) | set(re.findall(r"Name:'([^']+)'", message))
-    stack = [proto.graph]
-    while stack and named:
-        graph = stack.pop()
-        for node in graph.node:
-            if node.name in named and node.doc_string.startswith("layer "):
-                return f"{layer_of(node)}: "
-            stack.extend(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
-    return ""
+        raise OrtStateError(f"{origin}: cannot batch streams: {layer_behind(proto, text)}{text}") from None
