@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import OrtStateError, PoolFullError, ServeError
 from ..runtime import numpy_dtype
 from ..streams import StreamPool
+from ..streams.stats import percentiles
 
 __all__ = ["CLOSE_FULL", "CLOSE_UNKNOWN", "ID_PATTERN", "StreamService", "new_id"]
 
@@ -41,14 +42,6 @@ _KEPT = 4096  # step latencies kept for the percentiles
 
 def new_id() -> str:
     return secrets.token_urlsafe(16)
-
-
-def _percentiles_ms(values: Any) -> tuple[float, float]:
-    kept = np.fromiter(values, float)
-    if not kept.size:
-        return 0.0, 0.0
-    p50, p99 = np.percentile(kept, [50, 99]) * 1e3
-    return round(float(p50), 3), round(float(p99), 3)
 
 
 class StreamService:
@@ -264,7 +257,7 @@ class StreamService:
     # -- reports ----------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         pool = self.pool.stats()
-        step = _percentiles_ms(self._latencies)
+        step = percentiles(self._latencies)
         parked = len(self._parked) if not self.shared else self._count_parked()
         return {
             "streams_open": len(self._sid) + parked,
@@ -275,8 +268,8 @@ class StreamService:
             "server": self.name,
             "steps": self.steps,
             "errors": self.errors,
-            "step_p50_ms": step[0],
-            "step_p99_ms": step[1],
+            "step_p50_ms": round(step[0] * 1e3, 3),
+            "step_p99_ms": round(step[1] * 1e3, 3),
             "runs": pool.runs,
             "mean_batch": round(pool.mean_batch, 3),
             "max_batch": pool.max_batch,

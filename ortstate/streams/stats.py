@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PoolStats", "Recorder"]
+__all__ = ["PoolStats", "Recorder", "percentiles"]
 
 _KEPT = 4096  # latencies kept for the percentiles: the most recent runs and ticks
 
@@ -44,7 +44,8 @@ class PoolStats:
         return self.steps / self.runs if self.runs else 0.0
 
 
-def _percentiles(values: Iterable[float]) -> tuple[float, float]:
+def percentiles(values: Iterable[float]) -> tuple[float, float]:
+    """The p50 and p99 of ``values`` (0, 0 for none)."""
     kept = np.fromiter(values, float)
     if not kept.size:
         return 0.0, 0.0
@@ -68,6 +69,6 @@ class Recorder:
         self.latencies.append(seconds)
 
     def stats(self, streams: int, parked: int, slots: int, state_bytes: int, ticks: Iterable[float]) -> PoolStats:
-        run = _percentiles(self.latencies)
-        tick = _percentiles(ticks)
+        run = percentiles(self.latencies)
+        tick = percentiles(ticks)
         return PoolStats(streams, parked, slots, state_bytes, self.runs, self.steps, self.max_batch, *run, *tick)
