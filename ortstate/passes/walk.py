@@ -19,6 +19,7 @@ import onnx
 __all__ = [
     "all_names",
     "consumers",
+    "graphs",
     "inner_nodes",
     "nodes",
     "outer_reads",
@@ -41,6 +42,17 @@ def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
             found.append(attr.g)
         elif attr.type == onnx.AttributeProto.GRAPHS:
             found.extend(attr.graphs)
+    return found
+
+
+def graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """``graph`` and all its subgraphs, however deep, each before the graphs inside it (reversed:
+    inner graphs first, as a rewrite that rebuilds a graph's node list must go: protobuf copies the
+    nodes it is given, subgraphs included)."""
+    found = [graph]
+    for node in graph.node:
+        for sub in subgraphs(node):
+            found += graphs(sub)
     return found
 
 

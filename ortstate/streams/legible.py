@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..passes.walk import subgraphs
+from ..passes.walk import graphs, subgraphs
 
 __all__ = ["SAME_SHAPE", "legible_kernels", "legible_shapes", "legible_slices", "typed_loops"]
 
@@ -54,7 +54,7 @@ def legible_slices(model: onnx.ModelProto) -> None:
     computed and whose axes are an initializer, as described in the module."""
     constants = _constants(model.graph)
     count = 0
-    for graph in reversed(_graphs(model.graph)):  # inner first: rewriting a graph copies its nodes
+    for graph in reversed(graphs(model.graph)):  # inner first: rewriting a graph copies its nodes
         axes_of = {t.name: t for t in graph.initializer}
         out: list[onnx.NodeProto] = []
         for node in graph.node:
@@ -76,7 +76,7 @@ def legible_slices(model: onnx.ModelProto) -> None:
 def legible_kernels(model: onnx.ModelProto) -> None:
     """Make, in place, every node of :data:`SAME_SHAPE` in ``model`` (subgraphs included) with one
     output and no ONNX schema an ``Identity`` of its first input, as described in the module."""
-    for graph in _graphs(model.graph):
+    for graph in graphs(model.graph):
         for node in graph.node:
             if (
                 node.op_type in SAME_SHAPE
@@ -243,18 +243,10 @@ def _gathers(
     return made
 
 
-def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
-    found = [graph]
-    for node in graph.node:
-        for sub in subgraphs(node):
-            found += _graphs(sub)
-    return found
-
-
 def _constants(graph: onnx.GraphProto) -> set[str]:
     """The names of every initializer and Constant output, in every scope."""
     names: set[str] = set()
-    for g in _graphs(graph):
+    for g in graphs(graph):
         names.update(t.name for t in g.initializer)
         names.update(o for n in g.node if n.op_type == "Constant" for o in n.output)
     return names
@@ -269,11 +261,11 @@ def typed_loops(model: onnx.ModelProto, inferred: onnx.GraphProto, shapes: Mappi
     the body's input goes back to no shape (and is not tried again). True where anything changed
     (then infer again)."""
     types: dict[str, onnx.TypeProto] = {}
-    for g in _graphs(inferred):
+    for g in graphs(inferred):
         for value in [*g.input, *g.value_info, *g.output]:
             types.setdefault(value.name, value.type)
     changed = False
-    for graph in _graphs(model.graph):
+    for graph in graphs(model.graph):
         outputs = {o.name: o for o in graph.output}
         typed = {v.name for v in graph.value_info}
         for node in graph.node:

@@ -23,7 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..model_meta import fresh_name
-from ..passes.walk import nodes, subgraphs
+from ..passes.walk import graphs, nodes
 from .batch_axes import Dims, infer_dims, light_copy
 
 __all__ = ["RELAXED", "relaxed_sources", "unpin_reshapes"]
@@ -49,12 +49,9 @@ def unpin_reshapes(
     inputs = [i.name for i in model.graph.input]
     taken = {n for node in nodes(model.graph) for n in (*node.input, *node.output)} | set(inputs)
     count = 0
-    stack = [model.graph]
-    while stack:
-        graph = stack.pop()
+    for graph in reversed(graphs(model.graph)):  # inner first: rewriting a graph copies its nodes
         made: list[onnx.NodeProto] = []
         for node in graph.node:
-            stack.extend(subgraphs(node))
             reshape = (
                 node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and not _IR_RESHAPE.search(node.doc_string)
             )

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ortstate.passes.walk import (
     all_names,
     consumers,
+    graphs,
     inner_nodes,
     nodes,
     outer_reads,
@@ -64,6 +65,11 @@ def test_nodes_reach_every_depth() -> None:
     assert sorted(n.name for n in nodes(graph)) == ["add", "id", "if", "keep", "loop", "neg"]
     assert sorted(n.name for n in inner_nodes(loop)) == ["add", "id", "if", "keep"]
     assert list(inner_nodes(graph.node[0])) == []
+
+
+def test_graphs_list_each_graph_before_the_ones_inside_it() -> None:
+    order = [g.name for g in graphs(nested())]
+    assert order[:2] == ["main", "body"] and sorted(order[2:]) == ["else", "then"]
 
 
 def test_a_subgraphs_reads_count_as_its_owners_inputs() -> None:
