@@ -11,8 +11,9 @@
   within ``handoff`` seconds, its streams are parked, and the ring sends each to a replica that is
   left, which restores it exactly. Ray's graceful shutdown waits for those sockets.
 
-For a ``serve run`` config: ``import_path: ortstate.serve.ray_deployment:app_builder`` with
-``args: {model: ..., state_dir: ..., replicas: 2}``.
+For a ``serve run`` or ``serve deploy`` config: ``import_path:
+ortstate.serve.ray_deployment:app_builder`` with ``args: {model: ..., state_dir: ...}``, and
+``deployments: [{name: ortstate, num_replicas: R}]`` to scale in place.
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def make_app(
     threads: int = 1,
 ) -> Any:
     """The Ray Serve application serving ``model``'s streams on ``replicas`` replicas, for
-    ``serve.run``. Run it again with another ``replicas`` (the rest the same) to scale: replicas are
-    added or removed, the others keep running.
+    ``serve.run``. Running it again (another ``replicas``) replaces every replica, one after
+    another; to add or remove replicas in place, deploy :func:`app_builder` from a config and
+    change the deployment's ``num_replicas`` there (docs/serve.md).
 
     ``model`` and ``state_dir`` must be paths every replica reaches (on a cluster: a shared
     filesystem); ``max_streams`` is per replica.

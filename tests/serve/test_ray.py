@@ -1,6 +1,7 @@
 """ortstate serve on Ray Serve, on this machine's Ray (127.0.0.1): streams routed by id over two
-replicas that share a state directory; the replicas replaced by one while clients step, and every
-stream continues exactly on the replica left."""
+replicas that share a state directory; while clients step, one replica is removed in place (a
+declarative config scaled down) or both are replaced by one (``serve.run`` again), and every stream
+continues exactly on the replica left."""
 
 from __future__ import annotations
 
@@ -87,10 +88,11 @@ def _replicas() -> dict:
     return dict(serve.status().applications["ortstate"].deployments["ortstate"].replica_states)
 
 
-def test_streams_survive_their_replica_being_replaced(local_ray, tmp_path):
-    url, rng = local_ray, np.random.default_rng(20)
-    serve.run(make_app(MODEL, tmp_path, replicas=2, handoff=0.5), name="ortstate", route_prefix="/")
-    client = Client(url)
+def _survive(url: str, tmp_path, rescale, seed: int) -> tuple[set, set]:
+    """Streams spread over two replicas; ``rescale()`` (which returns once one replica is left)
+    while 12 clients keep stepping; every stream's outputs, before, during and after, are a lone
+    StatefulSession's. Returns the replicas that held the streams before and after."""
+    rng, client = np.random.default_rng(seed), Client(url)
     streams = [client.open() for _ in range(STREAMS)]
     lones = [Lone() for _ in streams]
     plan = [[feeds(rng) for _ in range(300)] for _ in streams]
@@ -117,7 +119,7 @@ def test_streams_survive_their_replica_being_replaced(local_ray, tmp_path):
     threads = [threading.Thread(target=drive, args=(k,), daemon=True) for k in range(STREAMS)]
     for t in threads:
         t.start()
-    serve.run(make_app(MODEL, tmp_path, replicas=1, handoff=0.5), name="ortstate", route_prefix="/")
+    rescale()
     deadline = time.monotonic() + 60
     while _replicas() != {"RUNNING": 1}:
         assert time.monotonic() < deadline, _replicas()
@@ -126,13 +128,44 @@ def test_streams_survive_their_replica_being_replaced(local_ray, tmp_path):
     for t in threads:
         t.join(30)
     assert failed == []
-    assert min(len(g) for g in got) > 5, "the clients made no steps while the replicas were replaced"
+    assert min(len(g) for g in got) > 5, "the clients made no steps while the replicas changed"
     for k in range(STREAMS):
         step(k)
     after = {client.where(s.id)["server"] for s in streams}
-    assert len(after) == 1 and not after & before, (before, after)
     for k in range(STREAMS):
         for n, outputs in enumerate(got[k]):
             assert_same(outputs, lones[k].step(plan[k][n]), f"stream {k}, step {n}")
         streams[k].close()
     assert list(tmp_path.iterdir()) == []
+    return before, after
+
+
+def test_streams_survive_their_replicas_being_replaced(local_ray, tmp_path):
+    """``serve.run`` again with one replica: Ray Serve's Python API replaces both replicas (a
+    rolling replacement, as for a new version of the code); every stream ends on the new one."""
+
+    def run(replicas: int) -> None:
+        serve.run(make_app(MODEL, tmp_path, replicas=replicas, handoff=0.5), name="ortstate", route_prefix="/")
+
+    run(2)
+    before, after = _survive(local_ray, tmp_path, lambda: run(1), seed=20)
+    assert len(after) == 1 and not after & before, (before, after)
+    serve.delete("ortstate")
+
+
+def test_streams_survive_their_replica_being_removed(local_ray, tmp_path):
+    """A declarative config (what ``serve run config.yaml`` and ``serve deploy`` apply) scaled from
+    two replicas to one: Ray removes one replica in place and keeps the other running; the removed
+    replica's streams continue exactly on the one left, whose own streams never moved."""
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    def apply(replicas: int) -> None:
+        app = {"name": "ortstate", "route_prefix": "/", "import_path": "ortstate.serve.ray_deployment:app_builder"}
+        app["args"] = {"model": str(MODEL), "state_dir": str(tmp_path), "handoff": 0.5}
+        app["deployments"] = [{"name": "ortstate", "num_replicas": replicas}]
+        _get_global_client().deploy_apps(ServeDeploySchema(applications=[app]), _blocking=True)
+
+    apply(2)
+    before, after = _survive(local_ray, tmp_path, lambda: apply(1), seed=22)
+    assert len(after) == 1 and after < before, (before, after)
