@@ -24,14 +24,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as connect_async
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.sync.client import connect as connect_sync
 
 from ..errors import ServeError
 from .codec import decode_npz, encode_npz
+from .wire import WireConnection
+from .wire import connect as connect_async
 
 __all__ = ["SESSION_HEADER", "AsyncClient", "AsyncStream", "Client", "Stream"]
 
@@ -238,7 +238,7 @@ class AsyncStream:
     def __init__(self, id: str, client: AsyncClient) -> None:  # noqa: A002
         self.id = id
         self._client = client
-        self._connection: ClientConnection | None = None
+        self._connection: WireConnection | None = None
 
     async def step(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return _reply(await self._exchange(encode_npz(feeds)))
@@ -260,11 +260,7 @@ class AsyncStream:
         http = self._client.http
         try:
             self._connection = await connect_async(
-                http.socket_url(self.id),
-                additional_headers=http.stream_headers(self.id),
-                max_size=_REPLY_LIMIT,
-                open_timeout=http.timeout,
-                compression=None,  # small arrays: compressing costs more than sending
+                http.socket_url(self.id), http.stream_headers(self.id), _REPLY_LIMIT, http.timeout
             )
         except (WebSocketException, OSError, asyncio.TimeoutError) as exc:
             raise _closed(exc, self.id) from None

@@ -3,7 +3,8 @@ what ``numpy.savez`` writes: a stored (uncompressed) zip of ``.npy`` entries.
 
 A step message holds a few small arrays, where ``numpy.savez`` and ``numpy.load`` cost ~20 and
 ~40 µs (zipfile's objects, a header parsed per entry): most of a step's server time. Here one
-archive is a few ``struct`` packs or unpacks. :func:`write` writes exactly that subset (version
+archive is a few ``struct`` packs or unpacks, and an ``.npy`` header is made or parsed once per
+dtype and shape (a stream's steps repeat them), then looked up. :func:`write` writes exactly that subset (version
 1.0 ``.npy`` headers, as numpy writes them; ``numpy.load`` reads it); :func:`read` reads that
 subset and returns None for anything else (compressed entries, zip64, extra fields, a comment, a
 CRC that does not match, a header it does not know), which the caller then reads through
@@ -12,6 +13,7 @@ CRC that does not match, a header it does not know), which the caller then reads
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 import zlib
@@ -35,12 +37,15 @@ _HEADER = re.compile(
 )
 
 
-def _npy_header(array: np.ndarray) -> bytes:
-    descr = np.lib.format.dtype_to_descr(array.dtype)
-    text = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': {tuple(array.shape)!r}, }}"
+@functools.lru_cache(maxsize=256)
+def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> tuple[bytes, int]:
+    """The ``.npy`` header numpy writes for an array of ``dtype`` and ``shape``, and its CRC-32."""
+    descr = np.lib.format.dtype_to_descr(dtype)
+    text = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': {shape!r}, }}"
     pad = -(len(_MAGIC) + 2 + len(text) + 1) % _ALIGN
     text = text + " " * pad + "\n"
-    return _MAGIC + struct.pack("<H", len(text)) + text.encode("latin1")
+    header = _MAGIC + struct.pack("<H", len(text)) + text.encode("latin1")
+    return header, zlib.crc32(header)
 
 
 def write(arrays: Mapping[str, np.ndarray]) -> bytes:
@@ -51,8 +56,10 @@ def write(arrays: Mapping[str, np.ndarray]) -> bytes:
         if array.dtype.hasobject:
             raise ValueError(f"array '{name}' holds Python objects")
         entry = (name + ".npy").encode("utf-8")
-        body = _npy_header(array) + array.tobytes()
-        crc, size = zlib.crc32(body), len(body)
+        header, header_crc = _npy_header(array.dtype, array.shape)
+        data = array.tobytes()
+        body = header + data
+        crc, size = zlib.crc32(data, header_crc), len(body)
         local.append(_LOCAL.pack(_LOCAL_SIG, 20, 0, 0, 0, 0x21, crc, size, size, len(entry), 0) + entry + body)
         central.append(
             _CENTRAL.pack(_CENTRAL_SIG, 20, 20, 0, 0, 0, 0x21, crc, size, size, len(entry), 0, 0, 0, 0, 0, offset)
@@ -82,9 +89,8 @@ def _read(data: memoryview) -> dict[str, np.ndarray] | None:
     arrays: dict[str, np.ndarray] = {}
     at = start
     for _ in range(count):
-        fields = _CENTRAL.unpack_from(data, at)
-        sig, flags, method, crc, csize, usize, nlen, xlen, clen, offset = (
-            fields[i] for i in (0, 3, 4, 7, 8, 9, 10, 11, 12, 16)
+        sig, _, _, flags, method, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _, offset = _CENTRAL.unpack_from(
+            data, at
         )
         if sig != _CENTRAL_SIG or flags & 0x0809 or method or csize != usize or xlen or clen:
             return None
@@ -107,25 +113,37 @@ def _read(data: memoryview) -> dict[str, np.ndarray] | None:
 
 
 def _npy(body: memoryview) -> np.ndarray | None:
-    """A version 1.0 ``.npy`` of a plain dtype, as a read-only view; None otherwise."""
-    if bytes(body[:8]) != _MAGIC:
+    """A version 1.0 ``.npy`` of a plain dtype, as an array of its own; None otherwise."""
+    if len(body) < 10:
         return None
     (length,) = struct.unpack_from("<H", body, 8)
     if length > _MAX_HEADER:
         return None
-    match = _HEADER.fullmatch(bytes(body[10 : 10 + length]).decode("latin1"))
+    layout = _layout(bytes(body[: 10 + length]))
+    if layout is None:
+        return None
+    dtype, shape, count, order = layout
+    data = body[10 + length :]
+    if len(data) != count * dtype.itemsize:
+        return None
+    array = np.frombuffer(data, dtype=dtype, count=count).reshape(shape, order=order)
+    return array.copy()  # its own memory, writable: the message's bytes are not kept
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(header: bytes) -> tuple[np.dtype, tuple[int, ...], int, str] | None:
+    """What an ``.npy`` header (magic to padding) says: dtype, shape, element count and order;
+    None unless it is a version 1.0 header, as numpy writes it, of a plain dtype."""
+    if header[:8] != _MAGIC:
+        return None
+    match = _HEADER.fullmatch(header[10:].decode("latin1"))
     if match is None:
         return None
-    descr, fortran = match["descr"], match["fortran"] == "True"
     shape = tuple(int(d) for d in match["shape"].replace(",", " ").split())
-    dtype = np.dtype(descr)
+    dtype = np.dtype(match["descr"])
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or not dtype.itemsize:
         return None
     count = 1
     for d in shape:
         count *= d
-    data = body[10 + length :]
-    if len(data) != count * dtype.itemsize:
-        return None
-    array = np.frombuffer(data, dtype=dtype, count=count).reshape(shape, order="F" if fortran else "C")
-    return array.copy()  # its own memory, writable: the message's bytes are not kept
+    return dtype, shape, count, "F" if match["fortran"] == "True" else "C"

@@ -6,6 +6,11 @@ each, as Triton's "oldest" sequence batcher: a stream's next step waits for the 
 batched run per feed shape, and hands each submission its own outputs or its own error. The run
 happens in a worker thread, so the event loop goes on (other coroutines run, new submissions wait
 for the next tick) while it does.
+
+Under load, ticks follow one another without waiting: when submissions came in while a tick ran,
+the next tick takes them at once (continuous batching), so a step waits for at most the tick
+running when it came, never for a tick plus a delay. A server's 256 busy streams: the same mean
+batch size, half the step latency's spread (docs/serve.md).
 """
 
 from __future__ import annotations
@@ -54,10 +59,10 @@ class Ticker:
         return await future
 
     async def _ticks(self) -> None:
-        full = self._full
+        full, busy = self._full, False
         assert full is not None
         while self._waiting:
-            if not full.is_set():
+            if not full.is_set() and not busy:
                 try:
                     await asyncio.wait_for(full.wait(), self.max_delay)
                 except TimeoutError:
@@ -65,6 +70,7 @@ class Ticker:
             full.clear()
             await self._tick()
             await asyncio.sleep(0)  # let the stepped streams submit their next steps
+            busy = bool(self._waiting)  # steps came in while it ran: the next tick runs at once
 
     async def _tick(self) -> None:
         batch: dict[int, tuple[Mapping[str, Any], asyncio.Future, float]] = {}
