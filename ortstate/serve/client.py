@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.sync.client import connect as connect_sync
 
 from ..errors import ServeError
+from .aio import within
 from .codec import decode_npz, encode_npz
 from .wire import WireConnection
 from .wire import connect as connect_async
@@ -223,15 +223,6 @@ class Client:
         pass
 
 
-async def _within(awaitable: Any, seconds: float) -> Any:
-    """``await awaitable``, or ``asyncio.TimeoutError`` after ``seconds``; without the task
-    ``asyncio.wait_for`` makes per call on Python 3.11 (a tenth of a step's client time)."""
-    if sys.version_info < (3, 11):
-        return await asyncio.wait_for(awaitable, seconds)
-    async with asyncio.timeout(seconds):
-        return await awaitable
-
-
 class AsyncStream:
     """:class:`Stream`, for asyncio."""
 
@@ -275,7 +266,7 @@ class AsyncStream:
                 assert self._connection is not None
                 try:
                     await self._connection.send(message)
-                    return await _within(self._connection.recv(), self._client.http.timeout)
+                    return await within(self._connection.recv(), self._client.http.timeout)
                 except (WebSocketException, OSError, asyncio.TimeoutError) as exc:
                     raise _closed(exc, self.id) from None
             except ServeError as error:

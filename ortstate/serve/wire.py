@@ -222,4 +222,3 @@ class WireConnection(asyncio.Protocol):
             self._arm_deadline()
             await asyncio.shield(self._lost)
         raise self.protocol.close_exc
-
