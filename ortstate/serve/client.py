@@ -28,7 +28,6 @@ from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.sync.client import connect as connect_sync
 
 from ..errors import ServeError
-from .aio import within
 from .codec import decode_npz, encode_npz
 from .wire import WireConnection
 from .wire import connect as connect_async
@@ -266,7 +265,7 @@ class AsyncStream:
                 assert self._connection is not None
                 try:
                     await self._connection.send(message)
-                    return await within(self._connection.recv(), self._client.http.timeout)
+                    return await self._connection.recv(self._client.http.timeout)
                 except (WebSocketException, OSError, asyncio.TimeoutError) as exc:
                     raise _closed(exc, self.id) from None
             except ServeError as error:

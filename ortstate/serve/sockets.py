@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -18,7 +19,6 @@ from typing import Any
 from starlette.websockets import WebSocketDisconnect
 
 from ..errors import OrtStateError, ServeError
-from .aio import within
 from .codec import OK, decode_npz, encode_npz, error_text, parse_op
 from .service import CLOSE_UNKNOWN, ID_PATTERN, StreamService
 
@@ -146,3 +146,12 @@ async def _answer(service: StreamService, name: str, socket: Socket, message: Me
         await socket.close(1000, "stream closed")
         return False
     return True
+
+
+async def within(awaitable: Awaitable[Message], seconds: float) -> Message:
+    """``await awaitable``, or ``asyncio.TimeoutError`` after ``seconds`` (without the task
+    ``asyncio.wait_for`` makes per call on Python 3.11)."""
+    if sys.version_info < (3, 11):
+        return await asyncio.wait_for(awaitable, seconds)
+    async with asyncio.timeout(seconds):
+        return await awaitable

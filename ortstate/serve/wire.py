@@ -7,17 +7,25 @@ which cost a stream's step about as much as the rest of the client's work; a str
 has one message in flight at a time, so none of that is needed. Its errors are websockets' own
 (``InvalidStatus`` for a refused handshake, ``ConnectionClosed`` with the close frames), as that
 client raises them.
+
+Two things per message are done here rather than by the protocol object, which would make a system
+call for each: a message is framed here (RFC 6455 5.2, one final frame, masked) with a masking key
+taken from random bytes drawn from ``os.urandom`` a few kilobytes at a time (a fresh, unpredictable
+key per frame, as 5.3 asks); and a reply's timeout is one timer per connection, moved forward at
+each message, not one timer per message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import struct
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 from websockets.client import ClientProtocol
-from websockets.frames import Frame, Opcode
+from websockets.frames import Frame, Opcode, apply_mask
 from websockets.http11 import Response
 from websockets.protocol import State
 from websockets.uri import parse_uri
@@ -26,6 +34,7 @@ __all__ = ["WireConnection", "connect"]
 
 _CLOSE_TIMEOUT = 10.0  # seconds to wait for the server to end TCP after the close handshake
 _QUEUED = 16  # messages received and not yet taken before reading pauses
+_KEYS = 4096  # random bytes drawn at a time for masking keys (1,024 frames)
 
 
 async def connect(url: str, headers: Mapping[str, str], max_size: int, timeout: float) -> WireConnection:
@@ -76,7 +85,11 @@ class WireConnection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None  # send waiting for the buffer to drain
         self._lost: asyncio.Future[None] = loop.create_future()
         self._paused = False
-        self._deadline: asyncio.TimerHandle | None = None
+        self._deadline: asyncio.TimerHandle | None = None  # the end of TCP after a close
+        self._due = 0.0  # when the message recv waits for is late
+        self._watch: asyncio.TimerHandle | None = None  # the timer that checks it
+        self._keys = b""
+        self._next_key = 0
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:  # uvloop's transports are no asyncio.Transport
@@ -94,8 +107,9 @@ class WireConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.protocol.receive_eof()  # a no-op once closed
         self.protocol.state = State.CLOSED  # as websockets' own asyncio client does: TCP is gone
-        if self._deadline is not None:
-            self._deadline.cancel()
+        for timer in (self._deadline, self._watch):
+            if timer is not None:
+                timer.cancel()
         if not self.opened.done():
             self.opened.set_exception(self.protocol.handshake_exc or ConnectionError("connection lost"))
         for future in (self._waiter, self._writable, self._lost):
@@ -119,23 +133,25 @@ class WireConnection(asyncio.Protocol):
         """
         if self.protocol.state is not State.OPEN:
             await self._closed()
-        if isinstance(message, str):
-            self.protocol.send_text(message.encode())
-        else:
-            self.protocol.send_binary(message)
-        self._flush()
+        text = type(message) is str
+        payload = message.encode() if text else message
+        self._transport.write(_masked(Opcode.TEXT if text else Opcode.BINARY, payload, self._key()))
         if self._writable is not None:
             await self._writable
 
-    async def recv(self) -> bytes | str:
-        """The next message.
+    async def recv(self, timeout: float) -> bytes | str:
+        """The next message, within ``timeout`` seconds.
 
         Raises:
             ConnectionClosed: the connection closed (its close frames say how).
+            asyncio.TimeoutError: none came in time (the connection stays as it is).
         """
         while not self._messages:
             if self.protocol.state is State.CLOSED:
                 raise self.protocol.close_exc
+            self._due = self._loop.time() + timeout
+            if self._watch is None:
+                self._watch = self._loop.call_at(self._due, self._expire)
             self._waiter = self._loop.create_future()
             try:
                 await self._waiter
@@ -160,6 +176,25 @@ class WireConnection(asyncio.Protocol):
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
+
+    def _expire(self) -> None:
+        """The timer of recv's wait: fail it if it is late, or look again when it will be."""
+        self._watch = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        if self._loop.time() >= self._due:
+            waiter.set_exception(asyncio.TimeoutError())
+        else:
+            self._watch = self._loop.call_at(self._due, self._expire)
+
+    def _key(self) -> bytes:
+        """A fresh masking key."""
+        at = self._next_key
+        if at + 4 > len(self._keys):
+            self._keys, at = os.urandom(_KEYS), 0
+        self._next_key = at + 4
+        return self._keys[at : at + 4]
 
     # -- the protocol's events --------------------------------------------------------------------
     def _after_receive(self) -> None:
@@ -222,3 +257,15 @@ class WireConnection(asyncio.Protocol):
             self._arm_deadline()
             await asyncio.shield(self._lost)
         raise self.protocol.close_exc
+
+
+def _masked(opcode: Opcode, payload: bytes, key: bytes) -> bytes:
+    """One final client frame (RFC 6455 5.2): ``payload``, masked with ``key``."""
+    size = len(payload)
+    if size < 126:
+        header = struct.pack("!BB", 0x80 | opcode, 0x80 | size)
+    elif size < 1 << 16:
+        header = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, size)
+    else:
+        header = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, size)
+    return header + key + apply_mask(payload, key)
