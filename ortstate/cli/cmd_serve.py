@@ -23,7 +23,8 @@ DESCRIPTION = f"""\
 Serve MODEL (an IR .xml or an ONNX model) to many streams at once: each stream is a client's own
 set of the model's variables, stepped over one WebSocket; the steps of concurrent streams are
 batched into one run per tick by a StreamPool (a tick runs once --max-batch streams wait, or
---max-delay-ms after the first). Prints the server's URL, then serves until SIGTERM or Ctrl-C.
+--max-delay-ms after the first; under load, each tick at once after the one before). Prints the
+server's URL, then serves until SIGTERM or Ctrl-C.
 
 protocol (docs/serve.md):
   GET  /v1/health, /v1/model (inputs, outputs, variables), /v1/stats (streams, batches, latency)

@@ -44,7 +44,8 @@ class StreamPool:
         slots: how many streams can hold a slot at once (the state arrays are allocated for all).
         park_dir: where :meth:`park` writes idle streams' snapshots (none: parking is refused).
         max_batch, max_delay: :meth:`submit`'s batching: a tick runs once ``max_batch`` streams wait
-            or ``max_delay`` seconds after the first one.
+            or ``max_delay`` seconds after the first one; when steps came in while a tick ran, the
+            next runs at once.
         sess_options, providers: as ``StatefulSession``'s.
 
     A stream is one row of the model's batch: its feeds have 1 along each input's batch axis, and

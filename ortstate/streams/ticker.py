@@ -8,9 +8,9 @@ happens in a worker thread, so the event loop goes on (other coroutines run, new
 for the next tick) while it does.
 
 Under load, ticks follow one another without waiting: when submissions came in while a tick ran,
-the next tick takes them at once (continuous batching), so a step waits for at most the tick
-running when it came, never for a tick plus a delay. A server's 256 busy streams: the same mean
-batch size, half the step latency's spread (docs/serve.md).
+the next tick takes them at once (continuous batching), so a busy stream's step waits for the tick
+running when it came (and, past ``max_batch`` streams, the ticks ahead of it), never for a delay
+besides.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,27 @@ def test_submit_batches_concurrent_streams_per_tick() -> None:
             _close(got, lone.step(sid, f), f"stream {sid} step {k}")
     stats = pool.stats()
     assert stats.max_batch >= 5 and stats.runs <= 6 and stats.tick_p50 > 0
+
+
+def test_steps_waiting_when_a_tick_ends_run_at_once() -> None:
+    """Continuous batching: with a delay of 0.5 s, a stream's three steps submitted at once take
+    three ticks, and only the first waits for the delay (waiting for each: 1.5 s)."""
+    pool = ortstate.StreamPool(_model("lstmcell_step"), slots=2, max_delay=0.5)
+    lone = Lone(_model("lstmcell_step"), pool)
+    rng = np.random.default_rng(13)
+    sid = pool.open()
+    lone.start(sid)
+    plan = [_feeds(pool, rng, 1) for _ in range(3)]
+
+    async def everything() -> tuple[list, float]:
+        start = time.perf_counter()
+        got = await asyncio.gather(*(pool.submit(sid, f) for f in plan))
+        return got, time.perf_counter() - start
+
+    got, seconds = asyncio.run(everything())
+    assert pool.stats().runs == 3 and 0.5 <= seconds < 0.9, seconds
+    for k, f in enumerate(plan):
+        _close(got[k], lone.step(sid, f), f"step {k}")
 
 
 def test_a_failed_run_changes_no_stream(monkeypatch) -> None:

@@ -1,0 +1,158 @@
+"""``ortstate serve`` under load on this machine: one server of the tiny 2-layer LSTM
+(``models/lstm_2l_dynbatch``, the server's defaults) on 127.0.0.1, and ``ortstate serve --bench``
+in another process driving 256 concurrent streams through the WebSocket API, several rounds.
+
+Writes ``benchmarks/results/serve.json`` and ``serve.md`` (each round's steps/s, step latency p50
+and p99 as the client sees it, the server's mean batch and its CPU seconds per 1,000 steps; the
+machine, and the load average before and after) and prints one PASS/MISS line per target of issue
+21. Run it on a quiet machine (server and client share its cores):
+
+    python benchmarks/serve.py                           # 5 rounds of 256 streams x 400 steps
+    python benchmarks/serve.py --rounds 1 --steps 20 --out /tmp/serve   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from statistics import median
+
+from ortstate.bench.report import machine_info
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+MODEL = ROOT / "models" / "lstm_2l_dynbatch" / "model.xml"
+# issue 21, 256 streams on 2 cores: aggregate steps/s, client p99 (ms), the server's mean batch
+TARGETS = {"steps_per_s": 10_000, "p99_ms": 20.0, "mean_batch": 32}
+_SUMMARY = re.compile(
+    r"([\d,]+) steps/s, step latency p50 ([\d.]+) ms, p99 ([\d.]+) ms; the server's mean batch ([\d.]+)"
+)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--streams", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    server, url = _start_server()
+    rounds = []
+    try:
+        for k in range(args.rounds):
+            cpu = _cpu_seconds(server.pid)
+            rounds.append(_bench(url, args.streams, args.steps))
+            rounds[-1]["server_cpu_ms_per_1000_steps"] = round(
+                (_cpu_seconds(server.pid) - cpu) * 1e6 / (args.streams * args.steps), 1
+            )
+            print(f"serve: round {k + 1}/{args.rounds}: {rounds[-1]}", file=sys.stderr)
+        stats = json.loads(urllib.request.urlopen(url + "/v1/stats", timeout=30).read())
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    load_after = os.getloadavg()
+    document = {
+        "machine": machine_info(),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in load_after],
+        "model": str(MODEL.relative_to(ROOT)),
+        "streams": args.streams,
+        "steps": args.steps,
+        "rounds": rounds,
+        "server_stats": {k: stats[k] for k in ("step_p50_ms", "step_p99_ms", "run_p50_ms", "mean_batch", "steps")},
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "serve.json").write_text(json.dumps(document, indent=1) + "\n")
+    table = _table(document)
+    (args.out / "serve.md").write_text(table)
+    print(table)
+    print("\n".join(_targets(rounds)))
+    return 0
+
+
+def _start_server() -> tuple[subprocess.Popen, str]:
+    """The server on 127.0.0.1 (a free port), once it has printed its URL."""
+    command = [sys.executable, "-m", "ortstate", "serve", str(MODEL), "--port", "0"]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    with selectors.DefaultSelector() as sel:
+        sel.register(server.stdout, selectors.EVENT_READ)
+        line = server.stdout.readline() if sel.select(60) else ""
+    found = re.search(r" on (http://127\.0\.0\.1:\d+)", line)
+    if not found:
+        server.kill()
+        raise SystemExit(f"serve: the server did not start: {line!r}")
+    return server, found.group(1)
+
+
+def _bench(url: str, streams: int, steps: int) -> dict:
+    command = [sys.executable, "-m", "ortstate", "serve", "--bench", url, "--streams", str(streams)]
+    out = subprocess.run(command + ["--steps", str(steps)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    found = _SUMMARY.search(out.stdout)
+    if out.returncode or not found:
+        raise SystemExit(f"serve: the bench failed: {out.stdout}{out.stderr}")
+    rate, p50, p99, batch = found.groups()
+    return {"steps_per_s": int(rate.replace(",", "")), "p50_ms": float(p50), "p99_ms": float(p99), "mean_batch": float(batch)}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux's /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _table(document: dict) -> str:
+    m = document["machine"]
+    lines = [
+        f"### `ortstate serve`: {document['streams']} streams × {document['steps']} steps, {document['model']}",
+        "",
+        f"{m['cpu']}, {m['cores']} cores ({m['isa']}); server and bench client on the same cores; "
+        f"load average {document['load_before'][0]} before, {document['load_after'][0]} after; "
+        f"{time.strftime('%Y-%m-%d')}.",
+        "",
+        "| round | steps/s | step p50 ms | step p99 ms | server's mean batch | server CPU ms / 1,000 steps |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for k, r in enumerate(document["rounds"], 1):
+        lines.append(
+            f"| {k} | {r['steps_per_s']:,} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['mean_batch']:.1f} | "
+            f"{r['server_cpu_ms_per_1000_steps']} |"
+        )
+    s = document["server_stats"]
+    lines += [
+        "",
+        f"The server's own `/v1/stats` over all rounds: a step (message in to reply out) p50 {s['step_p50_ms']} ms, "
+        f"p99 {s['step_p99_ms']} ms; a batched run p50 {s['run_p50_ms']} ms.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _targets(rounds: list[dict]) -> list[str]:
+    out = []
+    for key, target in TARGETS.items():
+        values = [r[key] for r in rounds]
+        mid = median(values)
+        passed = mid <= target if key == "p99_ms" else mid >= target
+        word = "at most" if key == "p99_ms" else "at least"
+        out.append(
+            f"{'PASS' if passed else 'MISS'} {key}: median {mid:,.1f} over {len(values)} rounds "
+            f"(range {min(values):,.1f} – {max(values):,.1f}; target {word} {target:,})"
+        )
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
