@@ -101,7 +101,12 @@ def _bench(url: str, streams: int, steps: int) -> dict:
     if out.returncode or not found:
         raise SystemExit(f"serve: the bench failed: {out.stdout}{out.stderr}")
     rate, p50, p99, batch = found.groups()
-    return {"steps_per_s": int(rate.replace(",", "")), "p50_ms": float(p50), "p99_ms": float(p99), "mean_batch": float(batch)}
+    return {
+        "steps_per_s": int(rate.replace(",", "")),
+        "p50_ms": float(p50),
+        "p99_ms": float(p99),
+        "mean_batch": float(batch),
+    }
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -40,7 +40,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for hidden in TARGETS:
             xml = lstm_ir(Path(tmp) / f"h{hidden}" / "model.xml", hidden, layers=2, input_size=16)
-            progress = lambda m: print(f"streams: hidden {hidden}: {m}", file=sys.stderr)  # noqa: E731
+            progress = lambda m, hidden=hidden: print(f"streams: hidden {hidden}: {m}", file=sys.stderr)  # noqa: E731
             rows = measure_streams(xml, counts, args.steps, args.threads, progress=progress)
             document[f"lstm_h{hidden}_l2"] = streams_document(rows)
             tables.append(f"### 2-layer LSTM, hidden {hidden}\n\n{streams_table(rows)}\n")
