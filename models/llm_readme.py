@@ -7,10 +7,27 @@ from collections import Counter
 from pathlib import Path
 
 SIZE_KEYS = (
-    "hidden_size", "n_embd", "d_model", "intermediate_size", "n_inner", "d_ff", "num_hidden_layers", "n_layer",
-    "num_layers", "encoder_layers", "decoder_layers", "num_attention_heads", "n_head", "num_heads",
-    "encoder_attention_heads", "num_key_value_heads", "num_local_experts", "num_experts", "state_size",
-    "mamba_d_state", "vocab_size",
+    "hidden_size",
+    "n_embd",
+    "d_model",
+    "intermediate_size",
+    "n_inner",
+    "d_ff",
+    "num_hidden_layers",
+    "n_layer",
+    "num_layers",
+    "encoder_layers",
+    "decoder_layers",
+    "num_attention_heads",
+    "n_head",
+    "num_heads",
+    "encoder_attention_heads",
+    "num_key_value_heads",
+    "num_local_experts",
+    "num_experts",
+    "state_size",
+    "mamba_d_state",
+    "vocab_size",
 )
 CORE = {"Const", "Parameter", "Result"}
 

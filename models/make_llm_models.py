@@ -89,8 +89,18 @@ def _hf_check(fam: Family, model, folder: Path, ref: dict) -> float:
 def _export(fam: Family, hf_dir: Path, out_dir: Path) -> None:
     cli = Path(sys.executable).parent / "optimum-cli"
     cmd = [
-        str(cli), "export", "openvino", "--model", str(hf_dir), "--task", fam.task,
-        "--weight-format", fam.weight_format, "--disable-convert-tokenizer", *fam.export_args, str(out_dir),
+        str(cli),
+        "export",
+        "openvino",
+        "--model",
+        str(hf_dir),
+        "--task",
+        fam.task,
+        "--weight-format",
+        fam.weight_format,
+        "--disable-convert-tokenizer",
+        *fam.export_args,
+        str(out_dir),
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     subprocess.run(cmd, check=True, env=env)
