@@ -11,6 +11,8 @@ each by exactly one pass, one module each:
   (what a session of the custom-op form runs; never saved);
 - :func:`share_kv` (:mod:`.kv_share`): the explicit form's KV variables given length inputs and
   outputs, so a session can keep them in buffers with spare rows (done on load, never saved);
+- :func:`group_decode` (:mod:`.grouped_decode`): a grouped attention's one-row step over those
+  buffers as batched products that read each KV head once (done on load, never saved);
 - :func:`kv_layout` (:mod:`.kv_layout`): the past/present layout of ONNX LLM tools
   (onnxruntime-genai, optimum), made from the explicit form for ``ortstate export``;
 - :func:`prune` (:mod:`.prune`): what no output needs, dropped;
@@ -31,6 +33,7 @@ knows. Another layout (e.g. the past/present names of onnxruntime-genai) is one 
 
 from .fold import fold_static
 from .fuse import fusable, fuse_state_ops
+from .grouped_decode import group_decode
 from .init_guard import guard_inits
 from .kv_layout import KvCache, kv_layout
 from .kv_share import share_kv, shares_all, shares_any
@@ -46,6 +49,7 @@ __all__ = [
     "fold_static",
     "fusable",
     "fuse_state_ops",
+    "group_decode",
     "guard_inits",
     "kv_layout",
     "offload_initializers",

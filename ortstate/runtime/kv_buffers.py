@@ -89,7 +89,7 @@ class KvBuffers:
         capacity = length + max(_MIN_SPARE, length // 2)
         shape = list(value.shape)
         shape[_AXIS] = capacity
-        buffer = np.empty(shape, dtype=value.dtype)
+        buffer = np.zeros(shape, dtype=value.dtype)  # spare rows finite: passes.grouped_decode reads them
         buffer[:, :, :length] = value[:, :, :length]
         self.buffers[var_id] = buffer
         self.lengths[var_id] = length

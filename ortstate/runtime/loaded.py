@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from ..errors import OrtStateError, PassError, RunError
 from ..model_meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
-from ..passes import fusable, fuse_state_ops, share_kv, shares_any, to_explicit
+from ..passes import fusable, fuse_state_ops, group_decode, share_kv, shares_any, to_explicit
 from ..passes.walk import nodes
 from . import pyops, snapshot
 from .guards import Guard, empty_input_guards
@@ -249,8 +249,13 @@ def _pick_form(source: Source, meta: ModelMeta, form: str) -> ModelMeta:
 
 
 def _shared(source: Source, meta: ModelMeta) -> ModelMeta:
-    """The explicit form with its KV variables ready for buffers (see ``passes.kv_share``)."""
-    return share_kv(source.own(), meta) if shares_any(source.model, meta) else meta
+    """The explicit form with its KV variables ready for buffers (see ``passes.kv_share``), and a
+    grouped attention's decode step over them reading each KV head once (``passes.grouped_decode``)."""
+    if not shares_any(source.model, meta):
+        return meta
+    meta = share_kv(source.own(), meta)
+    group_decode(source.own(), meta)
+    return meta
 
 
 def _fetchable(source: Source) -> str | None:

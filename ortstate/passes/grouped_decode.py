@@ -1,0 +1,179 @@
+"""Explicit form with KV buffers (after :func:`~.kv_share.share_kv`): a decode step of a grouped
+attention (more query heads than KV heads) reads each KV head once instead of once per query head.
+
+ONNX Runtime's CPU ``GroupQueryAttention`` attends each query head to its KV head on its own: with
+7 query heads per KV head (Qwen2-0.5B) it reads the whole cache 7 times a step, which is where a
+long context's decode time goes. For a step of one new row, past ``_MIN_ROWS`` rows, whose buffers
+have room, this pass runs the same attention as batched products over the KV heads instead:
+
+- the new key and value rows go into the buffers in place (``ScatterElements`` whose data and
+  output are the same memory writes only the new rows: no copy of the cache);
+- ``scores = FusedMatMul(query grouped [b, kv, group, size], key buffer, transB, alpha=scale)``,
+  plus the kernel's ``attention_bias`` padded with ``-inf`` over the buffer's spare rows;
+- ``Softmax``, then ``MatMul`` with the value buffer: [b, kv, group, size], the kernel's output.
+
+Every other run (several new rows, a short past, buffers without room, a past of exactly its
+length) takes the kernel as before, in the other branch of an ``If``. The spare rows are read, with weight 0: the
+runtime keeps them finite (zeros when a buffer is made; written only with key and value rows).
+A kernel with anything but ``num_heads``, ``kv_num_heads``, ``scale`` and ``causal=0`` (rotary,
+local windows, softcap, sinks) is left alone. Done on load, for a session's KV buffers only: an
+exported model keeps the kernel (another runtime's buffers may hold anything in their spare rows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..model_meta import ModelMeta, fresh_name
+from .walk import all_names, graphs
+
+__all__ = ["group_decode"]
+
+_MS = "com.microsoft"
+_PAST_K, _PAST_V, _TOTAL, _BIAS = 3, 4, 6, 10  # GroupQueryAttention's inputs
+_PLAIN = {"num_heads", "kv_num_heads", "scale", "causal"}
+# Below this many rows the kernel is as fast or faster (one layer of Qwen2-0.5B, 14 heads over 2,
+# 2 threads: 9 against 18 µs at 32 rows, 24 against 24 at 256, 75 against 54 at 1,024)
+_MIN_ROWS = 256
+
+
+def group_decode(model: onnx.ModelProto, meta: ModelMeta) -> int:
+    """Give every grouped ``GroupQueryAttention`` over two shared KV variables of ``model`` the
+    decode branch described above, in place; how many were given one."""
+    shared = {v.state_input for v in meta.variables if v.length_input and v.state_input}
+    taken = all_names(model.graph)
+    done = 0
+    for graph in reversed(graphs(model.graph)):  # inner graphs first: a rebuilt list copies its nodes
+        if not any(_qualifies(node, shared) for node in graph.node):
+            continue
+        rebuilt: list[onnx.NodeProto] = []
+        for node in graph.node:
+            if _qualifies(node, shared):
+                rebuilt += _Branch(node, taken).nodes()
+                done += 1
+            else:
+                rebuilt.append(node)
+        del graph.node[:]
+        graph.node.extend(rebuilt)
+    if done and not any(o.domain == _MS for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(_MS, 1))
+    return done
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, object]:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _qualifies(node: onnx.NodeProto, shared: set[str]) -> bool:
+    if node.op_type != "GroupQueryAttention" or node.domain != _MS or len(node.input) > _BIAS + 1:
+        return False
+    attrs = _attrs(node)
+    heads, kv_heads, scale = attrs.get("num_heads"), attrs.get("kv_num_heads"), attrs.get("scale")
+    if set(attrs) - _PLAIN or attrs.get("causal", 0) != 0 or not isinstance(scale, float) or scale <= 0:
+        return False
+    if not isinstance(heads, int) or not isinstance(kv_heads, int) or kv_heads < 1 or heads <= kv_heads:
+        return False
+    unused = [node.input[i] for i in (7, 8, 9) if i < len(node.input)]  # cos/sin caches, position ids
+    grouped = heads % kv_heads == 0 and len(node.output) == 3
+    return grouped and not any(unused) and node.input[_PAST_K] in shared and node.input[_PAST_V] in shared
+
+
+class _Branch:
+    """The nodes that replace one kernel: its condition, and ``If(condition, grouped, kernel)``."""
+
+    def __init__(self, kernel: onnx.NodeProto, taken: set[str]) -> None:
+        self.kernel = kernel
+        self.taken = taken
+        self.base = kernel.name or kernel.output[0]
+        attrs = _attrs(kernel)
+        self.heads, self.kv_heads = int(attrs["num_heads"]), int(attrs["kv_num_heads"])  # type: ignore[call-overload]
+        self.scale = float(attrs["scale"])  # type: ignore[arg-type]
+        self._nodes: list[onnx.NodeProto] = []
+
+    def nodes(self) -> list[onnx.NodeProto]:
+        kernel = self.kernel
+        query, total = kernel.input[0], kernel.input[_TOTAL]
+        past_k, past_v = kernel.input[_PAST_K], kernel.input[_PAST_V]
+        # the condition: one new row, at least _MIN_ROWS rows after it, and room for it in both buffers
+        total64 = self.op("Reshape", [self.op("Cast", [total], to=onnx.TensorProto.INT64), self.const([1])])
+        room = [self.op("LessOrEqual", [total64, self.op("Shape", [p], start=2, end=3)]) for p in (past_k, past_v)]
+        one_row = self.op("Equal", [self.op("Shape", [query], start=1, end=2), self.const([1])])
+        long = self.op("GreaterOrEqual", [total64, self.const([_MIN_ROWS])])
+        cond = self.op("Squeeze", [self.op("And", [self.op("And", [one_row, long]), self.op("And", room)])])
+        outer, self._nodes = self._nodes, []
+        grouped = self._grouped(total64)
+        kept = onnx.NodeProto()
+        kept.CopyFrom(kernel)
+        kept.name = self.fresh(f"{self.base}/kernel")
+        del kept.output[:]
+        kept.output.extend(self.fresh(f"{o}/kernel") for o in kernel.output)
+        branch = helper.make_node(
+            "If",
+            [cond],
+            list(kernel.output),
+            name=self.fresh(f"{self.base}/one_row"),
+            then_branch=self.graph("grouped", grouped, self._nodes),
+            else_branch=self.graph("kernel", list(kept.output), [kept]),
+        )
+        return [*outer, branch]
+
+    def _grouped(self, total64: str) -> list[str]:
+        """The grouped products; their outputs: the kernel's output, the two presents."""
+        kernel, kv, group = self.kernel, self.kv_heads, self.heads // self.kv_heads
+        query, key, value, past_k, past_v = kernel.input[:5]
+        bias = kernel.input[_BIAS] if len(kernel.input) > _BIAS else ""
+        to_rows = self.const([0, kv, 1, -1])  # [batch, 1, kv * size] -> [batch, kv, 1, size]
+        position = self.op("Sub", [total64, self.const([1])])
+        presents = []
+        for new, past in ((key, past_k), (value, past_v)):
+            rows = self.op("Reshape", [new, to_rows])
+            where = self.op("Expand", [position, self.op("Shape", [rows])])
+            presents.append(self.op("ScatterElements", [past, where, rows], axis=2))  # in place: past is present
+        present_k, present_v = presents
+        grouped_q = self.op("Reshape", [query, self.const([0, kv, group, -1])])
+        scores = self.op("FusedMatMul", [grouped_q, present_k], domain=_MS, transB=1, alpha=self.scale)
+        by_head = self.op("Reshape", [scores, self.const([0, self.heads, 1, -1])])  # [batch, heads, 1, capacity]
+        capacity = self.op("Shape", [present_k], start=2, end=3)
+        minus_inf = self.const(np.array(-np.inf, np.float32))
+        if bias:  # [batch or 1, heads or 1, 1, total] -> -inf over the spare rows
+            pads = self.op("Concat", [self.const([0] * 7), self.op("Sub", [capacity, total64])], axis=0)
+            mask = self.op("Pad", [bias, pads, minus_inf])
+        else:
+            positions = self.op(
+                "Range", [self.const(np.array(0)), self.op("Squeeze", [capacity]), self.const(np.array(1))]
+            )
+            mask = self.op(
+                "Where", [self.op("Less", [positions, total64]), self.const(np.array(0, np.float32)), minus_inf]
+            )
+        weights = self.op("Softmax", [self.op("Add", [by_head, mask])], axis=-1)
+        grouped_w = self.op("Reshape", [weights, self.const([0, kv, group, -1])])
+        attended = self.op("MatMul", [grouped_w, present_v])  # [batch, kv, group, size]
+        return [self.op("Reshape", [attended, self.const([0, 1, -1])]), present_k, present_v]
+
+    # -- building -------------------------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        name = fresh_name(base, self.taken)
+        self.taken.add(name)
+        return name
+
+    def op(self, op_type: str, inputs: list[str], domain: str = "", **attrs: object) -> str:
+        name = self.fresh(f"{self.base}/grouped/{op_type}")
+        self._nodes.append(helper.make_node(op_type, inputs, [name], name=name, domain=domain, **attrs))
+        return name
+
+    def const(self, values: object) -> str:
+        array = values if isinstance(values, np.ndarray) else np.array(values, np.int64)
+        if array.dtype.kind == "i":
+            array = array.astype(np.int64)
+        name = self.fresh(f"{self.base}/grouped/const")
+        self._nodes.append(
+            helper.make_node("Constant", [], [name], name=name, value=numpy_helper.from_array(array, name))
+        )
+        return name
+
+    def graph(self, what: str, outputs: list[str], nodes: list[onnx.NodeProto]) -> onnx.GraphProto:
+        # float, as the kernel's (the converter writes it for f32 attention only)
+        declared = [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in outputs]
+        return helper.make_graph(nodes, self.fresh(f"{self.base}/{what}"), [], declared)
