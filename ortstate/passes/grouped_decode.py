@@ -3,8 +3,8 @@ attention (more query heads than KV heads) reads each KV head once instead of on
 
 ONNX Runtime's CPU ``GroupQueryAttention`` attends each query head to its KV head on its own: with
 7 query heads per KV head (Qwen2-0.5B) it reads the whole cache 7 times a step, which is where a
-long context's decode time goes. For a step of one new row, past ``_MIN_ROWS`` rows, whose buffers
-have room, this pass runs the same attention as batched products over the KV heads instead:
+long context's decode time goes. For a step of one new row, at ``_MIN_ROWS`` rows of context or more,
+whose buffers have room, this pass runs the same attention as batched products over the KV heads instead:
 
 - the new key and value rows go into the buffers in place (``ScatterElements`` whose data and
   output are the same memory writes only the new rows: no copy of the cache);
@@ -27,31 +27,33 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..model_meta import ModelMeta, fresh_name
-from .walk import all_names, graphs
+from .walk import all_names, graphs, rename_in_nodes
 
 __all__ = ["group_decode"]
 
 _MS = "com.microsoft"
 _PAST_K, _PAST_V, _TOTAL, _BIAS = 3, 4, 6, 10  # GroupQueryAttention's inputs
 _PLAIN = {"num_heads", "kv_num_heads", "scale", "causal"}
-# Below this many rows the kernel is as fast or faster (one layer of Qwen2-0.5B, 14 heads over 2,
-# 2 threads: 9 against 18 µs at 32 rows, 24 against 24 at 256, 75 against 54 at 1,024)
-_MIN_ROWS = 256
+# From this many rows on the products are faster. On the real-size model (Qwen2-0.5B's shape, 14
+# heads over 2, 2 threads; benchmarks/realsize_grouped.py, each session made first once) a step
+# took 1.03-1.08x the kernel's at 1,024 rows, 0.91-0.98x at 2,048 and 0.89-0.92x at 4,000.
+_MIN_ROWS = 2048
 
 
 def group_decode(model: onnx.ModelProto, meta: ModelMeta) -> int:
-    """Give every grouped ``GroupQueryAttention`` over two shared KV variables of ``model`` the
-    decode branch described above, in place; how many were given one."""
+    """Give every ``If`` whose else branch runs a grouped ``GroupQueryAttention`` over two shared KV
+    variables the decode branch described above, in place; how many were given one."""
     shared = {v.state_input for v in meta.variables if v.length_input and v.state_input}
     taken = all_names(model.graph)
     done = 0
     for graph in reversed(graphs(model.graph)):  # inner graphs first: a rebuilt list copies its nodes
-        if not any(_qualifies(node, shared) for node in graph.node):
+        found = {i: k for i, node in enumerate(graph.node) if (k := _kernel_of(node, shared)) is not None}
+        if not found:
             continue
         rebuilt: list[onnx.NodeProto] = []
-        for node in graph.node:
-            if _qualifies(node, shared):
-                rebuilt += _Branch(node, taken).nodes()
+        for index, node in enumerate(graph.node):
+            if index in found:
+                rebuilt += _Branch(found[index], taken).around(node)
                 done += 1
             else:
                 rebuilt.append(node)
@@ -60,6 +62,21 @@ def group_decode(model: onnx.ModelProto, meta: ModelMeta) -> int:
     if done and not any(o.domain == _MS for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(_MS, 1))
     return done
+
+
+def _kernel_of(node: onnx.NodeProto, shared: set[str]) -> onnx.NodeProto | None:
+    """The qualifying kernel an ``If``'s else branch runs at its top level, reading only values of
+    the graph around the ``If`` (so the condition can be computed there); else None."""
+    if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+        return None
+    branch = next((a.g for a in node.attribute if a.name == "else_branch"), None)
+    if branch is None:
+        return None
+    kernels = [n for n in branch.node if _qualifies(n, shared)]
+    if len(kernels) != 1:
+        return None
+    made = {out for n in branch.node for out in n.output} | {i.name for i in branch.initializer}
+    return None if any(name in made for name in kernels[0].input) else kernels[0]
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, object]:
@@ -92,7 +109,9 @@ class _Branch:
         self.scale = float(attrs["scale"])  # type: ignore[arg-type]
         self._nodes: list[onnx.NodeProto] = []
 
-    def nodes(self) -> list[onnx.NodeProto]:
+    def around(self, outer: onnx.NodeProto) -> list[onnx.NodeProto]:
+        """The condition's nodes, then ``If(outer's condition or grouped, If(grouped, products,
+        outer's then), outer's else)``: the kernel's runs keep the one ``If`` they had."""
         kernel = self.kernel
         query, total = kernel.input[0], kernel.input[_TOTAL]
         past_k, past_v = kernel.input[_PAST_K], kernel.input[_PAST_V]
@@ -101,23 +120,53 @@ class _Branch:
         room = [self.op("LessOrEqual", [total64, self.op("Shape", [p], start=2, end=3)]) for p in (past_k, past_v)]
         one_row = self.op("Equal", [self.op("Shape", [query], start=1, end=2), self.const([1])])
         long = self.op("GreaterOrEqual", [total64, self.const([_MIN_ROWS])])
-        cond = self.op("Squeeze", [self.op("And", [self.op("And", [one_row, long]), self.op("And", room)])])
-        outer, self._nodes = self._nodes, []
-        grouped = self._grouped(total64)
-        kept = onnx.NodeProto()
-        kept.CopyFrom(kernel)
-        kept.name = self.fresh(f"{self.base}/kernel")
-        del kept.output[:]
-        kept.output.extend(self.fresh(f"{o}/kernel") for o in kernel.output)
+        grouped = self.op("And", [self.op("And", [one_row, long]), self.op("And", room)])
+        either = self.op("Or", [outer.input[0], grouped])
+        conditions, self._nodes = self._nodes, []
+        made = self._grouped(total64)
+        products, self._nodes = self._nodes, []
+        rename_in_nodes(products, dict(zip(made, self.kernel.output[:3])))  # the kernel's outputs, by their names
+        then_old = next(a.g for a in outer.attribute if a.name == "then_branch")
+        else_old = next(a.g for a in outer.attribute if a.name == "else_branch")
+        copied = self._replace_kernel(else_old, products)
+        inner_out = [self.fresh(f"{o}/either") for o in outer.output]
+        inner = helper.make_node(
+            "If",
+            [grouped],
+            inner_out,
+            name=self.fresh(f"{self.base}/one_row"),
+            then_branch=copied,
+            else_branch=then_old,
+        )
         branch = helper.make_node(
             "If",
-            [cond],
-            list(kernel.output),
-            name=self.fresh(f"{self.base}/one_row"),
-            then_branch=self.graph("grouped", grouped, self._nodes),
-            else_branch=self.graph("kernel", list(kept.output), [kept]),
+            [either],
+            list(outer.output),
+            name=outer.name,
+            then_branch=self.graph("grouped_or_composed", inner_out, [inner]),
+            else_branch=else_old,
         )
-        return [*outer, branch]
+        return [*conditions, branch]
+
+    def _replace_kernel(self, branch: onnx.GraphProto, products: list[onnx.NodeProto]) -> onnx.GraphProto:
+        """A copy of ``branch`` whose kernel is ``products`` (which make the kernel's outputs); every
+        value made in it renamed, as a name may be defined once in a model."""
+        nodes: list[onnx.NodeProto] = []
+        for node in branch.node:
+            if node.op_type == self.kernel.op_type and list(node.output) == list(self.kernel.output):
+                nodes += products
+                continue
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copy.name = self.fresh(f"{node.name or node.output[0]}/grouped")
+            nodes.append(copy)
+        made = [out for n in nodes if n not in products for out in n.output if out] + list(self.kernel.output)
+        renames = {name: self.fresh(f"{name}/grouped") for name in made}
+        rename_in_nodes(nodes, renames)
+        outputs = [renames.get(o.name, o.name) for o in branch.output]
+        graph = self.graph("grouped", outputs, nodes)
+        graph.initializer.extend(branch.initializer)
+        return graph
 
     def _grouped(self, total64: str) -> list[str]:
         """The grouped products; their outputs: the kernel's output, the two presents."""

@@ -26,6 +26,7 @@ import ortstate
 from ortstate.generate import Generator
 from ortstate.model_meta import ModelMeta, VariableMeta
 from ortstate.passes import grouped_decode
+from ortstate.passes.walk import nodes
 
 LLM_DIR = Path(__file__).resolve().parents[2] / "models" / "llm"
 FOLDERS = sorted(p.parent for p in LLM_DIR.glob("*/reference.json"))
@@ -106,8 +107,18 @@ def _gqa_model(**attrs: object) -> tuple[onnx.ModelProto, ModelMeta]:
     names = ["q", "k", "v", "past_k", "past_v", "seqlens", "total"]
     inputs = [h.make_tensor_value_info(n, T.FLOAT, None) for n in names[:5]]
     inputs += [h.make_tensor_value_info("seqlens", T.INT32, [1]), h.make_tensor_value_info("total", T.INT32, [])]
-    node = h.make_node("GroupQueryAttention", names, ["out", "present_k", "present_v"], domain="com.microsoft", **attrs)
-    outputs = [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("out", "present_k", "present_v")]
+    inputs.append(h.make_tensor_value_info("several", T.BOOL, []))
+    # as the converter writes it: If(several rows in a batch, a composition, the kernel)
+    kernel = h.make_node(
+        "GroupQueryAttention", names, ["out", "present_k", "present_v"], domain="com.microsoft", **attrs
+    )
+    fused = h.make_graph([kernel], "fused", [], [h.make_tensor_value_info(n, T.FLOAT, None) for n in kernel.output])
+    copies = [h.make_node("Identity", [n], [f"{n}_c"]) for n in ("q", "past_k", "past_v")]
+    composed = h.make_graph(
+        copies, "composed", [], [h.make_tensor_value_info(n.output[0], T.FLOAT, None) for n in copies]
+    )
+    node = h.make_node("If", ["several"], ["y", "pk", "pv"], then_branch=composed, else_branch=fused)
+    outputs = [h.make_tensor_value_info(n, T.FLOAT, None) for n in node.output]
     model = h.make_model(h.make_graph([node], "g", inputs, outputs))
     variables = tuple(
         VariableMeta(
@@ -139,5 +150,6 @@ def _gqa_model(**attrs: object) -> tuple[onnx.ModelProto, ModelMeta]:
 def test_only_the_kernels_the_products_compute_are_rewritten(attrs: dict, grouped: bool) -> None:
     model, meta = _gqa_model(**attrs)
     assert grouped_decode.group_decode(model, meta) == int(grouped)
-    ops = [n.op_type for n in model.graph.node]
-    assert ("If" in ops) == grouped and ("GroupQueryAttention" in ops) != grouped
+    ops = [n.op_type for n in nodes(model.graph)]
+    assert ops.count("GroupQueryAttention") == 1  # the kernel's runs keep it
+    assert ops.count("ScatterElements") == 2 * grouped and ops.count("If") == 1 + grouped
