@@ -3,8 +3,9 @@ attention (more query heads than KV heads) reads each KV head once instead of on
 
 ONNX Runtime's CPU ``GroupQueryAttention`` attends each query head to its KV head on its own: with
 7 query heads per KV head (Qwen2-0.5B) it reads the whole cache 7 times a step, which is where a
-long context's decode time goes. For a step of one new row, at ``_MIN_ROWS`` rows of context or more,
-whose buffers have room, this pass runs the same attention as batched products over the KV heads instead:
+long context's decode time goes. For a step of one new row, at ``_MIN_ROWS`` rows of context or
+more, whose buffers have room, this pass runs the same attention as batched products over the KV
+heads instead:
 
 - the new key and value rows go into the buffers in place (``ScatterElements`` whose data and
   output are the same memory writes only the new rows: no copy of the cache);
@@ -12,9 +13,12 @@ whose buffers have room, this pass runs the same attention as batched products o
   plus the kernel's ``attention_bias`` padded with ``-inf`` over the buffer's spare rows;
 - ``Softmax``, then ``MatMul`` with the value buffer: [b, kv, group, size], the kernel's output.
 
-Every other run (several new rows, a short past, buffers without room, a past of exactly its
-length) takes the kernel as before, in the other branch of an ``If``. The spare rows are read, with weight 0: the
-runtime keeps them finite (zeros when a buffer is made; written only with key and value rows).
+Every other run (several new rows, a shorter context, buffers without room, a past of exactly its
+length) takes the kernel as before: the converter's ``If(several rows in a batch, composition,
+kernel)`` becomes ``If(that or grouped, If(grouped, products, composition), kernel)``, the condition
+computed beside it, so the kernel's runs still pass one ``If`` (a second level cost 4-8 % a step at
+short contexts). The spare rows are read, with weight 0: the runtime keeps them finite (zeros when
+a buffer is made; written only with key and value rows).
 A kernel with anything but ``num_heads``, ``kv_num_heads``, ``scale`` and ``causal=0`` (rotary,
 local windows, softcap, sinks) is left alone. Done on load, for a session's KV buffers only: an
 exported model keeps the kernel (another runtime's buffers may hold anything in their spare rows).
