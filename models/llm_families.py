@@ -52,6 +52,21 @@ def _common(**overrides: Any) -> dict[str, Any]:
 
 _LLAMA = _common()
 _MAMBA_DECODING = {"attention_mask": "current", "cache_position": "conv_kernel"}
+# mamba and falcon_mamba: the same tiny state-space config (each family gets a copy of its own)
+_MAMBA = {
+    "vocab_size": VOCAB,
+    "hidden_size": 64,
+    "state_size": 8,
+    "num_hidden_layers": 2,
+    "expand": 2,
+    "conv_kernel": 4,
+    "time_step_rank": 8,
+    "tie_word_embeddings": False,
+    "initializer_range": 0.1,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
 _HYBRID_DECODING = {"attention_mask": "full", "cache_position": "conv_kernel"}
 
 FAMILIES: list[Family] = [
@@ -158,40 +173,14 @@ FAMILIES: list[Family] = [
     Family(
         "mamba",
         "MambaConfig",
-        {
-            "vocab_size": VOCAB,
-            "hidden_size": 64,
-            "state_size": 8,
-            "num_hidden_layers": 2,
-            "expand": 2,
-            "conv_kernel": 4,
-            "time_step_rank": 8,
-            "tie_word_embeddings": False,
-            "initializer_range": 0.1,
-            "bos_token_id": 1,
-            "eos_token_id": 2,
-            "pad_token_id": 0,
-        },
+        dict(_MAMBA),
         pin="52",
         decoding={**_MAMBA_DECODING, "conv_kernel": 4},
     ),
     Family(
         "falcon_mamba",
         "FalconMambaConfig",
-        {
-            "vocab_size": VOCAB,
-            "hidden_size": 64,
-            "state_size": 8,
-            "num_hidden_layers": 2,
-            "expand": 2,
-            "conv_kernel": 4,
-            "time_step_rank": 8,
-            "tie_word_embeddings": False,
-            "initializer_range": 0.1,
-            "bos_token_id": 1,
-            "eos_token_id": 2,
-            "pad_token_id": 0,
-        },
+        dict(_MAMBA),
         pin="52",
         decoding={**_MAMBA_DECODING, "conv_kernel": 4},
     ),
