@@ -36,14 +36,11 @@ class Socket:
     """One WebSocket's ASGI channel: what a stream's messages are read from and answered on, and
     what the service closes when another connection takes the stream over."""
 
-    __slots__ = ("_receive", "_send")
+    __slots__ = ("_send", "receive")
 
     def __init__(self, receive: Callable[[], Awaitable[Message]], send: Callable[[Message], Awaitable[None]]) -> None:
-        self._receive = receive
+        self.receive = receive  # the server's own: no coroutine of ours around each message
         self._send = send
-
-    async def receive(self) -> Message:
-        return await self._receive()
 
     async def reply(self, reply: bytes | str) -> bool:
         """Send ``reply``; False once the socket is gone."""
