@@ -102,7 +102,8 @@ def _qualifies(node: onnx.NodeProto, shared: set[str]) -> bool:
 
 
 class _Branch:
-    """The nodes that replace one kernel: its condition, and ``If(condition, grouped, kernel)``."""
+    """The nodes that replace the converter's ``If`` around one kernel: the grouped condition, and
+    the widened ``If`` (see :meth:`around`)."""
 
     def __init__(self, kernel: onnx.NodeProto, taken: set[str]) -> None:
         self.kernel = kernel
