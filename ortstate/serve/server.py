@@ -22,6 +22,7 @@ from ..errors import ServeError
 from ..streams import StreamPool
 from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
 from .auth import check_exposure
+from .compat import run_with
 from .service import StreamService
 
 __all__ = ["run_loop", "Running", "bind", "build", "serve_forever", "serve_in_thread", "url_of"]
@@ -126,8 +127,7 @@ def run_loop(main: Any) -> Any:
         import uvloop
     except ImportError:
         return asyncio.run(main)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(main)
+    return run_with(main, uvloop.new_event_loop)
 
 
 def build(

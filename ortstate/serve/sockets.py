@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -20,6 +19,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from ..errors import OrtStateError, ServeError
 from .codec import OK, decode_npz, encode_npz, error_text, parse_op
+from .compat import within
 from .service import CLOSE_UNKNOWN, ID_PATTERN, StreamService
 
 __all__ = ["CLOSE_REPLACED", "CLOSE_RESTART", "PREFIX", "Socket", "serve_socket"]
@@ -143,12 +143,3 @@ async def _answer(service: StreamService, name: str, socket: Socket, message: Me
         await socket.close(1000, "stream closed")
         return False
     return True
-
-
-async def within(awaitable: Awaitable[Message], seconds: float) -> Message:
-    """``await awaitable``, or ``asyncio.TimeoutError`` after ``seconds`` (without the task
-    ``asyncio.wait_for`` makes per call on Python 3.11)."""
-    if sys.version_info < (3, 11):
-        return await asyncio.wait_for(awaitable, seconds)
-    async with asyncio.timeout(seconds):
-        return await awaitable

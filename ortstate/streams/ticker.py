@@ -65,7 +65,7 @@ class Ticker:
             if not full.is_set() and not busy:
                 try:
                     await asyncio.wait_for(full.wait(), self.max_delay)
-                except TimeoutError:
+                except asyncio.TimeoutError:  # noqa: UP041 - not the builtin before Python 3.11
                     pass
             full.clear()
             await self._tick()
