@@ -47,8 +47,9 @@ loopback only: any other --host is refused. No TLS: put a TLS proxy in front for
 
 limits: --max-streams open streams (parked ones included: each keeps its slot, so it can always come
 back); one more is refused (503 {{"error": ...}}), none is ever evicted. A step message over
---max-message-bytes (or whose arrays are, uncompressed) is answered with an error; one over twice
-that closes the socket (1009). One slow client delays only its own stream.
+--max-message-bytes (or whose arrays are, uncompressed) is answered with an error; one over the
+larger of twice that and that plus 64 KiB closes the socket (1009). One slow client delays only its
+own stream.
 
 With --ray: the same app on Ray Serve (the ray extra), --replicas replicas each with a pool of
 its own, routed by stream id (Ray Serve's consistent-hash router, no fallback); the replicas share

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import zipfile
 from collections.abc import Mapping
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -62,15 +63,69 @@ def decode_npz(data: bytes, limit: int) -> dict[str, np.ndarray]:
             name = entry.filename.removesuffix(".npy")
             if name in arrays:
                 raise ServeError(f".npz entry '{name}' appears twice")
-            try:
-                with archive.open(entry) as f:
-                    arrays[name] = np.lib.format.read_array(f, allow_pickle=False)
-            except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError) as exc:
-                why = "object arrays are refused" if "pickle" in str(exc) else " ".join(str(exc).split())
-                raise ServeError(f".npz entry '{entry.filename}' is not a readable .npy array ({why})") from None
+            arrays[name] = _entry(archive, entry, limit)
     if not arrays:
         raise ServeError("the .npz holds no array")
     return arrays
+
+
+def _entry(archive: zipfile.ZipFile, entry: zipfile.ZipInfo, limit: int) -> np.ndarray:
+    """The array of one ``.npy`` entry, its header read and checked (a literal dict, a shape that
+    fits the limit, no objects) before numpy allocates anything."""
+    where = f".npz entry '{entry.filename}'"
+    try:
+        with archive.open(entry) as f:
+            shape, dtype = _header(f, where)
+        if dtype.hasobject:
+            raise ServeError(f"{where} is not a readable .npy array (object arrays are refused)")
+        if any(d < 0 for d in shape):
+            raise ServeError(f"{where} is not a readable .npy array (shape {_shown(shape)} has a negative size)")
+        if math.prod(max(d, 1) for d in shape) * max(dtype.itemsize, 1) > limit:
+            raise ServeError(f"{where} has shape {_shown(shape)}, too large for the limit of {limit} bytes")
+        with archive.open(entry) as f:
+            return np.lib.format.read_array(f, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError):
+        # the header was read and checked above: what is left is the data (short, or corrupt)
+        raise ServeError(f"{where} is not a readable .npy array (its data does not match its header)") from None
+
+
+def _header(f: IO[bytes], where: str) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype an ``.npy`` header says; numpy's own words about a bad one (which
+    quote Python's parser, heap addresses included) are replaced by ours."""
+    try:
+        version = np.lib.format.read_magic(f)
+    except (ValueError, EOFError):
+        raise ServeError(f"{where} is not a readable .npy array (it does not start as an .npy does)") from None
+    read = _HEADER_READERS.get(version)
+    if read is None:
+        shown = ".".join(map(str, version))
+        raise ServeError(f"{where} is not a readable .npy array (.npy version {shown}; 1.0 and 2.0 are read)")
+    try:
+        shape, _, dtype = read(f)
+    except EOFError:
+        raise ServeError(f"{where} is not a readable .npy array (it ends inside its header)") from None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
+        why = str(exc)
+        if why.startswith("EOF"):
+            why = "it ends inside its header"
+        elif why.startswith("Header info length"):
+            why = "its header is too long"
+        elif why.startswith(_CHECKED_AFTER_PARSING):
+            why = "its header is not a dict of descr, fortran_order and shape as numpy writes it"
+        else:  # literal_eval refused it (code, a malformed literal, an int of too many digits)
+            why = "its header is not a literal dict"
+        raise ServeError(f"{where} is not a readable .npy array ({why})") from None
+    return shape, dtype
+
+
+# numpy's checks of a header that parsed as a literal (their words quote the literal, not Python's)
+_CHECKED_AFTER_PARSING = ("Header does not contain", "shape is not valid", "fortran_order is not", "descr is not")
+_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _shown(shape: tuple[int, ...]) -> str:
+    text = "[" + ", ".join(map(str, shape)) + "]"
+    return text if len(text) <= 100 else text[:96] + " ...]"
 
 
 def parse_op(text: str, limit: int) -> str:

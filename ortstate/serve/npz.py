@@ -76,7 +76,7 @@ def read(data: bytes) -> dict[str, np.ndarray] | None:
     else (see the module doc)."""
     try:
         return _read(memoryview(data))
-    except (struct.error, ValueError, SyntaxError, TypeError, KeyError, IndexError, MemoryError):
+    except (struct.error, ValueError, SyntaxError, TypeError, KeyError, IndexError, MemoryError, OverflowError):
         return None
 
 

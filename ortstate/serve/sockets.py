@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -22,13 +23,15 @@ from .codec import OK, decode_npz, encode_npz, error_text, parse_op
 from .compat import within
 from .service import CLOSE_UNKNOWN, ID_PATTERN, StreamService
 
-__all__ = ["CLOSE_REPLACED", "CLOSE_RESTART", "PREFIX", "Socket", "serve_socket"]
+__all__ = ["CLOSE_REPLACED", "CLOSE_RESTART", "INTERNAL_ERROR", "PREFIX", "Socket", "serve_socket"]
 
 PREFIX = "/v1/streams/"
+INTERNAL_ERROR = "internal error (logged on the server)"
 CLOSE_REPLACED = 4409  # another connection to the same stream took it over
 CLOSE_RESTART = 1012  # "service restart": the message was not acted on; reconnect and send it again
 
 Message = MutableMapping[str, Any]
+logger = logging.getLogger("ortstate.serve")
 _GONE = (WebSocketDisconnect, RuntimeError, OSError)  # closed, or taken over meanwhile
 
 
@@ -135,8 +138,9 @@ async def _answer(service: StreamService, name: str, socket: Socket, message: Me
             await socket.close(exc.code, str(exc))
             return False
         reply = error_text(exc)
-    except Exception as exc:  # noqa: BLE001 - a bug: said to the client, the server goes on
-        reply = error_text(f"internal error: {type(exc).__name__}: {exc}")
+    except Exception:  # noqa: BLE001 - a bug: the client is told, the server logs it and goes on
+        logger.exception("ortstate serve: a stream's message raised")  # Python's words stay here
+        reply = error_text(INTERNAL_ERROR)
     if not await socket.reply(reply):
         return False
     if text is not None and reply == OK and not service.knows(name):

@@ -60,3 +60,10 @@ def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: s
     for name in want:
         assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape, f"{what}: {name}"
         np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=ATOL, err_msg=f"{what}: {name}")
+
+
+def raw_npy(header: str, version: bytes = b"\x01\x00") -> bytes:
+    """An ``.npy`` whose header dict is ``header`` as written (numpy would never write most of these)."""
+    text = header.encode("latin1")
+    text += b" " * (-(10 + len(text) + 1) % 64) + b"\n"
+    return b"\x93NUMPY" + version + len(text).to_bytes(2, "little") + text

@@ -9,6 +9,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from conftest import raw_npy
 
 from ortstate.errors import ServeError
 from ortstate.serve import npz
@@ -99,3 +100,57 @@ def _npy_bytes(count: int) -> bytes:
     out = io.BytesIO()
     np.save(out, np.zeros(count, np.float32))
     return out.getvalue()
+
+
+def _stored(npy: bytes) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("x.npy", npy)
+    return out.getvalue()
+
+
+def _header(shape: str) -> str:
+    return "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }"
+
+
+# What the probes got back: Python's own words (MemoryError, OverflowError, a heap address)
+HOSTILE_HEADERS = [
+    (_header("(1, 1000000000000, 8)"), "has shape [1, 1000000000000, 8], too large for the limit of 65536 bytes"),
+    (
+        _header("(1, 1180591620717411303424, 8)"),
+        "has shape [1, 1180591620717411303424, 8], too large for the limit of 65536 bytes",
+    ),
+    (
+        _header("(0, 1180591620717411303424)"),
+        "has shape [0, 1180591620717411303424], too large for the limit of 65536 bytes",
+    ),
+    (_header("(1, -1, 8)"), "is not a readable .npy array (shape [1, -1, 8] has a negative size)"),
+    (_header("__import__('os').getpid()"), "is not a readable .npy array (its header is not a literal dict)"),
+    (_header("(1,) + (2,)"), "is not a readable .npy array (its header is not a literal dict)"),
+    ("[1, 2]", "is not a readable .npy array (its header is not a literal dict)"),
+    (_header("(" + "9" * 5000 + ",)"), "is not a readable .npy array (its header is not a literal dict)"),
+    (
+        "{'descr': '<f4', 'shape': (1,), }",
+        "is not a readable .npy array (its header is not a dict of descr, fortran_order and shape as numpy writes it)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("header", "error"), HOSTILE_HEADERS)
+def test_hostile_headers_get_our_words_not_pythons(header, error) -> None:
+    with pytest.raises(ServeError) as info:
+        decode_npz(_stored(raw_npy(header)), 1 << 16)
+    assert str(info.value) == f".npz entry 'x.npy' {error}"
+
+
+def test_npy_versions_and_truncated_entries_are_refused_in_our_words() -> None:
+    cases = [
+        (raw_npy(_header("(1,)"), b"\x03\x00"), "(.npy version 3.0; 1.0 and 2.0 are read)"),
+        (b"\x93NUMPY\x01\x00\xff\x00{'descr'", "(it ends inside its header)"),
+        (b"PK not an npy", "(it does not start as an .npy does)"),
+        (raw_npy(_header("(4,)")) + b"\0" * 3, "(its data does not match its header)"),
+    ]
+    for npy, why in cases:
+        with pytest.raises(ServeError) as info:
+            decode_npz(_stored(npy), 1 << 16)
+        assert str(info.value) == f".npz entry 'x.npy' is not a readable .npy array {why}"

@@ -16,7 +16,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import Lone, assert_same, feeds, running
+from conftest import Lone, assert_same, feeds, raw_npy, running
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -150,6 +150,21 @@ BAD = [
         ".npz entry 'x.npy' is not a readable .npy array (object arrays are refused)",
     ),
     (encode_npz({}), "the .npz holds no array"),
+    # the issue's probes, answered in Python's words before (MemoryError, OverflowError, a heap address)
+    (
+        _npz_of(**{"x.npy": raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1000000000000, 8), }")}),
+        ".npz entry 'x.npy' has shape [1, 1000000000000, 8], too large for the limit of 65536 bytes",
+    ),
+    (
+        _npz_of(
+            **{"x.npy": raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2361183241434822606848), }")}
+        ),
+        ".npz entry 'x.npy' has shape [1, 2361183241434822606848], too large for the limit of 65536 bytes",
+    ),
+    (
+        _npz_of(**{"x.npy": raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': __import__('os').getpid(), }")}),
+        ".npz entry 'x.npy' is not a readable .npy array (its header is not a literal dict)",
+    ),
     ("hello", 'text message is not JSON (ops: {"op": "reset"}, {"op": "close"})'),
     ('{"op": "explode"}', 'unknown op "explode" (ops: reset, close, as {"op": "reset"})'),
     ("[1]", 'unknown op missing (ops: reset, close, as {"op": "reset"})'),
@@ -344,3 +359,22 @@ def test_servers_sharing_a_state_dir_hand_streams_over(tmp_path):
         assert a.service.stats()["steps"] == 4 and b.service.stats()["steps"] == 8
         Client(a.url).stream(stream.id).close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unexpected_error_is_logged_not_told(caplog):
+    """A bug in answering a message: the client gets our words, the server's log gets Python's."""
+    with running(slots=2) as server:
+
+        async def broken(stream, fed):
+            raise MemoryError("Unable to allocate 29.1 TiB for an array with shape (8000000000000,)")
+
+        server.service.step = broken
+        stream = server.service.open()
+        with caplog.at_level("ERROR", logger="ortstate.serve"), _socket(server.url, stream) as ws:
+            ws.send(encode_npz(feeds(np.random.default_rng(9))))
+            assert json.loads(ws.recv(timeout=10)) == {"error": "internal error (logged on the server)"}
+            ws.send('{"op": "reset"}')  # the socket goes on
+            assert json.loads(ws.recv(timeout=10)) == {"ok": True}
+    logged = [r for r in caplog.records if r.name == "ortstate.serve"]
+    assert [r.getMessage() for r in logged] == ["ortstate serve: a stream's message raised"]
+    assert "Unable to allocate 29.1 TiB" in str(logged[0].exc_info[1])
