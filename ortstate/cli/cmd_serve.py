@@ -44,6 +44,8 @@ a server started again on the same directory continues each stream when its clie
 security: with --token T (or {TOKEN_VARIABLE}=T) every request and WebSocket must carry
 "Authorization: Bearer T" (else 401, or close code 4401). Without a token the server listens on
 loopback only: any other --host is refused. No TLS: put a TLS proxy in front for a network.
+Connections that have not shown the token (any complete request, without one) are counted apart
+from authorised ones, 1,024 at most, and closed unless their first request is whole within 5 s.
 
 limits: --max-streams open streams (parked ones included: each keeps its slot, so it can always come
 back); one more is refused (503 {{"error": ...}}), none is ever evicted. A step message over
@@ -108,7 +110,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _check_extra() -> None:
-    missing = [m for m in ("starlette", "uvicorn", "websockets") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("starlette", "uvicorn", "websockets", "httptools") if importlib.util.find_spec(m) is None]
     if missing:
         raise UsageError(
             f"ortstate serve needs the serve extra (pip install 'ortstate[serve]'); missing {', '.join(missing)}"
@@ -160,13 +162,13 @@ def run(args: argparse.Namespace) -> int:
             args.idle_park,
             options,
         )
-    except ServeError as exc:  # --state-dir cannot be made or read
+        settings = server.config(app, args.max_message_bytes, args.max_streams, args.token)
+    except ServeError as exc:  # --state-dir cannot be made or read, too few open files
         sock.close()
         raise UsageError(str(exc)) from None
     except BaseException:
         sock.close()
         raise
-    settings = server.config(app, args.max_message_bytes, args.max_streams)
     kept = f"streams parked in {args.state_dir}" if args.state_dir else "state in memory only"
     url = server.url_of(sock)
 

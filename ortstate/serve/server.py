@@ -23,6 +23,7 @@ from ..streams import StreamPool
 from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
 from .auth import check_exposure
 from .compat import run_with
+from .guard import Guard, raise_open_files
 from .service import StreamService
 
 __all__ = ["run_loop", "Running", "bind", "build", "serve_forever", "serve_in_thread", "url_of"]
@@ -42,6 +43,7 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.service.drain(GRACE_SECONDS)
+        self.config.http.guard.close_all()  # uvicorn closes the connections it counts
         await super().shutdown(sockets)
 
     @contextlib.contextmanager
@@ -83,10 +85,19 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def config(app: Any, max_message_bytes: int, max_streams: int) -> uvicorn.Config:
-    """uvicorn's settings for ``app``: quiet, bounded, with a graceful shutdown of a few seconds."""
+def config(app: Any, max_message_bytes: int, max_streams: int, token: str | None) -> uvicorn.Config:
+    """uvicorn's settings for ``app``: quiet, bounded, connections not yet authorised kept apart
+    (:mod:`.guard`), with a graceful shutdown of a few seconds. The limit of open files is raised
+    to what that takes.
+
+    Raises:
+        ServeError: the hard limit of open files is too low for ``max_streams``.
+    """
+    connections = 4 * max_streams + 64
+    raise_open_files(connections)
     return uvicorn.Config(
         app,
+        http=Guard(token).protocol(),
         log_level="warning",
         access_log=False,
         lifespan="on",
@@ -97,7 +108,7 @@ def config(app: Any, max_message_bytes: int, max_streams: int) -> uvicorn.Config
         # Step messages are small arrays: compressing each costs more than sending it (zlib was a
         # tenth of the server's time at 256 streams).
         ws_per_message_deflate=False,
-        limit_concurrency=4 * max_streams + 64,
+        limit_concurrency=connections,  # authorised ones: the others are the guard's
         timeout_graceful_shutdown=GRACE_SECONDS,
     )
 
@@ -187,8 +198,8 @@ def serve_in_thread(
     service, app = build(
         model, max_streams, max_batch, max_delay, state_dir, token, max_message_bytes, idle_park, None, shared, handoff
     )
+    server = _Server(config(app, max_message_bytes, max_streams, token), service)
     sock = bind(host, port)
-    server = _Server(config(app, max_message_bytes, max_streams), service)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="ortstate-serve")
     thread.start()
     deadline = time.monotonic() + start_timeout

@@ -1,8 +1,14 @@
 """Real servers on 127.0.0.1 (a free port) for the serve tests: uvicorn in a thread of the test
-process, stopped by the test; and the oracle, a lone StatefulSession request per stream."""
+process or ``ortstate serve`` in a process of its own, stopped by the test; and the oracle, a lone
+StatefulSession request per stream."""
 
 from __future__ import annotations
 
+import contextlib
+import re
+import selectors
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +21,27 @@ from ortstate.serve import serve_in_thread
 
 MODEL = REPO / "models" / "lstm_2l_dynbatch" / "model.xml"
 RTOL = ATOL = 1e-6  # a batched kernel rounds differently from batch 1 (the pool's contract)
+START_TIMEOUT = 60.0
+
+
+@contextlib.contextmanager
+def serving(*args: str, **popen: Any) -> Iterator[tuple[subprocess.Popen, str]]:
+    """``ortstate serve MODEL --port 0 ARGS`` in a process of its own (``popen``: more of
+    ``subprocess.Popen``'s arguments): (the process, its URL)."""
+    command = [sys.executable, "-m", "ortstate", "serve", str(MODEL), "--port", "0", *args]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            assert sel.select(START_TIMEOUT), "the server printed nothing"
+        line = proc.stdout.readline()
+        match = re.search(r" on (http://127\.0\.0\.1:\d+) ", line)
+        assert match, f"{line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+        yield proc, match.group(1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
 
 
 def running(slots: int = 16, **options: Any) -> Any:

@@ -4,44 +4,19 @@ the same state directory resumes each stream exactly; one-line errors; ``--bench
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-import selectors
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import MODEL, Lone, assert_same, feeds, running
-from oracle import REPO, assert_one_line_error, run_cli
+from conftest import MODEL, Lone, assert_same, feeds, running, serving
+from oracle import assert_one_line_error, run_cli
 
 from ortstate.errors import ServeError
 from ortstate.serve import AsyncClient, Client
-
-START_TIMEOUT = 60.0
-
-
-@contextlib.contextmanager
-def serving(*args: str) -> Iterator[tuple[subprocess.Popen, str]]:
-    """``ortstate serve MODEL --port 0 ARGS`` in a process of its own: (the process, its URL)."""
-    command = [sys.executable, "-m", "ortstate", "serve", str(MODEL), "--port", "0", *args]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            assert sel.select(START_TIMEOUT), "the server printed nothing"
-        line = proc.stdout.readline()
-        match = re.search(r" on (http://127\.0\.0\.1:\d+) ", line)
-        assert match, f"{line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
-        yield proc, match.group(1)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
 
 
 def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> str:
