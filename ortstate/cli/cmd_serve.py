@@ -18,6 +18,7 @@ from .command import EXIT_OK, Command
 __all__ = ["COMMAND"]
 
 TOKEN_VARIABLE = "ORTSTATE_SERVE_TOKEN"
+EXIT_STREAMS_LOST = 3  # stopped, but streams that could not be parked (a full disk) are lost
 
 DESCRIPTION = f"""\
 Serve MODEL (an IR .xml or an ONNX model) to many streams at once: each stream is a client's own
@@ -40,6 +41,9 @@ state: without --state-dir, a stream's state lives in this process's memory only
 it. With --state-dir, streams idle for --idle-park seconds are parked there (a snapshot per stream,
 named by its id), every open stream is parked on SIGTERM or Ctrl-C before the process exits 0, and
 a server started again on the same directory continues each stream when its client reconnects.
+The directory is checked at start (exit 2 if it cannot be written) and held by one server (a second
+exits 2 naming the first's pid); a stream that cannot be parked at shutdown (a full disk) is named
+on stderr and the exit code is 3.
 
 security: with --token T (or {TOKEN_VARIABLE}=T) every request and WebSocket must carry
 "Authorization: Bearer T" (else 401, or close code 4401). Without a token the server listens on
@@ -162,13 +166,18 @@ def run(args: argparse.Namespace) -> int:
             args.idle_park,
             options,
         )
-        settings = server.config(app, args.max_message_bytes, args.max_streams, args.token)
-    except ServeError as exc:  # --state-dir cannot be made or read, too few open files
+    except ServeError as exc:  # --state-dir cannot be made, written, read or locked
         sock.close()
         raise UsageError(str(exc)) from None
     except BaseException:
         sock.close()
         raise
+    try:
+        settings = server.config(app, args.max_message_bytes, args.max_streams, args.token)
+    except ServeError as exc:  # too few open files
+        sock.close()
+        service.release()
+        raise UsageError(str(exc)) from None
     kept = f"streams parked in {args.state_dir}" if args.state_dir else "state in memory only"
     url = server.url_of(sock)
 
@@ -183,6 +192,10 @@ def run(args: argparse.Namespace) -> int:
         else "ortstate serve: stopped",
         flush=True,
     )
+    if service.lost:  # each named in the log already
+        lost = len(service.lost)
+        print(f"ortstate: error: {lost} streams could not be parked in {args.state_dir}: lost", file=sys.stderr)
+        return EXIT_STREAMS_LOST
     return EXIT_OK
 
 

@@ -127,7 +127,10 @@ def serve_forever(
         finally:  # the app's shutdown parked them, unless a second Ctrl-C skipped it
             await service.park_all()
 
-    run_loop(main())
+    try:
+        run_loop(main())
+    finally:
+        service.release()
 
 
 def run_loop(main: Any) -> Any:
@@ -198,8 +201,12 @@ def serve_in_thread(
     service, app = build(
         model, max_streams, max_batch, max_delay, state_dir, token, max_message_bytes, idle_park, None, shared, handoff
     )
-    server = _Server(config(app, max_message_bytes, max_streams, token), service)
-    sock = bind(host, port)
+    try:
+        server = _Server(config(app, max_message_bytes, max_streams, token), service)
+        sock = bind(host, port)
+    except BaseException:
+        service.release()
+        raise
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="ortstate-serve")
     thread.start()
     deadline = time.monotonic() + start_timeout
@@ -213,3 +220,4 @@ def serve_in_thread(
         server.should_exit = True
         thread.join(GRACE_SECONDS + 10)
         sock.close()
+        service.release()

@@ -15,6 +15,7 @@ Then only the streams in memory hold slots.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import secrets
@@ -30,6 +31,7 @@ from ..errors import OrtStateError, PoolFullError, ServeError
 from ..runtime import numpy_dtype
 from ..streams import StreamPool
 from ..streams.stats import percentiles
+from .state_dir import DirLock, open_state_dir
 
 __all__ = ["CLOSE_FULL", "CLOSE_UNKNOWN", "ID_PATTERN", "StreamService", "new_id"]
 
@@ -38,6 +40,7 @@ CLOSE_UNKNOWN = 4404  # no such stream (never created by a connection)
 CLOSE_FULL = 4503  # no slot for the stream: the server holds --max-streams streams
 CLOSE_BROKEN = 4500  # the stream's parked state cannot be read back
 _KEPT = 4096  # step latencies kept for the percentiles
+logger = logging.getLogger("ortstate.serve")
 
 
 def new_id() -> str:
@@ -66,14 +69,17 @@ class StreamService:
         self.errors = 0
         self.draining = False  # shutting down: no new message is taken
         self.in_flight = 0  # messages taken and not yet answered
+        self.lost: dict[str, str] = {}  # streams park_all could not park: why
+        self._dir_lock: DirLock | None = None
         if self.state_dir is not None:
-            try:
-                self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-                found = [p.stem for p in self.state_dir.glob("*.npz")]
-            except OSError as exc:
-                raise ServeError(f"--state-dir {self.state_dir}: {exc.strerror or exc}") from None
+            self._dir_lock, found = open_state_dir(self.state_dir, self.name.replace(":", "-"), shared)
             if not shared:
                 self._parked.update(s for s in found if ID_PATTERN.fullmatch(s))
+
+    def release(self) -> None:
+        """Let go of the state directory (another server may take it): once the server has stopped."""
+        if self._dir_lock is not None:
+            self._dir_lock.release()
 
     # -- streams ----------------------------------------------------------------------------------
     @property
@@ -181,8 +187,20 @@ class StreamService:
         return [s for s in idle if await self.park(s)]
 
     async def park_all(self) -> int:
-        """Park every stream in memory (at shutdown); how many were parked."""
-        return sum([await self.park(s) for s in list(self._sid)])
+        """Park every stream in memory that can be (at shutdown); how many were parked. One that
+        cannot be (a full disk) is named in the log, once, and in :attr:`lost`, and stays in memory."""
+        parked = 0
+        for stream in list(self._sid):
+            try:
+                parked += await self.park(stream)
+            except Exception as exc:  # noqa: BLE001 - the other streams are parked all the same
+                why = str(exc) if isinstance(exc, OrtStateError) else f"{type(exc).__name__}: {exc}"
+                if stream not in self.lost:
+                    logger.error("ortstate serve: stream %s cannot be parked, its state is lost: %s", stream, why)
+                self.lost[stream] = why
+            else:
+                self.lost.pop(stream, None)
+        return parked
 
     async def drain(self, timeout: float) -> None:
         """Take no new message, and wait (up to ``timeout`` seconds) until every message taken has

@@ -252,11 +252,12 @@ def test_idle_streams_are_parked_and_resume_exactly(tmp_path):
         while server.service.stats()["streams_parked"] != 1:
             assert time.monotonic() < deadline, "the idle stream was not parked"
             time.sleep(0.05)
-        assert [p.name for p in tmp_path.iterdir()] == [f"{stream.id}.npz"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", f"{stream.id}.npz"]  # held by this server
         fed = feeds(rng)
         assert_same(stream.step(fed), lone.step(fed), "resumed from its parked state")
         stream.close()
-        assert list(tmp_path.iterdir()) == []
+        assert [p.name for p in tmp_path.iterdir()] == [".lock"]
+    assert list(tmp_path.iterdir()) == []  # let go when it stopped
 
 
 def test_a_client_that_never_reads_stalls_no_one_else(shared):
