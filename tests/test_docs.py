@@ -249,10 +249,26 @@ def python_samples():
                 yield pytest.param(code, id=f"{page.relative_to(ROOT)}[{i}]")
 
 
+def cannot_run_here(code: str) -> str | None:
+    """Why a sample cannot run on this Python, or None. Only Python 3.10 lacks wheels the samples
+    need (CI runs the docs' samples there too); on the Python the whole suite runs on, none is
+    skipped."""
+    if sys.version_info >= (3, 11):
+        return None
+    if "onnxruntime_genai" in code:
+        return "onnxruntime-genai >= 0.18 has no wheel for Python 3.10"
+    if "Generator" in code:  # an LLM export: its attention runs on GroupQueryAttention(causal=0)
+        return "onnxruntime 1.23, the last with a Python 3.10 wheel, has no GroupQueryAttention causal attribute"
+    return None
+
+
 @pytest.mark.parametrize("code", list(python_samples()))
 def test_python_sample_runs_and_prints_what_it_says(tmp_path, code):
     """Run from a copy of the checkout's layout (models/, an empty out/): it succeeds, each
     ``print`` whose comment shows a value prints that value, in order, and nothing lands outside out/."""
+    why = cannot_run_here(code)
+    if why is not None:
+        pytest.skip(why)
     (tmp_path / "models").symlink_to(ROOT / "models")
     (tmp_path / "out").mkdir()
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
