@@ -182,8 +182,11 @@ def raise_open_files(connections: int) -> int:
     if soft != resource.RLIM_INFINITY and soft < needed:
         raised = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
         if raised > soft:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-            soft = raised
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+                soft = raised
+            except (ValueError, OSError):  # a system cap below the hard limit (macOS's OPEN_MAX)
+                pass
         if soft < needed:
             raise ServeError(
                 f"the open files limit is {soft} (ulimit -n, its hard limit {hard}): this server needs {needed} "

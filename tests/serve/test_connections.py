@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 
 import numpy as np
+import pytest
 from conftest import MODEL, Lone, assert_same, feeds, serving
 from oracle import REPO
 
@@ -78,7 +79,18 @@ def _sockets() -> Iterator[list[socket.socket]]:
             sock.close()
 
 
+def _enough_open_files(needed: int) -> None:
+    """This process's soft limit of open files raised to ``needed`` (its sockets are one end of the
+    flood); the server started after inherits it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.skip(f"the open files hard limit is {hard}: the flood needs {needed}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
 def test_idle_and_slowloris_sockets_keep_no_authorised_client_out():
+    _enough_open_files(IDLE + DRIPS + 1024)
     rng = np.random.default_rng(30)
     with serving("--token", TOKEN, "--max-streams", "16") as (proc, url), _sockets() as idle, _sockets() as drips:
         host, port = url.removeprefix("http://").split(":")
