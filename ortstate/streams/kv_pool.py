@@ -247,6 +247,17 @@ class KvPool(StreamPool):
         return self._kv.loaded
 
     @property
+    def batching(self) -> str:
+        """How one-token steps batch: "ragged" (any cache lengths in one run), "uniform" (streams of
+        one length), "single" (each alone); found at load (:mod:`.kv_probe`)."""
+        return self._kv.batching
+
+    @property
+    def token_bytes(self) -> int:
+        """The KV memory one position of one stream takes (all KV variables)."""
+        return self._arena.token_bytes
+
+    @property
     def streams(self) -> list[int]:
         with self._lock:
             return sorted(self._streams)
@@ -335,11 +346,12 @@ class KvPool(StreamPool):
             alike = None if ragged else (row.past, row.feeds[MASK].shape if MASK in row.feeds else None)
             groups.setdefault((ragged, shared, alike), []).append(sid)
         done: dict[int, Row] = {}
+        written = self._arena.lengths.copy()  # a hole's junk goes after what this step's runs wrote
         for key, sids in groups.items():
             ragged = key[0] is True
             for part in self._blocks(sids, rows, ragged):
                 try:
-                    result = self._runner.run([rows[s] for s in part], ragged)
+                    result = self._runner.run([rows[s] for s in part], ragged, written)
                 except OrtStateError as exc:
                     if raising:
                         raise RunError(f"streams {', '.join(map(str, part))}: {exc}") from None
@@ -347,6 +359,7 @@ class KvPool(StreamPool):
                     continue
                 for sid in part:
                     slot = rows[sid].slot
+                    written[slot] = rows[sid].past + rows[sid].width
                     results[sid] = result.outputs[slot]
                     rows[sid].fixed = result.fixed[slot]
                     done[sid] = rows[sid]

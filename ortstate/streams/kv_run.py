@@ -59,9 +59,10 @@ class KvRunner:
             self.binding.bind_cpu_input(var.length_input or "", scalar)
         self._bound_block: tuple[int, int] | None = None
 
-    def run(self, rows: Sequence[Row], ragged: bool) -> RunResult:
+    def run(self, rows: Sequence[Row], ragged: bool, lengths: np.ndarray | None = None) -> RunResult:
         """Run ``rows`` (their slots consecutive or with holes between them; one width of tokens) as
-        one batch over the arena block they span.
+        one batch over the arena block they span. ``lengths``: every slot's positions written so far
+        (the arena's, and a step's runs before this one): a hole writes its junk after them.
 
         Raises:
             RunError: ONNX Runtime failed; nothing was changed (lengths move at the pool's commit).
@@ -71,7 +72,7 @@ class KvRunner:
         hi = max(r.slot for r in rows) + 1
         count, width = hi - lo, rows[0].width
         members = {r.slot - lo: r for r in rows}
-        pasts = arena.lengths[lo:hi].copy()
+        pasts = (arena.lengths if lengths is None else lengths)[lo:hi].copy()
         for k, r in members.items():
             pasts[k] = r.past
         logical = int(pasts.max()) if ragged else rows[0].past

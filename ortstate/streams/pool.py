@@ -77,7 +77,11 @@ class StreamPool:
         max_delay: float = 0.002,
         sess_options: ort.SessionOptions | None = None,
         providers: Sequence[str] | None = None,
+        kv_cache_bytes: int | None = None,
+        max_context: int | None = None,
     ) -> None:
+        if kv_cache_bytes is not None or max_context is not None:
+            raise OrtStateError("kv_cache_bytes and max_context apply to a decoder with KV caches; this model has none")
         if type(slots) is not int or slots < 1:
             raise OrtStateError(f"slots must be a positive integer, got {slots!r}")
         model = self.__dict__.pop("_given", model)
