@@ -247,6 +247,12 @@ class KvPool(StreamPool):
         return self._kv.loaded
 
     @property
+    def inputs(self) -> list[Any]:
+        """The inputs a stream feeds (onnxruntime ``NodeArg``s, batch 1 each), as a lone session's."""
+        fed = {s.name for s in self._kv.feeds}
+        return [i for i in self._kv.loaded.inputs if i.name in fed]
+
+    @property
     def batching(self) -> str:
         """How one-token steps batch: "ragged" (any cache lengths in one run), "uniform" (streams of
         one length), "single" (each alone); found at load (:mod:`.kv_probe`)."""
