@@ -205,8 +205,6 @@ class ContinuousBatcher:
             raise GenerationError("ContinuousBatcher does not batch beam search; use Generator for num_beams > 1")
         if options.stop_strings:
             raise GenerationError("ContinuousBatcher takes stop_token_ids, not stop strings (no tokenizer)")
-        if not prompt:
-            raise GenerationError("a prompt needs at least one token", field="prompts")
         if len(prompt) + max_new_tokens > self.pool.max_context:
             raise GenerationError(
                 f"a prompt of {len(prompt)} tokens and max_new_tokens {max_new_tokens} reach past the pool's "

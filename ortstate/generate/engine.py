@@ -168,7 +168,7 @@ class Engine:
             ids = np.array([r.prompt[r.fed : r.fed + count]], np.int64)
             feeds[r.sid] = self.rules.feeds(ids, r.fed)
             widths[rid] = count
-        results = self.pool.step(feeds, errors="return")
+        results = self.pool.step(feeds, errors="return", logits="last")
         self.ticks += 1
         for rid in widths:
             r = running[rid]

@@ -25,6 +25,7 @@ from ..errors import OrtStateError, PassError
 from ..model_meta import CUSTOM_OP, VariableMeta, read_meta, write_meta
 from ..passes import share_kv, to_explicit
 from ..passes.kv_pool import pool_kv
+from ..passes.last_logits import slice_last_logits
 from ..runtime import LoadedModel, numpy_dtype, snapshot
 from ..runtime.loaded import load_model
 from ..runtime.source import read_source
@@ -68,6 +69,7 @@ class KvModel:
     key_index: str
     variables: tuple[VariableMeta, ...]  # all, in the model's order (snapshots)
     batching: str = "ragged"  # see :mod:`.kv_probe`
+    last_logits: str | None = None  # the input asking for the last position's logits only
 
 
 def wants_kv_pool(model: Any) -> bool:
@@ -111,6 +113,7 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
         if not any(v.length_input for v in meta.variables):
             meta = share_kv(proto, meta)
         names = pool_kv(proto, meta)
+        last = slice_last_logits(proto)
     except PassError as exc:
         raise OrtStateError(f"{origin}: cannot pool its streams: {exc}") from None
     kv = tuple(v for v in meta.variables if v.length_input)
@@ -120,7 +123,7 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
         raise OrtStateError(f"{origin}: cannot pool its streams: the KV caches' heads and head sizes differ")
     write_meta(proto, meta)
     loaded = load_model(source, sess_options, providers, form="explicit")
-    hidden = {names.seqlens, names.key_index}
+    hidden = {names.seqlens, names.key_index, last}
     feeds = tuple(_feed(i, origin) for i in loaded.inputs if i.name not in hidden)
     return KvModel(
         loaded,
@@ -132,6 +135,7 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
         names.seqlens,
         names.key_index,
         meta.variables,
+        last_logits=last,
     )
 
 

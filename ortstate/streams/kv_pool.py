@@ -186,12 +186,16 @@ class KvPool(StreamPool):
             return idle
 
     # -- stepping ---------------------------------------------------------------------------------
-    def step(self, feeds: Mapping[int, Feeds], errors: str = "raise") -> dict[int, Any]:
+    def step(self, feeds: Mapping[int, Feeds], errors: str = "raise", *, logits: str = "all") -> dict[int, Any]:
         """Step each stream of ``feeds`` once: one batched run for the one-token steps that fit
         together, one run for each step of several tokens; returns ``{stream id: {output: array}}``
-        (``errors="return"``: a failed stream's entry is its error, the others step)."""
+        (``errors="return"``: a failed stream's entry is its error, the others step).
+        ``logits="last"``: the outputs hold the last position's logits only (a prompt's run then
+        skips the LM head for the others; :attr:`last_logits` says whether the model can)."""
         if errors not in ("raise", "return"):
             raise OrtStateError(f"errors must be 'raise' or 'return', not {errors!r}")
+        if logits not in ("all", "last"):
+            raise OrtStateError(f"logits must be 'all' or 'last', not {logits!r}")
         if not isinstance(feeds, Mapping):
             raise RunError(f"step takes a mapping of stream ids to feeds, not {type(feeds).__name__}")
         raising = errors == "raise"
@@ -212,7 +216,7 @@ class KvPool(StreamPool):
                     raise
                 results.update(dict.fromkeys(rows, exc))
                 return results
-            staged = self._execute(rows, results, raising)
+            staged = self._execute(rows, results, raising, logits == "last")
             self._commit(rows, staged)
             return results
 
@@ -251,6 +255,11 @@ class KvPool(StreamPool):
         """The inputs a stream feeds (onnxruntime ``NodeArg``s, batch 1 each), as a lone session's."""
         fed = {s.name for s in self._kv.feeds}
         return [i for i in self._kv.loaded.inputs if i.name in fed]
+
+    @property
+    def last_logits(self) -> bool:
+        """Whether ``step(..., logits="last")`` skips the LM head's other positions (else it slices)."""
+        return self._kv.last_logits is not None
 
     @property
     def batching(self) -> str:
@@ -337,7 +346,7 @@ class KvPool(StreamPool):
                 stream.held, stream.slot = None, slot
             row.slot = stream.slot
 
-    def _execute(self, rows: dict[int, Row], results: dict[int, Any], raising: bool) -> dict[int, Row]:
+    def _execute(self, rows: dict[int, Row], results: dict[int, Any], raising: bool, last: bool) -> dict[int, Row]:
         """Run the rows; returns those that ran (their outputs in ``results``)."""
         groups: dict[tuple, list[int]] = {}
         for sid, row in rows.items():
@@ -357,7 +366,7 @@ class KvPool(StreamPool):
             ragged = key[0] is True
             for part in self._blocks(sids, rows, ragged):
                 try:
-                    result = self._runner.run([rows[s] for s in part], ragged, written)
+                    result = self._runner.run([rows[s] for s in part], ragged, written, last)
                 except OrtStateError as exc:
                     if raising:
                         raise RunError(f"streams {', '.join(map(str, part))}: {exc}") from None

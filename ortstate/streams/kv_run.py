@@ -59,10 +59,14 @@ class KvRunner:
             self.binding.bind_cpu_input(var.length_input or "", scalar)
         self._bound_block: tuple[int, int] | None = None
 
-    def run(self, rows: Sequence[Row], ragged: bool, lengths: np.ndarray | None = None) -> RunResult:
+    def run(
+        self, rows: Sequence[Row], ragged: bool, lengths: np.ndarray | None = None, last: bool = False
+    ) -> RunResult:
         """Run ``rows`` (their slots consecutive or with holes between them; one width of tokens) as
         one batch over the arena block they span. ``lengths``: every slot's positions written so far
         (the arena's, and a step's runs before this one): a hole writes its junk after them.
+        ``last``: the logits of the last position only (where the model can, see
+        :mod:`ortstate.passes.last_logits`).
 
         Raises:
             RunError: ONNX Runtime failed; nothing was changed (lengths move at the pool's commit).
@@ -103,6 +107,8 @@ class KvRunner:
                 key_index[k, 0, 0, :] = np.minimum(np.arange(total) + pad, total - 1)
         feeds[model.seqlens] = seqlens
         feeds[model.key_index] = key_index
+        if model.last_logits:
+            feeds[model.last_logits] = np.array(last)
         fixed_in = []
         for j, array in enumerate(self.fixed):
             block = array[lo:hi].copy()
@@ -110,7 +116,7 @@ class KvRunner:
                 if r.fixed is not None:
                     block[k] = r.fixed[j][0]
             fixed_in.append(block)
-        return self._run(lo, hi, logical, feeds, fixed_in, members)
+        return self._run(lo, hi, logical, feeds, fixed_in, members, last)
 
     @staticmethod
     def _mask(members: Mapping[int, Row], count: int, total: int, dtype: np.dtype) -> np.ndarray:
@@ -130,6 +136,7 @@ class KvRunner:
         feeds: dict[str, np.ndarray],
         fixed_in: list[np.ndarray],
         members: Mapping[int, Row],
+        last: bool,
     ) -> RunResult:
         model, binding = self.model, self.binding
         if self._bound_block != (lo, hi):
@@ -165,6 +172,8 @@ class KvRunner:
         if any(s.shape[0] != hi - lo for s in states):
             raise RunError("a fixed-size state came back with another batch; no stream was changed")
         result = RunResult()
+        if last and not model.last_logits:  # the model computed every position: keep the last
+            outs = [o[:, -1:] if o.ndim == 3 else o for o in outs]
         for k in members:
             result.outputs[lo + k] = {n: o[k : k + 1] for n, o in zip(self.output_names, outs)}
             result.fixed[lo + k] = [s[k : k + 1] for s in states]
