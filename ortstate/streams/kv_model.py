@@ -70,6 +70,7 @@ class KvModel:
     variables: tuple[VariableMeta, ...]  # all, in the model's order (snapshots)
     batching: str = "ragged"  # see :mod:`.kv_probe`
     last_logits: str | None = None  # the input asking for the last position's logits only
+    prompts_batch: bool = False  # fresh prompts of one length run together (see :mod:`.kv_probe`)
 
 
 def wants_kv_pool(model: Any) -> bool:

@@ -31,7 +31,7 @@ from ..runtime import LoadedModel, snapshot
 from ..runtime.store import StateStore
 from .kv_arena import KvArena
 from .kv_model import MASK, KvModel, load_kv_model
-from .kv_probe import RAGGED, SINGLE, probe_batching
+from .kv_probe import RAGGED, SINGLE, probe_batching, probe_prompts
 from .kv_run import KvRunner, Row
 from .pool import StreamPool
 from .stats import PoolStats, Recorder
@@ -87,6 +87,7 @@ class KvPool(StreamPool):
         self._kv = model_loaded or load_kv_model(model, sess_options, providers)
         if model_loaded is None:
             self._kv.batching = probe_batching(self._kv)
+            self._kv.prompts_batch = self._kv.batching != SINGLE and probe_prompts(self._kv)
         heads, size = self._kv.kv_shape
         self.slots = slots
         self.max_context = max_context
@@ -350,15 +351,13 @@ class KvPool(StreamPool):
         """Run the rows; returns those that ran (their outputs in ``results``)."""
         groups: dict[tuple, list[int]] = {}
         for sid, row in rows.items():
-            if row.width > 1:
-                groups[("alone", sid)] = [sid]
-                continue
             shared = tuple(np.asarray(row.feeds[s.name]).tobytes() for s in self._kv.feeds if s.axis is None)
-            if self._kv.batching == SINGLE:
-                groups[("alone", sid)] = [sid]
+            if self._kv.batching == SINGLE or (row.width > 1 and (row.past or not self._kv.prompts_batch)):
+                groups[("alone", sid)] = [sid]  # the kernel takes several new tokens with a past at batch 1 only
                 continue
-            ragged = self._kv.batching == RAGGED and self._full_mask(row)
-            alike = None if ragged else (row.past, row.feeds[MASK].shape if MASK in row.feeds else None)
+            ragged = row.width == 1 and self._kv.batching == RAGGED and self._full_mask(row)
+            # fresh prompts of one length batch as consecutive rows; others as the probe found
+            alike = None if ragged else (row.past, row.width, row.feeds[MASK].shape if MASK in row.feeds else None)
             groups.setdefault((ragged, shared, alike), []).append(sid)
         done: dict[int, Row] = {}
         written = self._arena.lengths.copy()  # a hole's junk goes after what this step's runs wrote

@@ -60,6 +60,28 @@ def _embed_size(model: KvModel) -> int:
     return size
 
 
+def probe_prompts(model: KvModel) -> bool:
+    """Whether fresh prompts of one length run together as each alone (a batch of empty caches)."""
+    rng = np.random.default_rng(_SEED)
+    heads, size = model.kv_shape
+    arena = KvArena(model.kv, heads, size, 3, 8)
+    fixed = [np.zeros((3, *f.shape[1:]), f.carrier) for f in model.fixed]
+    runner = KvRunner(model, arena, fixed, Recorder())
+    try:
+        rows = [Row(slot, probe_feeds(model, rng.integers(1, 11, 5), 0, rng), 5, 0) for slot in range(3)]
+        alone = [runner.run([row], False) for row in rows]
+        together = runner.run(rows, False)
+        pairs = []
+        for row, one in zip(rows, alone):
+            pairs += [(together.outputs[row.slot][n], v) for n, v in one.outputs[row.slot].items()]
+            pairs += list(zip(together.fixed[row.slot], one.fixed[row.slot]))
+        return all(_close(got, want) for got, want in pairs)
+    except OrtStateError:
+        return False
+    finally:
+        arena.close()
+
+
 def probe_batching(model: KvModel) -> str:
     """The way ``model`` batches (see the module docstring), found on a scratch arena of its own."""
     if not any(s.axis is None for s in model.feeds) and _agrees(model, [3, 6, 4], True, "full"):

@@ -149,3 +149,23 @@ def test_kv_cache_bytes_too_small_is_refused() -> None:
     model, _ = _converted("llama", "explicit")
     with pytest.raises(OrtStateError, match="kv_cache_bytes must hold at least one stream at max_context"):
         ortstate.StreamPool(model, 4, max_context=64, kv_cache_bytes=1000)
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_fresh_prompts_of_one_length_are_one_run(name: str) -> None:
+    model, files = _converted(name, "explicit")
+    pool = ortstate.StreamPool(model, 4, max_context=32)
+    sessions = [ortstate.StatefulSession(model) for _ in range(3)]
+    rules = _rules(sessions[0], files.folder)
+    rng = np.random.default_rng(7)
+    sids = [pool.open() for _ in sessions]
+    feeds = {sid: rules.feeds(rng.integers(0, 200, (1, 6)), 0) for sid in sids}
+    runs = pool.stats().runs
+    got = pool.step(feeds)
+    assert pool.stats().runs == runs + 1
+    for sid, session in zip(sids, sessions):
+        _check(got[sid], session.run(None, feeds[sid]), f"{name} stream {sid}")
+    feeds = {sid: rules.feeds(rng.integers(0, 200, (1, 1)), 6) for sid in sids}  # the caches they left
+    got = pool.step(feeds)
+    for sid, session in zip(sids, sessions):
+        _check(got[sid], session.run(None, feeds[sid]), f"{name} stream {sid} decode")
