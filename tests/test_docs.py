@@ -183,6 +183,7 @@ TENSOR_NAMES = (
     "ortstate.init.",
     "ortstate.len.",
     "ortstate.len_out.",
+    "ortstate.pool.",  # the KV pool's run inputs (passes/kv_pool.py, passes/last_logits.py)
 )
 
 

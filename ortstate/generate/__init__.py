@@ -25,6 +25,7 @@ from ..decoders import (
 from ..errors import GenerationError
 from .beam_search import Hypothesis
 from .chat import Chat
+from .continuous import ContinuousBatcher
 from .encoder_decoder import Encoder, TextEmbedder
 from .generator import GenerationRun, Generator
 from .options import SearchOptions
@@ -34,6 +35,7 @@ from .tokenizer import Tokenizer
 
 __all__ = [
     "Chat",
+    "ContinuousBatcher",
     "Encoder",
     "FeedRules",
     "GenerationError",

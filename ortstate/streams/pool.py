@@ -21,8 +21,10 @@ import onnxruntime as ort
 
 from ..errors import OrtStateError, PoolFullError, RunError, StateError
 from ..runtime import LoadedModel
+from ..runtime.source import read_source
 from .batch import BatchRunner
 from .feeds import check_feeds, check_not_empty, quick_feeds
+from .kv_model import wants_kv_pool
 from .layout import load_pool_model
 from .slots import SlotStates
 from .stats import PoolStats, Recorder
@@ -50,7 +52,20 @@ class StreamPool:
 
     A stream is one row of the model's batch: its feeds have 1 along each input's batch axis, and
     its outputs come back with 1 there, as from a lone session fed those feeds.
+
+    A decoder whose variables grow (KV caches) gets a :class:`~.kv_pool.KvPool` instead, which takes
+    ``kv_cache_bytes`` and ``max_context`` besides (see docs/streams.md).
     """
+
+    def __new__(cls, model: Any = None, *args: Any, **kwargs: Any) -> StreamPool:
+        if cls is not StreamPool:
+            return super().__new__(cls)
+        source = read_source(model)  # read once: the pool's __init__ takes it as it is
+        from .kv_pool import KvPool  # noqa: PLC0415 - it subclasses this class
+
+        pool = super().__new__(KvPool if wants_kv_pool(source) else cls)
+        pool._given = source
+        return pool
 
     def __init__(
         self,
@@ -62,9 +77,14 @@ class StreamPool:
         max_delay: float = 0.002,
         sess_options: ort.SessionOptions | None = None,
         providers: Sequence[str] | None = None,
+        kv_cache_bytes: int | None = None,
+        max_context: int | None = None,
     ) -> None:
+        if kv_cache_bytes is not None or max_context is not None:
+            raise OrtStateError("kv_cache_bytes and max_context apply to a decoder with KV caches; this model has none")
         if type(slots) is not int or slots < 1:
             raise OrtStateError(f"slots must be a positive integer, got {slots!r}")
+        model = self.__dict__.pop("_given", model)
         self._model, self.layout, fingerprint = load_pool_model(model, sess_options, providers)
         self.slots = slots
         self._states = SlotStates(self.layout.states, slots, fingerprint)

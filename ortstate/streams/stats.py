@@ -25,6 +25,9 @@ class PoolStats:
         run_p50, run_p99: one batched run's time.
         tick_p50, tick_p99: :meth:`~.StreamPool.submit`'s ticks, from the first submission to the
             results (0 before any).
+        kv_cache_bytes: a KV pool's budget for its caches (0: no KV caches); state_bytes then
+            counts the positions its streams' caches hold; preempted: streams moved out of the
+            arena to stay within it.
     """
 
     streams: int
@@ -38,6 +41,8 @@ class PoolStats:
     run_p99: float
     tick_p50: float
     tick_p99: float
+    kv_cache_bytes: int = 0
+    preempted: int = 0
 
     @property
     def mean_batch(self) -> float:

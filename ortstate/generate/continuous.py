@@ -1,0 +1,239 @@
+"""``ContinuousBatcher``: many generations of one converted LLM at once, continuously batched.
+
+Each request is a stream of a :class:`~ortstate.streams.kv_pool.KvPool`; an :class:`~.engine.Engine`
+thread steps them all: every request decoding in one batched run per tick, prompts fed in chunks
+between them (see :mod:`.schedule`). Each request's tokens are those a lone
+:class:`~ortstate.generate.Generator` gives for the same prompt, options and seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from ..convert import build
+from ..convert.context import ConvertOptions
+from ..decoders import FeedRules, find_model_files, read_config
+from ..decoders.ir_inputs import cache_position_window
+from ..errors import GenerationError
+from ..ir import read_ir
+from ..runtime.options import quiet_session_options
+from ..runtime.source import Source
+from ..streams.kv_pool import DEFAULT_MAX_CONTEXT, KvPool
+from .engine import END, Engine, Request
+from .options import SearchOptions, file_defaults
+from .prompts import check_prompts
+from .session_inputs import input_specs
+from .stopping import StopCriteria
+
+__all__ = ["ContinuousBatcher"]
+
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 256
+
+
+class ContinuousBatcher:
+    """Generates for many prompts at once on one pool of streams.
+
+    Args:
+        pool: a :class:`~ortstate.streams.kv_pool.KvPool` of the decoder (``from_dir`` makes one).
+        rules: how the decoder is fed (``from_dir`` reads them from the folder).
+        search_defaults: what ``generation_config.json`` sets (``from_dir`` reads it).
+        eos_token_ids: tokens that end a request (with ``stop_at_eos``).
+        max_num_batched_tokens: prompt tokens fed per tick, all prompts together.
+    """
+
+    def __init__(
+        self,
+        pool: KvPool,
+        rules: FeedRules,
+        *,
+        search_defaults: dict[str, Any] | None = None,
+        eos_token_ids: Sequence[int] = (),
+        vocab_size: int | None = None,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    ) -> None:
+        if type(max_num_batched_tokens) is not int or max_num_batched_tokens < 1:
+            raise GenerationError(f"max_num_batched_tokens must be an integer >= 1, got {max_num_batched_tokens!r}")
+        self.pool = pool
+        self.rules = rules
+        self.search_defaults = dict(search_defaults or {})
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.vocab_size = vocab_size
+        self._engine = Engine(pool, rules, max_num_batched_tokens)
+
+    @classmethod
+    def from_dir(
+        cls,
+        model_dir: str | os.PathLike[str],
+        *,
+        slots: int = 64,
+        kv_cache_bytes: int | None = None,
+        max_context: int | None = None,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        threads: int | None = None,
+        int8_activations: bool = False,
+        sess_options: ort.SessionOptions | None = None,
+    ) -> ContinuousBatcher:
+        """Convert an optimum-intel export folder's decoder and pool it.
+
+        Args:
+            slots: requests generating at once (more wait their turn).
+            kv_cache_bytes: the KV memory of all requests (default: a quarter of the machine's).
+            max_context: positions one request may reach (default: the config's
+                ``max_position_embeddings``, else 4096).
+            threads: ONNX Runtime's intra-op threads (default: its own choice).
+            int8_activations: compressed weights compute on int8-quantized activations (faster;
+                logits move ~1e-2, see ``ortstate.convert``).
+
+        Raises:
+            GenerationError, and any conversion or pool error (all ``OrtStateError``).
+        """
+        files = find_model_files(model_dir)
+        if files.encoder or files.embeddings:
+            raise GenerationError(f"{files.folder}: ContinuousBatcher takes decoder-only LLMs (token ids in)")
+        config = read_config(files.folder)
+        defaults = file_defaults(dict(config.search_defaults))
+        graph = read_ir(files.decoder)
+        window = cache_position_window(graph)
+        built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
+        del graph
+        source = Source(built.model, str(files.decoder), built.arrays, converted=True)
+        options = sess_options
+        if options is None and threads is not None:
+            options = quiet_session_options()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        context = max_context or _config_context(files.folder) or DEFAULT_MAX_CONTEXT
+        pool = KvPool(source, slots, kv_cache_bytes=kv_cache_bytes, max_context=context, sess_options=options)
+        rules = FeedRules.for_model(input_specs(pool.inputs), config, window=window)
+        logits = next((o for o in pool.loaded.outputs if o.name == "logits"), None)
+        vocab = logits.shape[-1] if logits is not None and logits.shape else None
+        return cls(
+            pool,
+            rules,
+            search_defaults=defaults,
+            eos_token_ids=config.eos_token_ids,
+            vocab_size=vocab if isinstance(vocab, int) else None,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+
+    # -- generation -------------------------------------------------------------------------------
+    def generate_many(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 16, *, stop_at_eos: bool = True, **search: Any
+    ) -> list[list[int]]:
+        """Generate for every prompt (at once, as the pool allows); each list of new tokens is what
+        ``Generator.generate(prompt, max_new_tokens, **search)`` gives.
+
+        Raises:
+            GenerationError: a bad prompt or option (before anything runs); RunError and the like:
+                a request whose run failed (the others finish first).
+        """
+        rows = check_prompts(prompts, max_new_tokens, vocab_size=self.vocab_size)
+        requests = [self._request(row, max_new_tokens, stop_at_eos, search) for row in rows]
+        done = threading.Semaphore(0)
+        errors: list[BaseException] = []
+
+        def sink_for(request: Request):
+            def sink(item: Any) -> None:
+                if item is END or isinstance(item, BaseException):
+                    if isinstance(item, BaseException):
+                        errors.append(item)
+                    done.release()
+
+            return sink
+
+        for request in requests:
+            request.sink = sink_for(request)
+            self._engine.submit(request)
+        for _ in requests:
+            done.acquire()
+        if errors:
+            raise errors[0]
+        return [r.tokens for r in requests]
+
+    async def stream(
+        self, prompt: Sequence[int], max_new_tokens: int = 16, *, stop_at_eos: bool = True, **search: Any
+    ) -> AsyncIterator[int]:
+        """Each new token of one generation as it is picked (batched with every other request)."""
+        (row,) = check_prompts([prompt], max_new_tokens, vocab_size=self.vocab_size)
+        request = self._request(row, max_new_tokens, stop_at_eos, search)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        request.sink = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)
+        rid = self._engine.submit(request)
+        finished = False
+        try:
+            while True:
+                item = await queue.get()
+                if item is END:
+                    finished = True
+                    return
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                yield item
+        finally:
+            if not finished:
+                self._engine.cancel(rid)
+
+    def close(self) -> None:
+        """Stop the engine's thread (requests still running end with an error)."""
+        self._engine.close()
+
+    def __enter__(self) -> ContinuousBatcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def ticks(self) -> int:
+        """Ticks run so far (each: one decode batch and the prompt chunks beside it)."""
+        return self._engine.ticks
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _request(self, prompt: list[int], max_new_tokens: int, stop_at_eos: bool, search: dict[str, Any]) -> Request:
+        options = SearchOptions.build(self.search_defaults, **search)
+        if options.beam_search:
+            raise GenerationError("ContinuousBatcher does not batch beam search; use Generator for num_beams > 1")
+        if options.stop_strings:
+            raise GenerationError("ContinuousBatcher takes stop_token_ids, not stop strings (no tokenizer)")
+        if len(prompt) + max_new_tokens > self.pool.max_context:
+            raise GenerationError(
+                f"a prompt of {len(prompt)} tokens and max_new_tokens {max_new_tokens} reach past the pool's "
+                f"max_context of {self.pool.max_context}",
+                field="max_new_tokens",
+            )
+        seed = options.draw_seed()
+        eos = self.eos_token_ids if stop_at_eos else ()
+        criteria = StopCriteria(eos, options.stop_token_ids, (), None)
+        rng = np.random.default_rng(seed) if seed is not None else None
+        return Request(list(prompt), int(max_new_tokens), options, criteria, sink=lambda _: None, rng=rng)
+
+
+def _config_context(folder: Path) -> int | None:
+    """``max_position_embeddings`` (or ``n_positions``) of the folder's config.json, if it says."""
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = config.get(key) if isinstance(config, dict) else None
+        if isinstance(value, int) and value > 0:
+            return value
+    text = config.get("text_config") if isinstance(config, dict) else None
+    return _config_context_of(text) if isinstance(text, dict) else None
+
+
+def _config_context_of(config: dict[str, Any]) -> int | None:
+    value = config.get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None

@@ -1,0 +1,168 @@
+"""A decoder with KV caches loaded for a pool of streams: its explicit form with every KV variable
+kept in an arena row (:mod:`ortstate.passes.kv_share`, :mod:`ortstate.passes.kv_pool`), and how
+each of its inputs joins a batch of streams.
+
+A stream feeds what a lone ``StatefulSession`` of the model is fed (batch 1). The batch is built
+as Hugging Face batches prompts: inputs along their batch axis, ``attention_mask`` left-padded with
+zeros to the longest row (a row's mask is its past and current tokens), ``beam_idx`` the identity.
+Whether the model then computes each row exactly as alone when rows hold caches of different
+lengths (*ragged* batches: a model that derives positions from the cache's length instead of
+``position_ids`` does not) is checked once at load, on random rows; a model that fails the check
+is batched only with streams of one length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from ..decoders.feeds import KNOWN_INPUTS
+from ..errors import OrtStateError, PassError
+from ..model_meta import CUSTOM_OP, VariableMeta, read_meta, write_meta
+from ..passes import share_kv, to_explicit
+from ..passes.kv_pool import pool_kv
+from ..passes.last_logits import slice_last_logits
+from ..runtime import LoadedModel, numpy_dtype, snapshot
+from ..runtime.loaded import load_model
+from ..runtime.source import read_source
+
+__all__ = ["FeedSpec", "KvModel", "load_kv_model", "wants_kv_pool"]
+
+MASK, ROWS = "attention_mask", "beam_idx"
+_SHARED = ("cache_position",)  # one value for every row of a run
+
+
+@dataclass(frozen=True)
+class FeedSpec:
+    """A model input as a stream feeds it: ``axis`` its batch axis (None: shared by a run's rows)."""
+
+    name: str
+    dtype: np.dtype
+    rank: int
+    axis: int | None
+
+
+@dataclass(frozen=True)
+class FixedSpec:
+    """A variable of a fixed size per stream (a convolution or SSM state): one row along axis 0."""
+
+    var: VariableMeta
+    shape: tuple[int, ...]  # one stream's
+    carrier: np.dtype
+
+
+@dataclass
+class KvModel:
+    """The loaded model, its KV variables, its fixed-size ones, its feeds and the pool's inputs."""
+
+    loaded: LoadedModel
+    fingerprint: str
+    kv: tuple[VariableMeta, ...]
+    kv_shape: tuple[int, int]  # (heads, head size) of every KV variable's row
+    fixed: tuple[FixedSpec, ...]
+    feeds: tuple[FeedSpec, ...]
+    seqlens: str
+    key_index: str
+    variables: tuple[VariableMeta, ...]  # all, in the model's order (snapshots)
+    batching: str = "ragged"  # see :mod:`.kv_probe`
+    last_logits: str | None = None  # the input asking for the last position's logits only
+    prompts_batch: bool = False  # fresh prompts of one length run together (see :mod:`.kv_probe`)
+
+
+def wants_kv_pool(model: Any) -> bool:
+    """Whether ``model`` (what ``StreamPool`` takes) has a variable that grows: a KV cache."""
+    try:
+        meta = read_meta(read_source(model).model)
+    except (OrtStateError, ValueError):
+        return False
+    if meta is None:
+        return False
+    return any(v.reorder or v.length_input or _grows(v) for v in meta.variables)
+
+
+def _grows(var: VariableMeta) -> bool:
+    """A KV cache's shape: ``[batch, heads, positions, head size]``, its positions dynamic."""
+    shape = var.shape or []
+    return len(shape) == 4 and not isinstance(shape[2], int) and all(isinstance(d, int) for d in (shape[1], shape[3]))
+
+
+def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers: Sequence[str] | None) -> KvModel:
+    """``model`` loaded for a pool of KV streams.
+
+    Raises:
+        OrtStateError: no variables, a variable neither a KV cache read by the fused attention nor
+            of a fixed size per stream, an input the pool does not know how to batch, or ONNX
+            Runtime refusing the model.
+    """
+    source = read_source(model)
+    origin = source.origin
+    try:
+        meta = read_meta(source.model)
+    except ValueError as exc:
+        raise OrtStateError(f"{origin}: {exc}") from None
+    if meta is None or not meta.variables:
+        raise OrtStateError(f"{origin}: the model has no variables; a stream pool serves stateful models")
+    fingerprint = snapshot.model_fingerprint(source.model, meta)
+    proto = source.own()
+    try:
+        if meta.form == CUSTOM_OP:
+            meta = to_explicit(proto, meta)
+        if not any(v.length_input for v in meta.variables):
+            meta = share_kv(proto, meta)
+        names = pool_kv(proto, meta)
+        last = slice_last_logits(proto)
+    except PassError as exc:
+        raise OrtStateError(f"{origin}: cannot pool its streams: {exc}") from None
+    kv = tuple(v for v in meta.variables if v.length_input)
+    fixed = tuple(_fixed(v, origin) for v in meta.variables if not v.length_input)
+    kv_shape = {(v.shape[1], v.shape[3]) for v in kv if v.shape}  # type: ignore[index]
+    if len(kv_shape) != 1 or not all(isinstance(d, int) for d in next(iter(kv_shape))):
+        raise OrtStateError(f"{origin}: cannot pool its streams: the KV caches' heads and head sizes differ")
+    write_meta(proto, meta)
+    loaded = load_model(source, sess_options, providers, form="explicit")
+    hidden = {names.seqlens, names.key_index, last}
+    feeds = tuple(_feed(i, origin) for i in loaded.inputs if i.name not in hidden)
+    return KvModel(
+        loaded,
+        fingerprint,
+        kv,
+        next(iter(kv_shape)),  # type: ignore[arg-type]
+        fixed,
+        feeds,
+        names.seqlens,
+        names.key_index,
+        meta.variables,
+        last_logits=last,
+    )
+
+
+def _fixed(var: VariableMeta, origin: str) -> FixedSpec:
+    shape = var.shape or []
+    dims = list(shape[1:])
+    if var.reorder or var.init_flag or not shape or not all(isinstance(d, int) for d in dims):
+        raise OrtStateError(
+            f"{origin}: cannot pool its streams: variable {var.id!r} is neither a KV cache the fused attention "
+            "appends to nor of a fixed size per stream"
+        )
+    return FixedSpec(var, (1, *dims), np.dtype(var.carrier or var.dtype))
+
+
+def _feed(arg: Any, origin: str) -> FeedSpec:
+    name, rank = arg.name, len(arg.shape or [])
+    dtype = numpy_dtype(arg.type)
+    if name not in KNOWN_INPUTS or dtype is None:
+        raise OrtStateError(
+            f"{origin}: cannot pool its streams: no rule batches input {name!r} "
+            f"(the pool takes {', '.join(sorted(KNOWN_INPUTS))})"
+        )
+    if name in _SHARED:
+        axis = None
+    elif name == "position_ids" and rank == 3:  # M-RoPE: [sections, batch, n]
+        axis = 1
+    else:
+        axis = 0
+    return FeedSpec(name, dtype, rank, axis)

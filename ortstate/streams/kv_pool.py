@@ -1,0 +1,504 @@
+"""The stream pool of a decoder with KV caches (what ``StreamPool`` becomes for such a model).
+
+Each stream's caches are one row of the KV arena (:mod:`.kv_arena`); its fixed-size states (the
+convolution and SSM states of hybrids) one row of plain arrays. A step runs every stream fed one
+token whose rows can share a run as one batch (continuous batching: the streams' caches may hold
+any lengths, see :mod:`.kv_model`), and each stream fed several tokens (a prompt, or a chunk of
+one) in a run of its own, then commits: lengths move, fixed states are written back. A step that
+fails commits nothing for the streams it failed.
+
+The arena's memory is bounded by ``kv_cache_bytes``: before a step would hold more, the pool
+*preempts* streams that are not in the step, least recently stepped first: their caches are
+copied to host memory (or to ``park_dir``) and their rows given back; their next step brings them
+back exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from ..errors import OrtStateError, PoolFullError, RunError, StateError
+from ..runtime import LoadedModel, snapshot
+from ..runtime.store import StateStore
+from .kv_arena import KvArena
+from .kv_model import MASK, KvModel, load_kv_model
+from .kv_probe import RAGGED, SINGLE, probe_batching, probe_prompts
+from .kv_run import KvRunner, Row
+from .pool import StreamPool
+from .stats import PoolStats, Recorder
+from .ticker import Ticker
+
+__all__ = ["KvPool", "DEFAULT_MAX_CONTEXT"]
+
+DEFAULT_MAX_CONTEXT = 4096
+_DEFAULT_BUDGET_SHARE = 0.25  # of the machine's memory, for the KV arena by default
+Feeds = Mapping[str, Any]
+
+
+def _memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+class _Stream:
+    __slots__ = ("slot", "held", "last")
+
+    def __init__(self, slot: int | None) -> None:
+        self.slot = slot
+        self.held: tuple[list[np.ndarray], list[np.ndarray]] | Path | None = None  # when preempted or parked
+        self.last = time.monotonic()
+
+
+class KvPool(StreamPool):
+    """Streams of a KV-cache decoder, batched per step. See :class:`~ortstate.StreamPool`, whose
+    API this is; ``kv_cache_bytes`` bounds the arena's memory (default: a quarter of the machine's),
+    ``max_context`` the positions one stream's cache holds."""
+
+    def __init__(
+        self,
+        model: Any,
+        slots: int = 256,
+        *,
+        kv_cache_bytes: int | None = None,
+        max_context: int = DEFAULT_MAX_CONTEXT,
+        park_dir: str | os.PathLike[str] | None = None,
+        max_batch: int | None = None,
+        max_delay: float = 0.002,
+        sess_options: ort.SessionOptions | None = None,
+        providers: Sequence[str] | None = None,
+        model_loaded: KvModel | None = None,
+    ) -> None:
+        if type(slots) is not int or slots < 1:
+            raise OrtStateError(f"slots must be a positive integer, got {slots!r}")
+        if type(max_context) is not int or max_context < 1:
+            raise OrtStateError(f"max_context must be a positive integer, got {max_context!r}")
+        model = self.__dict__.pop("_given", model)
+        self._kv = model_loaded or load_kv_model(model, sess_options, providers)
+        if model_loaded is None:
+            self._kv.batching = probe_batching(self._kv)
+            self._kv.prompts_batch = self._kv.batching != SINGLE and probe_prompts(self._kv)
+        heads, size = self._kv.kv_shape
+        self.slots = slots
+        self.max_context = max_context
+        self._arena = KvArena(self._kv.kv, heads, size, slots, max_context + 1)  # +1: a hole's junk position
+        budget = kv_cache_bytes if kv_cache_bytes is not None else int(_memory() * _DEFAULT_BUDGET_SHARE)
+        if type(budget) is not int or budget < self._arena.token_bytes * (max_context + 1):
+            raise OrtStateError(
+                f"kv_cache_bytes must hold at least one stream at max_context ({max_context} positions: "
+                f"{self._arena.token_bytes * (max_context + 1)} bytes), got {kv_cache_bytes!r}"
+            )
+        self.kv_cache_bytes = budget
+        self._budget = budget // self._arena.token_bytes  # positions
+        self._fixed = [np.zeros((slots, *f.shape[1:]), f.carrier) for f in self._kv.fixed]
+        self._record = Recorder()
+        self._runner = KvRunner(self._kv, self._arena, self._fixed, self._record)
+        self._streams: dict[int, _Stream] = {}
+        self._free = list(range(slots - 1, -1, -1))
+        self._next = 0
+        self._preempted = 0
+        self._park_dir = None if park_dir is None else Path(park_dir)
+        self._lock = threading.RLock()
+        self._ticker = Ticker(self, max_batch or slots, max_delay)  # type: ignore[arg-type]
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def open(self) -> int:
+        """A new stream with empty caches; returns its id (ids are never reused)."""
+        with self._lock:
+            slot = self._take_slot(set(), "open a stream")
+            self._fixed_start(slot)
+            return self._add(_Stream(slot))
+
+    def reset(self, sid: int) -> None:
+        """Put stream ``sid`` back at its initial state (empty caches)."""
+        with self._lock:
+            stream = self._get(sid)
+            self._drop_held(stream)
+            if stream.slot is not None:
+                self._arena.release(stream.slot)
+                self._fixed_start(stream.slot)
+
+    def close(self, sid: int) -> None:
+        """End stream ``sid`` and free its row (or what it was moved out to)."""
+        with self._lock:
+            stream = self._get(sid)
+            self._drop_held(stream)
+            if stream.slot is not None:
+                self._give_back(stream.slot)
+            del self._streams[sid]
+
+    def save(self, sid: int, path: str | os.PathLike[str]) -> None:
+        """Write stream ``sid``'s variables as a ``StatefulSession`` snapshot of the model."""
+        with self._lock:
+            kv, fixed = self._values(self._get(sid))
+            store = StateStore(self._kv.variables)
+            for var, value in zip(self._kv.kv, kv):
+                if value.shape[2]:
+                    store.set(var.id, value)
+            for spec, value in zip(self._kv.fixed, fixed):
+                if value is not None:
+                    store.set(spec.var.id, value.astype(np.dtype(spec.var.dtype)))
+            snapshot.save_state(store, self._kv.variables, path, self._kv.fingerprint)
+
+    def load(self, path: str | os.PathLike[str]) -> int:
+        """A new stream at a snapshot's state (:meth:`save`'s, or a one-stream ``StatefulSession``'s)."""
+        with self._lock:
+            kv, fixed = self._read(path)
+            if kv and kv[0].shape[2] > self.max_context:
+                raise StateError(f"{path}: its caches hold {kv[0].shape[2]} positions, over max_context")
+            slot = self._take_slot(set(), "load a stream", kv[0].shape[2] if kv else 0)
+            self._arena.put(slot, kv)
+            self._fixed_put(slot, fixed)
+            return self._add(_Stream(slot))
+
+    def park(self, sid: int) -> None:
+        """Move stream ``sid``'s state to ``park_dir`` and free its row; its next step brings it back."""
+        with self._lock:
+            if self._park_dir is None:
+                raise OrtStateError("the pool has no park_dir to park streams in")
+            stream = self._get(sid)
+            if isinstance(stream.held, Path):
+                return
+            path = self._park_dir / f"stream-{sid}.npz"
+            self._park_dir.mkdir(parents=True, exist_ok=True)
+            self.save(sid, path)
+            if stream.slot is not None:
+                self._give_back(stream.slot)
+                stream.slot = None
+            stream.held = path
+
+    def park_idle(self, seconds: float) -> list[int]:
+        """Park every stream that has not stepped for ``seconds``; returns their ids."""
+        with self._lock:
+            since = time.monotonic() - seconds
+            idle = [sid for sid, s in self._streams.items() if s.last <= since and not isinstance(s.held, Path)]
+            for sid in idle:
+                self.park(sid)
+            return idle
+
+    # -- stepping ---------------------------------------------------------------------------------
+    def step(self, feeds: Mapping[int, Feeds], errors: str = "raise", *, logits: str = "all") -> dict[int, Any]:
+        """Step each stream of ``feeds`` once: one batched run for the one-token steps that fit
+        together, one run for each step of several tokens; returns ``{stream id: {output: array}}``
+        (``errors="return"``: a failed stream's entry is its error, the others step).
+        ``logits="last"``: the outputs hold the last position's logits only (a prompt's run then
+        skips the LM head for the others; :attr:`last_logits` says whether the model can)."""
+        if errors not in ("raise", "return"):
+            raise OrtStateError(f"errors must be 'raise' or 'return', not {errors!r}")
+        if logits not in ("all", "last"):
+            raise OrtStateError(f"logits must be 'all' or 'last', not {logits!r}")
+        if not isinstance(feeds, Mapping):
+            raise RunError(f"step takes a mapping of stream ids to feeds, not {type(feeds).__name__}")
+        raising = errors == "raise"
+        with self._lock:
+            results: dict[int, Any] = {}
+            rows: dict[int, Row] = {}
+            for sid, given in feeds.items():
+                try:
+                    rows[sid] = self._row(sid, given)
+                except OrtStateError as exc:
+                    if raising:
+                        raise
+                    results[sid] = exc
+            try:
+                self._place(rows)
+            except OrtStateError as exc:
+                if raising:
+                    raise
+                results.update(dict.fromkeys(rows, exc))
+                return results
+            staged = self._execute(rows, results, raising, logits == "last")
+            self._commit(rows, staged)
+            return results
+
+    async def submit(self, sid: int, feeds: Feeds) -> dict[str, np.ndarray]:
+        """Step stream ``sid`` once, batched with the other streams submitted in the same tick."""
+        return await self._ticker.submit(sid, feeds)
+
+    def stats(self) -> PoolStats:
+        """Streams, rows, KV memory, runs, batch sizes and run latencies so far."""
+        with self._lock:
+            parked = sum(1 for s in self._streams.values() if s.slot is None)
+            base = self._record.stats(
+                streams=len(self._streams),
+                parked=parked,
+                slots=self.slots,
+                state_bytes=sum(a.nbytes for a in self._fixed) + self._arena.held() * self._arena.token_bytes,
+                ticks=self._ticker.latencies,
+            )
+            return dataclasses.replace(base, kv_cache_bytes=self.kv_cache_bytes, preempted=self._preempted)
+
+    def length(self, sid: int) -> int:
+        """How many positions stream ``sid``'s caches hold."""
+        with self._lock:
+            stream = self._get(sid)
+            if stream.slot is not None:
+                return int(self._arena.lengths[stream.slot])
+            kv, _ = self._values(stream)
+            return kv[0].shape[2] if kv else 0
+
+    @property
+    def loaded(self) -> LoadedModel:
+        return self._kv.loaded
+
+    @property
+    def inputs(self) -> list[Any]:
+        """The inputs a stream feeds (onnxruntime ``NodeArg``s, batch 1 each), as a lone session's."""
+        fed = {s.name for s in self._kv.feeds}
+        return [i for i in self._kv.loaded.inputs if i.name in fed]
+
+    @property
+    def last_logits(self) -> bool:
+        """Whether ``step(..., logits="last")`` skips the LM head's other positions (else it slices)."""
+        return self._kv.last_logits is not None
+
+    @property
+    def batching(self) -> str:
+        """How one-token steps batch: "ragged" (any cache lengths in one run), "uniform" (streams of
+        one length), "single" (each alone); found at load (:mod:`.kv_probe`)."""
+        return self._kv.batching
+
+    @property
+    def token_bytes(self) -> int:
+        """The KV memory one position of one stream takes (all KV variables)."""
+        return self._arena.token_bytes
+
+    @property
+    def streams(self) -> list[int]:
+        with self._lock:
+            return sorted(self._streams)
+
+    def __repr__(self) -> str:
+        return f"StreamPool({self._kv.loaded.origin!r}, slots={self.slots}, streams={len(self._streams)}, kv)"
+
+    # -- a step -----------------------------------------------------------------------------------
+    def _row(self, sid: int, given: Any) -> Row:
+        """Stream ``sid``'s feeds checked as a lone session of the model takes them."""
+        stream = self._get(sid)
+        if not isinstance(given, Mapping):
+            raise RunError(f"stream {sid}: feeds must be a mapping of input names to arrays")
+        names = {s.name for s in self._kv.feeds}
+        missing = sorted(names - set(given))
+        extra = sorted(set(given) - names)
+        if missing or extra:
+            raise RunError(
+                f"stream {sid}: "
+                + "; ".join(
+                    p
+                    for p in (
+                        f"missing input(s) {', '.join(missing)}" if missing else "",
+                        f"unknown input(s) {', '.join(map(str, extra))}" if extra else "",
+                    )
+                    if p
+                )
+            )
+        arrays: dict[str, np.ndarray] = {}
+        width = None
+        for spec in self._kv.feeds:
+            value = given[spec.name]
+            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if arr.dtype != spec.dtype:
+                raise RunError(f"stream {sid}: input '{spec.name}' must be {spec.dtype}, got {arr.dtype}")
+            if arr.ndim != spec.rank or (spec.axis is not None and arr.shape[spec.axis] != 1):
+                raise RunError(
+                    f"stream {sid}: input '{spec.name}' has shape {list(arr.shape)}; one stream's has rank "
+                    f"{spec.rank} with 1 along axis {spec.axis}"
+                )
+            if spec.name in ("input_ids", "inputs_embeds"):
+                width = arr.shape[1]
+            arrays[spec.name] = arr
+        if not width:
+            raise RunError(f"stream {sid}: no tokens to step")
+        past = self.length(sid)
+        if past + width > self.max_context:
+            raise RunError(
+                f"stream {sid}: {past} + {width} positions are over the pool's max_context of {self.max_context}"
+            )
+        return Row(stream.slot if stream.slot is not None else -1, arrays, width, past)
+
+    def _place(self, rows: dict[int, Row]) -> None:
+        """Every stepping stream in a row of the arena, within the budget (preempting others)."""
+        stepping = set(rows)
+        new = sum(r.width for r in rows.values())
+        while self._arena.held() + new > self._budget:
+            if not self._preempt(stepping):
+                raise PoolFullError(
+                    f"the step needs {self._arena.held() + new} KV positions; kv_cache_bytes holds {self._budget}"
+                )
+        for sid, row in rows.items():
+            stream = self._streams[sid]
+            if stream.slot is None:
+                kv, fixed = self._values(stream)
+                slot = self._take_slot(stepping, f"resume stream {sid}", kv[0].shape[2] if kv else 0)
+                self._arena.put(slot, kv)
+                self._fixed_put(slot, fixed)
+                if isinstance(stream.held, Path):
+                    stream.held.unlink(missing_ok=True)
+                stream.held, stream.slot = None, slot
+            row.slot = stream.slot
+
+    def _execute(self, rows: dict[int, Row], results: dict[int, Any], raising: bool, last: bool) -> dict[int, Row]:
+        """Run the rows; returns those that ran (their outputs in ``results``)."""
+        groups: dict[tuple, list[int]] = {}
+        for sid, row in rows.items():
+            shared = tuple(np.asarray(row.feeds[s.name]).tobytes() for s in self._kv.feeds if s.axis is None)
+            if self._kv.batching == SINGLE or (row.width > 1 and (row.past or not self._kv.prompts_batch)):
+                groups[("alone", sid)] = [sid]  # the kernel takes several new tokens with a past at batch 1 only
+                continue
+            ragged = row.width == 1 and self._kv.batching == RAGGED and self._full_mask(row)
+            # fresh prompts of one length batch as consecutive rows; others as the probe found
+            alike = None if ragged else (row.past, row.width, row.feeds[MASK].shape if MASK in row.feeds else None)
+            groups.setdefault((ragged, shared, alike), []).append(sid)
+        done: dict[int, Row] = {}
+        written = self._arena.lengths.copy()  # a hole's junk goes after what this step's runs wrote
+        for key, sids in groups.items():
+            ragged = key[0] is True
+            for part in self._blocks(sids, rows, ragged):
+                try:
+                    result = self._runner.run([rows[s] for s in part], ragged, written, last)
+                except OrtStateError as exc:
+                    if raising:
+                        raise RunError(f"streams {', '.join(map(str, part))}: {exc}") from None
+                    results.update(dict.fromkeys(part, exc))
+                    continue
+                for sid in part:
+                    slot = rows[sid].slot
+                    written[slot] = rows[sid].past + rows[sid].width
+                    results[sid] = result.outputs[slot]
+                    rows[sid].fixed = result.fixed[slot]
+                    done[sid] = rows[sid]
+        return done
+
+    def _blocks(self, sids: list[int], rows: dict[int, Row], ragged: bool) -> list[list[int]]:
+        """``sids`` split into runs: one block of the arena for a ragged batch, else runs of
+        consecutive rows (a hole's length would differ from the run's)."""
+        ordered = sorted(sids, key=lambda s: rows[s].slot)
+        if ragged:
+            return [ordered]
+        blocks: list[list[int]] = []
+        for sid in ordered:
+            if blocks and rows[blocks[-1][-1]].slot + 1 == rows[sid].slot:
+                blocks[-1].append(sid)
+            else:
+                blocks.append([sid])
+        return blocks
+
+    def _full_mask(self, row: Row) -> bool:
+        mask = row.feeds.get(MASK)
+        return mask is not None and mask.shape[-1] == row.past + row.width
+
+    def _commit(self, rows: dict[int, Row], done: dict[int, Row]) -> None:
+        now = time.monotonic()
+        for sid, row in done.items():
+            self._arena.lengths[row.slot] = row.past + row.width
+            for array, value in zip(self._fixed, row.fixed or []):
+                array[row.slot] = value[0]
+            self._streams[sid].last = now
+
+    # -- rows -------------------------------------------------------------------------------------
+    def _take_slot(self, keep: set[int], what: str, length: int = 0) -> int:
+        while not self._free or self._arena.held() + length > self._budget:
+            if not self._preempt(keep):
+                raise PoolFullError(
+                    f"cannot {what}: all {self.slots} rows are taken by streams stepping now; close a stream first"
+                    if not self._free
+                    else f"cannot {what}: the KV budget ({self.kv_cache_bytes} bytes) is full"
+                )
+        return self._free.pop()
+
+    def _preempt(self, keep: set[int]) -> bool:
+        """Move the least recently stepped stream holding a row (not in ``keep``) out of the arena."""
+        held = [(s.last, sid) for sid, s in self._streams.items() if s.slot is not None and sid not in keep]
+        if not held:
+            return False
+        _, sid = min(held)
+        stream = self._streams[sid]
+        values = self._values(stream)
+        if self._park_dir is not None:
+            self.park(sid)
+        else:
+            assert stream.slot is not None
+            self._give_back(stream.slot)
+            stream.slot, stream.held = None, values
+        self._preempted += 1
+        return True
+
+    def _give_back(self, slot: int) -> None:
+        self._arena.release(slot)
+        self._fixed_start(slot)
+        self._free.append(slot)
+        self._free.sort(reverse=True)  # pop() takes the lowest: the streams stay packed
+
+    def _fixed_start(self, slot: int) -> None:
+        for array in self._fixed:
+            array[slot] = 0
+
+    def _fixed_put(self, slot: int, values: Sequence[np.ndarray | None]) -> None:
+        for array, value in zip(self._fixed, values):
+            array[slot] = 0 if value is None else value[0]
+
+    def _values(self, stream: _Stream) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """A stream's caches and fixed states, wherever they are."""
+        if stream.slot is not None:
+            return self._arena.values(stream.slot), [a[stream.slot : stream.slot + 1].copy() for a in self._fixed]
+        if isinstance(stream.held, Path):
+            return self._read(stream.held)
+        if stream.held is None:  # never stepped since it was moved out
+            return self._empty(), [np.zeros(f.shape, f.carrier) for f in self._kv.fixed]
+        return stream.held
+
+    def _empty(self) -> list[np.ndarray]:
+        heads, size = self._kv.kv_shape
+        return [np.zeros((1, heads, 0, size), np.float32) for _ in self._kv.kv]
+
+    def _read(self, path: str | os.PathLike[str] | Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        store = StateStore(self._kv.variables)
+        snapshot.load_state(store, self._kv.variables, path, self._kv.fingerprint)
+        kv = []
+        heads, size = self._kv.kv_shape
+        lengths = set()
+        for var in self._kv.kv:
+            value = store.committed(var.id)
+            if value is None:
+                value = np.zeros((1, heads, 0, size), np.float32)
+            if value.ndim != 4 or value.shape[0] != 1 or value.shape[1:2] + value.shape[3:] != (heads, size):
+                raise StateError(f"{path}: variable '{var.id}' has shape {list(value.shape)}, not one stream's cache")
+            kv.append(np.asarray(value, np.float32))
+            lengths.add(value.shape[2])
+        if len(lengths) > 1:
+            raise StateError(f"{path}: the caches hold different lengths ({sorted(lengths)})")
+        fixed = []
+        for spec in self._kv.fixed:
+            value = store.committed(spec.var.id)
+            if value is not None and value.shape != spec.shape:
+                raise StateError(
+                    f"{path}: variable '{spec.var.id}' has shape {list(value.shape)}, not {list(spec.shape)}"
+                )
+            fixed.append(np.zeros(spec.shape, spec.carrier) if value is None else value.astype(spec.carrier))
+        return kv, fixed
+
+    def _drop_held(self, stream: _Stream) -> None:
+        if isinstance(stream.held, Path):
+            stream.held.unlink(missing_ok=True)
+        stream.held = None
+
+    def _get(self, sid: Any) -> _Stream:
+        stream = self._streams.get(sid)
+        if stream is None:
+            raise StateError(f"stream {sid!r} is not open")
+        return stream
+
+    def _add(self, stream: _Stream) -> int:
+        sid, self._next = self._next, self._next + 1
+        self._streams[sid] = stream
+        return sid

@@ -1,0 +1,133 @@
+"""How a KV pool may batch a model's streams, found by running it: one-token steps of streams whose
+caches hold different lengths in one run (*ragged*), of streams of one length only (*uniform*), or
+each stream alone (*single*: the model mixes or pins the rows of its batch).
+
+Each probe prefills three streams alone, then steps them together and each alone from the same
+state, and compares every output and fixed-size state (as the recurrent pool checks its rows:
+:func:`ortstate.streams.layout.load_pool_model`). A model that derives positions from its cache's
+length instead of ``position_ids`` fails the ragged probe; one whose graph pins the batch to 1
+fails both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import OrtStateError
+from .kv_arena import KvArena
+from .kv_model import MASK, ROWS, KvModel
+from .kv_run import KvRunner, Row
+from .stats import Recorder
+
+__all__ = ["RAGGED", "SINGLE", "UNIFORM", "probe_batching", "probe_feeds"]
+
+RAGGED, UNIFORM, SINGLE = "ragged", "uniform", "single"
+_SEED = 20
+_TOLERANCE = 1e-4
+
+
+def probe_feeds(
+    model: KvModel, tokens: np.ndarray, past: int, rng: np.random.Generator, mask: str = "full"
+) -> dict[str, np.ndarray]:
+    """One stream's feeds for ``tokens`` after ``past`` positions, as a generator feeds a decoder
+    (``mask``: "full", past and current positions, or "current" only, as the mamba family's)."""
+    width = len(tokens)
+    feeds: dict[str, np.ndarray] = {}
+    for spec in model.feeds:
+        if spec.name == "input_ids":
+            feeds[spec.name] = tokens[None].astype(spec.dtype)
+        elif spec.name == MASK:
+            feeds[spec.name] = np.ones((1, (past if mask == "full" else 0) + width), spec.dtype)
+        elif spec.name == ROWS:
+            feeds[spec.name] = np.zeros(1, spec.dtype)
+        elif spec.name in ("position_ids", "cache_position"):
+            positions = np.arange(past, past + width, dtype=spec.dtype)
+            feeds[spec.name] = (
+                positions if spec.rank == 1 else np.broadcast_to(positions, (1,) * (spec.rank - 1) + (width,)).copy()
+            )
+        elif spec.name == "inputs_embeds":
+            feeds[spec.name] = rng.normal(0, 0.5, (1, width, _embed_size(model))).astype(spec.dtype)
+        else:  # token_type_ids and the like: zeros
+            feeds[spec.name] = np.zeros((1, width), spec.dtype)
+    return feeds
+
+
+def _embed_size(model: KvModel) -> int:
+    shape = next(i.shape for i in model.loaded.inputs if i.name == "inputs_embeds")
+    size = shape[-1] if shape else None
+    if not isinstance(size, int):
+        raise OrtStateError(f"{model.loaded.origin}: inputs_embeds has no static hidden size to probe with")
+    return size
+
+
+def probe_prompts(model: KvModel) -> bool:
+    """Whether fresh prompts of one length run together as each alone (a batch of empty caches)."""
+    rng = np.random.default_rng(_SEED)
+    heads, size = model.kv_shape
+    arena = KvArena(model.kv, heads, size, 3, 8)
+    fixed = [np.zeros((3, *f.shape[1:]), f.carrier) for f in model.fixed]
+    runner = KvRunner(model, arena, fixed, Recorder())
+    try:
+        rows = [Row(slot, probe_feeds(model, rng.integers(1, 11, 5), 0, rng), 5, 0) for slot in range(3)]
+        alone = [runner.run([row], False) for row in rows]
+        together = runner.run(rows, False)
+        pairs = []
+        for row, one in zip(rows, alone):
+            pairs += [(together.outputs[row.slot][n], v) for n, v in one.outputs[row.slot].items()]
+            pairs += list(zip(together.fixed[row.slot], one.fixed[row.slot]))
+        return all(_close(got, want) for got, want in pairs)
+    except OrtStateError:
+        return False
+    finally:
+        arena.close()
+
+
+def probe_batching(model: KvModel) -> str:
+    """The way ``model`` batches (see the module docstring), found on a scratch arena of its own."""
+    if not any(s.axis is None for s in model.feeds) and _agrees(model, [3, 6, 4], True, "full"):
+        return RAGGED
+    if any(_agrees(model, [4, 4, 4], False, mask) for mask in ("full", "current")):
+        return UNIFORM
+    return SINGLE
+
+
+def _agrees(model: KvModel, prompts: list[int], ragged: bool, mask: str) -> bool:
+    """Whether streams prefilled with ``prompts`` tokens step together as each alone."""
+    rng = np.random.default_rng(_SEED)
+    heads, size = model.kv_shape
+    arena = KvArena(model.kv, heads, size, len(prompts), max(prompts) + 2)
+    fixed = [np.zeros((len(prompts), *f.shape[1:]), f.carrier) for f in model.fixed]
+    runner = KvRunner(model, arena, fixed, Recorder())
+    try:
+        for slot, length in enumerate(prompts):
+            result = runner.run([Row(slot, probe_feeds(model, rng.integers(1, 11, length), 0, rng), length, 0)], False)
+            _commit(arena, fixed, slot, length, result.fixed[slot])
+        rows = [
+            Row(slot, probe_feeds(model, rng.integers(1, 11, 1), length, rng, mask), 1, length)
+            for slot, length in enumerate(prompts)
+        ]
+        alone = [runner.run([row], False) for row in rows]
+        together = runner.run(rows, ragged)
+    except OrtStateError:  # a run the model refuses: no batching that way (a lone step says why)
+        arena.close()
+        return False
+    try:
+        for row, one in zip(rows, alone):
+            slot = row.slot
+            pairs = [(together.outputs[slot][n], v) for n, v in one.outputs[slot].items()]
+            pairs += list(zip(together.fixed[slot], one.fixed[slot]))
+            if not all(_close(got, want) for got, want in pairs):
+                return False
+        return True
+    finally:
+        arena.close()
+
+
+def _commit(arena: KvArena, fixed: list[np.ndarray], slot: int, length: int, states: list[np.ndarray]) -> None:
+    arena.lengths[slot] = length
+    for array, value in zip(fixed, states):
+        array[slot] = value[0]
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    return got.shape == want.shape and bool(np.allclose(got, want, rtol=_TOLERANCE, atol=_TOLERANCE, equal_nan=True))

@@ -1,0 +1,112 @@
+"""ContinuousBatcher: every request's tokens equal to a lone Generator's (greedy, sampled with a
+seed, streamed), on decoders that batch ragged, uniform (no position_ids) and mamba-style, with
+prompts chunked, requests waiting for rows or KV memory, and cancelled streams."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ortstate.errors import GenerationError
+from ortstate.generate import ContinuousBatcher, Generator
+
+MODELS = Path(__file__).resolve().parents[2] / "models" / "llm"
+NAMES = ["llama", "gemma2", "mistral", "lfm2", "zamba2", "qwen3_next", "llama_int4"]
+
+
+def _prompts(seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(0, 200, n)] for n in (3, 9, 15, 1, 20, 5)]
+
+
+@pytest.fixture(scope="module")
+def generators() -> dict[str, Generator]:
+    return {}
+
+
+def _lone(generators: dict[str, Generator], name: str) -> Generator:
+    if name not in generators:
+        generators[name] = Generator.from_dir(MODELS / name)
+    return generators[name]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tokens_equal_lone_generators(name: str, generators: dict[str, Generator]) -> None:
+    lone = _lone(generators, name)
+    prompts = _prompts(len(name))
+    # 7 prompt tokens a tick: long prompts are fed over several ticks beside the decoding requests
+    with ContinuousBatcher.from_dir(MODELS / name, max_num_batched_tokens=7) as batcher:
+        greedy = batcher.generate_many(prompts, 10, stop_at_eos=False)
+        assert greedy == [lone.generate(p, 10, stop_at_eos=False) for p in prompts]
+        search = {"do_sample": True, "seed": 11, "top_p": 0.9, "temperature": 0.7, "top_k": 20}
+        sampled = batcher.generate_many(prompts, 10, stop_at_eos=False, **search)
+        assert sampled == [lone.generate(p, 10, stop_at_eos=False, **search) for p in prompts]
+        assert sampled != greedy
+
+        async def streams() -> list[list[int]]:
+            async def one(prompt: list[int]) -> list[int]:
+                return [t async for t in batcher.stream(prompt, 10, stop_at_eos=False)]
+
+            return await asyncio.gather(*(one(p) for p in prompts))
+
+        assert asyncio.run(streams()) == greedy
+        assert batcher.pool.streams == []  # every request gave its stream back
+
+
+def test_requests_wait_for_rows_and_kv_memory(generators: dict[str, Generator]) -> None:
+    lone = _lone(generators, "llama")
+    prompts = _prompts(3)
+    want = [lone.generate(p, 12, stop_at_eos=False, stop_token_ids=[7]) for p in prompts]
+    with ContinuousBatcher.from_dir(MODELS / "llama", slots=2, max_context=40) as batcher:
+        assert batcher.generate_many(prompts, 12, stop_at_eos=False, stop_token_ids=[7]) == want
+    probe = ContinuousBatcher.from_dir(MODELS / "llama", max_context=40)
+    room = probe.pool.token_bytes * 41  # 41 positions: the requests wait for memory
+    probe.close()
+    with ContinuousBatcher.from_dir(MODELS / "llama", max_context=40, kv_cache_bytes=room) as batcher:
+        assert batcher.generate_many(prompts, 12, stop_at_eos=False, stop_token_ids=[7]) == want
+        assert batcher.pool.stats().max_batch == 2  # 41 positions: two requests reach at most 15 + 21
+
+
+def test_a_stream_left_early_is_cancelled_and_the_others_go_on(generators: dict[str, Generator]) -> None:
+    lone = _lone(generators, "llama")
+    prompts = _prompts(5)
+
+    async def run(batcher: ContinuousBatcher) -> tuple[list[int], list[int]]:
+        async def first_three() -> list[int]:
+            got = []
+            async for token in batcher.stream(prompts[0], 30, stop_at_eos=False):
+                got.append(token)
+                if len(got) == 3:
+                    break
+            return got
+
+        async def whole() -> list[int]:
+            return [t async for t in batcher.stream(prompts[1], 30, stop_at_eos=False)]
+
+        return await asyncio.gather(first_three(), whole())
+
+    with ContinuousBatcher.from_dir(MODELS / "llama") as batcher:
+        early, full = asyncio.run(run(batcher))
+        assert early == lone.generate(prompts[0], 3, stop_at_eos=False)
+        assert full == lone.generate(prompts[1], 30, stop_at_eos=False)
+        for _ in range(50):  # the cancelled request's stream is closed at the engine's next tick
+            if not batcher.pool.streams:
+                break
+            asyncio.run(asyncio.sleep(0.01))
+        assert batcher.pool.streams == []
+
+
+def test_bad_requests_are_refused_before_anything_runs() -> None:
+    with ContinuousBatcher.from_dir(MODELS / "llama", max_context=32) as batcher:
+        with pytest.raises(GenerationError, match="does not batch beam search"):
+            batcher.generate_many([[1, 2]], 4, num_beams=2)
+        with pytest.raises(GenerationError, match="the prompt is empty: give at least one token id"):
+            batcher.generate_many([[]], 4)
+        with pytest.raises(GenerationError, match="reach past the pool's max_context of 32"):
+            batcher.generate_many([[1] * 30], 4)
+        with pytest.raises(GenerationError, match="max_new_tokens must be an integer >= 1"):
+            batcher.generate_many([[1]], 0)
+        assert batcher.ticks == 0
