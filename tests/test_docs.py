@@ -258,7 +258,7 @@ def cannot_run_here(code: str) -> str | None:
         return None
     if "onnxruntime_genai" in code:
         return "onnxruntime-genai >= 0.18 has no wheel for Python 3.10"
-    if "Generator" in code:  # an LLM export: its attention runs on GroupQueryAttention(causal=0)
+    if "models/llm/" in code:  # an LLM export: its attention runs on GroupQueryAttention(causal=0)
         return "onnxruntime 1.23, the last with a Python 3.10 wheel, has no GroupQueryAttention causal attribute"
     return None
 

@@ -28,6 +28,7 @@ def test_a_lone_submit_runs_after_the_delay() -> None:
     async def steps() -> list[tuple[float, dict[str, np.ndarray]]]:
         done = []
         for fed in feeds:  # one at a time: each tick has one stream of the four it could batch
+            await asyncio.sleep(0.1)  # the last tick's task has ended: no tick follows at once
             start = time.monotonic()
             outputs = await asyncio.wait_for(pool.submit(sid, fed), 10)
             done.append((time.monotonic() - start, outputs))
