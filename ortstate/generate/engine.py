@@ -55,6 +55,10 @@ class Request:
     stop_reason: str = "max_new_tokens"
 
     @property
+    def plain(self) -> bool:
+        return not self.options.do_sample and self.options.repetition_penalty == 1.0
+
+    @property
     def reach(self) -> int:
         return len(self.prompt) + self.max_new_tokens
 
@@ -183,9 +187,11 @@ class Engine:
             self._pick(r, out["logits"][:, -1])
 
     def _pick(self, r: Request, logits: np.ndarray) -> None:
-        history = [r.prompt + r.tokens]
-        scores = process(logits, history, r.options)
-        token = int(sample(scores, r.rng)[0] if r.rng is not None else np.argmax(scores, axis=-1)[0])
+        if r.plain:  # greedy, no penalty: process() would hand the scores back as they are
+            token = int(logits.argmax())
+        else:
+            scores = process(logits, [r.prompt + r.tokens], r.options)
+            token = int(sample(scores, r.rng)[0] if r.rng is not None else np.argmax(scores, axis=-1)[0])
         r.tokens.append(token)
         r.sink(token)
         why = r.criteria.reason(r.tokens)

@@ -30,7 +30,7 @@ from ..errors import OrtStateError, PoolFullError, RunError, StateError
 from ..runtime import LoadedModel, snapshot
 from ..runtime.store import StateStore
 from .kv_arena import KvArena
-from .kv_model import MASK, KvModel, load_kv_model
+from .kv_model import MASK, KvModel, check_stream_feeds, load_kv_model
 from .kv_probe import RAGGED, SINGLE, probe_batching, probe_prompts
 from .kv_run import KvRunner, Row
 from .pool import StreamPool
@@ -285,44 +285,17 @@ class KvPool(StreamPool):
     def _row(self, sid: int, given: Any) -> Row:
         """Stream ``sid``'s feeds checked as a lone session of the model takes them."""
         stream = self._get(sid)
-        if not isinstance(given, Mapping):
-            raise RunError(f"stream {sid}: feeds must be a mapping of input names to arrays")
-        names = {s.name for s in self._kv.feeds}
-        missing = sorted(names - set(given))
-        extra = sorted(set(given) - names)
-        if missing or extra:
-            raise RunError(
-                f"stream {sid}: "
-                + "; ".join(
-                    p
-                    for p in (
-                        f"missing input(s) {', '.join(missing)}" if missing else "",
-                        f"unknown input(s) {', '.join(map(str, extra))}" if extra else "",
-                    )
-                    if p
-                )
-            )
-        arrays: dict[str, np.ndarray] = {}
-        width = None
-        for spec in self._kv.feeds:
-            value = given[spec.name]
-            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-            if arr.dtype != spec.dtype:
-                raise RunError(f"stream {sid}: input '{spec.name}' must be {spec.dtype}, got {arr.dtype}")
-            if arr.ndim != spec.rank or (spec.axis is not None and arr.shape[spec.axis] != 1):
-                raise RunError(
-                    f"stream {sid}: input '{spec.name}' has shape {list(arr.shape)}; one stream's has rank "
-                    f"{spec.rank} with 1 along axis {spec.axis}"
-                )
-            if spec.name in ("input_ids", "inputs_embeds"):
-                width = arr.shape[1]
-            arrays[spec.name] = arr
-        if not width:
-            raise RunError(f"stream {sid}: no tokens to step")
-        past = self.length(sid)
+        arrays, width = check_stream_feeds(sid, given, self._kv.feeds)
+        past = int(self._arena.lengths[stream.slot]) if stream.slot is not None else self.length(sid)
         if past + width > self.max_context:
             raise RunError(
                 f"stream {sid}: {past} + {width} positions are over the pool's max_context of {self.max_context}"
+            )
+        mask = arrays.get(MASK)
+        if mask is not None and mask.shape[1] not in (width, past + width):
+            raise RunError(
+                f"stream {sid}: attention_mask has {mask.shape[1]} positions; the stream's are {past} past + "
+                f"{width} new (or the {width} new only)"
             )
         return Row(stream.slot if stream.slot is not None else -1, arrays, width, past)
 
