@@ -6,10 +6,11 @@ All N requests are made at once (clock ``t0``) and each new token is timestamped
 - ``ov-exact`` / ``ov-default``: OpenVINO GenAI's ``ContinuousBatchingPipeline`` on the IR folder
   (exact: ``KV_CACHE_PRECISION=f32``, ``INFERENCE_PRECISION_HINT=f32``,
   ``DYNAMIC_QUANTIZATION_GROUP_SIZE=0``; default: only ``INFERENCE_NUM_THREADS``). Every request is
-  added with ``add_request(i, ov.Tensor(ids), config)`` (``max_new_tokens = min_new_tokens = G``,
-  ``ignore_eos``), then ``step()`` runs while ``has_non_finished_requests()``; after each step every
-  ``GenerationHandle`` that ``can_read()`` is ``read()`` (the tokens that step made) and those tokens
-  get the clock after the step.
+  added with ``add_request(i, ov.Tensor(ids), config)`` (``max_new_tokens=G``, ``ignore_eos``; not
+  ``min_new_tokens``, which masks the eos logit and so changes greedy tokens; a model without an eos
+  id gets an inert one, as OV GenAI refuses -1), then ``step()`` runs while
+  ``has_non_finished_requests()``; after each step every ``GenerationHandle`` that ``can_read()`` is
+  ``read()`` (the tokens that step made) and those tokens get the clock after the step.
 - ``sequential``: ortstate's ``Generator`` (the converted ONNX file given, ``threads`` intra-op, as
   ``realsize_engines.load_engine`` builds it), the prompts one after another; its ``stream``
   callback timestamps each token. ``--limit K`` runs the first K prompts only and reports the queue of
@@ -89,8 +90,10 @@ def _ov_generate(pipe: Any, prompt_list: list[list[int]], new: int) -> Streams:
     import openvino_genai as genai
 
     config = genai.GenerationConfig()
-    config.max_new_tokens = config.min_new_tokens = new
-    config.ignore_eos = True
+    config.max_new_tokens = new
+    config.ignore_eos = True  # not min_new_tokens: it masks the eos logit, and greedy tokens would change
+    if pipe.get_config().eos_token_id < 0:  # an IR without eos (random weights): OV GenAI refuses -1
+        config.eos_token_id, config.stop_token_ids = 0, {0}  # inert: eos is ignored
     out = Streams(len(prompt_list))
     handles = [pipe.add_request(i, ov.Tensor(np.array([p], np.int64)), config) for i, p in enumerate(prompt_list)]
     while pipe.has_non_finished_requests():

@@ -365,7 +365,8 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         f"{Path(c['model_dir']).name} {c['precision']}: prompt {c['prompt']}, {c['new']} new, {c['threads']} threads"
     )
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
