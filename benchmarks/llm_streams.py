@@ -28,8 +28,8 @@ stream at a time's (a lone Generator). Rounds (--rounds) alternate the engines' 
 the tables show medians over rounds. The load average before and after every run is recorded: the
 machine should be quiet, or the figures are not figures.
 
-Writes benchmarks/results/NAME.json, NAME.md and NAME.png (aggregate tokens/s vs streams, log x; NAME
-is llm-streams, llm-streams-fp32 with --precision fp32, --name to choose) and prints one PASS/MISS
+Writes ``benchmarks/results/NAME.json``, ``NAME.md`` and ``NAME.png`` (aggregate tokens/s vs streams,
+log x; NAME is llm-streams, llm-streams-fp32 with --precision fp32, --name to choose) and prints one PASS/MISS
 line per target of issue 29 on stdout (n/a: not measured); progress goes to stderr; the exit code is
 0 whatever the timings say. An engine that is missing or fails (e.g. ContinuousBatcher not written
 yet) gets a "not available: <reason>" row and the rest still runs.
