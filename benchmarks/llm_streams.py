@@ -10,8 +10,9 @@ greedy tokens (``--new``; eos ignored, so every stream yields exactly G). Engine
   ov-default   the same pipeline with only INFERENCE_NUM_THREADS (int8 activations on int4/int8 weights)
   sequential   ortstate's Generator, the N prompts one after another (--sequential-limit K: only the
                first K, the queue of N computed as sequential; said in the row's note)
-  pool         ortstate.generate.ContinuousBatcher (int8_activations=False), N concurrent
-               `async for token in batcher.stream(...)` on one asyncio loop
+  pool         ortstate.generate.ContinuousBatcher (int8_activations=False, slots=N), N concurrent
+               `async for token in batcher.stream(prompt, max_new_tokens=G, stop_at_eos=False)`
+               on one asyncio loop
   pool-int8    the same with int8_activations=True
   pool-fake    the pool's driver over a stand-in batcher (lone Generators, one at a time): a harness check
 

@@ -16,9 +16,11 @@ All N requests are made at once (clock ``t0``) and each new token is timestamped
   callback timestamps each token. ``--limit K`` runs the first K prompts only and reports the queue of
   N as it would be sequentially (``queue_times``).
 - ``pool`` / ``pool-int8``: ``ortstate.generate.ContinuousBatcher.from_dir(DIR, threads=T,
-  int8_activations=..., kv_cache_bytes=...)``; N ``async for token in batcher.stream(...)`` consumers
-  driven by one asyncio loop (``generate_many`` when there is no ``stream``: aggregate only). When
-  the class is missing or fails, the result is ``{"error": "<one line>"}``.
+  int8_activations=..., kv_cache_bytes=...)`` (and ``slots=N`` when it takes that); N ``async for token
+  in batcher.stream(prompt, max_new_tokens=G, stop_at_eos=False)`` consumers (``ignore_eos=True`` for
+  a ``stream`` without ``stop_at_eos``) driven by one asyncio loop (``generate_many`` when there is no
+  ``stream``: aggregate only). When the class is missing or fails, the result is ``{"error": "<one
+  line>"}``.
 - ``pool-fake``: the same driver over :class:`StandInBatcher` (lone ``Generator`` runs in a worker
   thread, one at a time): checks the harness, not a figure.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import sys
 import threading
@@ -149,7 +152,7 @@ class StandInBatcher:
         del threads, int8_activations, kv_cache_bytes  # a stand-in: ortstate's defaults
         return cls(Generator.from_dir(model_dir))
 
-    async def stream(self, prompt: list[int], max_new_tokens: int, ignore_eos: bool = False) -> AsyncIterator[int]:
+    async def stream(self, prompt: list[int], max_new_tokens: int, stop_at_eos: bool = True) -> AsyncIterator[int]:
         loop, queue = asyncio.get_running_loop(), asyncio.Queue()
 
         def work() -> None:
@@ -158,7 +161,7 @@ class StandInBatcher:
                     self._generator.generate(
                         prompt,
                         max_new_tokens,
-                        stop_at_eos=not ignore_eos,
+                        stop_at_eos=stop_at_eos,
                         stream=lambda t: loop.call_soon_threadsafe(queue.put_nowait, t),
                     )
             finally:
@@ -181,17 +184,32 @@ def _batcher_class(name: str) -> Any:
     return batcher
 
 
+def _parameters(fn: Any) -> dict[str, inspect.Parameter]:
+    try:
+        return dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def _no_eos(fn: Any) -> dict[str, bool]:
+    """The keyword that makes ``fn`` go on past eos: ``stop_at_eos=False`` (as ``Generator``) when it has
+    that parameter, else ``ignore_eos=True``."""
+    return {"stop_at_eos": False} if "stop_at_eos" in _parameters(fn) else {"ignore_eos": True}
+
+
 async def _drive(batcher: Any, prompt_list: list[list[int]], new: int) -> Streams:
     """Every prompt at once, each stream consumed by its own task; ``generate_many`` without ``stream``."""
     out = Streams(len(prompt_list))
     if not hasattr(batcher, "stream"):
-        rows = await asyncio.to_thread(batcher.generate_many, prompt_list, max_new_tokens=new, ignore_eos=True)
+        many = batcher.generate_many
+        rows = await asyncio.to_thread(many, prompt_list, max_new_tokens=new, **_no_eos(many))
         out.end = time.perf_counter()
         out.tokens = [[int(t) for t in row] for row in rows]
         return out
+    no_eos = _no_eos(batcher.stream)
 
     async def consume(i: int) -> None:
-        async for token in batcher.stream(prompt_list[i], max_new_tokens=new, ignore_eos=True):
+        async for token in batcher.stream(prompt_list[i], max_new_tokens=new, **no_eos):
             out.add(i, [token])
 
     await asyncio.gather(*(consume(i) for i in range(len(prompt_list))))
@@ -211,7 +229,10 @@ async def _close(batcher: Any) -> None:
 def run_pool(name: str, ir: Path, prompt_list: list[list[int]], a: argparse.Namespace) -> tuple[Streams, str]:
     cls = _batcher_class(name)
     kv = int(a.kv_cache_gb * 2**30) if a.pool_same_kv else None
-    batcher = cls.from_dir(ir, threads=a.threads, int8_activations=POOL_ENGINES.get(name, False), kv_cache_bytes=kv)
+    kwargs = {"threads": a.threads, "int8_activations": POOL_ENGINES.get(name, False), "kv_cache_bytes": kv}
+    if "slots" in _parameters(cls.from_dir):
+        kwargs["slots"] = len(prompt_list)  # every stream generating at once, as OV GenAI schedules them
+    batcher = cls.from_dir(ir, **kwargs)
 
     async def main() -> Streams:
         try:
