@@ -148,6 +148,14 @@ def _check(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--prompt, --new, --threads and --rounds are positive")
 
 
+def model_name(model_dir: Path) -> str:
+    """What realsize_build.py named the model (its ``realsize.json``), else the folder's name."""
+    try:
+        return str(json.loads((model_dir / "realsize.json").read_text())["model"])
+    except (OSError, ValueError, KeyError):
+        return model_dir.name
+
+
 def kv_bytes_per_token(model_dir: Path) -> int:
     """Bytes of f32 KV cache one token takes: layers × (K and V) × KV heads × head size × 4."""
     c = json.loads((model_dir / "config.json").read_text())
@@ -241,7 +249,7 @@ def write_results(doc: dict[str, Any], out: Path, name: str) -> None:
     if not plot_unavailable() and doc["summary"]:
         report.plot(doc, out / f"{name}.png")
         image = f"{name}.png"
-    title = f"# LLM streams: {doc['config']['label']} ({name})\n\n"
+    title = f"# LLM streams: {report.model_label(doc['config'])} ({name})\n\n"
     (out / f"{name}.md").write_text(title + report.markdown(doc, image) + "\n", encoding="utf-8")
 
 
@@ -250,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     _check(p, a)
     config = {k: getattr(a, k) for k in ("streams", "prompt", "new", "threads", "engines", "rounds", "seed", "warmup")}
-    config |= {"model_dir": str(a.model_dir), "precision": a.label, "label": a.label, "pool_same_kv": a.pool_same_kv}
+    config |= {"model_dir": str(a.model_dir), "model": model_name(a.model_dir), "precision": a.label}
+    config |= {"label": a.label, "pool_same_kv": a.pool_same_kv}
     config |= {"kv_cache_gb": a.kv_cache_gb or {n: kv_cache_gb(a.model_dir, n, a.prompt + a.new) for n in a.streams}}
     config["sequential_limit"] = a.sequential_limit
     doc: dict[str, Any] = {

@@ -256,6 +256,12 @@ def _tokens_target(doc: dict[str, Any], p: str) -> dict[str, Any]:
     return target(name, equal / compared, equal == compared, f"{equal} of {compared} streams (all stream counts)")
 
 
+def model_label(config: dict[str, Any]) -> str:
+    """The model and its precision (``qwen2-0.5b-random int4``), or the folder's name alone."""
+    model, precision = config.get("model", ""), config["precision"]
+    return precision if model in ("", precision) else f"{model} {precision}"
+
+
 def _cell(value: float | None, fmt: str = ",.1f") -> str:
     return "" if value is None else format(value, fmt)
 
@@ -300,7 +306,7 @@ def machine_text(doc: dict[str, Any]) -> str:
     flags = ", ".join(f for f in m.get("cpu_flags", []) if f in FLAGS_SHOWN) or "none of " + ", ".join(FLAGS_SHOWN)
     return "\n".join(
         [
-            f"- model: `{c['model_dir']}` ({c['precision']}), prompts of {c['prompt']} random ids (seed {c['seed']}), "
+            f"- model: {model_label(c)} (`{c['model_dir']}`), prompts of {c['prompt']} random ids (seed {c['seed']}), "
             f"{c['new']} new greedy tokens per stream, {c['threads']} threads, {c['rounds']} round(s), "
             f"OV GenAI KV cache {_gib(c['kv_cache_gb'])}; pool KV budget: "
             + ("the same" if c.get("pool_same_kv") else "its default"),
@@ -361,9 +367,8 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("concurrent streams")
     ax.set_ylabel("aggregate output tokens/s")
     c = doc["config"]
-    ax.set_title(
-        f"{Path(c['model_dir']).name} {c['precision']}: prompt {c['prompt']}, {c['new']} new, {c['threads']} threads"
-    )
+    ax.set_title(f"{model_label(c)}: prompt {c['prompt']}, {c['new']} new, {c['threads']} threads")
+    ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
