@@ -269,7 +269,9 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
     else:
         streams, note = run_pool(a.engine, a.ir, prompt_list, a)
     result = stream_metrics(streams.times, streams.t0, streams.end)
-    result["tokens_per_stream"] = sorted({len(t) for t in streams.tokens})
+    result["tokens_per_stream"] = counts = sorted({len(t) for t in streams.tokens})
+    if counts != [a.new]:  # every stream must yield exactly G tokens, or the rates compare different work
+        note = "; ".join(filter(None, [note, f"streams gave {counts[0]}..{counts[-1]} tokens, not {a.new}"]))
     result |= {"tokens": streams.tokens, "note": note, "load_s": a.load_s}
     return result | {"loaded_rss_mib": a.loaded_rss_mib, "peak_rss_mib": peak_rss_mib()}
 
