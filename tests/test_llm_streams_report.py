@@ -6,6 +6,7 @@ its numbers is checked here, because those PASS/MISS lines decide whether issue 
 """
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -123,3 +124,25 @@ def test_the_concurrent_driver_gets_every_token_of_a_lone_generator():
     streams = asyncio.run(child._drive(batcher, prompts, 5))
     assert streams.tokens == expected
     assert all(len(t) == 5 and t == sorted(t) and t[0] > streams.t0 for t in streams.times)
+
+
+def test_ov_genai_cache_size_fits_every_stream_in_f32(tmp_path):
+    import llm_streams
+
+    assert llm_streams.kv_bytes_per_token(ROOT / "models" / "llm" / "llama") == 2 * 2 * 2 * 16 * 4
+    qwen = {"num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "hidden_size": 896}
+    (tmp_path / "config.json").write_text(json.dumps(qwen))
+    assert llm_streams.kv_bytes_per_token(tmp_path) == 24 * 2 * 2 * 64 * 4
+    assert llm_streams.kv_cache_gb(tmp_path, 64, 192) == 1  # 352 MB
+    assert llm_streams.kv_cache_gb(tmp_path, 512, 192) == 3  # 2.8 GB
+
+
+def test_the_pool_is_asked_to_go_past_eos_in_its_own_words():
+    class New:
+        async def stream(self, prompt, max_new_tokens=16, *, stop_at_eos=True, **search): ...
+
+    class Other:
+        async def stream(self, prompt, max_new_tokens=16, **search): ...
+
+    assert child._no_eos(New().stream) == {"stop_at_eos": False}
+    assert child._no_eos(Other().stream) == {"ignore_eos": True}
