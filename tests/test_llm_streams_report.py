@@ -5,9 +5,11 @@ The benchmark itself never runs in tests (real-size runs take GBs and minutes); 
 its numbers is checked here, because those PASS/MISS lines decide whether issue 29 is done.
 """
 
+import argparse
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,19 @@ def test_the_pool_is_asked_to_go_past_eos_in_its_own_words():
 
     assert child._no_eos(New().stream) == {"stop_at_eos": False}
     assert child._no_eos(Other().stream) == {"ignore_eos": True}
+
+
+def test_the_driver_and_run_pool_take_ortstates_continuous_batcher():
+    """What llm_streams_child.run_pool does with the real class: from_dir with the benchmark's keywords
+    (slots=N when it takes them), N concurrent streams past eos, every token a lone Generator's."""
+    from ortstate.generate import ContinuousBatcher, Generator
+
+    llama = ROOT / "models" / "llm" / "llama"
+    prompts = child.prompts(4, 7, 256, seed=2)
+    lone = Generator.from_dir(llama)
+    expected = [lone.generate(p, 6, stop_at_eos=False) for p in prompts]
+    a = argparse.Namespace(threads=1, kv_cache_gb=1, pool_same_kv=False, warmup=2, new=6, engine="pool")
+    a.started = time.perf_counter()
+    streams, note = child.run_pool("pool", llama, prompts, a)
+    assert streams.tokens == expected and note == ""
+    assert "slots" in child._parameters(ContinuousBatcher.from_dir)
