@@ -29,19 +29,22 @@ stream at a time's (a lone Generator). Rounds (--rounds) alternate the engines' 
 the tables show medians over rounds. The load average before and after every run is recorded: the
 machine should be quiet, or the figures are not figures.
 
-Writes ``benchmarks/results/NAME.json``, ``NAME.md`` and ``NAME.png`` (aggregate tokens/s vs streams,
-log x; NAME is llm-streams, llm-streams-fp32 with --precision fp32, --name to choose) and prints one PASS/MISS
-line per target of issue 29 on stdout (n/a: not measured); progress goes to stderr; the exit code is
-0 whatever the timings say. An engine that is missing or fails (e.g. ContinuousBatcher not written
-yet) gets a "not available: <reason>" row and the rest still runs.
+Writes ``benchmarks/results/NAME.json``, ``NAME.md`` and ``NAME.png`` (aggregate tokens/s vs
+streams, log x; NAME is llm-streams, llm-streams-fp32 with --precision fp32, --name to choose) after
+every run, and prints one PASS/MISS line per target of issue 29 on stdout (n/a: not measured);
+progress goes to stderr; the exit code is 0 whatever the timings say. An engine that is missing or
+fails (e.g. an ortstate without ContinuousBatcher) gets a "not available: <reason>" row and the rest
+still runs.
 
     python benchmarks/llm_streams.py                       # int4 real-size IR, 1,8,32,64 streams
     python benchmarks/llm_streams.py --precision fp32
     python benchmarks/llm_streams.py --quick --out /tmp/x  # tiny models/llm/llama, a smoke test
 
-The real-size IRs come from realsize_build.py (torch + optimum-intel in a venv of their own; see its
-docstring); OV GenAI from `pip install openvino-genai==<the openvino version>` (a benchmark anchor,
-not an ortstate dependency: benchmarks/requirements-llm-streams.txt).
+The real-size IRs (Qwen2-0.5B-shaped, random weights) are built once into
+~/.cache/ortstate/realsize/ir/PRECISION by ``OPTIMUM_PYTHON benchmarks/realsize_build.py int4 fp32``,
+with the Python of a venv holding torch + optimum-intel (benchmarks/requirements-realsize.txt; see
+realsize_build.py's docstring). OV GenAI: ``pip install -r benchmarks/requirements-llm-streams.txt``
+(the anchor of the comparison, never an ortstate dependency).
 """
 
 from __future__ import annotations
