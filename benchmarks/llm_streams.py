@@ -184,22 +184,28 @@ def versions() -> dict[str, str]:
     return out | {"ortstate": ortstate_source(ortstate)}
 
 
-def _convert(a: argparse.Namespace, work: Path) -> tuple[Path | None, str | None]:
-    """The sequential engine's ONNX file (``ortstate.convert`` in a process of its own), or why not."""
-    out = work / "sequential" / "model.onnx"
+def _convert(
+    a: argparse.Namespace, work: Path, name: str = "exact", kwargs: str = "{}"
+) -> tuple[Path | None, str | None]:
+    """An ONNX file of the IR (``ortstate.convert`` with ``kwargs`` in a process of its own), or why not:
+    every ortstate engine loads a converted file, so no engine's peak memory holds a conversion."""
+    out = work / name / "model.onnx"
     out.parent.mkdir(parents=True)
-    progress(f"converting {a.model_dir.name} for the sequential engine")
-    conv = run_child(["convert", "--ir", str(a.model_dir), "--onnx", str(out), "--convert-kwargs", "{}"], a.timeout)
+    progress(f"converting {a.model_dir.name} ({name})")
+    conv = run_child(["convert", "--ir", str(a.model_dir), "--onnx", str(out), "--convert-kwargs", kwargs], a.timeout)
     if "error" in conv:
         return None, f"convert: {conv['error']}"
     progress(f"converted in {conv['seconds']:.1f} s, peak RSS {conv['peak_rss_mib']:,.0f} MiB")
     return out, None
 
 
-def _measure(engine: str, n: int, k: int, a: argparse.Namespace, onnx: Path | None, why: str | None) -> dict[str, Any]:
+def _measure(
+    engine: str, n: int, k: int, a: argparse.Namespace, files: dict[str, tuple[Path | None, str | None]]
+) -> dict[str, Any]:
     """One engine at ``n`` streams in a fresh process, with the load average before and after."""
     before = os.getloadavg()
     progress(f"{n} streams, round {k + 1}/{a.rounds}: {engine} (load average {before[0]:.2f})")
+    onnx, why = files.get("int8" if engine == "pool-int8" else "exact", (None, None))
     if engine == "sequential" and onnx is None:
         result = {"error": why}
     else:
@@ -209,6 +215,8 @@ def _measure(engine: str, n: int, k: int, a: argparse.Namespace, onnx: Path | No
         args += ["--pool-same-kv"] * a.pool_same_kv
         if engine == "sequential":
             args += ["--onnx", str(onnx), "--limit", str(a.sequential_limit if a.sequential_limit < n else 0)]
+        elif engine.startswith("pool") and onnx is not None:
+            args += ["--onnx", str(onnx)]
         result = run_child(args, a.timeout, CHILD)
     after = os.getloadavg()
     if "error" in result:
@@ -232,11 +240,15 @@ def run(a: argparse.Namespace, doc: dict[str, Any], write: Any) -> None:
     """Every stream count, round and engine (alternating order), each in its own process."""
     work = Path(tempfile.mkdtemp(prefix="llm-streams-"))
     try:
-        onnx, why = _convert(a, work) if "sequential" in a.engines else (None, None)
+        files = {}
+        if {"sequential", "pool"} & set(a.engines):
+            files["exact"] = _convert(a, work)
+        if "pool-int8" in a.engines:
+            files["int8"] = _convert(a, work, "int8", '{"int8_activations": true}')
         for n in a.streams:
             for k in range(a.rounds):
                 for engine in a.engines if k % 2 == 0 else a.engines[::-1]:
-                    doc["runs"].append(_measure(engine, n, k, a, onnx, why))
+                    doc["runs"].append(_measure(engine, n, k, a, files))
                     doc["summary"] = report.summarize(doc["runs"])
                     doc["tokens"] = report.compare_tokens(doc["runs"])
                     write(doc)  # after every run: a killed benchmark keeps what it measured

@@ -230,6 +230,8 @@ def run_pool(name: str, ir: Path, prompt_list: list[list[int]], a: argparse.Name
     cls = _batcher_class(name)
     kv = int(a.kv_cache_gb * 2**30) if a.pool_same_kv else None
     kwargs = {"threads": a.threads, "int8_activations": POOL_ENGINES.get(name, False), "kv_cache_bytes": kv}
+    if a.onnx and "model" in _parameters(cls.from_dir):  # converted in another process, as the sequential engine's
+        kwargs.update(model=a.onnx, int8_activations=False)
     if "slots" in _parameters(cls.from_dir):
         kwargs["slots"] = len(prompt_list)  # every stream generating at once, as OV GenAI schedules them
     batcher = cls.from_dir(ir, **kwargs)
@@ -285,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("engine", choices=(*OV_ENGINES, "sequential", *POOL_ENGINES, "pool-fake"))
     p.add_argument("--ir", type=Path, required=True, help="the optimum-intel IR folder")
-    p.add_argument("--onnx", type=Path, help="sequential: the converted model")
+    p.add_argument("--onnx", type=Path, help="sequential, pool: the converted model")
     p.add_argument("--streams", type=int, required=True)
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--new", type=int, default=64)
