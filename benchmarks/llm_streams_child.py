@@ -230,7 +230,9 @@ def run_pool(name: str, ir: Path, prompt_list: list[list[int]], a: argparse.Name
     cls = _batcher_class(name)
     kv = int(a.kv_cache_gb * 2**30) if a.pool_same_kv else None
     kwargs = {"threads": a.threads, "int8_activations": POOL_ENGINES.get(name, False), "kv_cache_bytes": kv}
-    if a.onnx and "model" in _parameters(cls.from_dir):  # converted in another process, as the sequential engine's
+    if getattr(a, "onnx", None) and "model" in _parameters(
+        cls.from_dir
+    ):  # converted in another process, as the sequential engine's
         kwargs.update(model=a.onnx, int8_activations=False)
     if "slots" in _parameters(cls.from_dir):
         kwargs["slots"] = len(prompt_list)  # every stream generating at once, as OV GenAI schedules them
