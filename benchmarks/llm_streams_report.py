@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from report import ratio_text, target, targets_table
 
+from ortstate.bench.llm_streams import stream_metrics
+
 __all__ = [
     "ENGINES",
     "TARGETS",
@@ -47,39 +49,6 @@ TARGETS = {
     "rss_over_ov_exact": 1.2,
 }
 METRICS = ("tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "peak_rss_mib", "loaded_rss_mib")
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) * 1e3 if values else None
-
-
-def stream_metrics(times: list[list[float]], t0: float, end: float | None = None) -> dict[str, Any]:
-    """Aggregate throughput and latencies of streams that all started at ``t0``.
-
-    Args:
-        times: per stream, the clock (seconds) at which each of its new tokens arrived.
-        t0: the clock when the first request was made.
-        end: the clock at the last token, when ``times`` is empty (an engine without per-token times).
-
-    Returns:
-        ``tokens``, ``wall_s`` (``t0`` to the last token), ``tokens_per_s`` (all streams' new tokens over
-        that wall time), time to first token and inter-token latency (every stream's gaps pooled)
-        p50/p99 in ms (None without per-token times).
-    """
-    tokens = sum(len(t) for t in times)
-    last = max((t[-1] for t in times if t), default=end)
-    wall = (last if last is not None else t0) - t0
-    firsts = [t[0] - t0 for t in times if t]
-    gaps = [b - a for t in times for a, b in zip(t, t[1:])]
-    return {
-        "tokens": tokens,
-        "wall_s": wall,
-        "tokens_per_s": tokens / wall if wall > 0 else None,
-        "ttft_p50_ms": _pct(firsts, 50),
-        "ttft_p99_ms": _pct(firsts, 99),
-        "itl_p50_ms": _pct(gaps, 50),
-        "itl_p99_ms": _pct(gaps, 99),
-    }
 
 
 def queue_times(times: list[list[float]], t0: float, streams: int) -> list[list[float]]:
