@@ -224,7 +224,7 @@ class FeedRules:
             return mask[:, -n:] if (self.mask == "current" and past > 0) else mask
         if name == "position_ids":
             if plain:  # what the cumulative sum of a mask of ones gives, without summing the past
-                pos = np.broadcast_to(np.arange(past, past + n, dtype=np.int64), (batch, n))
+                pos = np.arange(past, past + n, dtype=np.int64)[None].repeat(batch, 0)
             else:
                 pos = np.cumsum(mask, axis=1) - 1
                 pos[mask == 0] = 1
