@@ -176,7 +176,14 @@ class ContinuousBatcher:
         request = self._request(row, max_new_tokens, stop_at_eos, search)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        request.sink = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def sink(item: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the consumer's event loop is closed: nobody is reading any more
+                pass
+
+        request.sink = sink
         rid = self._engine.submit(request)
         finished = False
         try:
