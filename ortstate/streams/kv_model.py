@@ -23,7 +23,7 @@ import onnxruntime as ort
 from ..decoders.feeds import KNOWN_INPUTS
 from ..errors import OrtStateError, PassError, RunError
 from ..model_meta import CUSTOM_OP, VariableMeta, read_meta, write_meta
-from ..passes import share_kv, to_explicit
+from ..passes import prune, share_kv, to_explicit
 from ..passes.kv_pool import pool_kv
 from ..passes.last_logits import slice_last_logits
 from ..runtime import LoadedModel, numpy_dtype, snapshot
@@ -115,6 +115,7 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
             meta = share_kv(proto, meta)
         names = pool_kv(proto, meta)
         last = slice_last_logits(proto)
+        prune(proto.graph)  # the lengths the kernel read before: ONNX Runtime would warn of them
     except PassError as exc:
         raise OrtStateError(f"{origin}: cannot pool its streams: {exc}") from None
     kv = tuple(v for v in meta.variables if v.length_input)
