@@ -116,9 +116,9 @@ class Engine:
                 if self._stop:
                     break
                 cancelled, self._cancelled = self._cancelled, set()
-            self._drop(cancelled)
-            self._admit()
             try:
+                self._drop(cancelled)
+                self._admit()
                 self._tick()
             except Exception as exc:  # noqa: BLE001 - every running request gets it; the loop goes on
                 for request in list(self._running.values()):
