@@ -43,10 +43,10 @@ def _dir_mib(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 2**20
 
 
-def run_child(args: list[str], timeout: float) -> dict[str, Any]:
-    """Run a measuring process, its progress (stderr) shown as it comes; its JSON result (the last line
-    of its stdout), or ``{"error": ...}`` when it failed (OOM kills too)."""
-    cmd = [sys.executable, str(CHILD), *args]
+def run_child(args: list[str], timeout: float, child: Path = CHILD) -> dict[str, Any]:
+    """Run a measuring process (the script ``child``), its progress (stderr) shown as it comes; its JSON
+    result (the last line of its stdout), or ``{"error": ...}`` when it failed (OOM kills too)."""
+    cmd = [sys.executable, str(child), *args]
     with tempfile.TemporaryFile(mode="w+") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=CHILD_ENV)
         timer = threading.Timer(timeout, proc.kill)

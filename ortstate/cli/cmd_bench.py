@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import bench
-from ..bench import streams
+from ..bench import llm_streams, streams
 from ..errors import OrtStateError, OutputFileError, RunError, UsageError
 from ..output_files import check_writable, write_text
 from .args import add_verbose_option, existing_file, parse_shapes
@@ -41,16 +41,25 @@ StatefulSession request per stream, and by one OpenVINO InferRequest per stream;
 steps/s, a stream's p50/p99 step latency (the pool's is its tick's) and the pool's throughput over
 each other way.
 
+With --llm-streams N1,N2,... and an optimum-intel export folder as MODEL: many generations at once.
+For each count N, N prompts of --prompt random ids are requested at once and each generates --new
+greedy tokens, served by ortstate's ContinuousBatcher (continuous batching on a KV stream pool), by
+one Generator one prompt after another, and by OpenVINO GenAI's ContinuousBatchingPipeline with the
+exact config where openvino-genai is installed; prints aggregate output tokens/s, time to first token
+and inter-token latency p50/p99, and how many streams' tokens equal the one-at-a-time run's.
+(benchmarks/llm_streams.py measures each engine in a process of its own, with peak memory.)
+
 examples:
   ortstate bench models/lstm_1l/model.xml
   ortstate bench models/lstm_1l/model.xml --streams 1,64,1024 --steps 50
+  ortstate bench models/llm/llama --llm-streams 1,8,64 --prompt 16 --new 32
   ortstate bench model.xml --steps 500 --rounds 7 --threads 2
   ortstate bench openvino_vision_embeddings_model.xml --shape pixel_values=1,3,16,16
   ortstate bench models/llm/llama/openvino_model.xml --position 64 --json out/llama.json --plot out/llama.png"""
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL", help="the IR's .xml (its .bin beside it)")
+    p.add_argument("model", metavar="MODEL", help="the IR's .xml (its .bin beside it); with --llm-streams, its folder")
     p.add_argument("--steps", type=int, default=200, metavar="N", help="timed steps per round (default 200)")
     p.add_argument("--rounds", type=int, default=5, metavar="R", help="rounds per runner (default 5)")
     p.add_argument("--threads", type=int, default=1, metavar="T", help="intra-op threads (default 1)")
@@ -66,6 +75,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--streams", metavar="N1,N2", help="many streams at once: a StreamPool against one request per stream"
     )
+    p.add_argument(
+        "--llm-streams",
+        metavar="N1,N2",
+        help="many generations at once on an LLM export folder: ContinuousBatcher, one at a time, OpenVINO GenAI",
+    )
+    p.add_argument("--prompt", type=int, default=128, metavar="P", help="--llm-streams: prompt tokens (default 128)")
+    p.add_argument("--new", type=int, default=64, metavar="G", help="--llm-streams: new tokens (default 64)")
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--markdown", metavar="OUT", help="write the table as markdown")
     p.add_argument("--plot", metavar="OUT.png", help="draw the p50s (needs matplotlib: ortstate[plot])")
@@ -77,6 +93,8 @@ def _progress(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.llm_streams is not None:
+        return _run_llm_streams(args)
     xml = existing_file(args.model, "an IR .xml")
     if xml.suffix != ".xml":
         raise UsageError(f"{xml}: expected an OpenVINO IR .xml")
@@ -165,6 +183,40 @@ def _run_streams(args: argparse.Namespace, xml: Path, counts: list[int]) -> int:
         _output("json", lambda: write_text(args.json, json.dumps(document, indent=1) + "\n"))
     if args.plot:
         _output("plot", lambda: streams.plot_streams(rows, args.plot, xml.parent.name))
+    return EXIT_OK
+
+
+def _run_llm_streams(args: argparse.Namespace) -> int:
+    folder = Path(args.model)
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: --llm-streams takes an optimum-intel export folder")
+    counts = _stream_counts(args.llm_streams)
+    for option in ("prompt", "new", "threads"):
+        if getattr(args, option) < 1:
+            raise UsageError(f"--{option} must be at least 1, got {getattr(args, option)}")
+    for option in ("json", "markdown"):
+        if getattr(args, option):
+            _output(option, functools.partial(check_writable, getattr(args, option)))
+    runners = list(llm_streams.LLM_RUNNERS)
+    unavailable = llm_streams.openvino_genai_unavailable()
+    if unavailable or args.no_openvino:
+        runners.remove("openvino-genai")
+        if unavailable and not args.no_openvino:
+            print(f"ortstate: note: {unavailable}: no OpenVINO GenAI rows", file=sys.stderr)
+    rows = llm_streams.measure_llm_streams(
+        folder, counts, args.prompt, args.new, args.threads, runners, progress=_progress
+    )
+    head = (
+        f"{folder}: prompts of {args.prompt} random ids, {args.new} new greedy tokens, {count(args.threads, 'thread')}"
+    )
+    table = llm_streams.llm_table(rows)
+    print(f"{head}\n\n{table}")
+    if args.markdown:
+        _output("markdown", lambda: write_text(args.markdown, f"{head}\n\n{table}\n"))
+    if args.json:
+        document = {"model": str(folder), "prompt": args.prompt, "new": args.new, "threads": args.threads}
+        document["rows"] = llm_streams.llm_document(rows)
+        _output("json", lambda: write_text(args.json, json.dumps(document, indent=1) + "\n"))
     return EXIT_OK
 
 

@@ -194,6 +194,7 @@ class FeedRules:
         if ids.ndim != 2:
             raise DecoderError(f"token ids must be [batch, tokens], got shape {list(ids.shape)}")
         batch, n = ids.shape
+        plain = mask is None  # no padding: positions are past .. past + n - 1
         if mask is None:
             mask = np.ones((batch, past + n), dtype=np.int64)
         elif np.shape(mask) != (batch, past + n):
@@ -201,7 +202,7 @@ class FeedRules:
         context = context or {}
         out: dict[str, np.ndarray] = {}
         for spec in self.inputs:
-            value = self._value(spec, ids, n, past, np.asarray(mask), beam_idx, context)
+            value = self._value(spec, ids, n, past, np.asarray(mask), beam_idx, context, plain)
             out[spec.name] = np.ascontiguousarray(value, dtype=spec.dtype)
         return out
 
@@ -214,6 +215,7 @@ class FeedRules:
         mask: np.ndarray,
         beam_idx: np.ndarray | None,
         context: Mapping[str, np.ndarray],
+        plain: bool = False,
     ) -> np.ndarray:
         name, batch = spec.name, ids.shape[0]
         if name == "input_ids":
@@ -221,9 +223,12 @@ class FeedRules:
         if name == "attention_mask":
             return mask[:, -n:] if (self.mask == "current" and past > 0) else mask
         if name == "position_ids":
-            pos = np.cumsum(mask, axis=1) - 1
-            pos[mask == 0] = 1
-            pos = pos[:, -n:]
+            if plain:  # what the cumulative sum of a mask of ones gives, without summing the past
+                pos = np.arange(past, past + n, dtype=np.int64)[None].repeat(batch, 0)
+            else:
+                pos = np.cumsum(mask, axis=1) - 1
+                pos[mask == 0] = 1
+                pos = pos[:, -n:]
             if spec.rank == 3:
                 sections = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else 3
                 pos = np.broadcast_to(pos, (sections, batch, n))

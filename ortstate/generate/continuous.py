@@ -80,6 +80,7 @@ class ContinuousBatcher:
         threads: int | None = None,
         int8_activations: bool = False,
         sess_options: ort.SessionOptions | None = None,
+        model: str | os.PathLike[str] | None = None,
     ) -> ContinuousBatcher:
         """Convert an optimum-intel export folder's decoder and pool it.
 
@@ -91,6 +92,9 @@ class ContinuousBatcher:
             threads: ONNX Runtime's intra-op threads (default: its own choice).
             int8_activations: compressed weights compute on int8-quantized activations (faster;
                 logits move ~1e-2, see ``ortstate.convert``).
+            model: the folder's decoder already converted (an ONNX file of either form, as
+                ``ortstate convert`` writes it) to load instead of converting the IR here: a
+                process that only loads holds less memory at its peak.
 
         Raises:
             GenerationError, and any conversion or pool error (all ``OrtStateError``).
@@ -100,11 +104,17 @@ class ContinuousBatcher:
             raise GenerationError(f"{files.folder}: ContinuousBatcher takes decoder-only LLMs (token ids in)")
         config = read_config(files.folder)
         defaults = file_defaults(dict(config.search_defaults))
-        graph = read_ir(files.decoder)
+        graph = read_ir(files.decoder)  # what it tells about feeding it (its weights are not read)
         window = cache_position_window(graph)
-        built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
+        if model is not None:
+            if int8_activations:
+                raise GenerationError("int8_activations is chosen when converting: convert the model with it instead")
+            source: Any = model
+        else:
+            built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
+            source = Source(built.model, str(files.decoder), built.arrays, converted=True)
+            del built
         del graph
-        source = Source(built.model, str(files.decoder), built.arrays, converted=True)
         options = sess_options
         if options is None and threads is not None:
             options = quiet_session_options()
@@ -166,7 +176,14 @@ class ContinuousBatcher:
         request = self._request(row, max_new_tokens, stop_at_eos, search)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        request.sink = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def sink(item: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the consumer's event loop is closed: nobody is reading any more
+                pass
+
+        request.sink = sink
         rid = self._engine.submit(request)
         finished = False
         try:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..decoders import FeedRules
-from ..errors import OrtStateError
+from ..errors import OrtStateError, RunError
 from ..streams.kv_pool import KvPool
 from .logits_process import process, sample
 from .options import SearchOptions
@@ -53,6 +53,10 @@ class Request:
     next_token: int | None = None
     tokens: list[int] = field(default_factory=list)
     stop_reason: str = "max_new_tokens"
+
+    @property
+    def plain(self) -> bool:
+        return not self.options.do_sample and self.options.repetition_penalty == 1.0
 
     @property
     def reach(self) -> int:
@@ -112,13 +116,13 @@ class Engine:
                 if self._stop:
                     break
                 cancelled, self._cancelled = self._cancelled, set()
-            self._drop(cancelled)
-            self._admit()
             try:
+                self._drop(cancelled)
+                self._admit()
                 self._tick()
             except Exception as exc:  # noqa: BLE001 - every running request gets it; the loop goes on
                 for request in list(self._running.values()):
-                    self._end(request, exc)
+                    self._end(request, exc if isinstance(exc, OrtStateError) else RunError(f"generation failed: {exc}"))
         error = OrtStateError("the batcher was closed")
         for request in [*self._running.values(), *self._waiting]:
             self._end(request, error)
@@ -131,7 +135,7 @@ class Engine:
             gone = [r for r in self._waiting if r.rid in cancelled]
             self._waiting = deque(r for r in self._waiting if r.rid not in cancelled)
         for request in gone:
-            request.sink(END)
+            _send(request, END)
 
     def _admit(self) -> None:
         reach = sum(r.reach for r in self._running.values())
@@ -183,11 +187,13 @@ class Engine:
             self._pick(r, out["logits"][:, -1])
 
     def _pick(self, r: Request, logits: np.ndarray) -> None:
-        history = [r.prompt + r.tokens]
-        scores = process(logits, history, r.options)
-        token = int(sample(scores, r.rng)[0] if r.rng is not None else np.argmax(scores, axis=-1)[0])
+        if r.plain:  # greedy, no penalty: process() would hand the scores back as they are
+            token = int(logits.argmax())
+        else:
+            scores = process(logits, [r.prompt + r.tokens], r.options)
+            token = int(sample(scores, r.rng)[0] if r.rng is not None else np.argmax(scores, axis=-1)[0])
         r.tokens.append(token)
-        r.sink(token)
+        _send(r, token)
         why = r.criteria.reason(r.tokens)
         if why or len(r.tokens) >= r.max_new_tokens:
             r.stop_reason = why or "max_new_tokens"
@@ -198,4 +204,13 @@ class Engine:
     def _end(self, request: Request, last: Any) -> None:
         if self._running.pop(request.rid, None) is not None and request.sid is not None:
             self.pool.close(request.sid)
-        request.sink(last)
+        _send(request, last)
+
+
+def _send(request: Request, item: Any) -> None:
+    """Hand ``item`` to the request's sink; a sink that fails is its own consumer's problem, never
+    the other requests'."""
+    try:
+        request.sink(item)
+    except Exception:  # noqa: BLE001
+        pass

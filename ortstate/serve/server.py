@@ -20,6 +20,7 @@ import uvicorn
 
 from ..errors import ServeError
 from ..streams import StreamPool
+from ..streams.kv_pool import KvPool
 from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
 from .auth import check_exposure
 from .compat import run_with
@@ -160,6 +161,12 @@ def build(
     """The streams of ``model`` (a pool of ``max_streams`` slots) and the app serving them; with
     ``shared``, servers sharing ``state_dir`` (see :class:`StreamService`)."""
     pool = StreamPool(model, max_streams, max_batch=max_batch, max_delay=max_delay, sess_options=sess_options)
+    if isinstance(pool, KvPool):
+        raise ServeError(
+            f"{pool.loaded.origin}: an LLM with KV caches: ortstate serve streams models whose state has a fixed "
+            "size per stream (recurrent and SSM models); generate for many LLM streams at once in Python with "
+            "ortstate.generate.ContinuousBatcher (docs/streams.md)"
+        )
     service = StreamService(pool, state_dir, shared=shared)
     app = create_app(service, token=token, max_message_bytes=max_message_bytes, idle_park=idle_park, handoff=handoff)
     return service, app

@@ -13,7 +13,7 @@ is batched only with streams of one length.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,16 +21,16 @@ import numpy as np
 import onnxruntime as ort
 
 from ..decoders.feeds import KNOWN_INPUTS
-from ..errors import OrtStateError, PassError
+from ..errors import OrtStateError, PassError, RunError
 from ..model_meta import CUSTOM_OP, VariableMeta, read_meta, write_meta
-from ..passes import share_kv, to_explicit
+from ..passes import prune, share_kv, to_explicit
 from ..passes.kv_pool import pool_kv
 from ..passes.last_logits import slice_last_logits
 from ..runtime import LoadedModel, numpy_dtype, snapshot
 from ..runtime.loaded import load_model
 from ..runtime.source import read_source
 
-__all__ = ["FeedSpec", "KvModel", "load_kv_model", "wants_kv_pool"]
+__all__ = ["FeedSpec", "KvModel", "check_stream_feeds", "load_kv_model", "wants_kv_pool"]
 
 MASK, ROWS = "attention_mask", "beam_idx"
 _SHARED = ("cache_position",)  # one value for every row of a run
@@ -115,6 +115,7 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
             meta = share_kv(proto, meta)
         names = pool_kv(proto, meta)
         last = slice_last_logits(proto)
+        prune(proto.graph)  # the lengths the kernel read before: ONNX Runtime would warn of them
     except PassError as exc:
         raise OrtStateError(f"{origin}: cannot pool its streams: {exc}") from None
     kv = tuple(v for v in meta.variables if v.length_input)
@@ -166,3 +167,47 @@ def _feed(arg: Any, origin: str) -> FeedSpec:
     else:
         axis = 0
     return FeedSpec(name, dtype, rank, axis)
+
+
+_TOKENS = ("input_ids", "inputs_embeds")
+
+
+def check_stream_feeds(sid: int, given: Any, specs: Sequence[FeedSpec]) -> tuple[dict[str, np.ndarray], int]:
+    """One stream's feeds as arrays, and its number of new tokens.
+
+    Raises:
+        RunError: not a mapping, a missing or unknown input, a wrong dtype or rank, a batch other
+            than 1, inputs whose numbers of new tokens differ.
+    """
+    if not isinstance(given, Mapping):
+        raise RunError(f"stream {sid}: feeds must be a mapping of input names to arrays")
+    if len(given) != len(specs) or any(s.name not in given for s in specs):
+        names = {s.name for s in specs}
+        missing, extra = sorted(names - set(given)), sorted(map(str, set(given) - names))
+        parts = [f"missing input(s) {', '.join(missing)}"] if missing else []
+        parts += [f"unknown input(s) {', '.join(extra)}"] if extra else []
+        raise RunError(f"stream {sid}: " + "; ".join(parts))
+    arrays: dict[str, np.ndarray] = {}
+    width = 0
+    for spec in specs:
+        value = given[spec.name]
+        arr = value if type(value) is np.ndarray else np.asarray(value)
+        if arr.dtype != spec.dtype:
+            raise RunError(f"stream {sid}: input '{spec.name}' must be {spec.dtype}, got {arr.dtype}")
+        if arr.ndim != spec.rank or (spec.axis is not None and arr.shape[spec.axis] != 1):
+            raise RunError(
+                f"stream {sid}: input '{spec.name}' has shape {list(arr.shape)}; one stream's has rank "
+                f"{spec.rank} with 1 along axis {spec.axis}"
+            )
+        if spec.name in _TOKENS:
+            width = arr.shape[1]
+        arrays[spec.name] = arr
+    if not width:
+        raise RunError(f"stream {sid}: no tokens to step")
+    for spec in specs:  # what goes with each new token has as many
+        if spec.axis is not None and spec.name not in (MASK, ROWS) and arrays[spec.name].shape[spec.axis + 1] != width:
+            raise RunError(
+                f"stream {sid}: input '{spec.name}' has {arrays[spec.name].shape[spec.axis + 1]} positions, "
+                f"input_ids {width}"
+            )
+    return arrays, width

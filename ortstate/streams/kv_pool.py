@@ -27,12 +27,13 @@ import numpy as np
 import onnxruntime as ort
 
 from ..errors import OrtStateError, PoolFullError, RunError, StateError
-from ..runtime import LoadedModel, snapshot
-from ..runtime.store import StateStore
+from ..runtime import LoadedModel
 from .kv_arena import KvArena
-from .kv_model import MASK, KvModel, load_kv_model
-from .kv_probe import RAGGED, SINGLE, probe_batching, probe_prompts
+from .kv_groups import group_rows
+from .kv_model import MASK, KvModel, check_stream_feeds, load_kv_model
+from .kv_probe import SINGLE, probe_batching, probe_prompts
 from .kv_run import KvRunner, Row
+from .kv_snapshot import read_stream, write_stream
 from .pool import StreamPool
 from .stats import PoolStats, Recorder
 from .ticker import Ticker
@@ -140,15 +141,7 @@ class KvPool(StreamPool):
     def save(self, sid: int, path: str | os.PathLike[str]) -> None:
         """Write stream ``sid``'s variables as a ``StatefulSession`` snapshot of the model."""
         with self._lock:
-            kv, fixed = self._values(self._get(sid))
-            store = StateStore(self._kv.variables)
-            for var, value in zip(self._kv.kv, kv):
-                if value.shape[2]:
-                    store.set(var.id, value)
-            for spec, value in zip(self._kv.fixed, fixed):
-                if value is not None:
-                    store.set(spec.var.id, value.astype(np.dtype(spec.var.dtype)))
-            snapshot.save_state(store, self._kv.variables, path, self._kv.fingerprint)
+            write_stream(self._kv, *self._values(self._get(sid)), path)
 
     def load(self, path: str | os.PathLike[str]) -> int:
         """A new stream at a snapshot's state (:meth:`save`'s, or a one-stream ``StatefulSession``'s)."""
@@ -285,44 +278,17 @@ class KvPool(StreamPool):
     def _row(self, sid: int, given: Any) -> Row:
         """Stream ``sid``'s feeds checked as a lone session of the model takes them."""
         stream = self._get(sid)
-        if not isinstance(given, Mapping):
-            raise RunError(f"stream {sid}: feeds must be a mapping of input names to arrays")
-        names = {s.name for s in self._kv.feeds}
-        missing = sorted(names - set(given))
-        extra = sorted(set(given) - names)
-        if missing or extra:
-            raise RunError(
-                f"stream {sid}: "
-                + "; ".join(
-                    p
-                    for p in (
-                        f"missing input(s) {', '.join(missing)}" if missing else "",
-                        f"unknown input(s) {', '.join(map(str, extra))}" if extra else "",
-                    )
-                    if p
-                )
-            )
-        arrays: dict[str, np.ndarray] = {}
-        width = None
-        for spec in self._kv.feeds:
-            value = given[spec.name]
-            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-            if arr.dtype != spec.dtype:
-                raise RunError(f"stream {sid}: input '{spec.name}' must be {spec.dtype}, got {arr.dtype}")
-            if arr.ndim != spec.rank or (spec.axis is not None and arr.shape[spec.axis] != 1):
-                raise RunError(
-                    f"stream {sid}: input '{spec.name}' has shape {list(arr.shape)}; one stream's has rank "
-                    f"{spec.rank} with 1 along axis {spec.axis}"
-                )
-            if spec.name in ("input_ids", "inputs_embeds"):
-                width = arr.shape[1]
-            arrays[spec.name] = arr
-        if not width:
-            raise RunError(f"stream {sid}: no tokens to step")
-        past = self.length(sid)
+        arrays, width = check_stream_feeds(sid, given, self._kv.feeds)
+        past = int(self._arena.lengths[stream.slot]) if stream.slot is not None else self.length(sid)
         if past + width > self.max_context:
             raise RunError(
                 f"stream {sid}: {past} + {width} positions are over the pool's max_context of {self.max_context}"
+            )
+        mask = arrays.get(MASK)
+        if mask is not None and mask.shape[1] not in (width, past + width):
+            raise RunError(
+                f"stream {sid}: attention_mask has {mask.shape[1]} positions; the stream's are {past} past + "
+                f"{width} new (or the {width} new only)"
             )
         return Row(stream.slot if stream.slot is not None else -1, arrays, width, past)
 
@@ -349,53 +315,24 @@ class KvPool(StreamPool):
 
     def _execute(self, rows: dict[int, Row], results: dict[int, Any], raising: bool, last: bool) -> dict[int, Row]:
         """Run the rows; returns those that ran (their outputs in ``results``)."""
-        groups: dict[tuple, list[int]] = {}
-        for sid, row in rows.items():
-            shared = tuple(np.asarray(row.feeds[s.name]).tobytes() for s in self._kv.feeds if s.axis is None)
-            if self._kv.batching == SINGLE or (row.width > 1 and (row.past or not self._kv.prompts_batch)):
-                groups[("alone", sid)] = [sid]  # the kernel takes several new tokens with a past at batch 1 only
-                continue
-            ragged = row.width == 1 and self._kv.batching == RAGGED and self._full_mask(row)
-            # fresh prompts of one length batch as consecutive rows; others as the probe found
-            alike = None if ragged else (row.past, row.width, row.feeds[MASK].shape if MASK in row.feeds else None)
-            groups.setdefault((ragged, shared, alike), []).append(sid)
+        groups = group_rows(rows, self._kv)
         done: dict[int, Row] = {}
         written = self._arena.lengths.copy()  # a hole's junk goes after what this step's runs wrote
-        for key, sids in groups.items():
-            ragged = key[0] is True
-            for part in self._blocks(sids, rows, ragged):
-                try:
-                    result = self._runner.run([rows[s] for s in part], ragged, written, last)
-                except OrtStateError as exc:
-                    if raising:
-                        raise RunError(f"streams {', '.join(map(str, part))}: {exc}") from None
-                    results.update(dict.fromkeys(part, exc))
-                    continue
-                for sid in part:
-                    slot = rows[sid].slot
-                    written[slot] = rows[sid].past + rows[sid].width
-                    results[sid] = result.outputs[slot]
-                    rows[sid].fixed = result.fixed[slot]
-                    done[sid] = rows[sid]
+        for ragged, part in groups:
+            try:
+                result = self._runner.run([rows[s] for s in part], ragged, written, last)
+            except OrtStateError as exc:
+                if raising:
+                    raise RunError(f"streams {', '.join(map(str, part))}: {exc}") from None
+                results.update(dict.fromkeys(part, exc))
+                continue
+            for sid in part:
+                slot = rows[sid].slot
+                written[slot] = rows[sid].past + rows[sid].width
+                results[sid] = result.outputs[slot]
+                rows[sid].fixed = result.fixed[slot]
+                done[sid] = rows[sid]
         return done
-
-    def _blocks(self, sids: list[int], rows: dict[int, Row], ragged: bool) -> list[list[int]]:
-        """``sids`` split into runs: one block of the arena for a ragged batch, else runs of
-        consecutive rows (a hole's length would differ from the run's)."""
-        ordered = sorted(sids, key=lambda s: rows[s].slot)
-        if ragged:
-            return [ordered]
-        blocks: list[list[int]] = []
-        for sid in ordered:
-            if blocks and rows[blocks[-1][-1]].slot + 1 == rows[sid].slot:
-                blocks[-1].append(sid)
-            else:
-                blocks.append([sid])
-        return blocks
-
-    def _full_mask(self, row: Row) -> bool:
-        mask = row.feeds.get(MASK)
-        return mask is not None and mask.shape[-1] == row.past + row.width
 
     def _commit(self, rows: dict[int, Row], done: dict[int, Row]) -> None:
         now = time.monotonic()
@@ -462,30 +399,7 @@ class KvPool(StreamPool):
         return [np.zeros((1, heads, 0, size), np.float32) for _ in self._kv.kv]
 
     def _read(self, path: str | os.PathLike[str] | Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        store = StateStore(self._kv.variables)
-        snapshot.load_state(store, self._kv.variables, path, self._kv.fingerprint)
-        kv = []
-        heads, size = self._kv.kv_shape
-        lengths = set()
-        for var in self._kv.kv:
-            value = store.committed(var.id)
-            if value is None:
-                value = np.zeros((1, heads, 0, size), np.float32)
-            if value.ndim != 4 or value.shape[0] != 1 or value.shape[1:2] + value.shape[3:] != (heads, size):
-                raise StateError(f"{path}: variable '{var.id}' has shape {list(value.shape)}, not one stream's cache")
-            kv.append(np.asarray(value, np.float32))
-            lengths.add(value.shape[2])
-        if len(lengths) > 1:
-            raise StateError(f"{path}: the caches hold different lengths ({sorted(lengths)})")
-        fixed = []
-        for spec in self._kv.fixed:
-            value = store.committed(spec.var.id)
-            if value is not None and value.shape != spec.shape:
-                raise StateError(
-                    f"{path}: variable '{spec.var.id}' has shape {list(value.shape)}, not {list(spec.shape)}"
-                )
-            fixed.append(np.zeros(spec.shape, spec.carrier) if value is None else value.astype(spec.carrier))
-        return kv, fixed
+        return read_stream(self._kv, path)
 
     def _drop_held(self, stream: _Stream) -> None:
         if isinstance(stream.held, Path):

@@ -89,22 +89,28 @@ class KvRunner:
                 feeds[spec.name] = np.ascontiguousarray(rows[0].feeds[spec.name], spec.dtype)
             elif spec.name == MASK and ragged:
                 feeds[spec.name] = self._mask(members, count, total, spec.dtype)
+            elif len(members) == count:  # no hole: the rows in slot order, joined in one call
+                column = [members[k].feeds[spec.name] for k in range(count)]
+                feeds[spec.name] = column[0] if count == 1 else np.concatenate(column, axis=spec.axis)
             else:
-                first = np.asarray(rows[0].feeds[spec.name])
+                first = rows[0].feeds[spec.name]
                 shape = list(first.shape)
                 shape[spec.axis] = count
                 joined = np.zeros(shape, spec.dtype)
+                lead = (slice(None),) * spec.axis
                 for k, r in members.items():
-                    joined[(slice(None),) * spec.axis + (k,)] = np.take(r.feeds[spec.name], 0, axis=spec.axis)
+                    joined[(*lead, slice(k, k + 1))] = r.feeds[spec.name]
                 feeds[spec.name] = joined
         seqlens = (pasts + width - 1).astype(np.int32)
-        holes = [k for k in range(count) if k not in members]
-        seqlens[holes] = pasts[holes]  # a hole writes its one junk position where its cache ends
-        key_index = np.broadcast_to(np.arange(total, dtype=np.int64), (count, 1, 1, total)).copy()
+        if len(members) < count:
+            holes = [k for k in range(count) if k not in members]
+            seqlens[holes] = pasts[holes]  # a hole writes its one junk position where its cache ends
+        # row k's key j sits at j + pad in the left-padded mask (holes: pad 0)
+        pads = np.zeros(count, np.int64)
         for k, r in members.items():
-            pad = total - (r.past + width)
-            if pad:
-                key_index[k, 0, 0, :] = np.minimum(np.arange(total) + pad, total - 1)
+            pads[k] = total - (r.past + width)
+        key_index = np.minimum(np.arange(total, dtype=np.int64)[None, :] + pads[:, None], total - 1)
+        key_index = key_index.reshape(count, 1, 1, total)
         feeds[model.seqlens] = seqlens
         feeds[model.key_index] = key_index
         if model.last_logits:

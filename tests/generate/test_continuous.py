@@ -110,3 +110,27 @@ def test_bad_requests_are_refused_before_anything_runs() -> None:
         with pytest.raises(GenerationError, match="max_new_tokens must be an integer >= 1"):
             batcher.generate_many([[1]], 0)
         assert batcher.ticks == 0
+
+
+def test_a_consumer_whose_event_loop_closed_disturbs_no_other_request(generators: dict[str, Generator]) -> None:
+    import threading
+
+    lone = _lone(generators, "llama")
+    prompts = _prompts(9)
+    got: list[list[list[int]]] = []
+    with ContinuousBatcher.from_dir(MODELS / "llama") as batcher:
+        worker = threading.Thread(target=lambda: got.append(batcher.generate_many(prompts, 40, stop_at_eos=False)))
+        worker.start()
+
+        async def first_two() -> list[int]:
+            tokens = []
+            async for token in batcher.stream(prompts[2], 40, stop_at_eos=False):
+                tokens.append(token)
+                if len(tokens) == 2:
+                    break
+            return tokens
+
+        for _ in range(5):  # each loop closes while its request may still be picking tokens
+            assert asyncio.run(first_two()) == lone.generate(prompts[2], 2, stop_at_eos=False)
+        worker.join(60)
+    assert got == [[lone.generate(p, 40, stop_at_eos=False) for p in prompts]]
