@@ -159,7 +159,8 @@ def build(
     handoff: float | None = None,
 ) -> tuple[StreamService, Any]:
     """The streams of ``model`` (a pool of ``max_streams`` slots) and the app serving them; with
-    ``shared``, servers sharing ``state_dir`` (see :class:`StreamService`)."""
+    ``shared``, servers sharing ``state_dir`` (see :class:`StreamService`). Without ``shared``, the
+    service holds ``state_dir`` until its ``release()``."""
     pool = StreamPool(model, max_streams, max_batch=max_batch, max_delay=max_delay, sess_options=sess_options)
     if isinstance(pool, KvPool):
         raise ServeError(
@@ -201,8 +202,9 @@ def serve_in_thread(
     notebook, a test): the same app, options as the command line's (``max_delay`` in seconds).
 
     Raises:
-        ServeError: the address is refused (not loopback without a token, taken) or the server
-            does not start.
+        ServeError: the address is refused (not loopback without a token, taken), ``state_dir``
+            cannot be written or another server holds it (``shared`` takes no lock), the open
+            files limit is too low, or the server does not start.
     """
     check_exposure(host, token)
     service, app = build(
