@@ -9,7 +9,8 @@ by its id in the state directory: a server started again on that directory finds
 With ``shared=True`` (servers behind one router, Ray Serve's replicas) the state directory belongs
 to all of them: a new stream is parked there at once, a stream not in memory is looked for there
 (restored on a miss), and a parked file is claimed by renaming it, so only one server takes it.
-Then only the streams in memory hold slots.
+Then only the streams in memory hold slots. Otherwise the directory is this service's alone: it
+holds a lock on it (:mod:`.state_dir`) until :meth:`StreamService.release`.
 """
 
 from __future__ import annotations
