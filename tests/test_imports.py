@@ -35,9 +35,11 @@ ALLOWED = {
     # What an optimum-intel decoder takes (folder, config, feeding rules, graph roles): generate,
     # bench, verify and export read decoders through it, and none of them reads another for it.
     "decoders": BASE | {"ir"},
-    "generate": BASE | {"ir", "convert", "runtime", "decoders"},
-    "streams": BASE | {"passes", "runtime"},  # many streams batched into one run
-    "bench": BASE | {"ir", "convert", "runtime", "decoders", "streams"},
+    # generation of many requests at once runs on the KV stream pool (ContinuousBatcher)
+    "generate": BASE | {"ir", "convert", "runtime", "decoders", "streams"},
+    # many streams batched into one run; an LLM's streams are batched by what its inputs are (decoders)
+    "streams": BASE | {"passes", "runtime", "decoders"},
+    "bench": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate"},
     "verify_inputs": BASE | {"ir", "decoders"},
     "verify_reference": BASE | {"ir", "verify_inputs"},  # OpenVINO's side of verify
     "verify": BASE | {"ir", "convert", "runtime", "decoders", "verify_inputs", "verify_reference"},

@@ -34,7 +34,7 @@ from .kv_model import MASK, KvModel, check_stream_feeds, load_kv_model
 from .kv_probe import SINGLE, probe_batching, probe_prompts
 from .kv_run import KvRunner, Row
 from .kv_snapshot import read_stream, write_stream
-from .pool import StreamPool
+from .pool import StreamPool, serve_kv_caches_with
 from .stats import PoolStats, Recorder
 from .ticker import Ticker
 
@@ -416,3 +416,6 @@ class KvPool(StreamPool):
         sid, self._next = self._next, self._next + 1
         self._streams[sid] = stream
         return sid
+
+
+serve_kv_caches_with(KvPool)

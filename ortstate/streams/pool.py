@@ -30,7 +30,16 @@ from .slots import SlotStates
 from .stats import PoolStats, Recorder
 from .ticker import Ticker
 
-__all__ = ["StreamPool"]
+__all__ = ["StreamPool", "serve_kv_caches_with"]
+
+_KV_POOLS: list[type] = []  # the class StreamPool() makes for a model with KV caches (see .kv_pool)
+
+
+def serve_kv_caches_with(kind: type) -> None:
+    """Make ``StreamPool(model)`` a ``kind`` (a subclass) for a model whose variables grow (KV
+    caches); :mod:`.kv_pool` registers its pool, so this module need not import it."""
+    _KV_POOLS[:] = [kind]
+
 
 Feeds = Mapping[str, Any]
 Outputs = dict[str, np.ndarray]
@@ -61,9 +70,8 @@ class StreamPool:
         if cls is not StreamPool:
             return super().__new__(cls)
         source = read_source(model)  # read once: the pool's __init__ takes it as it is
-        from .kv_pool import KvPool  # noqa: PLC0415 - it subclasses this class
-
-        pool = super().__new__(KvPool if wants_kv_pool(source) else cls)
+        kind = _KV_POOLS[0] if _KV_POOLS and wants_kv_pool(source) else cls
+        pool = super().__new__(kind)
         pool._given = source
         return pool
 
