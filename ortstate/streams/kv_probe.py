@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import OrtStateError
 from .kv_arena import KvArena
 from .kv_model import MASK, ROWS, KvModel
-from .kv_run import KvRunner, Row
+from .kv_run import KvRunner, Row, RunResult
 from .stats import Recorder
 
 __all__ = ["RAGGED", "SINGLE", "UNIFORM", "probe_batching", "probe_feeds"]
@@ -24,6 +24,7 @@ __all__ = ["RAGGED", "SINGLE", "UNIFORM", "probe_batching", "probe_feeds"]
 RAGGED, UNIFORM, SINGLE = "ragged", "uniform", "single"
 _SEED = 20
 _TOLERANCE = 1e-4
+_NOISE_FACTOR = 10  # a batch may differ from alone by ten times the kernels' own noise, no more
 
 
 def probe_feeds(
@@ -71,11 +72,9 @@ def probe_prompts(model: KvModel) -> bool:
         rows = [Row(slot, probe_feeds(model, rng.integers(1, 11, 5), 0, rng), 5, 0) for slot in range(3)]
         alone = [runner.run([row], False) for row in rows]
         together = runner.run(rows, False)
-        pairs = []
-        for row, one in zip(rows, alone):
-            pairs += [(together.outputs[row.slot][n], v) for n, v in one.outputs[row.slot].items()]
-            pairs += list(zip(together.fixed[row.slot], one.fixed[row.slot]))
-        return all(_close(got, want) for got, want in pairs)
+        worst = max(_worst(together, one, row.slot) for row, one in zip(rows, alone))
+        copies = runner.run([Row(slot, rows[0].feeds, 5, 0) for slot in range(3)], False)  # the kernels' noise
+        return worst <= max(_TOLERANCE, _NOISE_FACTOR * _worst(copies, alone[0], 0))
     except OrtStateError:
         return False
     finally:
@@ -108,19 +107,22 @@ def _agrees(model: KvModel, prompts: list[int], ragged: bool, mask: str) -> bool
         ]
         alone = [runner.run([row], False) for row in rows]
         together = runner.run(rows, ragged)
+        worst = max(_worst(together, one, row.slot) for row, one in zip(rows, alone))
+        # the kernels' own noise: the first stream in a batch of copies of itself (no question of
+        # lengths or of rows mixing) against alone; int8 activations round differently per batch
+        first = rows[0]
+        kv, states = arena.values(first.slot), [a[first.slot : first.slot + 1].copy() for a in fixed]
+        for slot in range(1, len(prompts)):
+            arena.release(slot)
+            arena.put(slot, kv)
+            _commit(arena, fixed, slot, first.past, states)
+        copies = runner.run([Row(slot, first.feeds, 1, first.past) for slot in range(len(prompts))], False)
+        noise = _worst(copies, alone[0], first.slot)
     except OrtStateError:  # a run the model refuses: no batching that way (a lone step says why)
-        arena.close()
         return False
-    try:
-        for row, one in zip(rows, alone):
-            slot = row.slot
-            pairs = [(together.outputs[slot][n], v) for n, v in one.outputs[slot].items()]
-            pairs += list(zip(together.fixed[slot], one.fixed[slot]))
-            if not all(_close(got, want) for got, want in pairs):
-                return False
-        return True
     finally:
         arena.close()
+    return worst <= max(_TOLERANCE, _NOISE_FACTOR * noise)
 
 
 def _commit(arena: KvArena, fixed: list[np.ndarray], slot: int, length: int, states: list[np.ndarray]) -> None:
@@ -129,5 +131,16 @@ def _commit(arena: KvArena, fixed: list[np.ndarray], slot: int, length: int, sta
         array[slot] = value[0]
 
 
-def _close(got: np.ndarray, want: np.ndarray) -> bool:
-    return got.shape == want.shape and bool(np.allclose(got, want, rtol=_TOLERANCE, atol=_TOLERANCE, equal_nan=True))
+def _worst(batch: RunResult, one: RunResult, slot: int) -> float:
+    """The largest difference of ``slot``'s outputs and states between two runs, relative to the
+    values' size (inf where shapes differ)."""
+    pairs = [(batch.outputs[slot][n], v) for n, v in one.outputs[slot].items()]
+    pairs += list(zip(batch.fixed[slot], one.fixed[slot]))
+    worst = 0.0
+    for got, want in pairs:
+        if got.shape != want.shape:
+            return float("inf")
+        if want.size:
+            scale = 1.0 + float(np.nanmax(np.abs(want)))
+            worst = max(worst, float(np.nanmax(np.abs(got.astype(np.float64) - want))) / scale)
+    return worst
