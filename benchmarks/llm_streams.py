@@ -70,6 +70,7 @@ from realsize_runs import run_child  # noqa: E402, I001
 
 import llm_streams_report as report  # noqa: E402
 from realsize import cpu_flags, ortstate_source  # noqa: E402
+from report import rewrite_readme  # noqa: E402
 from realsize_build import DEFAULT_CACHE, ir_dir  # noqa: E402
 
 from ortstate.bench import machine_info, plot_unavailable  # noqa: E402
@@ -268,6 +269,14 @@ def write_results(doc: dict[str, Any], out: Path, name: str) -> None:
     (out / f"{name}.md").write_text(title + report.markdown(doc, image) + "\n", encoding="utf-8")
 
 
+def _rewrite_docs(doc: dict[str, Any], name: str) -> None:
+    """docs/streams.md's ``<!-- NAME-results:start/end -->`` block, from this run's report."""
+    image = f"../benchmarks/results/{name}.png" if (RESULTS / f"{name}.png").is_file() else None
+    body = f"Measured by `python benchmarks/llm_streams.py` ({name}):\n\n" + report.markdown(doc, image)
+    if not rewrite_readme(HERE.parent / "docs" / "streams.md", body, f"{name}-results"):
+        progress(f"docs/streams.md has no {name}-results markers: not rewritten")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = _parser()
     a = p.parse_args(argv)
@@ -297,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
 
     run(a, doc, write)
     write(doc)
+    if a.out.resolve() == RESULTS.resolve():  # the committed results: docs/streams.md shows them
+        _rewrite_docs(doc, a.name)
     for t in report.targets(doc):
         print(f"{t['status']:4}  {t['target']}: {t['detail']}")
     progress(f"done in {doc['seconds'] / 60:.1f} min; wrote {a.out / (a.name + '.md')}")
