@@ -269,6 +269,14 @@ def write_results(doc: dict[str, Any], out: Path, name: str) -> None:
     (out / f"{name}.md").write_text(title + report.markdown(doc, image) + "\n", encoding="utf-8")
 
 
+def _shown(path: Path) -> str:
+    """``path`` as results show it: ``~/...`` under the home folder (no machine's own paths in them)."""
+    try:
+        return "~/" + str(path.resolve().relative_to(Path.home().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _rewrite_docs(doc: dict[str, Any], name: str) -> None:
     """docs/streams.md's ``<!-- NAME-results:start/end -->`` block, from this run's report."""
     image = f"../benchmarks/results/{name}.png" if (RESULTS / f"{name}.png").is_file() else None
@@ -282,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     _check(p, a)
     config = {k: getattr(a, k) for k in ("streams", "prompt", "new", "threads", "engines", "rounds", "seed", "warmup")}
-    config |= {"model_dir": str(a.model_dir), "model": model_name(a.model_dir), "precision": a.label}
+    config |= {"model_dir": _shown(a.model_dir), "model": model_name(a.model_dir), "precision": a.label}
     config |= {"label": a.label, "pool_same_kv": a.pool_same_kv}
     config |= {"kv_cache_gb": a.kv_cache_gb or {n: kv_cache_gb(a.model_dir, n, a.prompt + a.new) for n in a.streams}}
     config["sequential_limit"] = a.sequential_limit
