@@ -42,79 +42,28 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from llm_streams_report import queue_times, stream_metrics  # noqa: E402
 from realsize_engines import OV_EXACT, Engine, load_engine, peak_rss_mib, rss_mib  # noqa: E402
 
+from ortstate.bench.llm_streams import Streams, openvino_genai_pipeline, prompts, run_openvino_genai  # noqa: E402
+
 OV_ENGINES = {"ov-exact": OV_EXACT, "ov-default": {}}
 POOL_ENGINES = {"pool": False, "pool-int8": True}  # name -> int8_activations
-
-
-def prompts(count: int, length: int, vocab: int, seed: int) -> list[list[int]]:
-    """``count`` prompts of ``length`` random ids in [0, vocab); prompt ``i`` depends on ``seed`` and ``i``
-    only, so it is the same whatever the count (tokens compare across stream counts)."""
-    return [np.random.default_rng([seed, i]).integers(0, vocab, size=length).tolist() for i in range(count)]
 
 
 def _vocab(ir: Path) -> int:
     return int(json.loads((ir / "config.json").read_text())["vocab_size"])
 
 
-class Streams:
-    """The tokens and their arrival clocks of every stream, from the moment all requests were made."""
-
-    def __init__(self, count: int) -> None:
-        self.tokens: list[list[int]] = [[] for _ in range(count)]
-        self.times: list[list[float]] = [[] for _ in range(count)]
-        self.t0 = time.perf_counter()
-        self.end: float | None = None
-
-    def add(self, i: int, tokens: list[int], clock: float | None = None) -> None:
-        now = time.perf_counter() if clock is None else clock
-        self.tokens[i] += [int(t) for t in tokens]
-        self.times[i] += [now] * len(tokens)
-
-
-# -- OpenVINO GenAI ------------------------------------------------------------------------------------
-def _ov_pipeline(ir: Path, props: dict[str, Any], threads: int, cache_gb: int) -> Any:
-    import openvino_genai as genai
-
-    scheduler = genai.SchedulerConfig()  # max_num_batched_tokens, dynamic_split_fuse: its defaults
-    scheduler.cache_size = cache_gb
-    return genai.ContinuousBatchingPipeline(str(ir), scheduler, "CPU", {**props, "INFERENCE_NUM_THREADS": threads})
-
-
-def _ov_generate(pipe: Any, prompt_list: list[list[int]], new: int) -> Streams:
-    import openvino as ov
-    import openvino_genai as genai
-
-    config = genai.GenerationConfig()
-    config.max_new_tokens = new
-    config.ignore_eos = True  # not min_new_tokens: it masks the eos logit, and greedy tokens would change
-    if pipe.get_config().eos_token_id < 0:  # an IR without eos (random weights): OV GenAI refuses -1
-        config.eos_token_id, config.stop_token_ids = 0, {0}  # inert: eos is ignored
-    out = Streams(len(prompt_list))
-    handles = [pipe.add_request(i, ov.Tensor(np.array([p], np.int64)), config) for i, p in enumerate(prompt_list)]
-    while pipe.has_non_finished_requests():
-        pipe.step()
-        now = time.perf_counter()
-        for i, handle in enumerate(handles):
-            if handle.can_read():
-                for output in handle.read().values():  # one sequence per request (greedy)
-                    out.add(i, output.generated_ids, now)
-    return out
-
-
 def run_ov(name: str, ir: Path, prompt_list: list[list[int]], a: argparse.Namespace) -> tuple[Streams, str]:
-    pipe = _ov_pipeline(ir, OV_ENGINES[name], a.threads, a.kv_cache_gb)
+    pipe = openvino_genai_pipeline(ir, a.threads, a.kv_cache_gb, OV_ENGINES[name])
     if a.warmup:
-        _ov_generate(pipe, prompt_list[:1], a.warmup)
+        run_openvino_genai(pipe, prompt_list[:1], a.warmup)
     _loaded(a)
-    return _ov_generate(pipe, prompt_list, a.new), ""
+    return run_openvino_genai(pipe, prompt_list, a.new), ""
 
 
 # -- ortstate, one stream at a time --------------------------------------------------------------------
