@@ -252,7 +252,7 @@ def test_idle_streams_are_parked_and_resume_exactly(tmp_path):
         while server.service.stats()["streams_parked"] != 1:
             assert time.monotonic() < deadline, "the idle stream was not parked"
             time.sleep(0.05)
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".lock", f"{stream.id}.npz"])  # held by this server
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".lock", f"{stream.id}.npz"])  # held here
         fed = feeds(rng)
         assert_same(stream.step(fed), lone.step(fed), "resumed from its parked state")
         stream.close()
