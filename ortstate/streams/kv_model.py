@@ -26,9 +26,10 @@ from ..model_meta import CUSTOM_OP, VariableMeta, read_meta, write_meta
 from ..passes import prune, share_kv, to_explicit
 from ..passes.kv_pool import pool_kv
 from ..passes.last_logits import slice_last_logits
-from ..runtime import LoadedModel, numpy_dtype, snapshot
+from ..runtime import LoadedModel, numpy_dtype
 from ..runtime.loaded import load_model
 from ..runtime.source import read_source
+from .layout import read_pool_source
 
 __all__ = ["FeedSpec", "KvModel", "check_stream_feeds", "load_kv_model", "wants_kv_pool"]
 
@@ -98,15 +99,8 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
             of a fixed size per stream, an input the pool does not know how to batch, or ONNX
             Runtime refusing the model.
     """
-    source = read_source(model)
+    source, meta, fingerprint = read_pool_source(model)
     origin = source.origin
-    try:
-        meta = read_meta(source.model)
-    except ValueError as exc:
-        raise OrtStateError(f"{origin}: {exc}") from None
-    if meta is None or not meta.variables:
-        raise OrtStateError(f"{origin}: the model has no variables; a stream pool serves stateful models")
-    fingerprint = snapshot.model_fingerprint(source.model, meta)
     proto = source.own()
     try:
         if meta.form == CUSTOM_OP:

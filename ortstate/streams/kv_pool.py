@@ -30,7 +30,7 @@ from ..errors import OrtStateError, PoolFullError, RunError, StateError
 from ..runtime import LoadedModel
 from .kv_arena import KvArena
 from .kv_groups import group_rows
-from .kv_model import MASK, KvModel, check_stream_feeds, load_kv_model
+from .kv_model import MASK, check_stream_feeds, load_kv_model
 from .kv_probe import SINGLE, probe_batching, probe_prompts
 from .kv_run import KvRunner, Row
 from .kv_snapshot import read_stream, write_stream
@@ -53,11 +53,12 @@ def _memory() -> int:
 
 
 class _Stream:
-    __slots__ = ("slot", "held", "last")
+    __slots__ = ("slot", "held", "length", "last")
 
     def __init__(self, slot: int | None) -> None:
         self.slot = slot
         self.held: tuple[list[np.ndarray], list[np.ndarray]] | Path | None = None  # when preempted or parked
+        self.length = 0  # the positions its caches hold while out of the arena
         self.last = time.monotonic()
 
 
@@ -78,17 +79,15 @@ class KvPool(StreamPool):
         max_delay: float = 0.002,
         sess_options: ort.SessionOptions | None = None,
         providers: Sequence[str] | None = None,
-        model_loaded: KvModel | None = None,
     ) -> None:
         if type(slots) is not int or slots < 1:
             raise OrtStateError(f"slots must be a positive integer, got {slots!r}")
         if type(max_context) is not int or max_context < 1:
             raise OrtStateError(f"max_context must be a positive integer, got {max_context!r}")
         model = self.__dict__.pop("_given", model)
-        self._kv = model_loaded or load_kv_model(model, sess_options, providers)
-        if model_loaded is None:
-            self._kv.batching = probe_batching(self._kv)
-            self._kv.prompts_batch = self._kv.batching != SINGLE and probe_prompts(self._kv)
+        self._kv = load_kv_model(model, sess_options, providers)
+        self._kv.batching = probe_batching(self._kv)
+        self._kv.prompts_batch = self._kv.batching != SINGLE and probe_prompts(self._kv)
         heads, size = self._kv.kv_shape
         self.slots = slots
         self.max_context = max_context
@@ -146,7 +145,7 @@ class KvPool(StreamPool):
     def load(self, path: str | os.PathLike[str]) -> int:
         """A new stream at a snapshot's state (:meth:`save`'s, or a one-stream ``StatefulSession``'s)."""
         with self._lock:
-            kv, fixed = self._read(path)
+            kv, fixed = read_stream(self._kv, path)
             if kv and kv[0].shape[2] > self.max_context:
                 raise StateError(f"{path}: its caches hold {kv[0].shape[2]} positions, over max_context")
             slot = self._take_slot(set(), "load a stream", kv[0].shape[2] if kv else 0)
@@ -166,6 +165,7 @@ class KvPool(StreamPool):
             self._park_dir.mkdir(parents=True, exist_ok=True)
             self.save(sid, path)
             if stream.slot is not None:
+                stream.length = int(self._arena.lengths[stream.slot])
                 self._give_back(stream.slot)
                 stream.slot = None
             stream.held = path
@@ -211,7 +211,7 @@ class KvPool(StreamPool):
                 results.update(dict.fromkeys(rows, exc))
                 return results
             staged = self._execute(rows, results, raising, logits == "last")
-            self._commit(rows, staged)
+            self._commit(staged)
             return results
 
     async def submit(self, sid: int, feeds: Feeds) -> dict[str, np.ndarray]:
@@ -235,10 +235,7 @@ class KvPool(StreamPool):
         """How many positions stream ``sid``'s caches hold."""
         with self._lock:
             stream = self._get(sid)
-            if stream.slot is not None:
-                return int(self._arena.lengths[stream.slot])
-            kv, _ = self._values(stream)
-            return kv[0].shape[2] if kv else 0
+            return int(self._arena.lengths[stream.slot]) if stream.slot is not None else stream.length
 
     @property
     def loaded(self) -> LoadedModel:
@@ -279,7 +276,7 @@ class KvPool(StreamPool):
         """Stream ``sid``'s feeds checked as a lone session of the model takes them."""
         stream = self._get(sid)
         arrays, width = check_stream_feeds(sid, given, self._kv.feeds)
-        past = int(self._arena.lengths[stream.slot]) if stream.slot is not None else self.length(sid)
+        past = int(self._arena.lengths[stream.slot]) if stream.slot is not None else stream.length
         if past + width > self.max_context:
             raise RunError(
                 f"stream {sid}: {past} + {width} positions are over the pool's max_context of {self.max_context}"
@@ -305,7 +302,7 @@ class KvPool(StreamPool):
             stream = self._streams[sid]
             if stream.slot is None:
                 kv, fixed = self._values(stream)
-                slot = self._take_slot(stepping, f"resume stream {sid}", kv[0].shape[2] if kv else 0)
+                slot = self._take_slot(stepping, f"resume stream {sid}", stream.length)
                 self._arena.put(slot, kv)
                 self._fixed_put(slot, fixed)
                 if isinstance(stream.held, Path):
@@ -334,7 +331,7 @@ class KvPool(StreamPool):
                 done[sid] = rows[sid]
         return done
 
-    def _commit(self, rows: dict[int, Row], done: dict[int, Row]) -> None:
+    def _commit(self, done: dict[int, Row]) -> None:
         now = time.monotonic()
         for sid, row in done.items():
             self._arena.lengths[row.slot] = row.past + row.width
@@ -360,13 +357,13 @@ class KvPool(StreamPool):
             return False
         _, sid = min(held)
         stream = self._streams[sid]
-        values = self._values(stream)
         if self._park_dir is not None:
             self.park(sid)
         else:
             assert stream.slot is not None
+            stream.held, stream.length = self._values(stream), int(self._arena.lengths[stream.slot])
             self._give_back(stream.slot)
-            stream.slot, stream.held = None, values
+            stream.slot = None
         self._preempted += 1
         return True
 
@@ -389,7 +386,7 @@ class KvPool(StreamPool):
         if stream.slot is not None:
             return self._arena.values(stream.slot), [a[stream.slot : stream.slot + 1].copy() for a in self._fixed]
         if isinstance(stream.held, Path):
-            return self._read(stream.held)
+            return read_stream(self._kv, stream.held)
         if stream.held is None:  # never stepped since it was moved out
             return self._empty(), [np.zeros(f.shape, f.carrier) for f in self._kv.fixed]
         return stream.held
@@ -398,13 +395,10 @@ class KvPool(StreamPool):
         heads, size = self._kv.kv_shape
         return [np.zeros((1, heads, 0, size), np.float32) for _ in self._kv.kv]
 
-    def _read(self, path: str | os.PathLike[str] | Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        return read_stream(self._kv, path)
-
     def _drop_held(self, stream: _Stream) -> None:
         if isinstance(stream.held, Path):
             stream.held.unlink(missing_ok=True)
-        stream.held = None
+        stream.held, stream.length = None, 0
 
     def _get(self, sid: Any) -> _Stream:
         stream = self._streams.get(sid)

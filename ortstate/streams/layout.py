@@ -25,14 +25,14 @@ from ..passes import to_explicit
 from ..runtime import LoadedModel, numpy_dtype, snapshot
 from ..runtime.loaded import layer_behind, load_model
 from ..runtime.runners import ort_error
-from ..runtime.source import read_source
+from ..runtime.source import Source, read_source
 from .batch_axes import Axes, B, find_axes, lost_dims
 from .row_index import offset_rows, row_index_inputs
 from .row_init import rows_init
 from .shape_math import fold_shape_math
 from .unpin import RELAXED, relaxed_sources, unpin_reshapes
 
-__all__ = ["InputSpec", "Layout", "StateSpec", "load_pool_model", "relax_batch"]
+__all__ = ["InputSpec", "Layout", "StateSpec", "load_pool_model", "read_pool_source", "relax_batch"]
 
 _RECURRENT = ("LSTM", "GRU", "RNN")
 _LENS = 4  # their sequence_lens input
@@ -77,6 +77,23 @@ class Layout:
     states: tuple[StateSpec, ...]
 
 
+def read_pool_source(model: Any) -> tuple[Source, ModelMeta, str]:
+    """``model`` (what ``StatefulSession`` takes) read for a pool: its source, its metadata, and the
+    fingerprint of the model as given (a pool's snapshots load into its ``StatefulSession``).
+
+    Raises:
+        OrtStateError: an unreadable model or metadata, or a model without variables.
+    """
+    source = read_source(model)
+    try:
+        meta = read_meta(source.model)
+    except ValueError as exc:
+        raise OrtStateError(f"{source.origin}: {exc}") from None
+    if meta is None or not meta.variables:
+        raise OrtStateError(f"{source.origin}: the model has no variables; a stream pool serves stateful models")
+    return source, meta, snapshot.model_fingerprint(source.model, meta)
+
+
 def load_pool_model(
     model: Any, sess_options: ort.SessionOptions | None, providers: Sequence[str] | None
 ) -> tuple[LoadedModel, Layout, str]:
@@ -89,16 +106,8 @@ def load_pool_model(
             input without a dim to batch along, a layer that pins the batch (named), or a model
             whose batched rows are not each stream's alone.
     """
-    source = read_source(model)
+    source, meta, fingerprint = read_pool_source(model)
     origin = source.origin
-    try:
-        meta = read_meta(source.model)
-    except ValueError as exc:
-        raise OrtStateError(f"{origin}: {exc}") from None
-    if meta is None or not meta.variables:
-        raise OrtStateError(f"{origin}: the model has no variables; a stream pool serves stateful models")
-    # The fingerprint of the model as given: a pool's snapshots load into its StatefulSession.
-    fingerprint = snapshot.model_fingerprint(source.model, meta)
     proto = source.own()
     if meta.form == CUSTOM_OP:
         try:
