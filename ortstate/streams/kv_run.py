@@ -28,7 +28,7 @@ __all__ = ["Row", "RunResult", "KvRunner"]
 @dataclass
 class Row:
     """One stream's part of a run: its arena row, its feeds (one stream's, of ``width`` tokens), its
-    cache length before the run and its fixed states (None: the arrays' own row)."""
+    cache length before the run; ``fixed``: its fixed states after the run, for the pool to commit."""
 
     slot: int
     feeds: Mapping[str, np.ndarray]
@@ -115,13 +115,7 @@ class KvRunner:
         feeds[model.key_index] = key_index
         if model.last_logits:
             feeds[model.last_logits] = np.array(last)
-        fixed_in = []
-        for j, array in enumerate(self.fixed):
-            block = array[lo:hi].copy()
-            for k, r in members.items():
-                if r.fixed is not None:
-                    block[k] = r.fixed[j][0]
-            fixed_in.append(block)
+        fixed_in = [array[lo:hi] for array in self.fixed]  # rows of C-contiguous arrays: bound as they are
         return self._run(lo, hi, logical, feeds, fixed_in, members, last)
 
     @staticmethod
