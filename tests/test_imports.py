@@ -39,7 +39,7 @@ ALLOWED = {
     "generate": BASE | {"ir", "convert", "runtime", "decoders", "streams"},
     # many streams batched into one run; an LLM's streams are batched by what its inputs are (decoders)
     "streams": BASE | {"passes", "runtime", "decoders"},
-    "bench": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate"},
+    "bench": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate", "verify_reference"},
     "verify_inputs": BASE | {"ir", "decoders"},
     "verify_reference": BASE | {"ir", "verify_inputs"},  # OpenVINO's side of verify
     "verify": BASE | {"ir", "convert", "runtime", "decoders", "verify_inputs", "verify_reference"},

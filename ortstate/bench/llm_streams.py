@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from ..verify_reference import OV_CONFIG  # OpenVINO's exact config, as verify compares with it
+
 __all__ = [
     "LLM_RUNNERS",
     "LlmRow",
@@ -39,7 +41,6 @@ __all__ = [
 ]
 
 LLM_RUNNERS = ("sequential", "pool", "openvino-genai")  # in run order: the others' tokens are the first's
-OV_EXACT = {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 
 
 def prompts(count: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -146,7 +147,7 @@ def openvino_genai_pipeline(folder: Path, threads: int, cache_gb: int, props: di
 
     scheduler = genai.SchedulerConfig()  # max_num_batched_tokens, dynamic_split_fuse: its defaults
     scheduler.cache_size = cache_gb
-    config = {**(OV_EXACT if props is None else props), "INFERENCE_NUM_THREADS": threads}
+    config = {**(OV_CONFIG if props is None else props), "INFERENCE_NUM_THREADS": threads}
     return genai.ContinuousBatchingPipeline(str(folder), scheduler, "CPU", config)
 
 

@@ -52,7 +52,6 @@ class Request:
     fed: int = 0  # prompt tokens fed
     next_token: int | None = None
     tokens: list[int] = field(default_factory=list)
-    stop_reason: str = "max_new_tokens"
 
     @property
     def plain(self) -> bool:
@@ -196,7 +195,6 @@ class Engine:
         _send(r, token)
         why = r.criteria.reason(r.tokens)
         if why or len(r.tokens) >= r.max_new_tokens:
-            r.stop_reason = why or "max_new_tokens"
             self._end(r, END)
         else:
             r.next_token = token
