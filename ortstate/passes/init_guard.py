@@ -28,10 +28,9 @@ from ..model_meta import (
     VARIABLE_ID,
     ModelMeta,
     VariableMeta,
-    fresh_name,
     init_flag_name,
 )
-from .walk import all_names, consumers, producers, upstream
+from .walk import consumers, namer, producers, upstream
 
 __all__ = ["guard_inits", "only_for"]
 
@@ -119,12 +118,7 @@ def _apply(graph: onnx.GraphProto, plans: dict[int, tuple[VariableMeta, list[int
     made, by variable."""
     if not plans:
         return {}
-    taken = all_names(graph)
-
-    def fresh(base: str) -> str:
-        name = fresh_name(base, taken)
-        taken.add(name)
-        return name
+    fresh = namer(graph)
 
     flags: dict[str, str] = {}
     guards: dict[int, onnx.NodeProto] = {}

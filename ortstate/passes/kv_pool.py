@@ -29,8 +29,8 @@ import onnx
 from onnx import helper
 
 from ..errors import PassError
-from ..model_meta import ModelMeta, fresh_name
-from .walk import all_names, graphs
+from ..model_meta import ModelMeta
+from .walk import graphs, namer
 
 __all__ = ["KEY_INDEX", "SEQLENS", "PoolKv", "pool_kv"]
 
@@ -73,12 +73,7 @@ def pool_kv(model: onnx.ModelProto, meta: ModelMeta) -> PoolKv:
             raise PassError(f"variable '{var.id}': its cache is not read by a fused attention")
     if not kernels or not any(v.length_input for v in meta.variables):
         raise PassError("the model has no KV cache read by a fused attention")
-    taken = all_names(model.graph)
-
-    def fresh(base: str) -> str:
-        name = fresh_name(base, taken)
-        taken.add(name)
-        return name
+    fresh = namer(model.graph)
 
     seqlens, key_index = fresh(SEQLENS), fresh(KEY_INDEX)
     graph = model.graph

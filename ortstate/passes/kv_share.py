@@ -27,8 +27,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..model_meta import ModelMeta, VariableMeta, fresh_name, length_input_name, length_output_name
-from .walk import all_names, consumers, producers, rename_reads, sorted_nodes, subgraphs
+from ..model_meta import ModelMeta, VariableMeta, length_input_name, length_output_name
+from .walk import consumers, namer, producers, rename_reads, sorted_nodes, subgraphs
 
 __all__ = ["share_kv", "shares_all", "shares_any"]
 
@@ -100,12 +100,7 @@ def share_kv(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
     plans = _plans(graph, meta)
     if not plans:
         return meta
-    taken = all_names(graph)
-
-    def fresh(base: str) -> str:
-        name = fresh_name(base, taken)
-        taken.add(name)
-        return name
+    fresh = namer(graph)
 
     def const(value: np.ndarray, base: str) -> str:
         name = fresh(base)

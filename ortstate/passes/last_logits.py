@@ -18,8 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..model_meta import fresh_name
-from .walk import all_names, outer_reads, producers, rename_reads
+from .walk import namer, outer_reads, producers, rename_reads
 
 __all__ = ["LAST_LOGITS", "slice_last_logits"]
 
@@ -53,12 +52,7 @@ def slice_last_logits(model: onnx.ModelProto) -> str | None:
     norm = _final_norm(graph)
     if norm is None:
         return None
-    taken = all_names(graph)
-
-    def fresh(base: str) -> str:
-        name = fresh_name(base, taken)
-        taken.add(name)
-        return name
+    fresh = namer(graph)
 
     flag, hidden = fresh(LAST_LOGITS), norm.output[0]
     start, sliced = fresh(f"{hidden}_last_start"), fresh(f"{hidden}_last")
