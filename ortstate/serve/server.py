@@ -157,6 +157,7 @@ def build(
     sess_options: ort.SessionOptions | None = None,
     shared: bool = False,
     handoff: float | None = None,
+    durable: bool = False,
 ) -> tuple[StreamService, Any]:
     """The streams of ``model`` (a pool of ``max_streams`` slots) and the app serving them; with
     ``shared``, servers sharing ``state_dir`` (see :class:`StreamService`). Without ``shared``, the
@@ -168,7 +169,7 @@ def build(
             "size per stream (recurrent and SSM models); generate for many LLM streams at once in Python with "
             "ortstate.generate.ContinuousBatcher (docs/streams.md)"
         )
-    service = StreamService(pool, state_dir, shared=shared)
+    service = StreamService(pool, state_dir, shared=shared, durable=durable)
     app = create_app(service, token=token, max_message_bytes=max_message_bytes, idle_park=idle_park, handoff=handoff)
     return service, app
 
@@ -196,6 +197,7 @@ def serve_in_thread(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     shared: bool = False,
     handoff: float | None = None,
+    durable: bool = False,
     start_timeout: float = 60.0,
 ) -> Iterator[Running]:
     """``ortstate serve`` in a thread of this process, for as long as the ``with`` block runs (a
@@ -208,7 +210,18 @@ def serve_in_thread(
     """
     check_exposure(host, token)
     service, app = build(
-        model, max_streams, max_batch, max_delay, state_dir, token, max_message_bytes, idle_park, None, shared, handoff
+        model,
+        max_streams,
+        max_batch,
+        max_delay,
+        state_dir,
+        token,
+        max_message_bytes,
+        idle_park,
+        None,
+        shared,
+        handoff,
+        durable,
     )
     try:
         server = _Server(config(app, max_message_bytes, max_streams, token), service)
