@@ -9,6 +9,12 @@ machine, and the load average before and after) and prints one PASS/MISS line pe
 
     python benchmarks/serve.py                           # 5 rounds of 256 streams x 400 steps
     python benchmarks/serve.py --rounds 1 --steps 20 --out /tmp/serve   # a smoke run
+    python benchmarks/serve.py --durable    # plain vs --durable servers, alternating rounds
+
+With ``--durable`` it runs a plain server and a ``--durable`` one (its log in a temporary
+directory on the same disk as the results) side by side, rounds alternating between them, and
+writes ``serve-durable.json``/``.md`` with both and their ratio (issue 28's target: the durable
+server's steps/s at least half the plain one's).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -44,7 +51,10 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=256)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--durable", action="store_true", help="compare a plain server with a --durable one")
     args = parser.parse_args()
+    if args.durable:
+        return _durable(args)
     load_before = os.getloadavg()
     server, url = _start_server()
     rounds = []
@@ -80,9 +90,61 @@ def main() -> int:
     return 0
 
 
-def _start_server() -> tuple[subprocess.Popen, str]:
+def _durable(args: argparse.Namespace) -> int:
+    """Plain and ``--durable`` servers, rounds alternating; their steps/s side by side."""
+    load_before = os.getloadavg()
+    rounds: dict[str, list[dict]] = {"plain": [], "durable": []}
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.out) as state:
+        servers = {"plain": _start_server(), "durable": _start_server("--state-dir", state, "--durable")}
+        try:
+            for k in range(args.rounds):
+                for kind, (_, url) in servers.items():
+                    rounds[kind].append(_bench(url, args.streams, args.steps))
+                    print(f"serve: {kind} round {k + 1}/{args.rounds}: {rounds[kind][-1]}", file=sys.stderr)
+        finally:
+            for server, _ in servers.values():
+                server.send_signal(signal.SIGTERM)
+                server.wait(60)
+    ratio = median(d["steps_per_s"] / p["steps_per_s"] for p, d in zip(rounds["plain"], rounds["durable"]))
+    document = {
+        "machine": machine_info(),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "model": str(MODEL.relative_to(ROOT)),
+        "streams": args.streams,
+        "steps": args.steps,
+        "rounds": rounds,
+        "durable_over_plain": round(ratio, 3),
+    }
+    m = document["machine"]
+    lines = [
+        f"### `ortstate serve --durable` vs plain: {args.streams} streams × {args.steps} steps, {document['model']}",
+        "",
+        f"{m['cpu']}, {m['cores']} cores ({m['isa']}); servers and bench client on the same cores; rounds "
+        f"alternating; load average {document['load_before'][0]} before, {document['load_after'][0]} after; "
+        f"{time.strftime('%Y-%m-%d')}.",
+        "",
+        "| server | steps/s (median) | step p50 ms | step p99 ms | server's mean batch |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for kind, done in rounds.items():
+        lines.append(
+            f"| {kind} | {median(r['steps_per_s'] for r in done):,.0f} | {median(r['p50_ms'] for r in done):.2f} | "
+            f"{median(r['p99_ms'] for r in done):.2f} | {median(r['mean_batch'] for r in done):.1f} |"
+        )
+    lines += ["", f"durable / plain steps/s: **{ratio:.2f}×** (median of the rounds' ratios; target ≥ 0.5×).", ""]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "serve-durable.json").write_text(json.dumps(document, indent=1) + "\n")
+    (args.out / "serve-durable.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    print(f"{'PASS' if ratio >= 0.5 else 'MISS'} durable_over_plain: {ratio:.2f} (target at least 0.5)")
+    return 0
+
+
+def _start_server(*extra: str) -> tuple[subprocess.Popen, str]:
     """The server on 127.0.0.1 (a free port), once it has printed its URL."""
-    command = [sys.executable, "-m", "ortstate", "serve", str(MODEL), "--port", "0"]
+    command = [sys.executable, "-m", "ortstate", "serve", str(MODEL), "--port", "0", *extra]
     server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     with selectors.DefaultSelector() as sel:
         sel.register(server.stdout, selectors.EVENT_READ)

@@ -38,6 +38,7 @@ SESSION_HEADER = "X-Session-Id"
 _REPLY_LIMIT = 1 << 30  # outputs the client takes from its server: large, but bounded
 _TIMEOUT = 60.0
 _RESTART = 1012
+LOST = 1006  # ServeError.code of a connection that broke with no word from the server (WebSocket's own)
 _FIRST_DELAY, _LAST_DELAY = 0.05, 1.0  # seconds between connecting again
 
 
@@ -64,7 +65,7 @@ class _Http:
             raise ServeError(f"{self.url}{path}: {exc.code} {why}", exc.code) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ServeError(f"{self.url}{path}: cannot reach the server ({reason})") from None
+            raise ServeError(f"{self.url}{path}: cannot reach the server ({reason})", LOST) from None
 
     def stream_headers(self, stream: str) -> dict[str, str]:
         """The headers of a request about ``stream``: the token, and the stream's id as the session
@@ -82,7 +83,7 @@ def _closed(exc: Exception, stream: str) -> ServeError:
     if isinstance(exc, InvalidStatus):
         status = exc.response.status_code
         return ServeError(f"stream {stream}: the server refused the connection (HTTP {status})", status)
-    return ServeError(f"stream {stream}: connection lost ({exc or type(exc).__name__})")
+    return ServeError(f"stream {stream}: connection lost ({exc or type(exc).__name__})", LOST)
 
 
 def _again(error: ServeError) -> bool:
@@ -90,6 +91,28 @@ def _again(error: ServeError) -> bool:
     or refused a connection for now (503 while a server behind a router starts or stops): connect
     again and send it again."""
     return error.code in (_RESTART, 502, 503)
+
+
+def _lost(error: ServeError) -> bool:
+    """The connection broke without a word from the server (it was killed, the network failed):
+    whether the last message was acted on is not known."""
+    return error.code == LOST
+
+
+def _after_loss(info: dict[str, Any], steps: int | None, error: ServeError) -> str:
+    """What a stream whose step's connection was lost does, from its server's ``GET
+    /v1/streams/ID`` (``info``) and the steps it has had replies to (``steps``): ``again`` (the
+    step was not made: send it again) or ``last`` (it was made, its reply lost: ask for it)."""
+    made = info.get("steps")
+    if not info.get("durable"):
+        raise error  # a plain server: whether the step was made is not known
+    if made is None or steps is None:
+        raise ServeError(f"{error}; the step count to resume from is not known (server: {made}, client: {steps})")
+    if made == steps:
+        return "again"
+    if made == steps + 1:
+        return "last"
+    raise ServeError(f"stream {info.get('id')}: the server has it at step {made}, this client at {steps}")
 
 
 def _reply(message: str | bytes) -> dict[str, np.ndarray]:
@@ -109,11 +132,15 @@ class Stream:
 
     When the server closes the socket without acting on a message (code 1012: it is shutting down,
     or hands the stream to another server behind the same router), the stream connects again and
-    sends the message again, for up to ``timeout`` seconds.
+    sends the message again, for up to ``timeout`` seconds. When the connection breaks during a step
+    of a ``--durable`` server (it was killed), the stream waits for the server to come back, asks it
+    how many steps the stream has made (``steps``) and either sends the step again (it was not made)
+    or fetches the reply it lost (it was): the step is made once, and its outputs come back.
     """
 
-    def __init__(self, id: str, client: Client) -> None:  # noqa: A002 - the protocol's word
+    def __init__(self, id: str, client: Client, steps: int | None = None) -> None:  # noqa: A002
         self.id = id
+        self.steps = steps  # steps made, as far as this client knows (None: not known)
         self._client = client
         self._exit = contextlib.ExitStack()
         self._connection: SyncConnection | None = None
@@ -124,7 +151,29 @@ class Stream:
         Raises:
             ServeError: the server refused the feeds (the stream is unchanged), or the stream ended.
         """
-        return _reply(self._exchange(encode_npz(feeds)))
+        message = encode_npz(feeds)
+        try:
+            reply = self._exchange(message)
+        except ServeError as error:
+            if not _lost(error):
+                raise
+            reply = self._resume(message, error)
+        outputs = _reply(reply)
+        if self.steps is not None:
+            self.steps += 1
+        return outputs
+
+    def _resume(self, message: bytes, error: ServeError) -> str | bytes:
+        deadline = time.monotonic() + self._client.http.timeout
+        while True:
+            try:
+                todo = _after_loss(self._client.where(self.id), self.steps, error)
+                return self._exchange(message if todo == "again" else '{"op": "last"}')
+            except ServeError as again:
+                if not _lost(again) or time.monotonic() > deadline:
+                    raise
+                error = again
+            time.sleep(_LAST_DELAY / 4)
 
     def reset(self) -> None:
         """Put the stream back at the model's initial state."""
@@ -202,16 +251,23 @@ class Client:
         return self.http.call("GET", "/v1/stats")
 
     def where(self, id: str) -> dict[str, Any]:  # noqa: A002
-        """Which server holds stream ``id`` and whether it is in memory or parked."""
+        """Which server holds stream ``id``, whether it is in memory or parked, and how many steps it
+        has made (``steps``, null where not known) on a ``durable`` server or not."""
         return self.http.call("GET", f"/v1/streams/{id}", self.http.stream_headers(id))
 
     def open(self) -> Stream:
         """A new stream at the model's initial state, connected."""
-        return self.stream(self.http.call("POST", "/v1/streams")["id"])
+        stream = Stream(self.http.call("POST", "/v1/streams")["id"], self, 0)
+        stream.connect()
+        return stream
 
     def stream(self, id: str) -> Stream:  # noqa: A002 - the protocol's word
-        """Connect to the open stream ``id`` (it continues where it was)."""
-        stream = Stream(id, self)
+        """Connect to the open stream ``id`` (it continues where it was).
+
+        Raises:
+            ServeError: (404) no such stream.
+        """
+        stream = Stream(id, self, self.where(id).get("steps"))
         stream.connect()
         return stream
 
@@ -225,13 +281,36 @@ class Client:
 class AsyncStream:
     """:class:`Stream`, for asyncio."""
 
-    def __init__(self, id: str, client: AsyncClient) -> None:  # noqa: A002
+    def __init__(self, id: str, client: AsyncClient, steps: int | None = None) -> None:  # noqa: A002
         self.id = id
+        self.steps = steps
         self._client = client
         self._connection: WireConnection | None = None
 
     async def step(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return _reply(await self._exchange(encode_npz(feeds)))
+        message = encode_npz(feeds)
+        try:
+            reply = await self._exchange(message)
+        except ServeError as error:
+            if not _lost(error):
+                raise
+            reply = await self._resume(message, error)
+        outputs = _reply(reply)
+        if self.steps is not None:
+            self.steps += 1
+        return outputs
+
+    async def _resume(self, message: bytes, error: ServeError) -> str | bytes:
+        deadline = time.monotonic() + self._client.http.timeout
+        while True:
+            try:
+                todo = _after_loss(await self._client.where(self.id), self.steps, error)
+                return await self._exchange(message if todo == "again" else '{"op": "last"}')
+            except ServeError as again:
+                if not _lost(again) or time.monotonic() > deadline:
+                    raise
+                error = again
+            await asyncio.sleep(_LAST_DELAY / 4)
 
     async def reset(self) -> None:
         _ok(await self._exchange('{"op": "reset"}'))
@@ -302,10 +381,12 @@ class AsyncClient:
 
     async def open(self) -> AsyncStream:
         reply = await asyncio.to_thread(self.http.call, "POST", "/v1/streams")
-        return await self.stream(reply["id"])
+        stream = AsyncStream(reply["id"], self, 0)
+        await stream.connect()
+        return stream
 
     async def stream(self, id: str) -> AsyncStream:  # noqa: A002
-        stream = AsyncStream(id, self)
+        stream = AsyncStream(id, self, (await self.where(id)).get("steps"))
         await stream.connect()
         return stream
 

@@ -89,7 +89,7 @@ class Journal:
             self._open_segment()
         except OSError as exc:
             raise ServeError(f"--durable: cannot use the log in {self.folder} ({exc.strerror or exc})") from None
-        self._compact()  # what was replayed becomes one checkpoint, the old files go
+        self._compact(list(self.latest.values()))  # what was replayed becomes one checkpoint
         return [Record.decode(memoryview(b)[HEADER.size :]) for b in self.latest.values()]
 
     def _replay(self, path: Path, last: bool) -> None:
@@ -162,7 +162,10 @@ class Journal:
         if self._size >= self.segment_bytes and (self._compacting is None or not self._compacting.is_alive()):
             self._gen += 1
             self._open_segment()
-            self._compacting = threading.Thread(target=self._compact, name="ortstate-compact", daemon=True)
+            records = list(self.latest.values())  # here: the loop's thread is the one that changes it
+            self._compacting = threading.Thread(
+                target=self._compact, args=(records,), name="ortstate-compact", daemon=True
+            )
             self._compacting.start()
 
     def last(self, stream: str) -> dict[str, np.ndarray] | None:
@@ -198,10 +201,11 @@ class Journal:
         self._size = os.fstat(self._fd).st_size
         _sync_dir(self.folder)
 
-    def _compact(self) -> None:
-        """Write ``checkpoint-N`` (every stream's last record as segment N starts), then remove the
-        files before it."""
-        gen, records = self._gen, list(self.latest.values())
+    def _compact(self, records: list[bytes]) -> None:
+        """Write ``checkpoint-N``: ``records``, every stream's last record as segment N starts (or
+        later: a record of segment N replayed after it is newer still); then remove the files
+        before it."""
+        gen = self._gen
         path = self.folder / f"checkpoint-{gen:012d}.log"
         part = path.with_suffix(".part")
         try:
