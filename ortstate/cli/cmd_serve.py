@@ -150,8 +150,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be 0..65535, got {args.port}")
     if args.idle_park is not None and args.state_dir is None:
         raise UsageError("--idle-park needs --state-dir: parked streams are written there")
-    if args.durable and (args.state_dir is None or args.ray):
-        raise UsageError("--durable needs --state-dir (its log is kept there) and is not taken with --ray yet")
+    if args.durable and args.state_dir is None:
+        raise UsageError("--durable needs --state-dir: its log is kept there")
     path = existing_file(args.model)
     if args.ray:
         return _ray(args, path)
@@ -242,6 +242,7 @@ def _ray(args: argparse.Namespace, path: Path) -> int:
         idle_park=args.idle_park,
         handoff=args.handoff,
         threads=args.threads,
+        durable=args.durable,
     )
 
     def ready(url: str) -> None:

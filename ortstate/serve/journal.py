@@ -9,13 +9,12 @@ database's), so an acknowledged step is on disk. If the log cannot be written, t
 are put back as the log last holds them, the file is cut back to its last whole record, and the
 round's callers get the error: nothing unlogged is acknowledged, nothing acknowledged is lost.
 
-The log is ``DIR/journal/seg-N.log`` files; when one passes ``segment_bytes`` the next is started
-and a thread writes ``checkpoint-N.log`` (the last record of every stream as the new segment starts,
-written, synced and renamed into place) and then removes the older files: the log is compacted in
-the background, never growing past a few segments. A server started on the directory replays the
-newest checkpoint and the segments from it; a record torn at the end of the last segment (its
-checksum is wrong: the write it belonged to never finished, so its replies were never sent) is cut
-off.
+Each server logs to ``DIR/journal-NAME/seg-N.log`` files (its own folder, locked while it lives);
+when one passes ``segment_bytes`` the next is started and a thread writes ``checkpoint-N.log`` (the
+last record of every stream as the new segment starts, written, synced and renamed into place) and
+then removes the older files: the log is compacted in the background, never growing past a few
+segments. The log of a server that died is turned into parked files by the next server that starts
+on the directory, or that is asked for a stream no one holds (:mod:`.journal_recovery`).
 
 KV caches grow with the context: logging one per step is refused (see :func:`refuse_kv`).
 """
@@ -25,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -33,13 +31,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import ServeError
-from .journal_format import CLOSED, HEADER, LIVE, Record, read_records
+from .journal_format import HEADER, LIVE, Record
+from .journal_recovery import JOURNAL_PREFIX, LOG_FILE, hold_lock, remove_log, sync_dir
 
 __all__ = ["Journal", "refuse_kv"]
 
 logger = logging.getLogger("ortstate.serve")
 SEGMENT_BYTES = 64 << 20
-_NAME = re.compile(r"(seg|checkpoint)-(\d{12})\.log")
 
 
 def refuse_kv(pool: Any) -> None:
@@ -54,9 +52,9 @@ def refuse_kv(pool: Any) -> None:
 class Journal:
     """The durable log of one server's streams over ``pool``, in ``folder/journal``."""
 
-    def __init__(self, folder: Path, pool: Any, segment_bytes: int = SEGMENT_BYTES) -> None:
+    def __init__(self, state_dir: Path, name: str, pool: Any, segment_bytes: int = SEGMENT_BYTES) -> None:
         refuse_kv(pool)
-        self.folder = folder / "journal"
+        self.folder = state_dir / f"{JOURNAL_PREFIX}{name}"
         self.pool = pool
         self.segment_bytes = segment_bytes
         self.latest: dict[str, bytes] = {}  # each stream's last record, as logged
@@ -67,54 +65,39 @@ class Journal:
         self._fd = -1
         self._size = 0
         self._compacting: threading.Thread | None = None
+        self._lock = -1
         self.broken: str | None = None  # the log cannot be written: nothing more is acknowledged
 
     # -- start ------------------------------------------------------------------------------------
-    def recover(self) -> list[Record]:
-        """Replay the log: the streams it holds (LIVE and PARKED records, one per stream), and a new
-        segment to append to. A torn tail of the last segment is cut off.
+    def start(self) -> None:
+        """Make and lock this server's log folder and its first segment.
 
         Raises:
-            ServeError: the log cannot be read or written, or is damaged before its tail.
+            ServeError: it cannot be made or locked.
         """
         try:
-            self.folder.mkdir(exist_ok=True, mode=0o700)
-            files = sorted((int(m[2]), m[1], p) for p in self.folder.iterdir() if (m := _NAME.fullmatch(p.name)))
-            start = max((g for g, kind, _ in files if kind == "checkpoint"), default=0)
-            replay = [(g, kind, p) for g, kind, p in files if g >= start and (kind == "seg" or g == start)]
-            replay.sort(key=lambda f: (f[0], f[1] == "seg"))  # a checkpoint before the segment it starts
-            for k, (_, kind, path) in enumerate(replay):
-                self._replay(path, last=k == len(replay) - 1 and kind == "seg")
-            self._gen = max((g for g, _, _ in files), default=0) + 1
+            self.folder.mkdir(mode=0o700)
+            self._lock = hold_lock(self.folder)
             self._open_segment()
         except OSError as exc:
-            raise ServeError(f"--durable: cannot use the log in {self.folder} ({exc.strerror or exc})") from None
-        self._compact(list(self.latest.values()))  # what was replayed becomes one checkpoint
-        return [Record.decode(memoryview(b)[HEADER.size :]) for b in self.latest.values()]
-
-    def _replay(self, path: Path, last: bool) -> None:
-        data = path.read_bytes()
-        for start, end, record in read_records(data):
-            if record is None:
-                if not last:
-                    raise ServeError(f"--durable: the log file {path} is damaged at byte {start}; move it away")
-                logger.warning("ortstate serve: %s: dropped a torn record at byte %d (never acknowledged)", path, start)
-                with open(path, "r+b") as f:
-                    f.truncate(start)
-                    os.fsync(f.fileno())
-                return
-            if record.kind == CLOSED:
-                self.latest.pop(record.stream, None)
-                self.steps.pop(record.stream, None)
-            else:
-                self.latest[record.stream] = data[start:end]
-                self.steps[record.stream] = record.steps
+            raise ServeError(f"--durable: cannot start the log in {self.folder} ({exc.strerror or exc})") from None
 
     # -- in the pool's thread ---------------------------------------------------------------------
-    def bind(self, stream: str, sid: int, steps: int = 0) -> None:
-        """``stream`` is pool stream ``sid`` (opened, resumed or recovered) with ``steps`` steps."""
+    def bind(self, stream: str, sid: int) -> None:
+        """``stream`` is the new pool stream ``sid``."""
         self._stream[sid] = stream
-        self.steps.setdefault(stream, steps)
+        self.steps[stream] = 0
+
+    def adopt(self, stream: str, sid: int, record: bytes) -> None:
+        """``stream`` is pool stream ``sid``, resumed from its parked ``record``: logged LIVE."""
+        self._stream[sid] = stream
+        self.steps[stream] = Record.decode(memoryview(record)[HEADER.size :]).steps
+        self.latest[stream] = record
+        self.note(stream, LIVE, sid)
+
+    def parked_record(self, stream: str, sid: int) -> bytes:
+        """What ``stream``'s parked file holds: the whole stream (pool stream ``sid``)."""
+        return Record(LIVE, stream, self.steps.get(stream, 0), self.pool.values(sid), self.last(stream)).encode()
 
     def note(self, stream: str, kind: int, sid: int | None = None) -> None:
         """Log ``stream`` as it is now: LIVE (pool stream ``sid``: opened, reset or resumed), PARKED
@@ -152,11 +135,11 @@ class Journal:
             raise ServeError(f"--durable: cannot write the log ({why}); the step was not made") from None
         self._size += sum(len(data) for _, data, _ in pending)
         for stream, data, kind in pending:
-            if kind == CLOSED:
+            if kind == LIVE:
+                self.latest[stream] = data
+            else:  # closed, or parked: its file holds it now, which another server may take
                 self.latest.pop(stream, None)
                 self.steps.pop(stream, None)
-            else:
-                self.latest[stream] = data
         for _, stream in stepped:
             self.steps[stream] += 1
         if self._size >= self.segment_bytes and (self._compacting is None or not self._compacting.is_alive()):
@@ -173,12 +156,18 @@ class Journal:
         data = self.latest.get(stream)
         return None if data is None else Record.decode(memoryview(data)[HEADER.size :]).outputs
 
-    def close(self) -> None:
+    def close(self, remove: bool) -> None:
+        """Stop logging; ``remove``: the folder goes too (a clean stop: no stream left in memory)."""
         if self._compacting is not None:
             self._compacting.join()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if self._lock >= 0:
+            if remove:
+                remove_log(self.folder)
+            os.close(self._lock)
+            self._lock = -1
 
     # -- inside -----------------------------------------------------------------------------------
     def _undo(self, stepped: list[tuple[int, str]], exc: OSError) -> None:
@@ -199,7 +188,7 @@ class Journal:
         path = self.folder / f"seg-{self._gen:012d}.log"
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         self._size = os.fstat(self._fd).st_size
-        _sync_dir(self.folder)
+        sync_dir(self.folder)
 
     def _compact(self, records: list[bytes]) -> None:
         """Write ``checkpoint-N``: ``records``, every stream's last record as segment N starts (or
@@ -214,9 +203,9 @@ class Journal:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(part, path)
-            _sync_dir(self.folder)
+            sync_dir(self.folder)
             for old in self.folder.iterdir():
-                m = _NAME.fullmatch(old.name)
+                m = LOG_FILE.fullmatch(old.name)
                 if m and int(m[2]) < gen:
                     old.unlink()
         except OSError as exc:  # the segments stay: nothing is lost, the log is only longer
@@ -229,11 +218,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _sync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

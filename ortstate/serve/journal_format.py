@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CLOSED", "HEADER", "LIVE", "PARKED", "Record", "read_records"]
+__all__ = ["CLOSED", "HEADER", "LIVE", "PARKED", "PEEK_BYTES", "Record", "peek_steps", "read_records"]
 
 LIVE, PARKED, CLOSED = 1, 2, 3  # in the pool (its states follow); parked in its file; gone
 HEADER = struct.Struct("<II")
 _FIXED = struct.Struct("<B22sQ")
 _COUNT = struct.Struct("<I")
+PEEK_BYTES = HEADER.size + _FIXED.size  # what :func:`peek_steps` needs of a record
 _ARRAY = struct.Struct("<H16sB")  # name length, dtype, ndim (255: no array)
 _NONE = 255
 
@@ -91,6 +92,13 @@ def _unpack(payload: bytes | memoryview, at: int) -> tuple[int, list[tuple[str, 
         arrays.append((name, np.frombuffer(payload[at : at + size], kind).reshape(shape).copy()))
         at += size
     return at, arrays
+
+
+def peek_steps(head: bytes) -> int | None:
+    """The step count of the record whose first :data:`PEEK_BYTES` bytes are ``head`` (None: too short)."""
+    if len(head) < PEEK_BYTES:
+        return None
+    return int(_FIXED.unpack_from(head, HEADER.size)[2])
 
 
 def read_records(data: bytes) -> Iterator[tuple[int, int, Record | None]]:

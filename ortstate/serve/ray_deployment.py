@@ -65,6 +65,7 @@ class OrtStateStreams:
             options,
             shared=True,
             handoff=s["handoff"],
+            durable=s.get("durable", False),
         )
         return app
 
@@ -82,6 +83,7 @@ def make_app(
     idle_park: float | None = None,
     handoff: float = DEFAULT_HANDOFF,
     threads: int = 1,
+    durable: bool = False,
 ) -> Any:
     """The Ray Serve application serving ``model``'s streams on ``replicas`` replicas, for
     ``serve.run``. Running it again (another ``replicas``) replaces every replica, one after
@@ -89,7 +91,9 @@ def make_app(
     change the deployment's ``num_replicas`` there (docs/serve.md).
 
     ``model`` and ``state_dir`` must be paths every replica reaches (on a cluster: a shared
-    filesystem); ``max_streams`` is per replica.
+    filesystem); ``max_streams`` is per replica. ``durable``: each replica logs every step it
+    acknowledges (``--durable``); the streams of a replica that dies without its shutdown code
+    (SIGKILL, its node lost) continue on another at their last acknowledged step.
     """
     if type(replicas) is not int or replicas < 1:
         raise ServeError(f"replicas must be a positive integer, got {replicas!r}")
@@ -106,6 +110,7 @@ def make_app(
         "idle_park": idle_park,
         "handoff": handoff,
         "threads": threads,
+        "durable": bool(durable),
     }
     deployment = serve.deployment(
         OrtStateStreams,
@@ -130,8 +135,16 @@ def app_builder(args: dict[str, Any]) -> Any:
     given = dict(args)
     numbers = {"replicas": int, "max_streams": int, "max_batch": int, "threads": int, "max_message_bytes": int}
     numbers.update({"max_delay": float, "idle_park": float, "handoff": float})
+    numbers["durable"] = _flag
     options = {k: numbers[k](v) if k in numbers else v for k, v in given.items() if k not in ("model", "state_dir")}
     return make_app(given["model"], given["state_dir"], **options)
+
+
+def _flag(value: Any) -> bool:
+    """A config's yes/no (YAML gives a bool; a string from elsewhere is read as one)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
 
 
 def serve_on_ray(app: Any, host: str, port: int, ready: Callable[[str], None], replicas: int) -> None:

@@ -34,6 +34,8 @@ from ..streams import StreamPool
 from ..streams.stats import percentiles
 from .journal import Journal, refuse_kv
 from .journal_format import CLOSED, LIVE, PARKED
+from .journal_recovery import recover_orphans, sync_dir
+from .parking import DurableParking, Parking
 from .state_dir import DirLock, open_state_dir
 
 __all__ = ["CLOSE_FULL", "CLOSE_UNKNOWN", "ID_PATTERN", "StreamService", "new_id"]
@@ -63,8 +65,8 @@ class StreamService:
     ) -> None:
         if shared and state_dir is None:
             raise ServeError("servers that share their streams need a state directory they all reach")
-        if durable and (state_dir is None or shared):
-            raise ServeError("--durable needs --state-dir (the log is kept there), and one plain server (not --ray)")
+        if durable and state_dir is None:
+            raise ServeError("--durable needs --state-dir: the log is kept there")
         if durable:
             refuse_kv(pool)
         self.pool = pool
@@ -79,6 +81,8 @@ class StreamService:
         self._latencies: deque[float] = deque(maxlen=_KEPT)
         self._steps: dict[str, int] = {}  # steps made since the stream was opened (a journal's, if durable)
         self.journal: Journal | None = None
+        self._parking = Parking(pool)
+        self._orphans_at = 0.0
         self.steps = 0
         self.errors = 0
         self.draining = False  # shutting down: no new message is taken
@@ -87,40 +91,44 @@ class StreamService:
         self._dir_lock: DirLock | None = None
         if self.state_dir is not None:
             self._dir_lock, found = open_state_dir(self.state_dir, self.name.replace(":", "-"), shared)
-            if not shared:
-                self._parked.update(s for s in found if ID_PATTERN.fullmatch(s))
             if durable:
                 try:
-                    self._recover()
+                    self._start_durable()
                 except BaseException:
                     self.release()
                     raise
+                found = [p.stem for p in self.state_dir.glob(f"*{self._parking.suffix}")]
+            if not shared:
+                self._parked.update(s for s in found if ID_PATTERN.fullmatch(s))
 
-    def _recover(self) -> None:
-        """Bring back every stream the durable log holds: in the pool at its last logged step, or
-        parked in its file."""
+    def _start_durable(self) -> None:
+        """Log to a folder of this server's own; turn the logs of servers that died into parked
+        streams (:mod:`.journal_recovery`)."""
         assert self.state_dir is not None
-        self.journal = journal = Journal(self.state_dir, self.pool)
-        for record in journal.recover():
-            self._steps[record.stream] = record.steps
-            if record.kind == LIVE:
-                assert record.states is not None
-                sid = self.pool.restore(record.states)
-                journal.bind(record.stream, sid, record.steps)
-                self._sid[record.stream] = sid
-                self._last[record.stream] = time.monotonic()
-                self._parked.discard(record.stream)
-                self._file(record.stream).unlink(missing_ok=True)  # a file it was resumed from
-            elif record.stream not in self._parked:
-                logger.error("ortstate serve: stream %s was parked, but its file is gone: it is lost", record.stream)
-        self.pool.loop.on_commit = journal.commit
-        if journal.latest:
-            logger.info("ortstate serve: --durable: %d streams recovered from the log", len(journal.latest))
+        server = self.name.replace(":", "-")
+        self.journal = Journal(self.state_dir, server, self.pool)
+        self._parking = DurableParking(self.pool, self.journal, server)
+        self._recover_orphans(force=True)
+        self.journal.start()
+        self.pool.loop.on_commit = self.journal.commit
+
+    def _recover_orphans(self, force: bool = False) -> None:
+        """Parked files from the logs of servers that died (at most once a second unless ``force``:
+        a server sharing the directory looks on every miss)."""
+        assert self.state_dir is not None
+        if not force and time.monotonic() - self._orphans_at < 1.0:
+            return
+        self._orphans_at = time.monotonic()
+        found = recover_orphans(self.state_dir)
+        if not self.shared:
+            self._parked.update(found)
 
     def release(self) -> None:
         """Let go of the state directory (another server may take it): once the server has stopped."""
         if self.journal is not None:
-            self.journal.close()
+            assert self.state_dir is not None
+            sync_dir(self.state_dir)  # the parked files published: then the log may go
+            self.journal.close(remove=not self._sid)
         if self._dir_lock is not None:
             self._dir_lock.release()
 
@@ -163,14 +171,21 @@ class StreamService:
     def knows(self, stream: str) -> bool:
         if stream in self._sid or stream in self._parked:
             return True
-        return self.shared and self._file(stream).is_file()
+        if not self.shared:
+            return False
+        if not self._file(stream).is_file() and self.journal is not None:
+            self._recover_orphans()  # its server may have died: its log says
+        return self._file(stream).is_file()
 
     def steps_of(self, stream: str) -> int | None:
         """How many steps ``stream`` has made since it was opened; None where that is not known
         here (a server sharing its streams, after another held it; a restart without ``--durable``)."""
-        return self._steps.get(stream)
+        steps = self._steps.get(stream)
+        if steps is None and stream not in self._sid and self.state_dir is not None:
+            steps = self._parking.steps(self._file(stream))
+        return steps
 
-    def last(self, stream: str) -> dict[str, np.ndarray]:
+    async def last(self, stream: str) -> dict[str, np.ndarray]:
         """The outputs of ``stream``'s last step, as logged (``--durable`` only): the reply a client
         lost when the server stopped after making the step and before answering it.
 
@@ -179,6 +194,8 @@ class StreamService:
         """
         if self.journal is None:
             raise ServeError("only a --durable server keeps a stream's last reply")
+        async with self._lock(stream):
+            await self._resident(stream)
         outputs = self.journal.last(stream)
         if outputs is None:
             raise ServeError("the stream has made no step yet")
@@ -261,19 +278,22 @@ class StreamService:
 
     async def _park_now(self, stream: str) -> None:
         sid = self._sid[stream]
-        await self.pool.call(self._park, stream, sid, sid=sid)
+        written = await self.pool.call(self._park, stream, sid, sid=sid)
         del self._sid[stream]
+        self._parking.publish(written, self._file(stream))
         if self.shared:
             self._steps.pop(stream, None)  # another server may step it now
         else:
             self._parked.add(stream)
 
-    def _park(self, stream: str, sid: int) -> None:
-        """(In the pool's thread.) Save ``sid`` to ``stream``'s file and free its row."""
-        self.pool.save(sid, self._file(stream))
+    def _park(self, stream: str, sid: int) -> Path:
+        """(In the pool's thread.) Save ``sid`` for ``stream``'s file and free its row; where it
+        was written (published once the park is logged)."""
+        written = self._parking.save(stream, sid, self._file(stream))
         self.pool.close(sid)
         if self.journal is not None:
             self.journal.note(stream, PARKED, sid)
+        return written
 
     async def park_idle(self, seconds: float) -> list[str]:
         """Park the streams in memory that have not stepped for ``seconds`` and are not stepping."""
@@ -314,7 +334,7 @@ class StreamService:
         if claimed is None:
             raise ServeError("no such stream (closed, or never opened here)", CLOSE_UNKNOWN)
         try:
-            sid = await self.pool.call(self._resume, stream, claimed)
+            sid, steps = await self.pool.call(self._parking.load, stream, claimed)
         except OrtStateError as exc:
             claimed.rename(self._file(stream))  # not taken: it stays parked
             if isinstance(exc, PoolFullError):
@@ -322,16 +342,10 @@ class StreamService:
             raise ServeError(f"the stream's parked state cannot be read back: {exc}", CLOSE_BROKEN) from None
         claimed.unlink()
         self._parked.discard(stream)
+        if steps is not None:
+            self._steps[stream] = steps
         self._sid[stream] = sid
         self._last[stream] = time.monotonic()
-        return sid
-
-    def _resume(self, stream: str, path: Path) -> int:
-        """(In the pool's thread.) A pool stream holding ``stream``'s parked file."""
-        sid = self.pool.load(path)
-        if self.journal is not None:
-            self.journal.bind(stream, sid)
-            self.journal.note(stream, LIVE, sid)
         return sid
 
     def _claim(self, stream: str) -> Path | None:
@@ -339,7 +353,7 @@ class StreamService:
         directory finds it gone); None if there is none."""
         if self.state_dir is None:
             return None
-        claimed = self.state_dir / f"{stream}.npz.claimed-{self.name.replace(':', '-')}"
+        claimed = self._file(stream).with_name(f"{stream}{self._parking.suffix}.claimed-{self.name.replace(':', '-')}")
         try:
             self._file(stream).rename(claimed)
         except FileNotFoundError:
@@ -348,7 +362,7 @@ class StreamService:
 
     def _file(self, stream: str) -> Path:
         assert self.state_dir is not None
-        return self.state_dir / f"{stream}.npz"
+        return self.state_dir / f"{stream}{self._parking.suffix}"
 
     def _lock(self, stream: str) -> asyncio.Lock:
         lock = self._locks.get(stream)
@@ -402,7 +416,7 @@ class StreamService:
 
     def _count_parked(self) -> int:
         assert self.state_dir is not None
-        return sum(1 for p in self.state_dir.glob("*.npz") if ID_PATTERN.fullmatch(p.stem))
+        return sum(1 for p in self.state_dir.glob(f"*{self._parking.suffix}") if ID_PATTERN.fullmatch(p.stem))
 
     def model(self) -> dict[str, Any]:
         """The model as one stream feeds it: inputs (1 along the batch axis, null: any size),

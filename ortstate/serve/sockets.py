@@ -130,7 +130,7 @@ async def _answer(service: StreamService, name: str, socket: Socket, message: Me
         elif text is not None:
             op = parse_op(text, limit)
             if op == "last":  # the reply of the stream's last step again (--durable)
-                reply = encode_npz(service.last(name))
+                reply = encode_npz(await service.last(name))
             else:
                 await (service.reset(name) if op == "reset" else service.close(name))
                 reply = OK

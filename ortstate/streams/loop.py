@@ -14,9 +14,9 @@ gathered runs after that tick; one that concerns every stream (``sid=ALL``) afte
 before it.
 
 ``on_commit`` (the durable log of :mod:`ortstate.serve.journal`) is called in the loop's thread once
-per round, after its commands and its tick ran and before any of their futures is answered: a reply
-is sent only once what it acknowledges is on disk. If it raises, every item of the round gets its
-error.
+per round, after its commands and its tick ran and before any of their futures is answered (and
+once more before a command that follows a tick of its stream): a reply is sent only once what it
+acknowledges is on disk. If it raises, every item it covers gets its error.
 """
 
 from __future__ import annotations
@@ -146,11 +146,11 @@ class PoolLoop:
     def _round(self, items: list[_Item]) -> list[_Item]:
         """Run ``items`` in order (commands at once, steps gathered into ticks); the items left for
         the next round."""
-        done: list[tuple[_Item, Any]] = []
+        answers: list[tuple[_Item, Any]] = []
+        done: list[tuple[_Item, Any]] = []  # since the last commit
         steps: dict[Any, _Item] = {}
         later: list[_Item] = []
         held: set[Any] = set()  # streams with a step left for the next round
-        results: dict[int, Any] = {}
         for k, item in enumerate(items):
             if item.future.done():  # cancelled while it waited
                 continue
@@ -165,22 +165,28 @@ class PoolLoop:
                 later.extend(items[k:])  # after the steps of the next round
                 break
             if steps and (item.sid is ALL or item.sid in steps):
-                results.update(self._tick(steps, done))
-                steps = {}
+                # the tick is run and committed first: the command sees (and may save) only steps
+                # that are acknowledged
+                answers += self._commit(done, self._tick(steps, done))
+                steps, done = {}, []
             try:
                 done.append((item, item.fn(*item.args)))
             except Exception as exc:  # noqa: BLE001 - the caller's own error
                 done.append((item, exc))
-        if steps:
-            results.update(self._tick(steps, done))
-        if self.on_commit is not None and done:
-            try:
-                self.on_commit(results)
-            except Exception as exc:  # noqa: BLE001 - nothing of the round is acknowledged
-                error = exc if isinstance(exc, OrtStateError) else OrtStateError(f"{type(exc).__name__}: {exc}")
-                done = [(item, error) for item, _ in done]
-        _settle(done)
+        answers += self._commit(done, self._tick(steps, done) if steps else {})
+        _settle(answers)
         return later
+
+    def _commit(self, done: list[tuple[_Item, Any]], results: dict[int, Any]) -> list[tuple[_Item, Any]]:
+        """``on_commit(results)`` for the work ``done``; its answers (each the error, if it failed)."""
+        if self.on_commit is None or not done:
+            return done
+        try:
+            self.on_commit(results)
+        except Exception as exc:  # noqa: BLE001 - none of it is acknowledged
+            error = exc if isinstance(exc, OrtStateError) else OrtStateError(f"{type(exc).__name__}: {exc}")
+            return [(item, error) for item, _ in done]
+        return done
 
     def _tick(self, steps: dict[Any, _Item], done: list[tuple[_Item, Any]]) -> dict[int, Any]:
         feeds = {sid: item.args for sid, item in steps.items()}

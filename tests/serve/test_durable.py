@@ -23,7 +23,8 @@ from ortstate.errors import ServeError
 from ortstate.serve import AsyncClient, Client
 from ortstate.serve import journal as journal_module
 from ortstate.serve.journal import Journal
-from ortstate.serve.journal_format import LIVE, Record
+from ortstate.serve.journal_format import LIVE, Record, read_records
+from ortstate.serve.journal_recovery import recover_orphans
 
 STREAMS, KILLS = 64, 20
 
@@ -110,32 +111,49 @@ def _stepped(pool: ortstate.StreamPool, journal: Journal, names: list[str], rng:
     return fed
 
 
-def test_a_torn_tail_is_dropped_and_the_rest_recovered(tmp_path, caplog):
+def _parked(state_dir, name: str) -> Record:
+    data = (state_dir / f"{name}.rec").read_bytes()
+    ((_, end, record),) = list(read_records(data))
+    assert end == len(data) and record is not None
+    return record
+
+
+def _check(record: Record, fed: list[dict[str, np.ndarray]]) -> None:
+    """``record`` holds a lone session's stream after ``fed``: its steps, state and last outputs."""
+    lone = Lone()
+    outs = [lone.step(f) for f in fed]
+    assert record.steps == len(fed)
+    assert_same(record.outputs, outs[-1], record.stream)
+    for got, var in zip(record.states, lone.request.query_state()):
+        np.testing.assert_allclose(got, var.state, rtol=1e-6, atol=1e-6)
+
+
+def test_a_dead_servers_log_becomes_parked_streams_and_its_torn_tail_is_dropped(tmp_path, caplog):
     rng = np.random.default_rng(42)
     pool, names = _pool(), ["a" * 22, "b" * 22]
-    journal = Journal(tmp_path, pool)
-    assert journal.recover() == []
+    journal = Journal(tmp_path, "dead-1", pool)
+    journal.start()
     fed = _stepped(pool, journal, names, rng)
-    journal.close()
-    (segment,) = sorted((tmp_path / "journal").glob("seg-*.log"))
-    whole = segment.stat().st_size
+    (segment,) = (tmp_path / "journal-dead-1").glob("seg-*.log")
+    journal.close(remove=False)  # as a kill leaves it: the lock let go, the log there
     extra = Record(LIVE, names[0], 3, [None, None]).encode()
     with open(segment, "ab") as f:
         f.write(extra[: len(extra) // 2])  # a write the kill cut short
-
-    again = Journal(tmp_path, _pool())
     with caplog.at_level("WARNING", logger="ortstate.serve"):
-        records = {r.stream: r for r in again.recover()}
-    assert "dropped a torn record" in caplog.text
-    assert not segment.exists() or segment.stat().st_size == whole  # compacted away, or cut back
-    assert sorted(records) == names and all(r.steps == 2 for r in records.values())
+        assert sorted(recover_orphans(tmp_path)) == names
+    assert "dropped the last record (torn by the stop; never acknowledged)" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{n}.rec" for n in names)
     for name in names:
-        lone = Lone()
-        outs = [lone.step(f) for f in fed[name]]
-        assert_same(records[name].outputs, outs[-1], name)
-        want = [v.state for v in lone.request.query_state()]
-        for got, value in zip(records[name].states, want):
-            np.testing.assert_allclose(got, value, rtol=1e-6, atol=1e-6)
+        _check(_parked(tmp_path, name), fed[name])
+
+
+def test_a_live_servers_log_is_left_alone(tmp_path):
+    journal = Journal(tmp_path, "alive-1", _pool())
+    journal.start()
+    _stepped(journal.pool, journal, ["c" * 22], np.random.default_rng(45))
+    assert recover_orphans(tmp_path) == []  # its lock is held
+    journal.close(remove=True)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_log_that_cannot_be_written_acknowledges_nothing(tmp_path, monkeypatch):
@@ -145,8 +163,8 @@ def test_a_log_that_cannot_be_written_acknowledges_nothing(tmp_path, monkeypatch
     lone = Lone()
     with running(state_dir=tmp_path, durable=True) as server:
         stream = Client(server.url).open()
-        fed = feeds(rng)
-        assert_same(stream.step(fed), lone.step(fed))
+        fed = [feeds(rng)]
+        assert_same(stream.step(fed[0]), lone.step(fed[0]))
         real = journal_module._write_all
 
         def full(fd: int, data: bytes) -> None:
@@ -157,40 +175,33 @@ def test_a_log_that_cannot_be_written_acknowledges_nothing(tmp_path, monkeypatch
         with pytest.raises(ServeError, match=r"cannot write the log \(No space left on device\); the step was not"):
             stream.step(feeds(rng))
         monkeypatch.setattr(journal_module, "_write_all", real)
-        fed = feeds(rng)
-        last = stream.step(fed)
-        assert_same(last, lone.step(fed), "after the failed step")
+        fed.append(feeds(rng))
+        assert_same(stream.step(fed[1]), lone.step(fed[1]), "after the failed step")
         assert Client(server.url).where(stream.id)["steps"] == 2
-    records = {r.stream: r for r in Journal(tmp_path, _pool()).recover()}
-    assert records[stream.id].steps == 2
-    assert_same(records[stream.id].outputs, last, "the log's last reply")
+    _check(_parked(tmp_path, stream.id), fed)  # parked at the stop, the log gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{stream.id}.rec"]
 
 
 def test_compaction_keeps_every_stream(tmp_path):
-    """Segments of a few records: the log is compacted again and again in the background and what
-    a server started again finds is each stream's last step."""
+    """Segments of a few records: the log is compacted again and again in the background, and what
+    is recovered from it is each stream's last step."""
     rng = np.random.default_rng(44)
-    pool, names = _pool(), [c * 22 for c in "cdefg"]
-    journal = Journal(tmp_path, pool, segment_bytes=2048)
-    journal.recover()
+    pool, names = _pool(), [c * 22 for c in "defgh"]
+    journal = Journal(tmp_path, "dead-2", pool, segment_bytes=2048)
+    journal.start()
     fed = _stepped(pool, journal, names, rng)
-    journal.close()
-    files = sorted(p.name for p in (tmp_path / "journal").iterdir())
-    assert len(files) <= 3, files  # old segments went once a checkpoint covered them
-    records = {r.stream: r for r in Journal(tmp_path, _pool()).recover()}
-    assert sorted(records) == names
+    journal.close(remove=False)
+    files = sorted(p.name for p in (tmp_path / "journal-dead-2").iterdir())
+    assert len(files) <= 4 and any(f.startswith("checkpoint-") for f in files), files
+    assert sorted(recover_orphans(tmp_path)) == names
     for name in names:
-        lone = Lone()
-        outs = [lone.step(f) for f in fed[name]]
-        assert records[name].steps == 2
-        assert_same(records[name].outputs, outs[-1], name)
+        _check(_parked(tmp_path, name), fed[name])
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--durable"], "--durable needs --state-dir"),
-        (["--durable", "--ray", "--state-dir", "x"], "--durable needs --state-dir (its log is kept there) and is not"),
     ],
 )
 def test_durable_options_are_checked(args, message):
