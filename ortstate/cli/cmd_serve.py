@@ -48,8 +48,9 @@ on stderr and the exit code is 3.
 With --durable (needs --state-dir): a hard stop (SIGKILL, out of memory, power cut) loses no step a
 client was answered: each tick's new states go to a log in --state-dir, one write and one fsync
 per tick, before its replies are sent; a server started again on the directory continues every
-stream at its last acknowledged step. GET /v1/streams/ID says {{"steps": N, ...}}; the Python
-Client resumes by itself. Models with KV caches are refused (their state grows every step).
+stream at its last acknowledged step (with --ray: a replica killed, or its node lost, and its
+streams continue on another). GET /v1/streams/ID says {{"steps": N, ...}}; the Python Client
+resumes by itself. Models with KV caches are refused (their state grows every step).
 
 security: with --token T (or {TOKEN_VARIABLE}=T) every request and WebSocket must carry
 "Authorization: Bearer T" (else 401, or close code 4401). Without a token the server listens on
