@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import IRFileError, UsageError
+from ..ir.model_path import model_file
 from ..runtime.loaded import FORMS
 
 FORM_HELP = (
@@ -36,6 +37,7 @@ __all__ = [
     "add_form_option",
     "add_verbose_option",
     "existing_file",
+    "model_path",
     "load_npy",
     "parse_inputs",
     "parse_shapes",
@@ -50,6 +52,15 @@ def existing_file(path: str | Path, what: str = "") -> Path:
     if not p.is_file():
         raise UsageError(f"{p}: not a file{f' ({what})' if what else ''}")
     return p
+
+
+def model_path(path: str | Path) -> Path:
+    """The model file ``path`` names (a folder may name its one model: see
+    :func:`ortstate.ir.model_path.model_file`)."""
+    try:
+        return model_file(path)
+    except IRFileError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def split_assignment(text: str, option: str, example: str) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from ..errors import UsageError
 from ..ir import read_ir
 from ..model_meta import read_meta
 from ..output_files import check_writable
-from .args import existing_file
+from .args import existing_file, model_path
 from .command import EXIT_OK, Command
 from .report import count, natural_key, progress
 
@@ -58,7 +58,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    xml = existing_file(args.model)
+    xml = model_path(args.model)
     if xml.suffix.lower() != ".xml":
         raise UsageError(f"{xml}: convert takes an OpenVINO IR .xml file")
     bin_path = existing_file(args.bin) if args.bin else None

@@ -14,7 +14,7 @@ from ..errors import OrtStateError, StateError
 from ..ir import Graph, read_ir
 from ..model_meta import EXPLICIT, read_meta
 from ..passes.walk import nodes
-from .args import existing_file
+from .args import existing_file, model_path
 from .command import EXIT_OK, Command
 from .report import format_dims, natural_key, table
 
@@ -40,7 +40,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = existing_file(args.model)
+    path = model_path(args.model)
     if path.suffix.lower() == ".xml":
         print(_inspect_ir(read_ir(path, existing_file(args.bin) if args.bin else None)))
     else:

@@ -14,7 +14,7 @@ from ..convert import convert
 from ..errors import UsageError
 from ..output_files import check_folder, make_folder, write_file
 from ..runtime import StatefulSession, numpy_dtype
-from .args import add_form_option, add_verbose_option, existing_file, parse_inputs
+from .args import add_form_option, add_verbose_option, existing_file, model_path, parse_inputs
 from .command import EXIT_OK, Command
 from .report import array_summary, count, natural_key, progress, table
 
@@ -85,7 +85,7 @@ def _session(args: argparse.Namespace, path: Path) -> StatefulSession:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = existing_file(args.model)
+    path = model_path(args.model)
     if args.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {args.steps}")
     feeds = parse_inputs(args.input)

@@ -13,7 +13,7 @@ import onnx
 from ..errors import OrtStateError, UsageError
 from ..model_meta import CUSTOM_OP, EXPLICIT
 from ..verify import DEFAULT_ATOL, DEFAULT_RTOL, Check, FormResult, VerifyResult, verify
-from .args import add_verbose_option, existing_file, parse_inputs, parse_shapes
+from .args import add_verbose_option, existing_file, model_path, parse_inputs, parse_shapes
 from .command import EXIT_FAILURE, EXIT_OK, Command
 from .report import count, format_error, natural_key, progress, table
 
@@ -89,7 +89,7 @@ def forms_of(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    xml = existing_file(args.model)
+    xml = model_path(args.model)
     if xml.suffix.lower() != ".xml":
         raise UsageError(f"{xml}: verify takes an OpenVINO IR .xml (give a converted model with --onnx)")
     if args.steps < 1 or args.batch < 1:

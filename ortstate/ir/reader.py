@@ -21,6 +21,7 @@ from .constants import ConstantTable, Packed, decode_constant
 from .edges import parse_edges, topological_order
 from .graph import Graph, Layer
 from .layers import KNOWN_OPSETS, layer_where, parse_layer
+from .model_path import model_file
 
 __all__ = ["KNOWN_OPSETS", "read_ir"]
 
@@ -44,7 +45,7 @@ def read_ir(xml_path: str | os.PathLike[str], bin_path: str | os.PathLike[str] |
             is inconsistent (unknown types/opsets, bad shapes or constants, dangling edges, cycles).
             The message names the file and, where one is at fault, the layer as ``layer 'NAME' (id N)``.
     """
-    xml_file = Path(xml_path)
+    xml_file = model_file(xml_path)
     bin_file = Path(bin_path) if bin_path is not None else xml_file.with_suffix(".bin")
     src = str(xml_file)
     root, xml_data = _read_xml(xml_file, src)

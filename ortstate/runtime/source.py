@@ -16,7 +16,8 @@ from typing import Any
 
 import onnx
 
-from ..errors import OrtStateError
+from ..errors import IRFileError, OrtStateError
+from ..ir.model_path import model_file
 
 __all__ = ["Loader", "Source", "read_source", "register_loader"]
 
@@ -66,8 +67,9 @@ def read_source(model: str | os.PathLike[str] | bytes | onnx.ModelProto | Source
     taken as it is: its in-memory initializers travel with it).
 
     Raises:
-        OrtStateError: not a path, bytes or ModelProto; a missing or non-regular file; a file that
-            is not a readable ONNX model (or that the loader of its suffix refuses).
+        IRFileError: a missing or non-regular file, or a folder that does not say which model.
+        OrtStateError: not a path, bytes or ModelProto; a file that is not a readable ONNX model
+            (or that the loader of its suffix refuses).
     """
     if isinstance(model, Source):
         return model
@@ -80,9 +82,9 @@ def read_source(model: str | os.PathLike[str] | bytes | onnx.ModelProto | Source
             raise OrtStateError(f"cannot parse ONNX model bytes: {exc}") from None
     if not isinstance(model, (str, os.PathLike)):
         raise OrtStateError(f"model: expected a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
-    path = Path(model)
+    path = model_file(model)
     if not path.is_file():  # a FIFO would block the read, a device never end it
-        raise OrtStateError(f"{path}: {'not a regular file' if path.exists() else 'no such file'}")
+        raise IRFileError(f"{path}: not a regular file")
     loader = _LOADERS.get(path.suffix.lower())
     if loader is not None:
         proto, arrays = loader(path)

@@ -252,7 +252,7 @@ BODY = f"{X}: layer 'loop' (id 3)"
 CASES: list[tuple[str, Setup, str]] = [
     # files
     ("xml missing", lambda tmp, mp: (tmp / "model.xml", None), f"{X}: no such file"),
-    ("xml is a directory", directory_as_xml, f"{X}: cannot read: Is a directory"),
+    ("xml is a directory", directory_as_xml, f"{X}: a folder with no model in it (an OpenVINO .xml or an .onnx file)"),
     ("xml unreadable", unreadable("model.xml"), f"{X}: cannot read: Permission denied"),
     ("xml too large", small_xml_limit, f"{X}: XML file is too large (600000 bytes, the limit is 524288)"),
     ("bin missing", ir(BASE, bin_data=None), f"{X}: weights file {{tmp}}/model.bin not found"),
