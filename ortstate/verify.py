@@ -1,8 +1,8 @@
 """Step OpenVINO and ortstate side by side on one IR and compare every output and variable.
 
 OpenVINO is the reference (:mod:`ortstate.verify_reference`), imported only when needed
-(``pip install 'ortstate[verify]'``). The run: N steps, a reset, N more steps. ortstate's reset is
-``reset_state()``; OpenVINO's is a freshly compiled model (see :mod:`ortstate.verify_reference`).
+(``pip install 'ortstate[verify]'``, ``'.[verify]'`` in a checkout). The run: N steps, a reset, N
+more steps. ortstate's reset is ``reset_state()``; OpenVINO's is a freshly compiled model (see :mod:`ortstate.verify_reference`).
 
 The inputs follow the model's roles: a stateful decoder (an optimum-intel LLM) is fed as ``generate``
 feeds it, by the same :class:`~ortstate.decoders.feeds.FeedRules` (a random prompt, then one random
@@ -26,6 +26,7 @@ import onnx
 from .convert import convert_graph
 from .decoders import InputSpec
 from .errors import InputError, OpenVINOUnavailable, OrtStateError, RunError
+from .extras import install_hint
 from .ir import Graph, read_ir
 from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
 from .runtime import StatefulSession
@@ -52,7 +53,7 @@ __all__ = [
 
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-4
-INSTALL_HINT = "pip install 'ortstate[verify]'"
+INSTALL_HINT = install_hint("verify")
 
 
 def load_openvino() -> ModuleType:

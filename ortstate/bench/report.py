@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OutputFileError
+from ..extras import install_hint
 from ..output_files import write_file
 from ..version import __version__
 from .measure import BenchResult
@@ -88,7 +89,7 @@ def plot_unavailable(path: str | os.PathLike[str] | None = None) -> str | None:
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
-        return "plots need matplotlib: pip install 'ortstate[plot]'"
+        return f"plots need matplotlib: {install_hint('plot')}"
     if path is None:
         return None
     kind = _plot_format(path)

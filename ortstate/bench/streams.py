@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..extras import install_hint
 from ..runtime import StatefulSession
 from ..streams import StreamPool
 from .runners import session_options
@@ -140,7 +141,7 @@ def _ov_requests(xml: Path, count: int, threads: int) -> list[Any]:
 def openvino_unavailable() -> str | None:
     """Why OpenVINO's rows cannot be measured here (None when it is installed)."""
     if importlib.util.find_spec("openvino") is None:
-        return "openvino is not installed (pip install 'ortstate[verify]')"
+        return f"openvino is not installed ({install_hint('verify')})"
     return None
 
 

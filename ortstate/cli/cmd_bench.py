@@ -84,7 +84,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--new", type=int, default=64, metavar="G", help="--llm-streams: new tokens (default 64)")
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--markdown", metavar="OUT", help="write the table as markdown")
-    p.add_argument("--plot", metavar="OUT.png", help="draw the p50s (needs matplotlib: ortstate[plot])")
+    p.add_argument("--plot", metavar="OUT.png", help="draw the p50s (needs matplotlib: the plot extra)")
     add_verbose_option(p)
 
 

@@ -21,7 +21,7 @@ head_dim]; no beam_idx: the caller reorders the past between beam-search steps),
 weights kept compressed, plus
   --layout genai    genai_config.json (model type, head size, KV heads, layers, context length,
                     token ids, search defaults from generation_config.json) and the tokenizer files:
-                    onnxruntime_genai.Model(OUT_DIR)
+                    onnxruntime_genai.Model(OUT_DIR) (onnxruntime-genai: the genai extra)
   --layout optimum  config.json, generation_config.json and the tokenizer files:
                     optimum.onnxruntime.ORTModelForCausalLM.from_pretrained(OUT_DIR)
 A folder without tokenizer files exports with a notice (token-id generation needs none). Families

@@ -12,6 +12,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from ..errors import ServeError, UsageError
+from ..extras import install_hint, missing_modules
 from .args import existing_file
 from .command import EXIT_OK, Command
 
@@ -126,10 +127,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _check_extra() -> None:
-    missing = [m for m in ("starlette", "uvicorn", "websockets", "httptools") if importlib.util.find_spec(m) is None]
+    missing = missing_modules("serve")
     if missing:
         raise UsageError(
-            f"ortstate serve needs the serve extra (pip install 'ortstate[serve]'); missing {', '.join(missing)}"
+            f"ortstate serve needs the serve extra ({', '.join(missing)} missing): {install_hint('serve')}"
         )
 
 
@@ -221,7 +222,7 @@ def _ray(args: argparse.Namespace, path: Path) -> int:
         raise UsageError("--ray needs --state-dir: a folder every replica reaches, where streams move between them")
     _positive(args, "replicas", "handoff")
     if importlib.util.find_spec("ray") is None:
-        raise UsageError("ortstate serve --ray needs Ray Serve (pip install 'ortstate[ray]')")
+        raise UsageError(f"ortstate serve --ray needs Ray Serve: {install_hint('ray')}")
     from ..serve.auth import check_exposure
     from ..serve.ray_deployment import make_app, serve_on_ray
 

@@ -22,7 +22,7 @@ Run an IR in OpenVINO (CPU, f32 inference precision) and, converted, in ortstate
 steps, a reset, N more steps. After every step it compares each output and each variable and
 prints the max abs error per step. Exit code 0 when everything matches within tolerance
 (|ortstate - OpenVINO| <= atol + rtol * |OpenVINO|; integers and bools exactly), 1 on a mismatch.
-Needs OpenVINO: pip install 'ortstate[verify]'.
+Needs OpenVINO: pip install 'ortstate[verify]' ('.[verify]' in a checkout).
 
 It checks the form ortstate runs an IR in by default (run, generate, StatefulSession: the explicit
 form); --form custom-op checks the custom-op form through its Python state ops, --both both.

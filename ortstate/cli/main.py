@@ -48,7 +48,7 @@ examples:
   ortstate run model.onnx --input x=x.npy --steps 5
   ortstate verify model.xml --both              # both ONNX forms against OpenVINO, through a reset
   ortstate export qwen2-ov/ qwen2-genai/        # an optimum-intel LLM folder for onnxruntime-genai
-  ortstate serve model.xml --port 8000          # many streams over WebSockets, batched (ortstate[serve])
+  ortstate serve model.xml --port 8000          # many streams over WebSockets, batched (serve extra)
   ortstate COMMAND --help                       # the options and examples of one command
 
 exit codes: 0 success; 1 the model could not be converted, loaded or run (a malformed model file

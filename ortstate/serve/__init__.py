@@ -6,11 +6,15 @@ app around a :class:`StreamService` for another ASGI server to run; :func:`serve
 runs one in this process.
 """
 
-from ..errors import ServeError
-from .app import create_app
-from .client import AsyncClient, AsyncStream, Client, Stream
-from .server import Running, serve_in_thread
-from .service import StreamService
+from ..extras import require_extra
+
+require_extra("serve", "ortstate.serve")  # a clear error, not the first missing import's
+
+from ..errors import ServeError  # noqa: E402
+from .app import create_app  # noqa: E402
+from .client import AsyncClient, AsyncStream, Client, Stream  # noqa: E402
+from .server import Running, serve_in_thread  # noqa: E402
+from .service import StreamService  # noqa: E402
 
 __all__ = [
     "AsyncClient",

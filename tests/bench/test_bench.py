@@ -14,6 +14,7 @@ import ortstate
 from ortstate import bench
 from ortstate.bench.runners import Floor
 from ortstate.cli import main
+from ortstate.extras import install_hint
 
 ROOT = REPO
 DEMO = ROOT / "ortstate" / "_demo" / "char_lstm.xml"
@@ -123,7 +124,7 @@ def test_plot_without_matplotlib_fails_before_measuring(capsys, monkeypatch, tmp
     monkeypatch.setattr(bench, "make_runners", never)
     code, out, err = run_cli(capsys, "bench", DEMO, "--steps", 3, "--rounds", 1, "--plot", tmp_path / "p.png")
     assert (code, out) == (2, "")
-    assert err == "ortstate: error: --plot: plots need matplotlib: pip install 'ortstate[plot]'\n"
+    assert err == f"ortstate: error: --plot: plots need matplotlib: {install_hint('plot')}\n"
     assert not (tmp_path / "p.png").exists()
 
 

@@ -17,6 +17,7 @@ from oracle import REPO, assert_one_line_error, linked_copy, run_cli, save_ir
 
 import ortstate
 from ortstate.cli import COMMANDS
+from ortstate.extras import install_hint
 
 ROOT = REPO
 MODELS = ROOT / "models"
@@ -553,4 +554,4 @@ def test_verify_without_openvino(capsys, monkeypatch):
     monkeypatch.setattr(verify_module.importlib, "import_module", no_openvino)
     code, out, err = run_cli(capsys, "verify", ACCUMULATOR)
     assert code == 2
-    assert_one_line_error(err, "verify needs OpenVINO, which is not installed: pip install 'ortstate[verify]'")
+    assert_one_line_error(err, f"verify needs OpenVINO, which is not installed: {install_hint('verify')}")
