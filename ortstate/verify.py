@@ -2,7 +2,8 @@
 
 OpenVINO is the reference (:mod:`ortstate.verify_reference`), imported only when needed
 (``pip install 'ortstate[verify]'``, ``'.[verify]'`` in a checkout). The run: N steps, a reset, N
-more steps. ortstate's reset is ``reset_state()``; OpenVINO's is a freshly compiled model (see :mod:`ortstate.verify_reference`).
+more steps. ortstate's reset is ``reset_state()``; OpenVINO's is a freshly compiled model (see
+:mod:`ortstate.verify_reference`).
 
 The inputs follow the model's roles: a stateful decoder (an optimum-intel LLM) is fed as ``generate``
 feeds it, by the same :class:`~ortstate.decoders.feeds.FeedRules` (a random prompt, then one random
