@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from ..errors import UsageError
-from ..export import LAYOUTS, export
+from ..export import LAYOUTS, ExportNotice, export
 from .command import EXIT_OK, Command
 from .report import progress
 
@@ -71,13 +72,15 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--context-length must be at least 1, got {args.context_length}")
     start = time.perf_counter()
     progress(f"exporting {source} for {args.layout}")
-    done = export(
-        source,
-        args.out_dir,
-        layout=args.layout,
-        int8_activations=args.int8_activations,
-        context_length=args.context_length,
-    )
+    with warnings.catch_warnings():  # its notices are printed below, once
+        warnings.simplefilter("ignore", ExportNotice)
+        done = export(
+            source,
+            args.out_dir,
+            layout=args.layout,
+            int8_activations=args.int8_activations,
+            context_length=args.context_length,
+        )
     for notice in done.notices:
         print(f"ortstate: notice: {notice}", file=sys.stderr)
     cache = done.cache

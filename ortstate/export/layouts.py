@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,8 @@ class Exported:
         files: the files written there (the model's data file included), sorted.
         family: ``config.json``'s ``model_type`` ("" when unknown).
         cache: the KV cache's geometry as the tool feeds it.
-        notices: what a user should know (no tokenizer files, say), one line each.
+        notices: what a user should know (no tokenizer files, say), one line each; each is also
+            issued as an :class:`ExportNotice` warning.
     """
 
     folder: Path
@@ -107,7 +109,14 @@ def export(
             f"{plan.source} has no tokenizer files ({TOKENIZER_FILES[0]} ...): the export generates from token ids "
             "only; copy them into the output folder for text"
         )
+    for notice in notices:
+        warnings.warn(notice, ExportNotice, stacklevel=2)
     return Exported(plan.out, tuple(sorted(written)), plan.family, cache, tuple(notices))
+
+
+class ExportNotice(UserWarning):
+    """Something about an export a user should know (it went through): a folder without tokenizer
+    files, say. ``Exported.notices`` holds the same lines."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from text_tokenizers import byte_bpe
 
 import ortstate
 from ortstate.cli import main
-from ortstate.export import MODEL_FILE
+from ortstate.export import MODEL_FILE, ExportNotice
 from ortstate.passes.walk import nodes
 
 ATOL = 1e-3
@@ -377,3 +377,19 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(LLM / "qwen2"), str(LLM / "qwen2")]) == 1
     assert "must not be the model folder" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "none"), str(tmp_path / "o")]) == 2
+
+
+def test_a_notice_is_a_warning_from_python_and_one_line_from_the_cli(tmp_path: Path, capsys) -> None:
+    """No tokenizer files: ``export()`` warns (an ``ExportNotice``) as well as returning the notice;
+    the command line prints it once."""
+    source = tmp_path / "llama"
+    shutil.copytree(LLM / "llama", source)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (source / name).unlink(missing_ok=True)
+    with pytest.warns(ExportNotice) as caught:
+        done = ortstate.export(source, tmp_path / "out", layout="optimum")
+    assert [str(w.message) for w in caught] == list(done.notices) and len(done.notices) == 1
+    assert "has no tokenizer files" in done.notices[0]
+    assert main(["export", str(source), str(tmp_path / "cli"), "--layout", "optimum"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("no tokenizer files") == 1 and err.startswith("ortstate: notice: ")
