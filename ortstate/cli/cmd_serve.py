@@ -64,11 +64,27 @@ from there, and a stream's socket is handed over every --handoff seconds (parked
 connects again), so a stream survives its replica being removed or replaced. Ray runs on this
 machine, or on the cluster RAY_ADDRESS names (then --state-dir must be a shared filesystem).
 
+An LLM (MODEL an optimum-intel export folder, decoder-only, with its tokenizer.json and chat
+template): served with OpenAI's API (docs/serve.md), every request generating on one
+ContinuousBatcher (--max-batch requests decoding in one run per tick, default 64; up to
+--max-streams requests at once, one more is answered 503):
+  GET  /v1/models                  the model, its id the folder's name (or --model-name)
+  POST /v1/completions             prompt: text or token ids
+  POST /v1/chat/completions        messages through the folder's chat template
+each with "stream": true (server-sent events, a chunk per token, then [DONE]; "stream_options":
+{{"include_usage": true}} adds a usage chunk) or without; max_tokens / max_completion_tokens,
+temperature (0: greedy), top_p, seed, stop (strings, left out of the text); n must be 1; no
+logprobs, tools or penalties. Errors have OpenAI's body {{"error": {{"message", "type", "param",
+"code"}}}}: 400 a bad request (malformed JSON, a bad field, a prompt over the context length), 401
+no or a wrong token, 404 another model, 503 full. A client that goes away cancels its request.
+The same --token and loopback rules; --state-dir, --idle-park and --ray are for stream models only.
+
 With --bench URL: no MODEL; drive the server at URL with --streams concurrent streams of --steps
 steps each and print aggregate steps/s, a step's p50/p99 latency and the server's mean batch.
 
 examples:
   ortstate serve models/lstm_2l_dynbatch/model.xml --port 8000
+  ortstate serve models/llm/qwen2 --port 8000      # OpenAI API: base_url http://127.0.0.1:8000/v1
   ortstate serve model.xml --state-dir state/ --idle-park 30 --max-streams 4096
   ORTSTATE_SERVE_TOKEN=s3cret ortstate serve model.xml --host 0.0.0.0 --port 8000
   ortstate serve model.xml --ray --replicas 2 --state-dir state/ --port 8000
@@ -76,7 +92,10 @@ examples:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL", nargs="?", help="an IR .xml or an ONNX model (not with --bench)")
+    p.add_argument(
+        "model", metavar="MODEL", nargs="?", help="an IR .xml, an ONNX model or an LLM folder (not with --bench)"
+    )
+    p.add_argument("--model-name", metavar="NAME", help="an LLM's model id in the API (default: the folder's name)")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="the port (default 8000; 0: any free port)")
     p.add_argument(
@@ -84,8 +103,15 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=os.environ.get(TOKEN_VARIABLE),
         help=f"the bearer token every request needs (default ${TOKEN_VARIABLE}, if set)",
     )
-    p.add_argument("--max-streams", type=int, default=1024, metavar="N", help="open streams at most (default 1024)")
-    p.add_argument("--max-batch", type=int, metavar="B", help="streams per batched run at most (default --max-streams)")
+    p.add_argument(
+        "--max-streams", type=int, default=1024, metavar="N", help="open streams (LLM: requests) at most (default 1024)"
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        metavar="B",
+        help="streams per batched run at most (default --max-streams; LLM: requests generating at once, default 64)",
+    )
     p.add_argument(
         "--max-delay-ms",
         type=float,
@@ -94,7 +120,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="a tick waits that long for more streams (default 0.5)",
     )
     p.add_argument(
-        "--max-message-bytes", type=int, default=1 << 20, metavar="N", help="largest step message (default 1 MiB)"
+        "--max-message-bytes",
+        type=int,
+        default=1 << 20,
+        metavar="N",
+        help="largest step message or LLM request body (default 1 MiB)",
     )
     p.add_argument("--state-dir", metavar="DIR", help="park streams there (idle, and at shutdown) and resume them")
     p.add_argument("--idle-park", type=float, metavar="S", help="park streams idle for S seconds (needs --state-dir)")
@@ -139,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be 0..65535, got {args.port}")
     if args.idle_park is not None and args.state_dir is None:
         raise UsageError("--idle-park needs --state-dir: parked streams are written there")
+    if Path(args.model).is_dir():
+        return _llm(args, Path(args.model))
+    if args.model_name is not None:
+        raise UsageError("--model-name applies to an LLM folder")
     path = existing_file(args.model)
     if args.ray:
         return _ray(args, path)
@@ -199,6 +233,57 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _llm(args: argparse.Namespace, folder: Path) -> int:
+    """Serve an optimum-intel LLM folder with OpenAI's API until SIGTERM or Ctrl-C."""
+    for option in ("ray", "state_dir", "idle_park"):
+        if getattr(args, option):
+            name = "--" + option.replace("_", "-")
+            raise UsageError(
+                f"{name} applies to stream models: an LLM folder is served with OpenAI's API, no state kept"
+            )
+    from ..serve import server
+    from ..serve.app import DEFAULT_MAX_MESSAGE_BYTES
+    from ..serve.auth import check_exposure
+
+    try:
+        check_exposure(args.host, args.token)
+        sock = server.bind(args.host, args.port)
+    except ServeError as exc:
+        raise UsageError(str(exc)) from None
+    slots = args.max_batch or min(64, args.max_streams)
+    try:
+        service, app = server.build_llm(
+            folder,
+            args.max_streams,
+            slots,
+            args.token,
+            model_name=args.model_name,
+            threads=args.threads,
+            max_body_bytes=args.max_message_bytes,
+        )
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        settings = server.config(app, DEFAULT_MAX_MESSAGE_BYTES, args.max_streams, args.token)
+    except ServeError as exc:  # too few open files
+        sock.close()
+        service.release()
+        raise UsageError(str(exc)) from None
+    url = server.url_of(sock)
+
+    def ready() -> None:
+        print(
+            f"ortstate serve: {folder} as model '{service.model_id}' on {url} (OpenAI API at /v1, {slots} "
+            "requests generating at once; SIGTERM or Ctrl-C stops it)",
+            flush=True,
+        )
+
+    server.serve_forever(app, service, sock, settings, ready)
+    print("ortstate serve: stopped", flush=True)
+    return EXIT_OK
+
+
 def _ray(args: argparse.Namespace, path: Path) -> int:
     if args.state_dir is None:
         raise UsageError("--ray needs --state-dir: a folder every replica reaches, where streams move between them")
@@ -253,4 +338,10 @@ def _bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMAND = Command("serve", "serve many streams of a model over WebSockets, batched", DESCRIPTION, configure, run)
+COMMAND = Command(
+    "serve",
+    "serve many streams of a model over WebSockets, or an LLM with OpenAI's API, batched",
+    DESCRIPTION,
+    configure,
+    run,
+)

@@ -1,4 +1,4 @@
-"""ortstate serve and an LLM with KV caches: refused in one line that says what to use instead."""
+"""ortstate serve and an LLM IR with KV caches: refused in one line that says to serve its folder (OpenAI API)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ def test_an_llm_is_refused_with_what_to_use_instead(capsys):
     assert code == 2 and out == ""
     assert_one_line_error(
         err,
-        f"{LLAMA}: an LLM with KV caches: ortstate serve streams models whose state has a fixed size per stream "
-        "(recurrent and SSM models); generate for many LLM streams at once in Python with "
-        "ortstate.generate.ContinuousBatcher (docs/streams.md)",
+        f"{LLAMA}: an LLM with KV caches: serve its optimum-intel folder with the OpenAI API "
+        f"(ortstate serve {Path(LLAMA).parent}; docs/serve.md)",
     )
