@@ -265,8 +265,8 @@ def _choice(chat: bool, text: str, finish: str | None, delta: bool, role: bool =
     choice: dict[str, Any] = {"index": 0}
     if not chat:
         choice["text"] = text
-    elif delta:
-        choice["delta"] = {"role": "assistant", "content": text} if role else {"content": text} if text else {}
+    elif delta:  # the finish chunk's delta is empty
+        choice["delta"] = {} if finish else {"role": "assistant", "content": text} if role else {"content": text}
     else:
         choice["message"] = {"role": "assistant", "content": text}
     choice["logprobs"] = None
