@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -207,6 +208,41 @@ def test_the_command_line_serves_a_folder_until_sigterm() -> None:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and err == "" and out.splitlines()[-1] == "ortstate serve: stopped"
+
+
+def test_the_docs_curl_example() -> None:
+    """docs/serve.md's curl line, run against ``ortstate serve models/llm/llama`` on the port it got."""
+    section = (REPO / "docs" / "serve.md").read_text(encoding="utf-8").split("## LLMs: the OpenAI API")[1]
+    line = next(b for b in section.split("```bash\n")[1:] if b.startswith("curl ")).split("```")[0]
+    gen = Generator.from_dir(LLM / "llama")
+    prompt = gen.tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}])
+    ids = gen.tokenizer.encode(prompt, add_special_tokens=False)
+    want = gen.generate(ids, 8)
+    with serving(model=LLM / "llama") as (proc, url):
+        assert "http://127.0.0.1:8000/" in line
+        done = subprocess.run(
+            ["bash", "-c", line.replace("http://127.0.0.1:8000", url)], capture_output=True, text=True
+        )
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["id"].startswith("chatcmpl-") and isinstance(body.pop("created"), int)
+    assert body == {
+        "id": body["id"],
+        "object": "chat.completion",
+        "model": "llama",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": gen.tokenizer.decode(want)},
+                "logprobs": None,
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {"prompt_tokens": 14, "completion_tokens": 8, "total_tokens": 22},  # as docs/serve.md says
+    }
+    assert len(ids) == 14 and len(want) == 8
 
 
 @pytest.mark.parametrize(
