@@ -14,11 +14,11 @@ import onnxruntime as ort
 from ..errors import ServeError, UsageError
 from .args import existing_file
 from .command import EXIT_OK, Command
+from .serve_llm import EXIT_STREAMS_LOST, LLM_HELP, serve_llm
 
 __all__ = ["COMMAND"]
 
 TOKEN_VARIABLE = "ORTSTATE_SERVE_TOKEN"
-EXIT_STREAMS_LOST = 3  # stopped, but streams that could not be parked (a full disk) are lost
 
 DESCRIPTION = f"""\
 Serve MODEL (an IR .xml or an ONNX model) to many streams at once: each stream is a client's own
@@ -64,21 +64,7 @@ from there, and a stream's socket is handed over every --handoff seconds (parked
 connects again), so a stream survives its replica being removed or replaced. Ray runs on this
 machine, or on the cluster RAY_ADDRESS names (then --state-dir must be a shared filesystem).
 
-An LLM (MODEL an optimum-intel export folder, decoder-only, with its tokenizer.json and chat
-template): served with OpenAI's API (docs/serve.md), every request generating on one
-ContinuousBatcher (--max-batch requests decoding in one run per tick, default 64; up to
---max-streams requests at once, one more is answered 503):
-  GET  /v1/models                  the model, its id the folder's name (or --model-name)
-  POST /v1/completions             prompt: text or token ids
-  POST /v1/chat/completions        messages through the folder's chat template
-each with "stream": true (server-sent events, a chunk per token, then [DONE]; "stream_options":
-{{"include_usage": true}} adds a usage chunk) or without; max_tokens / max_completion_tokens,
-temperature (0: greedy), top_p, seed, stop (strings, left out of the text); n must be 1; no
-logprobs, tools or penalties. Errors have OpenAI's body {{"error": {{"message", "type", "param",
-"code"}}}}: 400 a bad request (malformed JSON, a bad field, a prompt over the context length), 401
-no or a wrong token, 404 another model, 503 full. A client that goes away cancels its request.
-The same --token and loopback rules; --state-dir, --idle-park and --ray are for stream models only.
-
+{LLM_HELP}
 With --bench URL: no MODEL; drive the server at URL with --streams concurrent streams of --steps
 steps each and print aggregate steps/s, a step's p50/p99 latency and the server's mean batch.
 
@@ -126,7 +112,16 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="largest step message or LLM request body (default 1 MiB)",
     )
-    p.add_argument("--state-dir", metavar="DIR", help="park streams there (idle, and at shutdown) and resume them")
+    p.add_argument(
+        "--state-dir", metavar="DIR", help="park streams (LLM: conversations) there, and resume them after a restart"
+    )
+    p.add_argument(
+        "--max-conversations",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="LLM: conversations kept at most (default 1024; more park or forget the least recently used)",
+    )
     p.add_argument("--idle-park", type=float, metavar="S", help="park streams idle for S seconds (needs --state-dir)")
     p.add_argument("--threads", type=int, default=1, metavar="T", help="ONNX Runtime intra-op threads (default 1)")
     p.add_argument("--ray", action="store_true", help="serve on Ray Serve, --replicas replicas (needs --state-dir)")
@@ -170,9 +165,9 @@ def run(args: argparse.Namespace) -> int:
     if args.idle_park is not None and args.state_dir is None:
         raise UsageError("--idle-park needs --state-dir: parked streams are written there")
     if Path(args.model).is_dir():
-        return _llm(args, Path(args.model))
-    if args.model_name is not None:
-        raise UsageError("--model-name applies to an LLM folder")
+        return serve_llm(args, Path(args.model))
+    if args.model_name is not None or args.max_conversations != 1024:
+        raise UsageError("--model-name and --max-conversations apply to an LLM folder")
     path = existing_file(args.model)
     if args.ray:
         return _ray(args, path)
@@ -230,57 +225,6 @@ def run(args: argparse.Namespace) -> int:
         lost = len(service.lost)
         print(f"ortstate: error: {lost} streams could not be parked in {args.state_dir}: lost", file=sys.stderr)
         return EXIT_STREAMS_LOST
-    return EXIT_OK
-
-
-def _llm(args: argparse.Namespace, folder: Path) -> int:
-    """Serve an optimum-intel LLM folder with OpenAI's API until SIGTERM or Ctrl-C."""
-    for option in ("ray", "state_dir", "idle_park"):
-        if getattr(args, option):
-            name = "--" + option.replace("_", "-")
-            raise UsageError(
-                f"{name} applies to stream models: an LLM folder is served with OpenAI's API, no state kept"
-            )
-    from ..serve import server
-    from ..serve.app import DEFAULT_MAX_MESSAGE_BYTES
-    from ..serve.auth import check_exposure
-
-    try:
-        check_exposure(args.host, args.token)
-        sock = server.bind(args.host, args.port)
-    except ServeError as exc:
-        raise UsageError(str(exc)) from None
-    slots = args.max_batch or min(64, args.max_streams)
-    try:
-        service, app = server.build_llm(
-            folder,
-            args.max_streams,
-            slots,
-            args.token,
-            model_name=args.model_name,
-            threads=args.threads,
-            max_body_bytes=args.max_message_bytes,
-        )
-    except BaseException:
-        sock.close()
-        raise
-    try:
-        settings = server.config(app, DEFAULT_MAX_MESSAGE_BYTES, args.max_streams, args.token)
-    except ServeError as exc:  # too few open files
-        sock.close()
-        service.release()
-        raise UsageError(str(exc)) from None
-    url = server.url_of(sock)
-
-    def ready() -> None:
-        print(
-            f"ortstate serve: {folder} as model '{service.model_id}' on {url} (OpenAI API at /v1, {slots} "
-            "requests generating at once; SIGTERM or Ctrl-C stops it)",
-            flush=True,
-        )
-
-    server.serve_forever(app, service, sock, settings, ready)
-    print("ortstate serve: stopped", flush=True)
     return EXIT_OK
 
 

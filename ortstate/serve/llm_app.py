@@ -5,12 +5,14 @@
 is server-sent events: a chunk per generated token (``data: {...}``, then ``data: [DONE]``); an
 error after the first chunk is sent as a last ``data: {"error": ...}`` event. A client that goes
 away (closes the stream, or its connection while waiting for a whole response) cancels its request.
-Every error, routing ones and 401 included, has OpenAI's body.
+Every error, routing ones and 401 included, has OpenAI's body. A request with the header
+``X-Ortstate-Conversation`` continues that conversation's cache (:mod:`.conversations`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +27,7 @@ from starlette.routing import Route
 
 from ..errors import OrtStateError
 from .auth import BearerAuth
+from .conversations import HEADER
 from .llm_service import Generation, LlmService
 from .openai_api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
 
@@ -84,7 +87,13 @@ def create_llm_app(
         ApiError: api_error,
         HTTPException: http_error,
     }
-    app = Starlette(routes=routes, exception_handlers=handlers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await service.park_all()  # every conversation, when the server stops (with a state directory)
+
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     body = json.dumps(UNAUTHORIZED.body()).encode()
     return app if token is None else BearerAuth(app, token, error_body=body)
 
@@ -110,14 +119,31 @@ async def _answer(
     service: LlmService, request: Request, parse: Callable[[Any], Any], limit: int, chat: bool
 ) -> Response:
     parsed = parse(await _body(request, limit))
-    generation = service.start(parsed)
-    release = service.admit()  # 503 now, before any byte of the answer; given back when it ends
+    cid = request.headers.get(HEADER)
+    service.start(parsed)  # a bad request is refused before it waits for its conversation
+    admitted = service.admit()  # 503 now, before any byte of the answer; given back when it ends
+
+    conversation = None
+
+    def release() -> None:  # once the answer ends, however it ends (more calls do nothing)
+        if cid is not None and conversation is not None:
+            service.conversations.done(cid)
+        admitted()
+
+    try:
+        conversation = None if cid is None else await service.conversations.take(cid)
+        generation = service.start(parsed, conversation)
+    except BaseException:
+        release()
+        raise
+    headers = {} if cid is None else {HEADER: cid}
+
     rid = new_id(chat)
     if generation.sampling.stream:
         return StreamingResponse(
             _events(generation, rid, chat, release),
             media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no", **headers},
             background=BackgroundTask(release),  # also when the events never started (a client gone at once)
         )
     try:
@@ -125,9 +151,12 @@ async def _answer(
     finally:
         release()
     ids = (generation.prompt, generation.tokens) if generation.sampling.token_ids else None
-    used = usage(len(generation.prompt), len(generation.tokens))
-    body = completion(rid, service.model_id, chat, generation.text, str(generation.finish), used, ids)
-    return JSONResponse(body)
+    body = completion(rid, service.model_id, chat, generation.text, str(generation.finish), _usage(generation), ids)
+    return JSONResponse(body, headers=headers)
+
+
+def _usage(generation: Generation) -> dict[str, Any]:
+    return usage(len(generation.prompt), len(generation.tokens), generation.cached)
 
 
 async def _run(generation: Generation) -> None:
@@ -180,7 +209,7 @@ async def _events(generation: Generation, rid: str, chat: bool, release: Callabl
             return
         yield _event(chunk(rid, model, chat, "", generation.finish, **extra))
         if sampling.include_usage:
-            yield _event(chunk(rid, model, chat, used=usage(len(generation.prompt), len(generation.tokens))))
+            yield _event(chunk(rid, model, chat, used=_usage(generation)))
         yield b"data: [DONE]\n\n"
     finally:
         release()

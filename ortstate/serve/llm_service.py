@@ -20,8 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GenerationError
-from ..generate import ContinuousBatcher, IncrementalDecoder, SearchOptions, Tokenizer, find_model_files
+from ..generate import (
+    ContinuousBatcher,
+    IncrementalDecoder,
+    KeptStream,
+    SearchOptions,
+    Tokenizer,
+    find_model_files,
+)
 from ..generate.prompts import check_prompts
+from .conversations import Conversation, Conversations
 from .openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
 
 __all__ = ["Generation", "LlmService"]
@@ -40,6 +48,10 @@ class Generation:
     max_tokens: int
     sampling: Sampling
     search: dict[str, Any]
+    prompt_text: str | None = None  # None: token ids
+    conversation: Conversation | None = None
+    kept: KeptStream | None = None  # the conversation's cache, continued
+    cached: int = 0  # prompt tokens the conversation's cache held already
     tokens: list[int] = field(default_factory=list)
     text: str = ""
     finish: str | None = None
@@ -50,7 +62,7 @@ class Generation:
         hold = max((len(s) for s in stops), default=1) - 1
         decoder = IncrementalDecoder(self.service.tokenizer)
         full, sent, pending = "", 0, []
-        stream = batcher.stream(self.prompt, self.max_tokens, **self.search)
+        stream = batcher.stream(self.prompt, self.max_tokens, kept=self.kept, **self.search)
         async with contextlib.aclosing(stream):
             async for token in stream:
                 self.tokens.append(token)
@@ -59,6 +71,7 @@ class Generation:
                 cut = _first_stop(full, stops, sent)
                 if cut is not None:
                     self.text, self.finish = full[:cut], "stop"
+                    self._remember(cut=True)
                     yield full[sent:cut], pending
                     return
                 upto = max(sent, len(full) - hold)
@@ -70,8 +83,20 @@ class Generation:
         self.text = full[:end]
         ended = cut is not None or (self.tokens and self.tokens[-1] in batcher.eos_token_ids)
         self.finish = "length" if not ended and len(self.tokens) >= self.max_tokens else "stop"
+        self._remember(cut=cut is not None)
         if end > sent or pending:
             yield full[sent:end], pending
+
+    def _remember(self, cut: bool) -> None:
+        """Tell the conversation what this turn was: the prompt and the reply as the client got
+        it, and their token ids, an eos token that ended the reply left out (a chat template writes
+        its own after the reply). A reply cut at a stop string is no start of the next turn: the
+        tokens went on past its text."""
+        if self.conversation is None:
+            return
+        ended = bool(self.tokens) and self.tokens[-1] in self.service.batcher.eos_token_ids
+        self.conversation.text = None if self.prompt_text is None or cut else self.prompt_text + self.text
+        self.conversation.ids = self.prompt + (self.tokens[:-1] if ended else self.tokens)
 
 
 def _first_stop(text: str, stops: tuple[str, ...], start: int) -> int | None:
@@ -89,8 +114,16 @@ class LlmService:
         max_requests: requests at once (generating or waiting for a row); one more is refused (503).
     """
 
-    def __init__(self, batcher: ContinuousBatcher, tokenizer: Tokenizer, model_id: str, max_requests: int) -> None:
+    def __init__(
+        self,
+        batcher: ContinuousBatcher,
+        tokenizer: Tokenizer,
+        model_id: str,
+        max_requests: int,
+        conversations: Conversations | None = None,
+    ) -> None:
         self.batcher = batcher
+        self.conversations = conversations or Conversations(batcher, None)
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.max_requests = max_requests
@@ -98,7 +131,6 @@ class LlmService:
         self.created = int(time.time())
         self.in_flight = 0
         self.draining = False
-        self.lost: dict[str, str] = {}  # nothing is parked: nothing is lost
 
     @classmethod
     def from_dir(
@@ -110,8 +142,11 @@ class LlmService:
         slots: int = 64,
         threads: int | None = None,
         kv_cache_bytes: int | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        max_conversations: int = 1024,
     ) -> LlmService:
-        """Load an optimum-intel folder's decoder into a batcher of ``slots`` rows, and its tokenizer.
+        """Load an optimum-intel folder's decoder into a batcher of ``slots`` rows, and its tokenizer;
+        conversations are kept (``max_conversations`` at most) and, with ``state_dir``, parked there.
 
         Raises:
             GenerationError: no decoder-only IR, no tokenizer.json, or no chat template that parses; and whatever
@@ -124,7 +159,17 @@ class LlmService:
         tokenizer = Tokenizer.from_dir(folder)
         tokenizer.check_chat_template()
         batcher = ContinuousBatcher.from_dir(folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes)
-        return cls(batcher, tokenizer, model_name or Path(folder).resolve().name, max_requests)
+        try:
+            conversations = Conversations(batcher, state_dir, max_conversations)
+        except BaseException:
+            batcher.close()
+            raise
+        return cls(batcher, tokenizer, model_name or Path(folder).resolve().name, max_requests, conversations)
+
+    @property
+    def lost(self) -> dict[str, str]:
+        """Conversations that could not be parked at shutdown: why."""
+        return self.conversations.lost
 
     # -- what the API shows ---------------------------------------------------------------------------
     def model_card(self) -> dict[str, Any]:
@@ -174,8 +219,10 @@ class LlmService:
         return release
 
     # -- requests -----------------------------------------------------------------------------------
-    def start(self, request: CompletionRequest | ChatRequest) -> Generation:
-        """Tokenize a request and check it fits, before anything runs.
+    def start(self, request: CompletionRequest | ChatRequest, conversation: Conversation | None = None) -> Generation:
+        """Tokenize a request and check it fits, before anything runs. In a ``conversation`` whose
+        last turn (prompt and reply) starts the request's text, the prompt is that turn's token ids,
+        the reply's as generated, then the rest of the text's.
 
         Raises:
             ApiError: 404 for another model; 400 for a prompt the tokenizer or template refuses, token
@@ -185,14 +232,19 @@ class LlmService:
         sampling = request.sampling
         self.check_model(sampling.model)
         param = "messages" if isinstance(request, ChatRequest) else "prompt"
+        text: str | None = None
         try:
             if isinstance(request, ChatRequest):
                 text = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True)
                 prompt = self.tokenizer.encode(text, add_special_tokens=False)
             elif isinstance(request.prompt, str):
-                prompt = self.tokenizer.encode(request.prompt)
+                text = request.prompt
+                prompt = self.tokenizer.encode(text)
             else:
                 prompt = list(request.prompt)
+            at = conversation.continued(text) if conversation is not None and text is not None else None
+            if conversation is not None and at is not None:
+                prompt = conversation.ids + self.tokenizer.encode(text[at:], add_special_tokens=False)
             if not prompt:
                 raise GenerationError("the prompt makes no tokens")
             check_prompts([prompt], 1, vocab_size=self.batcher.vocab_size)
@@ -212,7 +264,10 @@ class LlmService:
             SearchOptions.build(self.batcher.search_defaults, **search)
         except GenerationError as exc:
             raise ApiError(str(exc)) from None
-        return Generation(self, prompt, wanted, sampling, search)
+        generation = Generation(self, prompt, wanted, sampling, search, prompt_text=text, conversation=conversation)
+        if conversation is not None:
+            generation.kept, generation.cached = conversation.kept, conversation.kept.reuses(prompt)
+        return generation
 
     # -- what the server's lifecycle calls ------------------------------------------------------------
     async def drain(self, timeout: float) -> None:
@@ -223,8 +278,10 @@ class LlmService:
             await asyncio.sleep(0.01)
 
     async def park_all(self) -> int:
-        return 0  # requests keep no state between them
+        """Park every conversation in the state directory (none without one); how many were."""
+        return await self.conversations.park_all()
 
     def release(self) -> None:
-        """Stop the batcher's thread (once the server has stopped)."""
+        """Stop the batcher's thread and let go of the state directory (once the server has stopped)."""
         self.batcher.close()
+        self.conversations.release()

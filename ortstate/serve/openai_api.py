@@ -253,11 +253,13 @@ def new_id(chat: bool) -> str:
     return f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached: int = 0) -> dict[str, Any]:
+    """OpenAI's usage; ``cached``: prompt tokens a conversation's cache held already."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
 
 
@@ -280,7 +282,7 @@ def completion(
     chat: bool,
     text: str,
     finish: str,
-    used: dict[str, int],
+    used: dict[str, Any],
     ids: tuple[list[int], list[int]] | None,
 ) -> dict[str, Any]:
     """A whole (not streamed) response; ``ids``: (prompt, generated) token ids when asked for."""
@@ -306,7 +308,7 @@ def chunk(
     *,
     role: bool = False,
     ids: list[int] | None = None,
-    used: dict[str, int] | None = None,
+    used: dict[str, Any] | None = None,
     with_usage: bool = False,
 ) -> dict[str, Any]:
     """A streamed chunk: a piece of text (``role``: the first of a chat), the finish, or (``used``

@@ -207,9 +207,11 @@ def build_llm(
     threads: int | None = None,
     kv_cache_bytes: int | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    state_dir: str | Path | None = None,
+    max_conversations: int = 1024,
 ) -> tuple[LlmService, Any]:
     """An optimum-intel LLM folder's batcher (``slots`` requests generating at once, ``max_requests``
-    taken at once) and the app serving it with OpenAI's API."""
+    taken at once) and the app serving it with OpenAI's API; conversations parked in ``state_dir``."""
     service = LlmService.from_dir(
         folder,
         model_name=model_name,
@@ -217,6 +219,8 @@ def build_llm(
         slots=slots,
         threads=threads,
         kv_cache_bytes=kv_cache_bytes,
+        state_dir=state_dir,
+        max_conversations=max_conversations,
     )
     return service, create_llm_app(service, token=token, max_body_bytes=max_body_bytes)
 
@@ -274,6 +278,8 @@ def serve_llm_in_thread(
     model_name: str | None = None,
     threads: int | None = None,
     kv_cache_bytes: int | None = None,
+    state_dir: str | Path | None = None,
+    max_conversations: int = 1024,
     start_timeout: float = 60.0,
 ) -> Iterator[Running]:
     """``ortstate serve FOLDER`` (an optimum-intel LLM folder: OpenAI's API) in a thread of this
@@ -284,7 +290,15 @@ def serve_llm_in_thread(
     """
     check_exposure(host, token)
     service, app = build_llm(
-        folder, max_requests, slots, token, model_name=model_name, threads=threads, kv_cache_bytes=kv_cache_bytes
+        folder,
+        max_requests,
+        slots,
+        token,
+        model_name=model_name,
+        threads=threads,
+        kv_cache_bytes=kv_cache_bytes,
+        state_dir=state_dir,
+        max_conversations=max_conversations,
     )
     with _in_thread(service, app, DEFAULT_MAX_MESSAGE_BYTES, max_requests, token, host, port, start_timeout) as running:
         yield running

@@ -240,7 +240,12 @@ def test_the_docs_curl_example() -> None:
                 "finish_reason": "length",
             }
         ],
-        "usage": {"prompt_tokens": 14, "completion_tokens": 8, "total_tokens": 22},  # as docs/serve.md says
+        "usage": {  # as docs/serve.md says
+            "prompt_tokens": 14,
+            "completion_tokens": 8,
+            "total_tokens": 22,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        },
     }
     assert len(ids) == 14 and len(want) == 8
 
@@ -260,17 +265,18 @@ def test_the_docs_curl_example() -> None:
             "fused attention",
         ),
         (
-            ["serve", LLM / "llama", "--state-dir", "x"],
+            ["serve", LLM / "llama", "--state-dir", "x", "--idle-park", "5"],
             2,
-            "--state-dir applies to stream models: an LLM folder is served with OpenAI's API, no state kept",
+            "--idle-park applies to stream models, not to an LLM folder",
         ),
+        (["serve", LLM / "llama", "--max-conversations", "0"], 2, "--max-conversations must be positive, got 0"),
         (
             ["serve", REPO / "models" / "lstm_1l" / "model.xml", "--model-name", "x"],
             2,
-            "--model-name applies to an LLM folder",
+            "--model-name and --max-conversations apply to an LLM folder",
         ),
     ],
-    ids=["encoder-decoder", "no-kv-cache", "state-dir", "model-name"],
+    ids=["encoder-decoder", "no-kv-cache", "idle-park", "max-conversations", "model-name"],
 )
 def test_command_line_refusals(capsys: pytest.CaptureFixture[str], argv: list, code: int, message: str) -> None:
     got, out, err = run_cli(capsys, *argv, "--port", "0")
