@@ -5,12 +5,15 @@ Starts ``ortstate serve MODEL_DIR`` on 127.0.0.1 and drives it with N concurrent
 a prompt of ``--prompt`` random token ids, ``--new`` greedy tokens), then runs the same prompts on a
 :class:`~ortstate.generate.ContinuousBatcher` in this process (``generate_many``). Prints, per
 round: output tokens/s through HTTP and in process and their ratio (issue 30's target: >= 0.9x),
-time to first token p50/p99 over HTTP; writes ``openai-serve.json`` and ``openai-serve.md``.
+time to first token p50/p99 over HTTP. Then, for ``--history`` tokens of history: a second turn's
+time to first token in a conversation (``X-Ortstate-Conversation``: only the new tokens are
+prefilled) and the same request without one (the whole history prefilled), and their ratio (target:
+at most 0.25). Writes ``openai-serve.json`` and ``openai-serve.md``.
 
 Run it on a quiet machine (the server and the driver share its cores), on the real-size model::
 
     python benchmarks/openai_serve.py PATH/TO/qwen2-0.5b-int4 --streams 32 --prompt 128 --new 64
-    python benchmarks/openai_serve.py models/llm/llama --streams 8 --prompt 16 --new 8 --rounds 1 --out /tmp/x
+    python benchmarks/openai_serve.py models/llm/llama --streams 8 --prompt 16 --new 8 --history 96 --out /tmp/x
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from ortstate.generate import ContinuousBatcher
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 TARGET_RATIO = 0.9  # HTTP output tokens/s over the pool's own, issue 30
+TARGET_SECOND_TURN = 0.25  # a conversation's second turn's time to first token over a whole prefill's
 
 
 def main() -> int:
@@ -44,6 +48,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=32)
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per request")
     parser.add_argument("--new", type=int, default=64, help="new tokens per request")
+    parser.add_argument("--history", type=int, default=1000, help="tokens of history before a second turn")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -65,6 +70,9 @@ def main() -> int:
                     {**http, "pool_tokens_per_s": round(pool, 1), "ratio": round(http["tokens_per_s"] / pool, 3)}
                 )
                 rounds[-1]["same_tokens"] = http.pop("tokens") == made
+                history = [int(t) for t in rng.integers(3, vocab, args.history)]
+                name = args.model_dir.resolve().name
+                rounds[-1].update(asyncio.run(_second_turn(url, name, history, f"bench-{k}")))
                 print(f"openai_serve: round {k + 1}/{args.rounds}: {rounds[-1]}", file=sys.stderr)
     finally:
         server.send_signal(signal.SIGTERM)
@@ -77,6 +85,7 @@ def main() -> int:
         "streams": args.streams,
         "prompt": args.prompt,
         "new": args.new,
+        "history": args.history,
         "threads": args.threads,
         "rounds": rounds,
     }
@@ -87,6 +96,9 @@ def main() -> int:
     print(table)
     ratio = median(r["ratio"] for r in rounds)
     print(f"{'PASS' if ratio >= TARGET_RATIO else 'MISS'} ratio: median {ratio:.3f} (target at least {TARGET_RATIO})")
+    second = median(r["second_turn_ratio"] for r in rounds)
+    word = "PASS" if second <= TARGET_SECOND_TURN else "MISS"
+    print(f"{word} second turn: median {second:.3f} of a whole prefill's time to first token (target at most 0.25)")
     return 0
 
 
@@ -143,6 +155,44 @@ async def _drive(url: str, model: str, prompts: list[list[int]], new: int) -> di
     }
 
 
+async def _first_token_ms(client: AsyncOpenAI, model: str, prompt: list[int], headers: dict[str, str]) -> tuple:
+    """A streamed completion of 8 greedy tokens: (time to its first token in ms, its tokens)."""
+    start, first, tokens = time.perf_counter(), 0.0, []
+    stream = await client.completions.create(
+        model=model,
+        prompt=prompt,
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+        extra_headers=headers,
+        extra_body={"return_token_ids": True},
+    )
+    async for chunk in stream:
+        ids = getattr(chunk.choices[0], "token_ids", None) if chunk.choices else None
+        if ids and not tokens:
+            first = (time.perf_counter() - start) * 1e3
+        tokens += ids or []
+    return first, tokens
+
+
+async def _second_turn(url: str, model: str, history: list[int], cid: str) -> dict:
+    """A conversation's second turn after ``history``, and the same prompt without a conversation."""
+    client = AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=3600)
+    try:
+        headers = {"X-Ortstate-Conversation": cid}
+        _, reply = await _first_token_ms(client, model, history, headers)
+        second = history + reply + [5, 6, 7, 8, 9, 10, 11, 12]
+        kept, _ = await _first_token_ms(client, model, second, headers)
+        whole, _ = await _first_token_ms(client, model, second, {})
+    finally:
+        await client.close()
+    return {
+        "second_turn_ttft_ms": round(kept, 1),
+        "whole_history_ttft_ms": round(whole, 1),
+        "second_turn_ratio": round(kept / whole, 3),
+    }
+
+
 def _table(document: dict) -> str:
     m = document["machine"]
     lines = [
@@ -152,13 +202,15 @@ def _table(document: dict) -> str:
         f"{m['cpu']}, {m['cores']} cores; server and driver on the same cores, {document['threads']} threads each; "
         f"run {document['started']}.",
         "",
-        "| round | HTTP tokens/s | pool in process tokens/s | ratio | TTFT p50 ms | TTFT p99 ms | same tokens |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | :---: |",
+        "| round | HTTP tokens/s | pool in process tokens/s | ratio | TTFT p50 ms | TTFT p99 ms | same tokens "
+        f"| 2nd turn after {document['history']} TTFT ms | whole history TTFT ms | ratio |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | :---: | ---: | ---: | ---: |",
     ]
     for k, r in enumerate(document["rounds"], 1):
         lines.append(
             f"| {k} | {r['tokens_per_s']:,} | {r['pool_tokens_per_s']:,} | {r['ratio']:.3f} | {r['ttft_p50_ms']} | "
-            f"{r['ttft_p99_ms']} | {'yes' if r['same_tokens'] else 'no'} |"
+            f"{r['ttft_p99_ms']} | {'yes' if r['same_tokens'] else 'no'} | {r['second_turn_ttft_ms']} | "
+            f"{r['whole_history_ttft_ms']} | {r['second_turn_ratio']:.3f} |"
         )
     return "\n".join(lines) + "\n"
 
