@@ -215,8 +215,8 @@ def parse_completion(body: Any) -> CompletionRequest:
 
 
 def parse_chat(body: Any) -> ChatRequest:
-    """A ``/v1/chat/completions`` body: ``messages`` with a ``role`` and a text ``content`` (a string,
-    or a list of ``{"type": "text", "text": ...}`` parts, joined).
+    """A ``/v1/chat/completions`` body: ``messages`` with a ``role`` (``developer`` read as ``system``)
+    and a text ``content`` (a string, or a list of ``{"type": "text", "text": ...}`` parts, joined).
 
     Raises:
         ApiError: as :func:`parse_completion`.
@@ -239,7 +239,8 @@ def parse_chat(body: Any) -> ChatRequest:
             content = "".join(p["text"] for p in content)
         if not isinstance(content, str):
             raise ApiError(f"{where}.content must be text, got {_short(content)}", param=f"{where}.content")
-        out.append({"role": message["role"], "content": content})
+        role = "system" if message["role"] == "developer" else message["role"]  # OpenAI's newer name for it
+        out.append({"role": role, "content": content})
     return ChatRequest(out, _sampling(body, ("max_completion_tokens", "max_tokens")))
 
 

@@ -245,3 +245,14 @@ def test_the_folder_name_is_the_model_id_unless_named(tmp_path: Path) -> None:
         assert [m.id for m in api.models.list().data] == ["tiny-qwen"]
         card = api.models.retrieve("tiny-qwen")
         assert (card.id, card.owned_by, card.max_model_len) == ("tiny-qwen", "ortstate", 128)
+
+
+def test_a_developer_message_is_a_system_one(llama: tuple[Generator, str, Any]) -> None:
+    gen, url, _ = llama
+    api = client(url)
+    as_developer = [{"role": "developer", "content": "Be brief."}, MESSAGES[1]]
+    got = api.chat.completions.create(
+        model="llama", messages=as_developer, max_tokens=6, temperature=0, extra_body={"return_token_ids": True}
+    )
+    assert got.choices[0].prompt_token_ids == chat_ids(gen, MESSAGES)
+    assert got.choices[0].token_ids == gen.generate(chat_ids(gen, MESSAGES), 6)
