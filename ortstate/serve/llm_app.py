@@ -124,11 +124,15 @@ async def _answer(
     admitted = service.admit()  # 503 now, before any byte of the answer; given back when it ends
 
     conversation = None
+    released = False
 
     def release() -> None:  # once the answer ends, however it ends (more calls do nothing)
-        if cid is not None and conversation is not None:
-            service.conversations.done(cid)
-        admitted()
+        nonlocal released
+        if not released:
+            released = True
+            if cid is not None and conversation is not None:
+                service.conversations.done(cid)
+            admitted()
 
     try:
         conversation = None if cid is None else await service.conversations.take(cid)
@@ -184,11 +188,15 @@ async def _unless_gone(request: Request, work: Awaitable[None]) -> None:
     watch = asyncio.ensure_future(gone())
     try:
         await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for pending in (task, watch):
-            if not pending.done():
-                pending.cancel()
-    if task.cancelled():
+    except BaseException:  # this request itself is cancelled (the server stopping)
+        watch.cancel()
+        task.cancel()
+        raise
+    watch.cancel()
+    if not task.done():  # the client went first: its generation ends (the batcher drops it)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
         raise ApiError("the client went away", 499)
     task.result()
 
