@@ -61,6 +61,7 @@ def check_turns(gen: Generator, replies: list[Any], cached_first: int = 0) -> No
     its own); all but the last of those came from the cache; its tokens are a lone Generator's
     for the whole prompt."""
     previous: list[int] | None = None
+    held = 0  # what the cache holds: the last prompt and reply, the reply's last token not yet fed
     for k, reply in enumerate(replies):
         choice, cached = reply.choices[0], reply.usage.prompt_tokens_details.cached_tokens
         prompt = choice.prompt_token_ids
@@ -68,9 +69,10 @@ def check_turns(gen: Generator, replies: list[Any], cached_first: int = 0) -> No
         if previous is None:
             assert cached == cached_first, k
         else:
-            assert prompt[: len(previous)] == previous and cached == len(previous) - 1, k
+            assert prompt[: len(previous)] == previous and cached == held, k
         ended = choice.token_ids[-1] in gen.config.eos_token_ids
         previous = prompt + (choice.token_ids[:-1] if ended else choice.token_ids)
+        held = len(prompt) + len(choice.token_ids) - 1
 
 
 def test_each_turn_prefills_only_what_the_cache_lacks(llama: Generator) -> None:
@@ -113,6 +115,17 @@ def test_each_turn_prefills_only_what_the_cache_lacks(llama: Generator) -> None:
         assert (
             turn(api, [{"role": "user", "content": TURNS[0]}], cid=None).usage.prompt_tokens_details.cached_tokens == 0
         )
+
+
+def test_a_reply_ended_by_eos_is_continued_with_the_templates_eos(llama: Generator) -> None:
+    with serve_llm_in_thread(LLM / "llama", 8, slots=4) as running:
+        replies = converse(running.url, ["model batch", TURNS[1]])  # llama's reply ends with eos
+    first = replies[0].choices[0]
+    assert first.finish_reason == "stop" and first.token_ids[-1] in llama.config.eos_token_ids
+    check_turns(llama, replies)
+    eos = llama.tokenizer.token_id(llama.tokenizer.special_tokens["eos_token"])
+    second = replies[1].choices[0].prompt_token_ids
+    assert second[len(first.prompt_token_ids) + len(first.token_ids) - 1] == eos  # the template's own, fed now
 
 
 def test_completions_continue_token_ids_and_text(llama: Generator) -> None:
