@@ -34,16 +34,14 @@ conversations (an ortstate extension): a request with the header "X-Ortstate-Con
 keeps conversation ID's KV cache between turns, so the next turn prefills only what its prompt adds
 (usage.prompt_tokens_details.cached_tokens says how many were reused); a prompt that does not start
 with what the cache holds is prefilled whole. --max-conversations are kept; with --state-dir, all
-are parked there on SIGTERM or Ctrl-C (exit 3 if one cannot be) and a server started again on it
-continues them. --idle-park and --ray are for stream models only."""
+are parked there on SIGTERM or Ctrl-C (exit 3 if one cannot be), and those idle for --idle-park
+seconds, and a server started again on it continues them. --ray is for stream models only."""
 
 
 def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     """Serve an optimum-intel LLM folder with OpenAI's API until SIGTERM or Ctrl-C."""
-    for option in ("ray", "idle_park"):
-        if getattr(args, option):
-            name = "--" + option.replace("_", "-")
-            raise UsageError(f"{name} applies to stream models, not to an LLM folder")
+    if args.ray:
+        raise UsageError("--ray applies to stream models, not to an LLM folder")
     if args.max_conversations < 1:
         raise UsageError(f"--max-conversations must be positive, got {args.max_conversations}")
     from ..serve import server
@@ -67,6 +65,7 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
             max_body_bytes=args.max_message_bytes,
             state_dir=args.state_dir,
             max_conversations=args.max_conversations,
+            idle_park=args.idle_park,
         )
     except ServeError as exc:  # --state-dir cannot be made, written, read or locked
         sock.close()

@@ -12,7 +12,8 @@ prompt's start. One request at a time per conversation (another waits a few seco
 refused with 409).
 
 At most ``limit`` conversations are kept: one more makes room by parking (with a state directory)
-or forgetting the least recently used idle one; a forgotten conversation's next turn is prefilled
+or forgetting the least recently used idle one, and :meth:`Conversations.park_idle` parks those
+idle for a while; a forgotten conversation's next turn is prefilled
 whole. With a state directory, every conversation is parked there when the server stops:
 ``ID.npz`` (its caches, the pool's snapshot of the model) and ``ID.json`` (the tokens they hold,
 the last turn's text and ids); a server started again on the directory continues it. A parked
@@ -75,6 +76,7 @@ class Conversations:
         self.limit = limit
         self._kept: OrderedDict[str, Conversation] = OrderedDict()  # least recently used first
         self._claimed: set[str] = set()  # a request runs on these
+        self._last: dict[str, float] = {}  # when a request on each last ended
         self._parked: set[str] = set()
         self.lost: dict[str, str] = {}  # conversations park_all could not park: why
         self._dir_lock: DirLock | None = None
@@ -117,6 +119,23 @@ class Conversations:
     def done(self, cid: str) -> None:
         """The request on ``cid`` ended (its stream turns idle once the batcher lets go of it)."""
         self._claimed.discard(cid)
+        self._last[cid] = time.monotonic()
+
+    def park_idle(self, seconds: float) -> int:
+        """Park every conversation idle for ``seconds`` in the state directory; how many were.
+
+        Raises:
+            OrtStateError, OSError: one could not be written (it stays in memory; the others wait).
+        """
+        if self.state_dir is None:
+            return 0
+        since, count = time.monotonic() - seconds, 0
+        for cid in list(self._kept):
+            conversation = self._kept[cid]
+            if not conversation.kept.busy and cid not in self._claimed and self._last.get(cid, 0.0) <= since:
+                self._park(cid, conversation)
+                count += 1
+        return count
 
     async def park_all(self) -> int:
         """Park every idle conversation in the state directory (at shutdown); how many were."""
@@ -167,6 +186,7 @@ class Conversations:
         os.replace(partial, npz)
         os.replace(partial_meta, meta)
         del self._kept[cid]
+        self._last.pop(cid, None)
         self.batcher.forget(conversation.kept)
         self._parked.add(cid)
 

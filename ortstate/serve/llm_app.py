@@ -41,7 +41,11 @@ logger = logging.getLogger("ortstate.serve")
 
 
 def create_llm_app(
-    service: LlmService, *, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    service: LlmService,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    idle_park: float | None = None,
 ) -> Any:
     """The ASGI app serving ``service`` with OpenAI's API.
 
@@ -49,6 +53,7 @@ def create_llm_app(
         token: if given, every request must carry ``Authorization: Bearer TOKEN`` (OpenAI's clients
             send their ``api_key`` so).
         max_body_bytes: the largest request body (a larger one is answered 413).
+        idle_park: park conversations idle that long (seconds; needs the service's state directory).
     """
 
     async def models(request: Request) -> JSONResponse:
@@ -90,12 +95,28 @@ def create_llm_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        await service.park_all()  # every conversation, when the server stops (with a state directory)
+        parker = asyncio.create_task(_park_idle(service, idle_park)) if idle_park is not None else None
+        try:
+            yield
+        finally:
+            if parker is not None:
+                parker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await parker
+            await service.park_all()  # every conversation, when the server stops (with a state directory)
 
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     body = json.dumps(UNAUTHORIZED.body()).encode()
     return app if token is None else BearerAuth(app, token, error_body=body)
+
+
+async def _park_idle(service: LlmService, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(min(max(seconds / 2, 0.05), 1.0))
+        try:
+            service.conversations.park_idle(seconds)
+        except (OrtStateError, OSError) as exc:  # a full disk: they stay in memory; try again later
+            logger.warning("ortstate serve: cannot park idle conversations: %s", exc)
 
 
 async def _body(request: Request, limit: int) -> Any:

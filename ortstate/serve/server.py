@@ -209,6 +209,7 @@ def build_llm(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     state_dir: str | Path | None = None,
     max_conversations: int = 1024,
+    idle_park: float | None = None,
 ) -> tuple[LlmService, Any]:
     """An optimum-intel LLM folder's batcher (``slots`` requests generating at once, ``max_requests``
     taken at once) and the app serving it with OpenAI's API; conversations parked in ``state_dir``."""
@@ -222,7 +223,7 @@ def build_llm(
         state_dir=state_dir,
         max_conversations=max_conversations,
     )
-    return service, create_llm_app(service, token=token, max_body_bytes=max_body_bytes)
+    return service, create_llm_app(service, token=token, max_body_bytes=max_body_bytes, idle_park=idle_park)
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,7 @@ def serve_llm_in_thread(
     kv_cache_bytes: int | None = None,
     state_dir: str | Path | None = None,
     max_conversations: int = 1024,
+    idle_park: float | None = None,
     start_timeout: float = 60.0,
 ) -> Iterator[Running]:
     """``ortstate serve FOLDER`` (an optimum-intel LLM folder: OpenAI's API) in a thread of this
@@ -299,6 +301,7 @@ def serve_llm_in_thread(
         kv_cache_bytes=kv_cache_bytes,
         state_dir=state_dir,
         max_conversations=max_conversations,
+        idle_park=idle_park,
     )
     with _in_thread(service, app, DEFAULT_MAX_MESSAGE_BYTES, max_requests, token, host, port, start_timeout) as running:
         yield running

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,17 @@ def test_one_request_at_a_time_per_conversation(monkeypatch: pytest.MonkeyPatch)
             "x-ortstate-conversation: 1 to 128 of A-Z a-z 0-9 . _ ~ -, got 'no spaces'"
         )
         assert running.service.in_flight == 0
+
+
+def test_idle_conversations_are_parked_and_come_back(llama: Generator, tmp_path: Path) -> None:
+    with serve_llm_in_thread(LLM / "llama", 8, slots=4, state_dir=tmp_path, idle_park=0.2) as running:
+        api, messages = client(running.url), [{"role": "user", "content": TURNS[0]}]
+        first = turn(api, messages)
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "c1.npz").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sorted(p.name for p in tmp_path.glob("c1*")) == ["c1.json", "c1.npz"]
+        assert running.service.batcher.pool.streams == []  # its row given back
+        messages.append({"role": "user", "content": TURNS[1]})
+        second = turn(api, messages)
+    check_turns(llama, [first, second])
