@@ -45,6 +45,12 @@ The directory is checked at start (exit 2 if it cannot be written) and held by o
 exits 2 naming the first's pid); a stream that cannot be parked at shutdown (a full disk) is named
 on stderr and the exit code is 3.
 
+With --durable (needs --state-dir): a hard stop (SIGKILL, out of memory, power cut) loses no step a
+client was answered: each tick's new states go to a log in --state-dir, one write and one fsync
+per tick, before its replies are sent; a server started again on the directory continues every
+stream at its last acknowledged step. GET /v1/streams/ID says {{"steps": N, ...}}; the Python
+Client resumes by itself. Models with KV caches are refused (their state grows every step).
+
 security: with --token T (or {TOKEN_VARIABLE}=T) every request and WebSocket must carry
 "Authorization: Bearer T" (else 401, or close code 4401). Without a token the server listens on
 loopback only: any other --host is refused. No TLS: put a TLS proxy in front for a network.
@@ -122,6 +128,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="LLM: conversations kept at most (default 1024; more park or forget the least recently used)",
     )
+    p.add_argument(
+        "--durable",
+        action="store_true",
+        help="log every acknowledged step in --state-dir, so none is lost by a hard stop (needs --state-dir)",
+    )
     p.add_argument("--idle-park", type=float, metavar="S", help="park streams idle for S seconds (needs --state-dir)")
     p.add_argument("--threads", type=int, default=1, metavar="T", help="ONNX Runtime intra-op threads (default 1)")
     p.add_argument("--ray", action="store_true", help="serve on Ray Serve, --replicas replicas (needs --state-dir)")
@@ -168,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
         return serve_llm(args, Path(args.model))
     if args.model_name is not None or args.max_conversations != 1024:
         raise UsageError("--model-name and --max-conversations apply to an LLM folder")
+    if args.durable and (args.state_dir is None or args.ray):
+        raise UsageError("--durable needs --state-dir (its log is kept there) and is not taken with --ray yet")
     path = existing_file(args.model)
     if args.ray:
         return _ray(args, path)
@@ -194,8 +207,9 @@ def run(args: argparse.Namespace) -> int:
             args.max_message_bytes,
             args.idle_park,
             options,
+            durable=args.durable,
         )
-    except ServeError as exc:  # --state-dir cannot be made, written, read or locked
+    except ServeError as exc:  # --state-dir cannot be made, written, read or locked, or the log refused
         sock.close()
         raise UsageError(str(exc)) from None
     except BaseException:
@@ -208,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
         service.release()
         raise UsageError(str(exc)) from None
     kept = f"streams parked in {args.state_dir}" if args.state_dir else "state in memory only"
+    if args.durable:
+        kept = f"every step logged in {args.state_dir}"
     url = server.url_of(sock)
 
     def ready() -> None:

@@ -40,8 +40,9 @@ seconds, and a server started again on it continues them. --ray is for stream mo
 
 def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     """Serve an optimum-intel LLM folder with OpenAI's API until SIGTERM or Ctrl-C."""
-    if args.ray:
-        raise UsageError("--ray applies to stream models, not to an LLM folder")
+    for option in ("ray", "durable"):
+        if getattr(args, option):
+            raise UsageError(f"--{option} applies to stream models, not to an LLM folder")
     if args.max_conversations < 1:
         raise UsageError(f"--max-conversations must be positive, got {args.max_conversations}")
     from ..serve import server

@@ -81,11 +81,19 @@ def _http_routes(service: StreamService) -> list[Route]:
         where = service.where(name) if ID_PATTERN.fullmatch(name) else None
         if where is None:
             return JSONResponse({"error": "no such stream"}, status_code=404)
-        return JSONResponse({"id": name, "state": where, "server": service.name})
+        return JSONResponse(
+            {
+                "id": name,
+                "state": where,
+                "server": service.name,
+                "steps": service.steps_of(name),
+                "durable": service.journal is not None,
+            }
+        )
 
     async def open_stream(request: Request) -> JSONResponse:
         try:
-            return JSONResponse({"id": service.open()}, status_code=201)
+            return JSONResponse({"id": await service.open()}, status_code=201)
         except ServeError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.code or 500)
 

@@ -22,7 +22,7 @@ from . import npz
 __all__ = ["OK", "decode_npz", "encode_npz", "error_text", "parse_op"]
 
 OK = json.dumps({"ok": True})
-OPS = ("reset", "close")
+OPS = ("reset", "close", "last")
 
 
 def encode_npz(arrays: Mapping[str, np.ndarray]) -> bytes:
@@ -129,7 +129,7 @@ def _shown(shape: tuple[int, ...]) -> str:
 
 
 def parse_op(text: str, limit: int) -> str:
-    """The op of a text message (``{"op": "reset"}``, ``{"op": "close"}``).
+    """The op of a text message (``{"op": "reset"}``, ``{"op": "close"}``, ``{"op": "last"}``).
 
     Raises:
         ServeError: not that: too long, not JSON, not an object with a known ``op``.

@@ -181,6 +181,7 @@ def build(
     sess_options: ort.SessionOptions | None = None,
     shared: bool = False,
     handoff: float | None = None,
+    durable: bool = False,
 ) -> tuple[StreamService, Any]:
     """The streams of ``model`` (a pool of ``max_streams`` slots) and the app serving them; with
     ``shared``, servers sharing ``state_dir`` (see :class:`StreamService`). Without ``shared``, the
@@ -192,7 +193,7 @@ def build(
             f"{pool.loaded.origin}: an LLM with KV caches: serve its optimum-intel folder with the OpenAI API "
             f"(ortstate serve {folder}; docs/serve.md)"
         )
-    service = StreamService(pool, state_dir, shared=shared)
+    service = StreamService(pool, state_dir, shared=shared, durable=durable)
     app = create_app(service, token=token, max_message_bytes=max_message_bytes, idle_park=idle_park, handoff=handoff)
     return service, app
 
@@ -249,6 +250,7 @@ def serve_in_thread(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     shared: bool = False,
     handoff: float | None = None,
+    durable: bool = False,
     start_timeout: float = 60.0,
 ) -> Iterator[Running]:
     """``ortstate serve`` in a thread of this process, for as long as the ``with`` block runs (a
@@ -261,7 +263,18 @@ def serve_in_thread(
     """
     check_exposure(host, token)
     service, app = build(
-        model, max_streams, max_batch, max_delay, state_dir, token, max_message_bytes, idle_park, None, shared, handoff
+        model,
+        max_streams,
+        max_batch,
+        max_delay,
+        state_dir,
+        token,
+        max_message_bytes,
+        idle_park,
+        None,
+        shared,
+        handoff,
+        durable,
     )
     with _in_thread(service, app, max_message_bytes, max_streams, token, host, port, start_timeout) as running:
         yield running

@@ -32,6 +32,8 @@ from ..errors import OrtStateError, PoolFullError, ServeError
 from ..runtime import numpy_dtype
 from ..streams import StreamPool
 from ..streams.stats import percentiles
+from .journal import Journal, refuse_kv
+from .journal_format import CLOSED, LIVE, PARKED
 from .state_dir import DirLock, open_state_dir
 
 __all__ = ["CLOSE_FULL", "CLOSE_UNKNOWN", "ID_PATTERN", "StreamService", "new_id"]
@@ -52,10 +54,19 @@ class StreamService:
     """Streams by public id over ``pool``; with ``state_dir``, parked there and found there again."""
 
     def __init__(
-        self, pool: StreamPool, state_dir: str | os.PathLike[str] | None = None, *, shared: bool = False
+        self,
+        pool: StreamPool,
+        state_dir: str | os.PathLike[str] | None = None,
+        *,
+        shared: bool = False,
+        durable: bool = False,
     ) -> None:
         if shared and state_dir is None:
             raise ServeError("servers that share their streams need a state directory they all reach")
+        if durable and (state_dir is None or shared):
+            raise ServeError("--durable needs --state-dir (the log is kept there), and one plain server (not --ray)")
+        if durable:
+            refuse_kv(pool)
         self.pool = pool
         self.state_dir = None if state_dir is None else Path(state_dir)
         self.shared = shared
@@ -66,6 +77,8 @@ class StreamService:
         self._last: dict[str, float] = {}
         self._sockets: dict[str, Any] = {}
         self._latencies: deque[float] = deque(maxlen=_KEPT)
+        self._steps: dict[str, int] = {}  # steps made since the stream was opened (a journal's, if durable)
+        self.journal: Journal | None = None
         self.steps = 0
         self.errors = 0
         self.draining = False  # shutting down: no new message is taken
@@ -76,9 +89,38 @@ class StreamService:
             self._dir_lock, found = open_state_dir(self.state_dir, self.name.replace(":", "-"), shared)
             if not shared:
                 self._parked.update(s for s in found if ID_PATTERN.fullmatch(s))
+            if durable:
+                try:
+                    self._recover()
+                except BaseException:
+                    self.release()
+                    raise
+
+    def _recover(self) -> None:
+        """Bring back every stream the durable log holds: in the pool at its last logged step, or
+        parked in its file."""
+        assert self.state_dir is not None
+        self.journal = journal = Journal(self.state_dir, self.pool)
+        for record in journal.recover():
+            self._steps[record.stream] = record.steps
+            if record.kind == LIVE:
+                assert record.states is not None
+                sid = self.pool.restore(record.states)
+                journal.bind(record.stream, sid, record.steps)
+                self._sid[record.stream] = sid
+                self._last[record.stream] = time.monotonic()
+                self._parked.discard(record.stream)
+                self._file(record.stream).unlink(missing_ok=True)  # a file it was resumed from
+            elif record.stream not in self._parked:
+                logger.error("ortstate serve: stream %s was parked, but its file is gone: it is lost", record.stream)
+        self.pool.loop.on_commit = journal.commit
+        if journal.latest:
+            logger.info("ortstate serve: --durable: %d streams recovered from the log", len(journal.latest))
 
     def release(self) -> None:
         """Let go of the state directory (another server may take it): once the server has stopped."""
+        if self.journal is not None:
+            self.journal.close()
         if self._dir_lock is not None:
             self._dir_lock.release()
 
@@ -87,7 +129,7 @@ class StreamService:
     def max_streams(self) -> int:
         return self.pool.slots
 
-    def open(self) -> str:
+    async def open(self) -> str:
         """A new stream at the model's initial state; its id.
 
         Raises:
@@ -96,23 +138,51 @@ class StreamService:
         held = len(self._sid) + len(self._parked)  # shared: only those in memory hold a slot
         if held >= self.max_streams:
             raise ServeError(self._full_message(held), 503)
+        name = new_id()
+        while name in self._parked or name in self._sid:  # 2**-128: never, but cheap to be sure
+            name = new_id()
         try:
-            sid = self.pool.open()
+            sid = await self.pool.call(self._opened, name)
         except PoolFullError:
             raise ServeError(self._full_message(held), 503) from None
-        sid_id = new_id()
-        while sid_id in self._parked or sid_id in self._sid:  # 2**-128: never, but cheap to be sure
-            sid_id = new_id()
-        self._sid[sid_id] = sid
-        self._last[sid_id] = time.monotonic()
+        self._sid[name] = sid
+        self._steps[name] = 0
+        self._last[name] = time.monotonic()
         if self.shared:  # whichever server its id is routed to restores it from there
-            self._park_now(sid_id)
-        return sid_id
+            await self._park_now(name)
+        return name
+
+    def _opened(self, name: str) -> int:
+        """(In the pool's thread.) Open a stream for ``name``, logged if durable."""
+        sid = self.pool.open()
+        if self.journal is not None:
+            self.journal.bind(name, sid)
+            self.journal.note(name, LIVE, sid)
+        return sid
 
     def knows(self, stream: str) -> bool:
         if stream in self._sid or stream in self._parked:
             return True
         return self.shared and self._file(stream).is_file()
+
+    def steps_of(self, stream: str) -> int | None:
+        """How many steps ``stream`` has made since it was opened; None where that is not known
+        here (a server sharing its streams, after another held it; a restart without ``--durable``)."""
+        return self._steps.get(stream)
+
+    def last(self, stream: str) -> dict[str, np.ndarray]:
+        """The outputs of ``stream``'s last step, as logged (``--durable`` only): the reply a client
+        lost when the server stopped after making the step and before answering it.
+
+        Raises:
+            ServeError: not durable, or no step made yet.
+        """
+        if self.journal is None:
+            raise ServeError("only a --durable server keeps a stream's last reply")
+        outputs = self.journal.last(stream)
+        if outputs is None:
+            raise ServeError("the stream has made no step yet")
+        return outputs
 
     def where(self, stream: str) -> str | None:
         """``memory`` or ``parked`` (None: no such stream)."""
@@ -128,7 +198,7 @@ class StreamService:
                 stream is gone or cannot be brought back (a close code).
         """
         async with self._lock(stream):
-            sid = self._resident(stream)
+            sid = await self._resident(stream)
             start = time.perf_counter()
             try:
                 outputs = await self.pool.submit(sid, feeds)
@@ -136,27 +206,46 @@ class StreamService:
                 self.errors += 1
                 raise ServeError(str(exc).removeprefix(f"stream {sid}: ")) from None
             self._latencies.append(time.perf_counter() - start)
+            if stream in self._steps:
+                self._steps[stream] += 1
             self.steps += 1
             self._last[stream] = time.monotonic()
             return outputs
 
     async def reset(self, stream: str) -> None:
         async with self._lock(stream):
-            self.pool.reset(self._resident(stream))
+            sid = await self._resident(stream)
+            await self.pool.call(self._reset, stream, sid, sid=sid)
             self._last[stream] = time.monotonic()
+
+    def _reset(self, stream: str, sid: int) -> None:
+        self.pool.reset(sid)
+        if self.journal is not None:
+            self.journal.note(stream, LIVE, sid)
 
     async def close(self, stream: str) -> None:
         """End ``stream``: its slot and its parked file are freed, its id unknown from now on."""
         async with self._lock(stream):
             if stream in self._sid:
-                self.pool.close(self._sid.pop(stream))
+                sid = self._sid[stream]
+                await self.pool.call(self._close, stream, sid, sid=sid)
+                del self._sid[stream]
             elif stream in self._parked or self.shared:
+                if self.journal is not None:
+                    await self.pool.call(self._close, stream, None)
                 self._parked.discard(stream)
                 claimed = self._claim(stream)
                 if claimed is not None:
                     claimed.unlink()
             self._last.pop(stream, None)
+            self._steps.pop(stream, None)
         self._locks.pop(stream, None)
+
+    def _close(self, stream: str, sid: int | None) -> None:
+        if sid is not None:
+            self.pool.close(sid)
+        if self.journal is not None:
+            self.journal.note(stream, CLOSED, sid)
 
     # -- parking ----------------------------------------------------------------------------------
     async def park(self, stream: str) -> bool:
@@ -167,19 +256,24 @@ class StreamService:
         async with self._lock(stream):
             if stream not in self._sid:
                 return False
-            self._park_now(stream)
+            await self._park_now(stream)
             return True
 
-    def _park_now(self, stream: str) -> None:
-        sid = self._sid.pop(stream)
-        try:
-            self.pool.save(sid, self._file(stream))
-        except OrtStateError:
-            self._sid[stream] = sid
-            raise
-        self.pool.close(sid)
-        if not self.shared:
+    async def _park_now(self, stream: str) -> None:
+        sid = self._sid[stream]
+        await self.pool.call(self._park, stream, sid, sid=sid)
+        del self._sid[stream]
+        if self.shared:
+            self._steps.pop(stream, None)  # another server may step it now
+        else:
             self._parked.add(stream)
+
+    def _park(self, stream: str, sid: int) -> None:
+        """(In the pool's thread.) Save ``sid`` to ``stream``'s file and free its row."""
+        self.pool.save(sid, self._file(stream))
+        self.pool.close(sid)
+        if self.journal is not None:
+            self.journal.note(stream, PARKED, sid)
 
     async def park_idle(self, seconds: float) -> list[str]:
         """Park the streams in memory that have not stepped for ``seconds`` and are not stepping."""
@@ -211,7 +305,7 @@ class StreamService:
         while self.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 
-    def _resident(self, stream: str) -> int:
+    async def _resident(self, stream: str) -> int:
         """``stream``'s pool id, loading it back from its file if it is parked."""
         sid = self._sid.get(stream)
         if sid is not None:
@@ -220,7 +314,7 @@ class StreamService:
         if claimed is None:
             raise ServeError("no such stream (closed, or never opened here)", CLOSE_UNKNOWN)
         try:
-            sid = self.pool.load(claimed)
+            sid = await self.pool.call(self._resume, stream, claimed)
         except OrtStateError as exc:
             claimed.rename(self._file(stream))  # not taken: it stays parked
             if isinstance(exc, PoolFullError):
@@ -230,6 +324,14 @@ class StreamService:
         self._parked.discard(stream)
         self._sid[stream] = sid
         self._last[stream] = time.monotonic()
+        return sid
+
+    def _resume(self, stream: str, path: Path) -> int:
+        """(In the pool's thread.) A pool stream holding ``stream``'s parked file."""
+        sid = self.pool.load(path)
+        if self.journal is not None:
+            self.journal.bind(stream, sid)
+            self.journal.note(stream, LIVE, sid)
         return sid
 
     def _claim(self, stream: str) -> Path | None:

@@ -129,8 +129,11 @@ async def _answer(service: StreamService, name: str, socket: Socket, message: Me
             reply: bytes | str = encode_npz(await service.step(name, decode_npz(data, limit)))
         elif text is not None:
             op = parse_op(text, limit)
-            await (service.reset(name) if op == "reset" else service.close(name))
-            reply = OK
+            if op == "last":  # the reply of the stream's last step again (--durable)
+                reply = encode_npz(service.last(name))
+            else:
+                await (service.reset(name) if op == "reset" else service.close(name))
+                reply = OK
         else:
             return True
     except ServeError as exc:

@@ -34,9 +34,9 @@ from .kv_model import MASK, check_stream_feeds, load_kv_model
 from .kv_probe import SINGLE, probe_batching, probe_prompts
 from .kv_run import KvRunner, Row
 from .kv_snapshot import read_stream, write_stream
+from .loop import PoolLoop
 from .pool import StreamPool, serve_kv_caches_with
 from .stats import PoolStats, Recorder
-from .ticker import Ticker
 
 __all__ = ["KvPool", "DEFAULT_MAX_CONTEXT"]
 
@@ -109,7 +109,7 @@ class KvPool(StreamPool):
         self._preempted = 0
         self._park_dir = None if park_dir is None else Path(park_dir)
         self._lock = threading.RLock()
-        self._ticker = Ticker(self, max_batch or slots, max_delay)  # type: ignore[arg-type]
+        self._loop = PoolLoop(self, max_batch or slots, max_delay)  # type: ignore[arg-type]
 
     # -- lifecycle --------------------------------------------------------------------------------
     def open(self) -> int:
@@ -216,7 +216,7 @@ class KvPool(StreamPool):
 
     async def submit(self, sid: int, feeds: Feeds) -> dict[str, np.ndarray]:
         """Step stream ``sid`` once, batched with the other streams submitted in the same tick."""
-        return await self._ticker.submit(sid, feeds)
+        return await self._loop.submit(sid, feeds)
 
     def stats(self) -> PoolStats:
         """Streams, rows, KV memory, runs, batch sizes and run latencies so far."""
@@ -227,7 +227,7 @@ class KvPool(StreamPool):
                 parked=parked,
                 slots=self.slots,
                 state_bytes=sum(a.nbytes for a in self._fixed) + self._arena.held() * self._arena.token_bytes,
-                ticks=self._ticker.latencies,
+                ticks=self._loop.latencies,
             )
             return dataclasses.replace(base, kv_cache_bytes=self.kv_cache_bytes, preempted=self._preempted)
 

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,9 @@ from .batch import BatchRunner
 from .feeds import check_feeds, check_not_empty, quick_feeds
 from .kv_model import wants_kv_pool
 from .layout import load_pool_model
+from .loop import PoolLoop
 from .slots import SlotStates
 from .stats import PoolStats, Recorder
-from .ticker import Ticker
 
 __all__ = ["StreamPool", "serve_kv_caches_with"]
 
@@ -104,7 +104,7 @@ class StreamPool:
         self._park_dir = None if park_dir is None else Path(park_dir)
         self._lock = threading.RLock()
         self._record = Recorder()
-        self._ticker = Ticker(self, max_batch or slots, max_delay)
+        self._loop = PoolLoop(self, max_batch or slots, max_delay)
         self._batches = BatchRunner(self._model, self.layout, self._states, self._record)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -161,6 +161,44 @@ class StreamPool:
             self._states.write(slot, values)
             return self._add(slot)
 
+    def values(self, sid: int) -> list[np.ndarray | None]:
+        """Stream ``sid``'s variables in :attr:`layout`'s order, one stream's each (copies; None: not
+        initialised yet): what :meth:`restore` takes back."""
+        with self._lock:
+            if sid in self._parked:
+                self._resume(sid)
+            return self._states.values(self._slot_of(sid))
+
+    def restore(self, values: Sequence[np.ndarray | None]) -> int:
+        """A new stream holding ``values`` (:meth:`values`' of a pool of the same model); its id.
+
+        Raises:
+            StateError: not one value per variable, each of one stream's shape.
+            PoolFullError: every slot is taken.
+        """
+        self._check_values(values)
+        with self._lock:
+            slot = self._take_slot("restore a stream")
+            self._states.write(slot, values)
+            return self._add(slot)
+
+    def put(self, sid: int, values: Sequence[np.ndarray | None]) -> None:
+        """Set stream ``sid``'s variables to ``values`` (as :meth:`restore` takes them)."""
+        self._check_values(values)
+        with self._lock:
+            if sid in self._parked:
+                self._resume(sid)
+            self._states.write(self._slot_of(sid), values)
+
+    def _check_values(self, values: Sequence[np.ndarray | None]) -> None:
+        specs = self.layout.states
+        if len(values) != len(specs) or any(
+            v is not None and (not isinstance(v, np.ndarray) or v.shape != s.shape) for v, s in zip(values, specs)
+        ):
+            raise StateError(
+                f"a stream's values are one per variable of the pool ({len(specs)}), of one stream's shape"
+            )
+
     def park(self, sid: int) -> None:
         """Move stream ``sid``'s state to a file in ``park_dir`` and free its slot; its next step (or
         save) brings it back, exactly as it was."""
@@ -210,7 +248,19 @@ class StreamPool:
     async def submit(self, sid: int, feeds: Feeds) -> Outputs:
         """Step stream ``sid`` once, batched with the other streams submitted in the same tick (at most
         one step of a stream per tick); returns its outputs or raises its own error."""
-        return await self._ticker.submit(sid, feeds)
+        return await self._loop.submit(sid, feeds)
+
+    async def call(self, fn: Callable[..., Any], /, *args: Any, sid: Any = None) -> Any:
+        """``fn(*args)`` (e.g. ``pool.open``, ``pool.close, sid``) run by the thread that runs the
+        pool's ticks, between two of them: what an event loop calls instead of a pool method, so it
+        never waits for a run it is not part of. ``sid``: the stream it acts on (it runs after that
+        stream's steps already submitted), :data:`~.loop.ALL` for every stream, None for none."""
+        return await self._loop.call(fn, *args, sid=sid)
+
+    @property
+    def loop(self) -> PoolLoop:
+        """The queue and thread behind :meth:`submit` and :meth:`call` (see :mod:`.loop`)."""
+        return self._loop
 
     def stats(self) -> PoolStats:
         """Streams, slots, state memory, runs, batch sizes and run latencies so far."""
@@ -220,7 +270,7 @@ class StreamPool:
                 parked=len(self._parked),
                 slots=self.slots,
                 state_bytes=self._states.nbytes,
-                ticks=self._ticker.latencies,
+                ticks=self._loop.latencies,
             )
 
     @property

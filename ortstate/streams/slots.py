@@ -74,6 +74,14 @@ class SlotStates:
                 store.set(spec.var.id, a[(*lead, slice(slot, slot + 1))].astype(spec.dtype))
         snapshot.save_state(store, self.variables, path, self.fingerprint)
 
+    def values(self, slot: int) -> list[np.ndarray | None]:
+        """``slot``'s values, one stream's each (copies in the variables' dtypes; None: uninitialised),
+        as :meth:`read` returns them from a snapshot."""
+        return [
+            None if self.fresh[slot, k] else a[(*lead, slice(slot, slot + 1))].astype(spec.dtype)
+            for k, (a, lead, spec) in enumerate(zip(self.arrays, self._index, self.specs))
+        ]
+
     def read(self, path: str | os.PathLike[str]) -> list[np.ndarray | None]:
         """A snapshot's values, one stream's each (None: uninitialised), checked before any slot
         changes.

@@ -166,15 +166,15 @@ BAD = [
         ".npz entry 'x.npy' is not a readable .npy array (its header is not a literal dict)",
     ),
     ("hello", 'text message is not JSON (ops: {"op": "reset"}, {"op": "close"})'),
-    ('{"op": "explode"}', 'unknown op "explode" (ops: reset, close, as {"op": "reset"})'),
-    ("[1]", 'unknown op missing (ops: reset, close, as {"op": "reset"})'),
+    ('{"op": "explode"}', 'unknown op "explode" (ops: reset, close, last, as {"op": "reset"})'),
+    ("[1]", 'unknown op missing (ops: reset, close, last, as {"op": "reset"})'),
 ]
 
 
 def test_bad_messages_are_answered_and_change_nothing(shared):
     rng = np.random.default_rng(2)
     lone = Lone()
-    stream = shared.service.open()
+    stream = Client(shared.url).open().id
     with _socket(shared.url, stream) as ws:
         fed = feeds(rng)
         ws.send(encode_npz(fed))
@@ -264,7 +264,7 @@ def test_a_client_that_never_reads_stalls_no_one_else(shared):
     """One socket sends 100 long steps and reads none of the 6 MB of replies (its sends block too,
     in a thread of their own); another stream goes on stepping meanwhile."""
     rng = np.random.default_rng(6)
-    hog = shared.service.open()
+    hog = Client(shared.url).open().id
     big = encode_npz(feeds(rng, 1000))  # 32 KB of feeds, 64 KB of outputs per step
     with _socket(shared.url, hog) as ws:
 
@@ -303,7 +303,7 @@ def test_hostile_clients_reach_no_other_stream(shared):
     with socket.create_connection((host, int(port)), timeout=10) as raw:
         raw.sendall(bytes(rng.integers(0, 256, 4096, dtype=np.uint8)) + b"\r\n\r\n")
         assert raw.recv(4096).startswith(b"HTTP/1.1 400 ")
-    mine = shared.service.open()
+    mine = Client(shared.url).open().id
     with _socket(shared.url, mine) as ws:
         for size in (1, 10, 1000, 60000):
             ws.send(bytes(rng.integers(0, 256, size, dtype=np.uint8)))
@@ -323,7 +323,10 @@ def test_hostile_clients_reach_no_other_stream(shared):
 def test_where_a_stream_is(shared):
     client = Client(shared.url)
     stream = client.open()
-    assert client.where(stream.id) == {"id": stream.id, "state": "memory", "server": shared.service.name}
+    where = {"id": stream.id, "state": "memory", "server": shared.service.name, "steps": 0, "durable": False}
+    assert client.where(stream.id) == where
+    stream.step(feeds(np.random.default_rng(3)))
+    assert client.where(stream.id) == {**where, "steps": 1}
     stream.close()
     with pytest.raises(ServeError, match="404 no such stream"):
         client.where(stream.id)
@@ -348,6 +351,8 @@ def test_servers_sharing_a_state_dir_hand_streams_over(tmp_path):
                 "id": stream.id,
                 "state": "memory",
                 "server": server.service.name,
+                "steps": None,  # shared: another server stepped it too, so this one does not know
+                "durable": False,
             }
             time.sleep(0.3)  # the socket's time is up: it is parked and closed
             fed = feeds(rng)
@@ -370,7 +375,7 @@ def test_an_unexpected_error_is_logged_not_told(caplog):
             raise MemoryError("Unable to allocate 29.1 TiB for an array with shape (8000000000000,)")
 
         server.service.step = broken
-        stream = server.service.open()
+        stream = Client(server.url).open().id
         with caplog.at_level("ERROR", logger="ortstate.serve"), _socket(server.url, stream) as ws:
             ws.send(encode_npz(feeds(np.random.default_rng(9))))
             assert json.loads(ws.recv(timeout=10)) == {"error": "internal error (logged on the server)"}

@@ -1,4 +1,4 @@
-"""The pool's ticker on every supported Python: a lone submission, which no other fills a tick for,
+"""The pool's loop on every supported Python: a lone submission, which no other fills a tick for,
 runs once ``max_delay`` has passed (on Python 3.10 ``asyncio.wait_for`` times out with
 ``asyncio.TimeoutError``, not the builtin: catching the builtin killed the tick task there, and a
 lone ``submit`` waited forever)."""

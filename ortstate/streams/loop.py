@@ -1,0 +1,215 @@
+"""The thread that owns a pool for its asyncio callers: steps and commands through one queue.
+
+vLLM's engine split, for any pool: ``await pool.submit(sid, feeds)`` and ``await pool.call(fn,
+...)`` put an item on the loop's queue and wait on an asyncio future; one thread takes the queue in
+order and runs it. Commands (open, reset, close, park, ...) run between runs of ONNX Runtime, in the
+order they came; the steps waiting form a tick: every waiting stream steps once (the oldest
+submission of each, at most ``max_batch`` streams) in one ``pool.step``. Nothing on the event loop
+takes the pool's lock, so no coroutine waits for a run it is not part of.
+
+A tick starts at the first waiting submission and runs once ``max_batch`` streams wait or
+``max_delay`` seconds have passed; when submissions came in while a tick ran, the next tick takes
+them at once (continuous batching). A command that names a stream stepping in the tick being
+gathered runs after that tick; one that concerns every stream (``sid=ALL``) after every step queued
+before it.
+
+``on_commit`` (the durable log of :mod:`ortstate.serve.journal`) is called in the loop's thread once
+per round, after its commands and its tick ran and before any of their futures is answered: a reply
+is sent only once what it acknowledges is on disk. If it raises, every item of the round gets its
+error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import OrtStateError
+
+if TYPE_CHECKING:
+    from .pool import StreamPool
+
+__all__ = ["ALL", "PoolLoop"]
+
+ALL = object()  # a command's ``sid`` when it concerns every stream
+_KEPT = 4096
+_IDLE = 2.0  # seconds without work after which the thread ends (the next item starts it again)
+
+
+class _Item:
+    __slots__ = ("args", "fn", "future", "loop", "sid", "since")
+
+    def __init__(self, sid: Any, fn: Callable[..., Any] | None, args: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.sid, self.fn, self.args, self.loop = sid, fn, args, loop
+        self.future: asyncio.Future = loop.create_future()
+        self.since = time.perf_counter()
+
+
+class PoolLoop:
+    """The queue of a pool's steps and commands, and the thread that runs them."""
+
+    def __init__(self, pool: StreamPool, max_batch: int, max_delay: float) -> None:
+        if type(max_batch) is not int or max_batch < 1 or not max_delay >= 0:
+            raise OrtStateError(f"max_batch must be >= 1 and max_delay >= 0, got {max_batch!r}, {max_delay!r}")
+        self.pool = pool
+        self.max_batch = max_batch
+        self.max_delay = max_delay
+        self.latencies: deque[float] = deque(maxlen=_KEPT)
+        self.on_commit: Callable[[dict[int, Any]], None] | None = None
+        self._queue: deque[_Item] = deque()
+        self._stepping: set[Any] = set()  # the streams of the queued steps
+        self._calls = 0  # commands queued
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._nudged = False  # the event loop has run the coroutines that queued the items
+
+    async def submit(self, sid: int, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """Step ``sid`` once in the next tick it fits in; its outputs, or its own error."""
+        return await self._put(_Item(sid, None, feeds, asyncio.get_running_loop()))
+
+    async def call(self, fn: Callable[..., Any], *args: Any, sid: Any = None) -> Any:
+        """``fn(*args)`` run in the loop's thread, between ticks; what it returns or raises.
+
+        Args:
+            sid: the stream it acts on (it runs after that stream's queued steps), :data:`ALL`
+                (after every queued step), or None (it touches no stream's state: at once).
+        """
+        return await self._put(_Item(sid, fn, args, asyncio.get_running_loop()))
+
+    async def _put(self, item: _Item) -> Any:
+        with self._wake:
+            self._queue.append(item)
+            if item.fn is None:
+                self._stepping.add(item.sid)
+            else:
+                self._calls += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ortstate-pool", daemon=True)
+                self._thread.start()
+            if item.fn is not None or len(self._stepping) >= self.max_batch or len(self._queue) == 1:
+                # once the coroutines ready now have run: what they submit together goes in one tick
+                item.loop.call_soon(self._nudge)
+        return await item.future
+
+    def _nudge(self) -> None:
+        with self._wake:
+            self._nudged = True
+            self._wake.notify()
+
+    # -- the thread -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        busy = False
+        while True:
+            with self._wake:
+                if not self._wait(busy):
+                    self._thread = None
+                    return
+                items = list(self._queue)
+                self._queue.clear()
+                self._stepping.clear()
+                self._calls = 0
+            try:
+                later = self._round(items)
+            except BaseException as exc:  # noqa: BLE001 - a bug of ours: no caller waits forever
+                _settle([(item, OrtStateError(f"the pool's loop failed: {exc!r}")) for item in items])
+                later = []
+            with self._wake:
+                self._queue.extendleft(reversed(later))
+                for item in later:
+                    if item.fn is None:
+                        self._stepping.add(item.sid)
+                    else:
+                        self._calls += 1
+                busy = bool(self._queue)  # steps came in while it ran: the next tick runs at once
+
+    def _wait(self, busy: bool) -> bool:
+        """Wait (holding the condition) until the next round should run; False: idle, end."""
+        if busy and self._queue:
+            return True
+        while not self._queue or not self._nudged:  # a nudge for items an earlier round took: wait on
+            self._nudged = False
+            if not self._wake.wait_for(lambda: self._nudged, _IDLE):
+                return False
+        self._nudged = False
+        deadline = self._queue[0].since + self.max_delay
+        while not self._calls and len(self._stepping) < self.max_batch:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                break
+            self._wake.wait(left)
+        return True
+
+    def _round(self, items: list[_Item]) -> list[_Item]:
+        """Run ``items`` in order (commands at once, steps gathered into ticks); the items left for
+        the next round."""
+        done: list[tuple[_Item, Any]] = []
+        steps: dict[Any, _Item] = {}
+        later: list[_Item] = []
+        held: set[Any] = set()  # streams with a step left for the next round
+        results: dict[int, Any] = {}
+        for k, item in enumerate(items):
+            if item.future.done():  # cancelled while it waited
+                continue
+            if item.fn is None:
+                if item.sid in steps or item.sid in held or len(steps) >= self.max_batch:
+                    later.append(item)
+                    held.add(item.sid)
+                else:
+                    steps[item.sid] = item
+                continue
+            if item.sid is ALL and later or item.sid in held:
+                later.extend(items[k:])  # after the steps of the next round
+                break
+            if steps and (item.sid is ALL or item.sid in steps):
+                results.update(self._tick(steps, done))
+                steps = {}
+            try:
+                done.append((item, item.fn(*item.args)))
+            except Exception as exc:  # noqa: BLE001 - the caller's own error
+                done.append((item, exc))
+        if steps:
+            results.update(self._tick(steps, done))
+        if self.on_commit is not None and done:
+            try:
+                self.on_commit(results)
+            except Exception as exc:  # noqa: BLE001 - nothing of the round is acknowledged
+                error = exc if isinstance(exc, OrtStateError) else OrtStateError(f"{type(exc).__name__}: {exc}")
+                done = [(item, error) for item, _ in done]
+        _settle(done)
+        return later
+
+    def _tick(self, steps: dict[Any, _Item], done: list[tuple[_Item, Any]]) -> dict[int, Any]:
+        feeds = {sid: item.args for sid, item in steps.items()}
+        try:
+            results = self.pool.step(feeds, "return")
+        except Exception as exc:  # noqa: BLE001 - every step of the tick gets it
+            results = dict.fromkeys(steps, exc)
+        self.latencies.append(time.perf_counter() - min(item.since for item in steps.values()))
+        done.extend((item, results[sid]) for sid, item in steps.items())
+        return results
+
+
+def _settle(done: list[tuple[_Item, Any]]) -> None:
+    """Answer each item's future, on its own event loop: one callback per loop for the round."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Item, Any]]] = {}
+    for item, result in done:
+        by_loop.setdefault(item.loop, []).append((item, result))
+    for loop, answers in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_answer, answers)
+        except RuntimeError:  # its loop has closed: nobody waits any more
+            pass
+
+
+def _answer(answers: list[tuple[_Item, Any]]) -> None:
+    for item, result in answers:
+        if item.future.done():
+            continue
+        if isinstance(result, BaseException):
+            item.future.set_exception(result)
+        else:
+            item.future.set_result(result)
