@@ -37,7 +37,9 @@ Made by `models/make_llm_models.py` (random tiny configs from `models/llm_famili
 optimum-intel 2.2.0, OpenVINO {ov}). Each folder holds the IR(s), `config.json`, `reference.json` (prompt,
 OpenVINO greedy tokens, inputs, variables, feeding conventions, OpenVINO config), `logits.npy`
 (last-position logits of every step, `[steps, batch, vocab]`), `states.npz` (all variables after the
-last step) and, for encoder-decoders, `encoder_input.npy` / `encoder_output.npy`.
+last step) and, for encoder-decoders, `encoder_input.npy` / `encoder_output.npy`. The decoder-only
+folders also hold a `tokenizer.json` and `tokenizer_config.json` (with a chat template) made by
+`models/make_tokenizers.py` (a BPE trained on the repository's docs, no download).
 `tests/test_llm_models_reference.py` replays every reference with OpenVINO alone.
 
 References use `{{"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}}`, plus

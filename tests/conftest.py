@@ -20,7 +20,13 @@ OP_TESTS = TESTS / "convert" / "ops"
 # CI runs tests/streams and tests/serve on every supported Python (.ci/run). Python 3.10's newest
 # onnxruntime wheel (1.23) has no `causal` attribute on GroupQueryAttention, which every LLM
 # export's attention runs on: the files there that load an LLM export skip on 3.10, and only there.
-LLM_FILES = {TESTS / "streams" / "test_pool_kv.py", TESTS / "serve" / "test_serve_llm.py"}
+LLM_FILES = {
+    TESTS / "streams" / "test_pool_kv.py",
+    TESTS / "serve" / "test_serve_llm.py",
+    TESTS / "serve" / "test_openai.py",
+    TESTS / "serve" / "test_openai_errors.py",
+    TESTS / "serve" / "test_openai_conversations.py",
+}
 NO_LLM_ON_310 = "onnxruntime 1.23, the last with a Python 3.10 wheel, has no GroupQueryAttention causal attribute"
 
 

@@ -44,7 +44,8 @@ ALLOWED = {
     "verify_reference": BASE | {"ir", "verify_inputs"},  # OpenVINO's side of verify
     "verify": BASE | {"ir", "convert", "runtime", "decoders", "verify_inputs", "verify_reference"},
     "export": BASE | {"ir", "convert", "passes", "decoders"},  # an LLM folder for other tools
-    "serve": BASE | {"runtime", "streams"},  # streams over the network: at the command line's level
+    # streams over the network, and an LLM's generations (OpenAI's API): at the command line's level
+    "serve": BASE | {"runtime", "streams", "generate"},
     "cli": BASE
     | {
         "ir",

@@ -32,7 +32,10 @@ def word_tokenizer(size: int = 256) -> tokenizers.Tokenizer:
 
 
 def write_word_tokenizer(folder: Path, template: str | None = CHAT_TEMPLATE, **config: object) -> Path:
-    """``tokenizer.json`` (+ ``tokenizer_config.json`` with ``template``) in ``folder``."""
+    """``tokenizer.json`` (+ ``tokenizer_config.json`` with ``template``) in ``folder``, in place of
+    those there (links into a committed model folder are replaced, never written through)."""
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink(missing_ok=True)
     word_tokenizer().save(str(folder / "tokenizer.json"))
     if template is not None:
         config = {"chat_template": template, "eos_token": "t2", **config}

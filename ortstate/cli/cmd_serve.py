@@ -13,13 +13,13 @@ import onnxruntime as ort
 
 from ..errors import ServeError, UsageError
 from ..extras import install_hint, missing_modules
-from .args import existing_file
+from .args import model_path
 from .command import EXIT_OK, Command
+from .serve_llm import EXIT_STREAMS_LOST, LLM_HELP, serve_llm
 
 __all__ = ["COMMAND"]
 
 TOKEN_VARIABLE = "ORTSTATE_SERVE_TOKEN"
-EXIT_STREAMS_LOST = 3  # stopped, but streams that could not be parked (a full disk) are lost
 
 DESCRIPTION = f"""\
 Serve MODEL (an IR .xml or an ONNX model) to many streams at once: each stream is a client's own
@@ -72,11 +72,13 @@ from there, and a stream's socket is handed over every --handoff seconds (parked
 connects again), so a stream survives its replica being removed or replaced. Ray runs on this
 machine, or on the cluster RAY_ADDRESS names (then --state-dir must be a shared filesystem).
 
+{LLM_HELP}
 With --bench URL: no MODEL; drive the server at URL with --streams concurrent streams of --steps
 steps each and print aggregate steps/s, a step's p50/p99 latency and the server's mean batch.
 
 examples:
   ortstate serve models/lstm_2l_dynbatch/model.xml --port 8000
+  ortstate serve models/llm/qwen2 --port 8000      # OpenAI API: base_url http://127.0.0.1:8000/v1
   ortstate serve model.xml --state-dir state/ --idle-park 30 --max-streams 4096
   ORTSTATE_SERVE_TOKEN=s3cret ortstate serve model.xml --host 0.0.0.0 --port 8000
   ortstate serve model.xml --ray --replicas 2 --state-dir state/ --port 8000
@@ -84,7 +86,10 @@ examples:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL", nargs="?", help="an IR .xml or an ONNX model (not with --bench)")
+    p.add_argument(
+        "model", metavar="MODEL", nargs="?", help="an IR .xml, an ONNX model or an LLM folder (not with --bench)"
+    )
+    p.add_argument("--model-name", metavar="NAME", help="an LLM's model id in the API (default: the folder's name)")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="the port (default 8000; 0: any free port)")
     p.add_argument(
@@ -92,8 +97,15 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=os.environ.get(TOKEN_VARIABLE),
         help=f"the bearer token every request needs (default ${TOKEN_VARIABLE}, if set)",
     )
-    p.add_argument("--max-streams", type=int, default=1024, metavar="N", help="open streams at most (default 1024)")
-    p.add_argument("--max-batch", type=int, metavar="B", help="streams per batched run at most (default --max-streams)")
+    p.add_argument(
+        "--max-streams", type=int, default=1024, metavar="N", help="open streams (LLM: requests) at most (default 1024)"
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        metavar="B",
+        help="streams per batched run at most (default --max-streams; LLM: requests generating at once, default 64)",
+    )
     p.add_argument(
         "--max-delay-ms",
         type=float,
@@ -102,9 +114,22 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="a tick waits that long for more streams (default 0.5)",
     )
     p.add_argument(
-        "--max-message-bytes", type=int, default=1 << 20, metavar="N", help="largest step message (default 1 MiB)"
+        "--max-message-bytes",
+        type=int,
+        default=1 << 20,
+        metavar="N",
+        help="largest step message or LLM request body (default 1 MiB)",
     )
-    p.add_argument("--state-dir", metavar="DIR", help="park streams there (idle, and at shutdown) and resume them")
+    p.add_argument(
+        "--state-dir", metavar="DIR", help="park streams (LLM: conversations) there, and resume them after a restart"
+    )
+    p.add_argument(
+        "--max-conversations",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="LLM: conversations kept at most (default 1024; more park or forget the least recently used)",
+    )
     p.add_argument(
         "--durable",
         action="store_true",
@@ -152,9 +177,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be 0..65535, got {args.port}")
     if args.idle_park is not None and args.state_dir is None:
         raise UsageError("--idle-park needs --state-dir: parked streams are written there")
+    if Path(args.model).is_dir() and (Path(args.model) / "config.json").is_file():  # optimum-intel's LLM folder
+        return serve_llm(args, Path(args.model))
+    if args.model_name is not None or args.max_conversations != 1024:
+        raise UsageError("--model-name and --max-conversations apply to an LLM folder")
     if args.durable and args.state_dir is None:
         raise UsageError("--durable needs --state-dir: its log is kept there")
-    path = existing_file(args.model)
+    path = model_path(args.model)  # a folder of one stream model names it
     if args.ray:
         return _ray(args, path)
 
@@ -272,4 +301,10 @@ def _bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMAND = Command("serve", "serve many streams of a model over WebSockets, batched", DESCRIPTION, configure, run)
+COMMAND = Command(
+    "serve",
+    "serve many streams of a model over WebSockets, or an LLM with OpenAI's API, batched",
+    DESCRIPTION,
+    configure,
+    run,
+)

@@ -25,7 +25,7 @@ from ..decoders import (
 from ..errors import GenerationError
 from .beam_search import Hypothesis
 from .chat import Chat
-from .continuous import ContinuousBatcher
+from .continuous import ContinuousBatcher, KeptStream
 from .encoder_decoder import Encoder, TextEmbedder
 from .generator import GenerationRun, Generator
 from .options import SearchOptions
@@ -44,6 +44,7 @@ __all__ = [
     "Hypothesis",
     "IncrementalDecoder",
     "InputSpec",
+    "KeptStream",
     "ModelConfig",
     "ModelFiles",
     "SearchOptions",

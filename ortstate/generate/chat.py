@@ -29,13 +29,11 @@ class Chat:
         system: a system message opening the conversation.
 
     Raises:
-        GenerationError: no tokenizer, or it has no chat template.
+        GenerationError: no tokenizer (naming the file missing), or it has no chat template.
     """
 
     def __init__(self, generator: Generator, tokenizer: Tokenizer | None = None, *, system: str | None = None) -> None:
-        tokenizer = tokenizer if tokenizer is not None else generator.tokenizer
-        if tokenizer is None:
-            raise GenerationError("chat needs the model's tokenizer (tokenizer.json) and its chat template")
+        tokenizer = tokenizer if tokenizer is not None else generator.tokenizer  # raises when there is none
         if not isinstance(tokenizer, Tokenizer):
             raise GenerationError("chat needs an ortstate.generate.Tokenizer (it renders the chat template)")
         tokenizer.check_chat_template()  # fail now, not at the first turn

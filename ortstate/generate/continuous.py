@@ -12,6 +12,7 @@ import asyncio
 import os
 import threading
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from ..convert import build
 from ..convert.context import ConvertOptions
 from ..decoders import FeedRules, find_model_files, read_config
 from ..decoders.ir_inputs import cache_position_window
-from ..errors import GenerationError
+from ..errors import GenerationError, StateError
 from ..ir import read_ir
 from ..runtime.options import quiet_session_options
 from ..runtime.source import Source
@@ -33,9 +34,31 @@ from .prompts import check_prompts
 from .session_inputs import input_specs
 from .stopping import StopCriteria
 
-__all__ = ["ContinuousBatcher"]
+__all__ = ["ContinuousBatcher", "KeptStream"]
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 256
+
+
+@dataclass
+class KeptStream:
+    """A stream of the pool kept open between generations (a conversation's cache).
+
+    Attributes:
+        sid: the pool's stream.
+        tokens: what its cache holds: the first ``len(tokens)`` positions (prompts and generated
+            tokens as they were fed; a generation's last token is never fed).
+        busy: a generation runs on it (set from the engine's thread when it ends).
+    """
+
+    sid: int
+    tokens: list[int] = field(default_factory=list)
+    busy: bool = False
+
+    def reuses(self, prompt: Sequence[int]) -> int:
+        """How many of ``prompt``'s tokens its cache holds already: all it holds if they start the
+        prompt and leave at least one token to feed, else 0 (it is emptied and fed again)."""
+        held = self.tokens
+        return len(held) if len(held) < len(prompt) and list(prompt[: len(held)]) == held else 0
 
 
 class ContinuousBatcher:
@@ -169,11 +192,40 @@ class ContinuousBatcher:
         return [r.tokens for r in requests]
 
     async def stream(
-        self, prompt: Sequence[int], max_new_tokens: int = 16, *, stop_at_eos: bool = True, **search: Any
+        self,
+        prompt: Sequence[int],
+        max_new_tokens: int = 16,
+        *,
+        stop_at_eos: bool = True,
+        kept: KeptStream | None = None,
+        **search: Any,
     ) -> AsyncIterator[int]:
-        """Each new token of one generation as it is picked (batched with every other request)."""
+        """Each new token of one generation as it is picked (batched with every other request).
+
+        Args:
+            kept: continue this kept stream (:meth:`keep`): only what its cache does not hold yet
+                is fed (all of the prompt, from an empty cache, when the cache is not its start:
+                see :meth:`KeptStream.reuses`); afterwards its ``tokens`` say what it holds.
+
+        Raises:
+            GenerationError: a bad prompt or option, or ``kept`` busy with another generation.
+        """
         (row,) = check_prompts([prompt], max_new_tokens, vocab_size=self.vocab_size)
         request = self._request(row, max_new_tokens, stop_at_eos, search)
+        if kept is not None:
+            if kept.busy:
+                raise GenerationError(f"kept stream {kept.sid} is busy with another generation")
+            request.fed = kept.reuses(row)
+            request.sid, request.keep, request.reset_first = kept.sid, True, request.fed == 0 and bool(kept.tokens)
+            kept.busy = True
+            if request.reset_first:
+                kept.tokens = []
+
+            def ended(r: Request) -> None:  # in the engine's thread: the stream is idle again
+                kept.tokens = (r.prompt + r.tokens)[: self.pool.length(kept.sid)]
+                kept.busy = False
+
+            request.on_end = ended
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -184,7 +236,12 @@ class ContinuousBatcher:
                 pass
 
         request.sink = sink
-        rid = self._engine.submit(request)
+        try:
+            rid = self._engine.submit(request)
+        except BaseException:
+            if kept is not None:
+                kept.busy = False
+            raise
         finished = False
         try:
             while True:
@@ -199,6 +256,36 @@ class ContinuousBatcher:
         finally:
             if not finished:
                 self._engine.cancel(rid)
+
+    # -- kept streams (conversations) -------------------------------------------------------------
+    def keep(self) -> KeptStream:
+        """A new stream kept open between generations (:meth:`stream`'s ``kept``).
+
+        Raises:
+            PoolFullError: every row is taken by a stream generating now.
+        """
+        return KeptStream(self.pool.open())
+
+    def forget(self, kept: KeptStream) -> None:
+        """Close a kept stream (not while it is busy)."""
+        self.pool.close(kept.sid)
+
+    def save_kept(self, kept: KeptStream, path: str | os.PathLike[str]) -> None:
+        """Write a kept stream's caches (not while it is busy) as a snapshot :meth:`load_kept` reads."""
+        self.pool.save(kept.sid, path)
+
+    def load_kept(self, path: str | os.PathLike[str], tokens: Sequence[int]) -> KeptStream:
+        """A kept stream at :meth:`save_kept`'s snapshot, whose cache holds ``tokens``.
+
+        Raises:
+            StateError: the snapshot is not one of this model's, or holds another number of positions.
+        """
+        sid = self.pool.load(path)
+        held = self.pool.length(sid)
+        if held != len(tokens):
+            self.pool.close(sid)
+            raise StateError(f"{path}: its caches hold {held} positions, its tokens are {len(tokens)}")
+        return KeptStream(sid, [int(t) for t in tokens])
 
     def close(self) -> None:
         """Stop the engine's thread (requests still running end with an error)."""

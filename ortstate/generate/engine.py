@@ -8,6 +8,9 @@ its next token (its own search options and random generator, as a lone
 in a thread of its own: nothing that waits on an event loop holds a lock across an ONNX Runtime
 run.
 
+A request may continue a stream kept open between requests (a conversation): its cache already
+holds the start of the prompt, so only the rest is fed; the stream stays open when it ends.
+
 A request is admitted when the pool has a row for it and the positions it can reach (prompt plus
 ``max_new_tokens``) fit beside those of the requests already running, so a step never needs more
 KV memory than ``kv_cache_bytes``; the others wait in order.
@@ -48,10 +51,13 @@ class Request:
     sink: Callable[[Any], None]
     rng: np.random.Generator | None = None
     rid: int = -1
-    sid: int | None = None
+    sid: int | None = None  # given: a kept stream whose cache holds ``fed`` of the prompt's tokens
     fed: int = 0  # prompt tokens fed
     next_token: int | None = None
     tokens: list[int] = field(default_factory=list)
+    keep: bool = False  # the stream ``sid`` stays open when the request ends
+    reset_first: bool = False  # the kept stream is emptied before the prompt is fed
+    on_end: Callable[[Request], None] | None = None  # called from the engine's thread as it ends
 
     @property
     def plain(self) -> bool:
@@ -69,6 +75,9 @@ class Engine:
         self.pool, self.rules = pool, rules
         self.max_num_batched_tokens = max_num_batched_tokens
         self.chunked = pool.batching == "ragged" and rules.cache_position != "conv_kernel"
+        # A decoder whose recurrent state reads one token per run once it holds a past (the mamba
+        # family's decode path; transformers feeds it so): a kept stream's new tokens go one a tick.
+        self.stepwise = rules.mask == "current" or rules.cache_position == "conv_kernel"
         self.positions = pool.kv_cache_bytes // pool.token_bytes
         self._waiting: deque[Request] = deque()
         self._running: dict[int, Request] = {}
@@ -134,7 +143,7 @@ class Engine:
             gone = [r for r in self._waiting if r.rid in cancelled]
             self._waiting = deque(r for r in self._waiting if r.rid not in cancelled)
         for request in gone:
-            _send(request, END)
+            self._end(request, END)
 
     def _admit(self) -> None:
         reach = sum(r.reach for r in self._running.values())
@@ -147,7 +156,10 @@ class Engine:
                     return
                 self._waiting.popleft()
             try:
-                request.sid = self.pool.open()
+                if request.sid is None:
+                    request.sid = self.pool.open()
+                elif request.reset_first:
+                    self.pool.reset(request.sid)
             except OrtStateError as exc:
                 self._end(request, exc)
                 continue
@@ -168,6 +180,7 @@ class Engine:
             widths[rid] = 1
         for rid, count in tick.chunks:
             r = running[rid]
+            count = 1 if self.stepwise and r.fed else count
             ids = np.array([r.prompt[r.fed : r.fed + count]], np.int64)
             feeds[r.sid] = self.rules.feeds(ids, r.fed)
             widths[rid] = count
@@ -200,8 +213,13 @@ class Engine:
             r.next_token = token
 
     def _end(self, request: Request, last: Any) -> None:
-        if self._running.pop(request.rid, None) is not None and request.sid is not None:
+        if self._running.pop(request.rid, None) is not None and request.sid is not None and not request.keep:
             self.pool.close(request.sid)
+        if request.on_end is not None:
+            try:
+                request.on_end(request)
+            except Exception:  # noqa: BLE001 - its owner's problem, never the other requests'
+                pass
         _send(request, last)
 
 

@@ -34,7 +34,7 @@ from .prompts import FirstRow, check_prompts, is_sequence, nested
 from .session_inputs import input_specs
 from .stepper import Stepper
 from .stopping import StopCriteria
-from .tokenizer import TOKENIZER_FILE, Tokenizer
+from .tokenizer import Tokenizer
 
 __all__ = ["GenerationRun", "Generator"]
 
@@ -124,13 +124,19 @@ class Generator:
 
     @property
     def tokenizer(self) -> Any:
-        """The tokenizer given, else the folder's ``tokenizer.json`` (loaded on first use), else None.
+        """The tokenizer given, else the folder's ``tokenizer.json`` (loaded on first use).
 
         Raises:
-            GenerationError: the folder's tokenizer cannot be loaded (the ``tokenizers`` package missing, ...).
+            GenerationError: there is none (naming the file missing, or saying none was given), or
+                the folder's cannot be loaded (the ``tokenizers`` package missing, ...).
         """
-        if self._tokenizer is None and self._folder is not None and (self._folder / TOKENIZER_FILE).is_file():
-            self._tokenizer = Tokenizer.from_dir(self._folder)
+        if self._tokenizer is None:
+            if self._folder is None:
+                raise GenerationError(
+                    "no tokenizer: give Generator(..., tokenizer=...), or load the model with "
+                    "Generator.from_dir(folder) from a folder holding tokenizer.json"
+                )
+            self._tokenizer = Tokenizer.from_dir(self._folder)  # raises naming the missing file
         return self._tokenizer
 
     def notes(self, stop_at_eos: bool = True) -> list[str]:
@@ -188,9 +194,13 @@ class Generator:
                 search this model cannot run (beam search without ``beam_idx`` reordering).
         """
         options = SearchOptions.build(self.search_defaults, **search)
-        if options.stop_strings and self.tokenizer is None:
-            where = f"{self._folder / TOKENIZER_FILE} is missing" if self._folder else "none was given"
-            raise GenerationError(f"stop strings need the model's tokenizer ({where}); stop_token_ids need none")
+        if options.stop_strings and self._tokenizer is None:
+            try:
+                _ = self.tokenizer  # loads it, or says what is missing
+            except GenerationError as exc:
+                raise GenerationError(
+                    f"stop strings need the model's tokenizer ({exc}); stop_token_ids need none"
+                ) from None
         if options.beam_search:
             problem = self.beam_problem()
             if problem:

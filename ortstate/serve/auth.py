@@ -48,11 +48,13 @@ def check_exposure(host: str, token: str | None) -> None:
 
 class BearerAuth:
     """ASGI middleware: every HTTP request and WebSocket carries ``Authorization: Bearer TOKEN``;
-    others get 401 (HTTP) or are closed with code 4401 (WebSocket) before reaching ``app``."""
+    others get 401 (HTTP, with ``error_body`` if given) or are closed with code 4401 (WebSocket) before
+    reaching ``app``."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, *, error_body: bytes | None = None) -> None:
         self.app = app
         self._expected = f"Bearer {token}".encode()
+        self._body = error_body  # the 401's JSON body (default: {"error": reason})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or self._allowed(scope):
@@ -64,7 +66,7 @@ class BearerAuth:
             await send({"type": "websocket.accept"})
             await send({"type": "websocket.close", "code": CLOSE_UNAUTHORIZED, "reason": reason})
             return
-        body = json.dumps({"error": reason}).encode()
+        body = self._body if self._body is not None else json.dumps({"error": reason}).encode()
         headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
         await send({"type": "http.response.start", "status": 401, "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import onnxruntime as ort
 import uvicorn
@@ -25,12 +25,36 @@ from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
 from .auth import check_exposure
 from .compat import run_with
 from .guard import Guard, raise_open_files
+from .llm_app import DEFAULT_MAX_BODY_BYTES, create_llm_app
+from .llm_service import LlmService
 from .service import StreamService
 
-__all__ = ["run_loop", "Running", "bind", "build", "serve_forever", "serve_in_thread", "url_of"]
+__all__ = [
+    "Running",
+    "Service",
+    "bind",
+    "build",
+    "build_llm",
+    "run_loop",
+    "serve_forever",
+    "serve_in_thread",
+    "serve_llm_in_thread",
+    "url_of",
+]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_SECONDS = 5.0  # how long a shutdown waits for sockets to close before cancelling them
+
+
+class Service(Protocol):
+    """What the server's lifecycle asks of what it serves (a :class:`StreamService`, an
+    :class:`LlmService`): stop taking work and wait for what runs, park what it holds, let go."""
+
+    async def drain(self, timeout: float) -> None: ...
+
+    async def park_all(self) -> int: ...
+
+    def release(self) -> None: ...
 
 
 class _Server(uvicorn.Server):
@@ -38,7 +62,7 @@ class _Server(uvicorn.Server):
     (uvicorn would cut the sockets at once), and a signal it handled is not raised again after the
     shutdown: a server told to stop has done what it was told (exit 0)."""
 
-    def __init__(self, settings: uvicorn.Config, service: StreamService) -> None:
+    def __init__(self, settings: uvicorn.Config, service: Service) -> None:
         super().__init__(settings)
         self.service = service
 
@@ -115,7 +139,7 @@ def config(app: Any, max_message_bytes: int, max_streams: int, token: str | None
 
 
 def serve_forever(
-    app: Any, service: StreamService, sock: socket.socket, settings: uvicorn.Config, ready: Callable[[], None]
+    app: Any, service: Service, sock: socket.socket, settings: uvicorn.Config, ready: Callable[[], None]
 ) -> None:
     """Serve ``app`` on ``sock`` until SIGTERM or SIGINT; then every open stream is parked (with a
     state directory) and this returns."""
@@ -164,22 +188,51 @@ def build(
     service holds ``state_dir`` until its ``release()``."""
     pool = StreamPool(model, max_streams, max_batch=max_batch, max_delay=max_delay, sess_options=sess_options)
     if isinstance(pool, KvPool):
+        folder = Path(pool.loaded.origin).parent
         raise ServeError(
-            f"{pool.loaded.origin}: an LLM with KV caches: ortstate serve streams models whose state has a fixed "
-            "size per stream (recurrent and SSM models); generate for many LLM streams at once in Python with "
-            "ortstate.generate.ContinuousBatcher (docs/streams.md)"
+            f"{pool.loaded.origin}: an LLM with KV caches: serve its optimum-intel folder with the OpenAI API "
+            f"(ortstate serve {folder}; docs/serve.md)"
         )
     service = StreamService(pool, state_dir, shared=shared, durable=durable)
     app = create_app(service, token=token, max_message_bytes=max_message_bytes, idle_park=idle_park, handoff=handoff)
     return service, app
 
 
+def build_llm(
+    folder: str | Path,
+    max_requests: int,
+    slots: int,
+    token: str | None,
+    *,
+    model_name: str | None = None,
+    threads: int | None = None,
+    kv_cache_bytes: int | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    state_dir: str | Path | None = None,
+    max_conversations: int = 1024,
+    idle_park: float | None = None,
+) -> tuple[LlmService, Any]:
+    """An optimum-intel LLM folder's batcher (``slots`` requests generating at once, ``max_requests``
+    taken at once) and the app serving it with OpenAI's API; conversations parked in ``state_dir``."""
+    service = LlmService.from_dir(
+        folder,
+        model_name=model_name,
+        max_requests=max_requests,
+        slots=slots,
+        threads=threads,
+        kv_cache_bytes=kv_cache_bytes,
+        state_dir=state_dir,
+        max_conversations=max_conversations,
+    )
+    return service, create_llm_app(service, token=token, max_body_bytes=max_body_bytes, idle_park=idle_park)
+
+
 @dataclass(frozen=True)
 class Running:
-    """A server :func:`serve_in_thread` runs: its URL and its streams."""
+    """A server :func:`serve_in_thread` or :func:`serve_llm_in_thread` runs: its URL and what it serves."""
 
     url: str
-    service: StreamService
+    service: Any  # a StreamService, or an LlmService
 
 
 @contextlib.contextmanager
@@ -223,8 +276,63 @@ def serve_in_thread(
         handoff,
         durable,
     )
+    with _in_thread(service, app, max_message_bytes, max_streams, token, host, port, start_timeout) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def serve_llm_in_thread(
+    folder: str | Path,
+    max_requests: int = 1024,
+    *,
+    slots: int = 64,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    model_name: str | None = None,
+    threads: int | None = None,
+    kv_cache_bytes: int | None = None,
+    state_dir: str | Path | None = None,
+    max_conversations: int = 1024,
+    idle_park: float | None = None,
+    start_timeout: float = 60.0,
+) -> Iterator[Running]:
+    """``ortstate serve FOLDER`` (an optimum-intel LLM folder: OpenAI's API) in a thread of this
+    process, for as long as the ``with`` block runs.
+
+    Raises:
+        ServeError: as :func:`serve_in_thread`; GenerationError and the like: the folder cannot be served.
+    """
+    check_exposure(host, token)
+    service, app = build_llm(
+        folder,
+        max_requests,
+        slots,
+        token,
+        model_name=model_name,
+        threads=threads,
+        kv_cache_bytes=kv_cache_bytes,
+        state_dir=state_dir,
+        max_conversations=max_conversations,
+        idle_park=idle_park,
+    )
+    with _in_thread(service, app, DEFAULT_MAX_MESSAGE_BYTES, max_requests, token, host, port, start_timeout) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def _in_thread(
+    service: Service,
+    app: Any,
+    max_message_bytes: int,
+    connections: int,
+    token: str | None,
+    host: str,
+    port: int,
+    start_timeout: float,
+) -> Iterator[Running]:
     try:
-        server = _Server(config(app, max_message_bytes, max_streams, token), service)
+        server = _Server(config(app, max_message_bytes, connections, token), service)
         sock = bind(host, port)
     except BaseException:
         service.release()

@@ -367,10 +367,14 @@ def test_bad_generation_config_is_named(tmp_path: Path) -> None:
 
 
 def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["export", str(LLM / "qwen2"), str(tmp_path / "out"), "--layout", "optimum"]) == 0
+    bare = linked_copy(LLM / "qwen2", tmp_path / "qwen2", skip=("tokenizer.json", "tokenizer_config.json"))
+    assert main(["export", str(bare), str(tmp_path / "out"), "--layout", "optimum"]) == 0
     out, err = capsys.readouterr()
     assert "qwen2, 2 layers, KV cache 2x16 float32; config.json, generation_config.json, model.onnx" in out
     assert err.startswith("ortstate: notice: ") and "no tokenizer files" in err
+    assert main(["export", str(LLM / "qwen2"), str(tmp_path / "with"), "--layout", "optimum"]) == 0
+    out, err = capsys.readouterr()
+    assert "model.onnx, tokenizer.json, tokenizer_config.json" in out and err == ""
     assert main(["export", str(LLM / "mamba"), str(tmp_path / "m")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("ortstate: error: ") and "mamba cannot be exported" in err

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortstate.errors import GenerationError
-from ortstate.generate import ContinuousBatcher, Generator
+from ortstate.errors import GenerationError, StateError
+from ortstate.generate import ContinuousBatcher, Generator, KeptStream
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "llm"
 NAMES = ["llama", "gemma2", "mistral", "lfm2", "zamba2", "qwen3_next", "llama_int4"]
@@ -134,3 +134,44 @@ def test_a_consumer_whose_event_loop_closed_disturbs_no_other_request(generators
             assert asyncio.run(first_two()) == lone.generate(prompts[2], 2, stop_at_eos=False)
         worker.join(60)
     assert got == [[lone.generate(p, 40, stop_at_eos=False) for p in prompts]]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_kept_stream_feeds_only_what_its_cache_lacks(name: str, generators: dict[str, Generator], tmp_path) -> None:
+    """A conversation's turns on one kept stream: each equal to a lone Generator fed the whole
+    prompt; through a snapshot and back; a prompt that does not start with the cache is fed whole."""
+    lone = _lone(generators, name)
+
+    async def run(batcher: ContinuousBatcher, prompt: list[int], kept: KeptStream) -> list[int]:
+        tokens = [t async for t in batcher.stream(prompt, 6, stop_at_eos=False, kept=kept)]
+        for _ in range(500):  # the engine's thread lets go of the stream as the request ends
+            if not kept.busy:
+                break
+            await asyncio.sleep(0.002)
+        return tokens
+
+    with ContinuousBatcher.from_dir(MODELS / name, max_num_batched_tokens=7) as batcher:
+        kept = batcher.keep()
+        first = [5, 6, 7, 8, 9, 10, 11]
+        tokens = asyncio.run(run(batcher, first, kept))
+        assert tokens == lone.generate(first, 6, stop_at_eos=False)
+        assert kept.tokens == (first + tokens)[:-1]  # the last token is not fed yet
+        for more in ([20], [20, 21, 22], list(range(20, 31))):  # one token, fewer than a chunk, more
+            prompt = kept.tokens + [tokens[-1], *more]
+            assert kept.reuses(prompt) == len(kept.tokens)
+            tokens = asyncio.run(run(batcher, prompt, kept))
+            assert tokens == lone.generate(prompt, 6, stop_at_eos=False), more
+        batcher.save_kept(kept, tmp_path / "kept.npz")
+        held = list(kept.tokens)
+        batcher.forget(kept)
+        kept = batcher.load_kept(tmp_path / "kept.npz", held)
+        prompt = held + [tokens[-1], 40, 41]
+        assert asyncio.run(run(batcher, prompt, kept)) == lone.generate(prompt, 6, stop_at_eos=False)
+        other = [9, 9, 9, *prompt]  # not the cache's start: fed whole from an empty cache
+        assert kept.reuses(other) == 0
+        assert asyncio.run(run(batcher, other, kept)) == lone.generate(other, 6, stop_at_eos=False)
+        assert kept.tokens == other + lone.generate(other, 6, stop_at_eos=False)[:-1]
+        with pytest.raises(StateError, match=f"its caches hold {len(held)} positions, its tokens are 2"):
+            batcher.load_kept(tmp_path / "kept.npz", [1, 2])
+        batcher.forget(kept)
+        assert batcher.pool.streams == []

@@ -99,7 +99,8 @@ def test_chat_turns_from_standard_input_continue_the_cache(chat_llama: Path) -> 
 def test_search_argument_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     no_template = write_word_tokenizer(linked_copy(LLAMA, tmp_path / "plain"), template=None)
     t5 = write_word_tokenizer(linked_copy(T5, tmp_path / "t5"))
-    base = ["generate", MAMBA, "--prompt-ids", "1,2"]
+    bare = linked_copy(MAMBA, tmp_path / "bare", skip=("tokenizer.json", "tokenizer_config.json"))
+    base = ["generate", bare, "--prompt-ids", "1,2"]
     cases = [
         ([*base, "--do-sample", "--temperature", "-1"], "--temperature: temperature must be a number > 0, got -1.0 "
          "(for greedy decoding, do not sample)"),
@@ -112,10 +113,10 @@ def test_search_argument_errors(capsys: pytest.CaptureFixture[str], tmp_path: Pa
         ([*base, "--repetition-penalty", "0"], "--repetition-penalty: repetition_penalty must be a number > 0 "
          "(1 = no penalty), got 0.0"),
         ([*base, "--stop", ""], "--stop: stop_strings must be non-empty strings, got ''"),
-        ([*base, "--stop", "x"], f"{MAMBA / 'tokenizer.json'}: no such file (--stop needs the model's tokenizer; "
+        ([*base, "--stop", "x"], f"{bare / 'tokenizer.json'}: no such file (--stop needs the model's tokenizer; "
          "use --stop-id for token ids)"),
-        (["generate", MAMBA, "--chat"],
-         f"{MAMBA / 'tokenizer.json'}: no such file (--chat needs the model's tokenizer)"),
+        (["generate", bare, "--chat"],
+         f"{bare / 'tokenizer.json'}: no such file (--chat needs the model's tokenizer)"),
         (["generate", no_template, "--chat", "--prompt", "t1"], f"--chat: {no_template / 'tokenizer_config.json'}: "
          "no chat_template (nor chat_template.jinja beside it): the model has no chat format to apply"),
         ([*base, "--chat"], "--chat takes text (--prompt, or turns on standard input), not --prompt-ids"),

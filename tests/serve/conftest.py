@@ -25,12 +25,14 @@ START_TIMEOUT = 60.0
 
 
 @contextlib.contextmanager
-def serving(*args: str, prelude: str | None = None, **popen: Any) -> Iterator[tuple[subprocess.Popen, str]]:
+def serving(
+    *args: str, prelude: str | None = None, model: Any = MODEL, **popen: Any
+) -> Iterator[tuple[subprocess.Popen, str]]:
     """``ortstate serve MODEL --port 0 ARGS`` in a process of its own (``prelude``: Python code
-    that runs the command line itself, ``popen``: more of ``subprocess.Popen``'s arguments): (the
-    process, its URL)."""
+    that runs the command line itself, ``model``: another model or LLM folder, ``popen``: more of
+    ``subprocess.Popen``'s arguments): (the process, its URL)."""
     python = ["-m", "ortstate"] if prelude is None else ["-c", prelude]
-    command = [sys.executable, *python, "serve", str(MODEL), "--port", "0", *args]
+    command = [sys.executable, *python, "serve", str(model), "--port", "0", *args]
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
     try:
         with selectors.DefaultSelector() as sel:

@@ -1,5 +1,5 @@
-"""ortstate serve and an LLM with KV caches: refused in one line that says what to use instead (and by
---durable, whose log could not hold a cache per step)."""
+"""ortstate serve and an LLM IR with KV caches: refused in one line that says to serve its folder (OpenAI API);
+--durable refuses KV caches (its log could not hold a cache per step), for an IR or a folder."""
 
 from __future__ import annotations
 
@@ -20,9 +20,8 @@ def test_an_llm_is_refused_with_what_to_use_instead(capsys):
     assert code == 2 and out == ""
     assert_one_line_error(
         err,
-        f"{LLAMA}: an LLM with KV caches: ortstate serve streams models whose state has a fixed size per stream "
-        "(recurrent and SSM models); generate for many LLM streams at once in Python with "
-        "ortstate.generate.ContinuousBatcher (docs/streams.md)",
+        f"{LLAMA}: an LLM with KV caches: serve its optimum-intel folder with the OpenAI API "
+        f"(ortstate serve {Path(LLAMA).parent}; docs/serve.md)",
     )
 
 
@@ -33,4 +32,14 @@ def test_durable_refuses_kv_caches_in_one_line(tmp_path):
         ServeError, match=r"^--durable logs each stream's whole state at every step; this model keeps KV"
     ):
         StreamService(pool, tmp_path, durable=True)
-    assert not (tmp_path / "journal").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_durable_refuses_an_llm_folder_in_one_line(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "serve", str(Path(LLAMA).parent), "--state-dir", str(tmp_path), "--durable")
+    assert code == 2 and out == ""
+    assert_one_line_error(
+        err,
+        "--durable logs each stream's whole state at every step, and an LLM's KV cache grows with every token: an "
+        "LLM folder is served without it (with --state-dir, conversations are parked at a clean stop)",
+    )

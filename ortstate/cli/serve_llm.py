@@ -1,0 +1,107 @@
+"""``ortstate serve LLM_DIR``: an optimum-intel LLM folder served with OpenAI's API over a
+:class:`~ortstate.generate.ContinuousBatcher` (what ``ortstate serve`` does when MODEL is a folder)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import ServeError, UsageError
+from .command import EXIT_OK
+
+__all__ = ["EXIT_STREAMS_LOST", "LLM_HELP", "serve_llm"]
+
+EXIT_STREAMS_LOST = 3  # stopped, but streams or conversations that could not be parked (a full disk) are lost
+
+LLM_HELP = """\
+An LLM (MODEL an optimum-intel export folder, decoder-only, with its tokenizer.json and chat
+template): served with OpenAI's API (docs/serve.md), every request generating on one
+ContinuousBatcher (--max-batch requests decoding in one run per tick, default 64; up to
+--max-streams requests at once, one more is answered 503):
+  GET  /v1/models                  the model, its id the folder's name (or --model-name)
+  POST /v1/completions             prompt: text or token ids
+  POST /v1/chat/completions        messages through the folder's chat template
+each with "stream": true (server-sent events, a chunk per token, then [DONE]; "stream_options":
+{"include_usage": true} adds a usage chunk) or without; max_tokens / max_completion_tokens,
+temperature (0: greedy), top_p, seed, stop (strings, left out of the text); n must be 1; no
+logprobs, tools or penalties. Errors have OpenAI's body {"error": {"message", "type", "param",
+"code"}}: 400 a bad request (malformed JSON, a bad field, a prompt over the context length), 401
+no or a wrong token, 404 another model, 503 full. A client that goes away cancels its request.
+The same --token and loopback rules.
+
+conversations (an ortstate extension): a request with the header "X-Ortstate-Conversation: ID"
+keeps conversation ID's KV cache between turns, so the next turn prefills only what its prompt adds
+(usage.prompt_tokens_details.cached_tokens says how many were reused); a prompt that does not start
+with what the cache holds is prefilled whole. --max-conversations are kept; with --state-dir, all
+are parked there on SIGTERM or Ctrl-C (exit 3 if one cannot be), and those idle for --idle-park
+seconds, and a server started again on it continues them. --ray is for stream models only."""
+
+
+def serve_llm(args: argparse.Namespace, folder: Path) -> int:
+    """Serve an optimum-intel LLM folder with OpenAI's API until SIGTERM or Ctrl-C."""
+    if args.ray:
+        raise UsageError("--ray applies to stream models, not to an LLM folder yet")
+    if args.durable:
+        raise UsageError(
+            "--durable logs each stream's whole state at every step, and an LLM's KV cache grows with every "
+            "token: an LLM folder is served without it (with --state-dir, conversations are parked at a clean stop)"
+        )
+    if args.max_conversations < 1:
+        raise UsageError(f"--max-conversations must be positive, got {args.max_conversations}")
+    from ..serve import server
+    from ..serve.app import DEFAULT_MAX_MESSAGE_BYTES
+    from ..serve.auth import check_exposure
+
+    try:
+        check_exposure(args.host, args.token)
+        sock = server.bind(args.host, args.port)
+    except ServeError as exc:
+        raise UsageError(str(exc)) from None
+    slots = args.max_batch or min(64, args.max_streams)
+    try:
+        service, app = server.build_llm(
+            folder,
+            args.max_streams,
+            slots,
+            args.token,
+            model_name=args.model_name,
+            threads=args.threads,
+            max_body_bytes=args.max_message_bytes,
+            state_dir=args.state_dir,
+            max_conversations=args.max_conversations,
+            idle_park=args.idle_park,
+        )
+    except ServeError as exc:  # --state-dir cannot be made, written, read or locked
+        sock.close()
+        raise UsageError(str(exc)) from None
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        settings = server.config(app, DEFAULT_MAX_MESSAGE_BYTES, args.max_streams, args.token)
+    except ServeError as exc:  # too few open files
+        sock.close()
+        service.release()
+        raise UsageError(str(exc)) from None
+    url = server.url_of(sock)
+
+    def ready() -> None:
+        print(
+            f"ortstate serve: {folder} as model '{service.model_id}' on {url} (OpenAI API at /v1, {slots} "
+            "requests generating at once; SIGTERM or Ctrl-C stops it)",
+            flush=True,
+        )
+
+    server.serve_forever(app, service, sock, settings, ready)
+    parked = service.conversations.parked
+    print(
+        f"ortstate serve: stopped; {parked} conversations parked in {args.state_dir}"
+        if args.state_dir
+        else "ortstate serve: stopped",
+        flush=True,
+    )
+    if service.lost:  # each named in the log already
+        print(f"ortstate: error: {len(service.lost)} conversations could not be parked: lost", file=sys.stderr)
+        return EXIT_STREAMS_LOST
+    return EXIT_OK

@@ -1,0 +1,208 @@
+"""Conversations kept between requests: ortstate's extension of the OpenAI API.
+
+A request carrying ``X-Ortstate-Conversation: ID`` continues conversation ``ID``: its KV cache stays
+in the batcher's pool between turns (a :class:`~ortstate.generate.KeptStream`). A turn whose text
+(the chat template's rendering of all its messages, or a completion's prompt) starts with the last
+turn's text and its reply as the client got it is tokenized as that turn's token ids, the reply's
+as they were generated, then the rest of the text's: the cache holds all but the last of those
+already, so only what follows is fed (``usage.prompt_tokens_details.cached_tokens`` says how
+many were not). Any other turn is tokenized afresh and, its ids not starting with what the cache
+holds, prefilled whole from an empty cache: a turn is never answered from a cache that is not its
+prompt's start. One request at a time per conversation (another waits a few seconds, then is
+refused with 409).
+
+At most ``limit`` conversations are kept: one more makes room by parking (with a state directory)
+or forgetting the least recently used idle one, and :meth:`Conversations.park_idle` parks those
+idle for a while; a forgotten conversation's next turn is prefilled
+whole. With a state directory, every conversation is parked there when the server stops:
+``ID.npz`` (its caches, the pool's snapshot of the model) and ``ID.json`` (the tokens they hold,
+the last turn's text and ids); a server started again on the directory continues it. A parked
+file that cannot be read back is dropped (logged): the turn is prefilled whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import socket
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import OrtStateError, PoolFullError
+from ..generate import ContinuousBatcher, KeptStream
+from .openai_api import ApiError
+from .state_dir import DirLock, open_state_dir
+
+__all__ = ["HEADER", "ID_PATTERN", "Conversation", "Conversations"]
+
+HEADER = "x-ortstate-conversation"
+ID_PATTERN = re.compile(r"[A-Za-z0-9._~-]{1,128}")
+WAIT_SECONDS = 5.0  # a request on a busy conversation waits that long for it
+logger = logging.getLogger("ortstate.serve")
+
+
+@dataclass
+class Conversation:
+    """One conversation: its kept stream, and what its last turn was.
+
+    Attributes:
+        text: the last turn's prompt text and its reply as generated (special tokens kept), or
+            None (token ids only, or never answered).
+        ids: the token ids of that: the prompt's and every generated one.
+    """
+
+    kept: KeptStream
+    text: str | None = None
+    ids: list[int] = field(default_factory=list)
+
+    def continued(self, text: str) -> int | None:
+        """Where ``text`` (a new turn's whole prompt) goes on past what the last turn was, or None
+        when it does not start with it."""
+        last = self.text
+        return len(last) if last and len(text) > len(last) and text.startswith(last) else None
+
+
+class Conversations:
+    """The conversations of one server (``state_dir``: parked there, found there again)."""
+
+    def __init__(self, batcher: ContinuousBatcher, state_dir: str | os.PathLike[str] | None, limit: int = 1024) -> None:
+        self.batcher = batcher
+        self.state_dir = None if state_dir is None else Path(state_dir)
+        self.limit = limit
+        self._kept: OrderedDict[str, Conversation] = OrderedDict()  # least recently used first
+        self._claimed: set[str] = set()  # a request runs on these
+        self._last: dict[str, float] = {}  # when a request on each last ended
+        self._parked: set[str] = set()
+        self.lost: dict[str, str] = {}  # conversations park_all could not park: why
+        self._dir_lock: DirLock | None = None
+        if self.state_dir is not None:
+            name = f"{socket.gethostname()}-{os.getpid()}"
+            self._dir_lock, found = open_state_dir(self.state_dir, name, shared=False)
+            self._parked = {c for c in found if ID_PATTERN.fullmatch(c) and (self.state_dir / f"{c}.json").is_file()}
+
+    @property
+    def parked(self) -> int:
+        return len(self._parked)
+
+    async def take(self, cid: str) -> Conversation:
+        """Conversation ``cid`` (a new one if unknown), claimed for one request until :meth:`done`.
+
+        Raises:
+            ApiError: 400 a malformed id, 409 another request on it did not end in time, 503 no
+                row of the pool is free for it.
+        """
+        if not ID_PATTERN.fullmatch(cid):
+            raise ApiError(f"{HEADER}: 1 to 128 of A-Z a-z 0-9 . _ ~ -, got {cid[:40]!r}", param=HEADER)
+        deadline = time.monotonic() + WAIT_SECONDS
+        while cid in self._claimed or (cid in self._kept and self._kept[cid].kept.busy):
+            if time.monotonic() > deadline:
+                raise ApiError(f"conversation {cid} has a request running", 409, param=HEADER, error_code="busy")
+            await asyncio.sleep(0.005)
+        conversation = self._kept.get(cid)
+        if conversation is None:
+            self._make_room()
+            conversation = self._restore(cid) if cid in self._parked else None
+            try:
+                conversation = conversation or Conversation(self.batcher.keep())
+            except PoolFullError as exc:
+                raise ApiError(str(exc), 503, kind="server_error", error_code="server_full") from None
+            self._kept[cid] = conversation
+        self._kept.move_to_end(cid)
+        self._claimed.add(cid)
+        return conversation
+
+    def done(self, cid: str) -> None:
+        """The request on ``cid`` ended (its stream turns idle once the batcher lets go of it)."""
+        self._claimed.discard(cid)
+        self._last[cid] = time.monotonic()
+
+    def park_idle(self, seconds: float) -> int:
+        """Park every conversation idle for ``seconds`` in the state directory; how many were.
+
+        Raises:
+            OrtStateError, OSError: one could not be written (it stays in memory; the others wait).
+        """
+        if self.state_dir is None:
+            return 0
+        since, count = time.monotonic() - seconds, 0
+        for cid in list(self._kept):
+            conversation = self._kept[cid]
+            if not conversation.kept.busy and cid not in self._claimed and self._last.get(cid, 0.0) <= since:
+                self._park(cid, conversation)
+                count += 1
+        return count
+
+    async def park_all(self) -> int:
+        """Park every idle conversation in the state directory (at shutdown); how many were."""
+        if self.state_dir is None:
+            return 0
+        count = 0
+        for cid in list(self._kept):
+            conversation = self._kept[cid]
+            if conversation.kept.busy or cid in self._claimed:
+                self.lost[cid] = "a request was still running on it"
+                logger.error("ortstate serve: conversation %s cannot be parked: a request was still running", cid)
+                continue
+            try:
+                self._park(cid, conversation)
+                count += 1
+            except (OrtStateError, OSError) as exc:
+                self.lost[cid] = str(exc)
+                logger.error("ortstate serve: conversation %s cannot be parked, it is lost: %s", cid, exc)
+        return count
+
+    def release(self) -> None:
+        """Let go of the state directory (once the server has stopped)."""
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _make_room(self) -> None:
+        idle = [c for c, k in self._kept.items() if not k.kept.busy and c not in self._claimed]
+        while len(self._kept) >= self.limit and idle:
+            cid = idle.pop(0)
+            conversation = self._kept[cid]
+            try:
+                if self.state_dir is not None:
+                    self._park(cid, conversation)
+                    continue
+            except (OrtStateError, OSError) as exc:
+                logger.warning("ortstate serve: conversation %s cannot be parked, it is forgotten: %s", cid, exc)
+            del self._kept[cid]
+            self.batcher.forget(conversation.kept)
+
+    def _park(self, cid: str, conversation: Conversation) -> None:
+        assert self.state_dir is not None
+        npz, meta = self.state_dir / f"{cid}.npz", self.state_dir / f"{cid}.json"
+        partial, partial_meta = self.state_dir / f"{cid}.partial.npz", self.state_dir / f"{cid}.partial"
+        self.batcher.save_kept(conversation.kept, partial)
+        held = {"tokens": conversation.kept.tokens, "text": conversation.text, "ids": conversation.ids}
+        partial_meta.write_text(json.dumps(held))
+        os.replace(partial, npz)
+        os.replace(partial_meta, meta)
+        del self._kept[cid]
+        self._last.pop(cid, None)
+        self.batcher.forget(conversation.kept)
+        self._parked.add(cid)
+
+    def _restore(self, cid: str) -> Conversation | None:
+        assert self.state_dir is not None
+        npz, meta = self.state_dir / f"{cid}.npz", self.state_dir / f"{cid}.json"
+        self._parked.discard(cid)
+        try:
+            held = json.loads(meta.read_text())
+            text, ids = held["text"], [int(t) for t in held["ids"]]
+            if text is not None and not isinstance(text, str):
+                raise ValueError(f"text: expected a string, got {type(text).__name__}")
+            return Conversation(self.batcher.load_kept(npz, held["tokens"]), text, ids)
+        except (OrtStateError, OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("ortstate serve: conversation %s cannot be restored, it starts over: %s", cid, exc)
+            return None
+        finally:
+            npz.unlink(missing_ok=True)
+            meta.unlink(missing_ok=True)

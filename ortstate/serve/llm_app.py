@@ -1,0 +1,248 @@
+"""The ASGI app of ``ortstate serve`` for an LLM folder: OpenAI's API over an :class:`LlmService`.
+
+``GET /v1/models`` (and ``/v1/models/{id}``), ``POST /v1/completions``, ``POST /v1/chat/completions``
+(see :mod:`.openai_api` for what they take), ``GET /v1/health``. With ``"stream": true`` a response
+is server-sent events: a chunk per generated token (``data: {...}``, then ``data: [DONE]``); an
+error after the first chunk is sent as a last ``data: {"error": ...}`` event. A client that goes
+away (closes the stream, or its connection while waiting for a whole response) cancels its request.
+Every error, routing ones and 401 included, has OpenAI's body. A request with the header
+``X-Ortstate-Conversation`` continues that conversation's cache (:mod:`.conversations`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..errors import OrtStateError
+from .auth import BearerAuth
+from .conversations import HEADER
+from .llm_service import Generation, LlmService
+from .openai_api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "UNAUTHORIZED", "create_llm_app"]
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+UNAUTHORIZED = ApiError(
+    "missing or wrong API key (send Authorization: Bearer TOKEN)", 401, error_code="invalid_api_key"
+)
+logger = logging.getLogger("ortstate.serve")
+
+
+def create_llm_app(
+    service: LlmService,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    idle_park: float | None = None,
+) -> Any:
+    """The ASGI app serving ``service`` with OpenAI's API.
+
+    Args:
+        token: if given, every request must carry ``Authorization: Bearer TOKEN`` (OpenAI's clients
+            send their ``api_key`` so).
+        max_body_bytes: the largest request body (a larger one is answered 413).
+        idle_park: park conversations idle that long (seconds; needs the service's state directory).
+    """
+
+    async def models(request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [service.model_card()]})
+
+    async def model(request: Request) -> JSONResponse:
+        service.check_model(request.path_params["id"])
+        return JSONResponse(service.model_card())
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    async def completions(request: Request) -> Response:
+        return await _answer(service, request, parse_completion, max_body_bytes, chat=False)
+
+    async def chat(request: Request) -> Response:
+        return await _answer(service, request, parse_chat, max_body_bytes, chat=True)
+
+    async def api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return JSONResponse(exc.body(), status_code=exc.code)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        error = ApiError(f"{request.method} {request.url.path}: {exc.detail}", exc.status_code)
+        return JSONResponse(error.body(), status_code=exc.status_code)
+
+    routes = [
+        Route("/v1/models", models),
+        Route("/v1/models/{id:path}", model),
+        Route("/v1/health", health),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+    ]
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        ApiError: api_error,
+        HTTPException: http_error,
+    }
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        parker = asyncio.create_task(_park_idle(service, idle_park)) if idle_park is not None else None
+        try:
+            yield
+        finally:
+            if parker is not None:
+                parker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await parker
+            await service.park_all()  # every conversation, when the server stops (with a state directory)
+
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+    body = json.dumps(UNAUTHORIZED.body()).encode()
+    return app if token is None else BearerAuth(app, token, error_body=body)
+
+
+async def _park_idle(service: LlmService, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(min(max(seconds / 2, 0.05), 1.0))
+        try:
+            service.conversations.park_idle(seconds)
+        except (OrtStateError, OSError) as exc:  # a full disk: they stay in memory; try again later
+            logger.warning("ortstate serve: cannot park idle conversations: %s", exc)
+
+
+async def _body(request: Request, limit: int) -> Any:
+    """The request's JSON body, read up to ``limit`` bytes.
+
+    Raises:
+        ApiError: 413 over the limit; 400 not JSON.
+    """
+    data = bytearray()
+    async for part in request.stream():
+        data += part
+        if len(data) > limit:
+            raise ApiError(f"the request body is over {limit} bytes", 413)
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(f"the request body is not valid JSON: {exc}") from None
+
+
+async def _answer(
+    service: LlmService, request: Request, parse: Callable[[Any], Any], limit: int, chat: bool
+) -> Response:
+    parsed = parse(await _body(request, limit))
+    cid = request.headers.get(HEADER)
+    service.start(parsed)  # a bad request is refused before it waits for its conversation
+    admitted = service.admit()  # 503 now, before any byte of the answer; given back when it ends
+
+    conversation = None
+    released = False
+
+    def release() -> None:  # once the answer ends, however it ends (more calls do nothing)
+        nonlocal released
+        if not released:
+            released = True
+            if cid is not None and conversation is not None:
+                service.conversations.done(cid)
+            admitted()
+
+    try:
+        conversation = None if cid is None else await service.conversations.take(cid)
+        generation = service.start(parsed, conversation)
+    except BaseException:
+        release()
+        raise
+    headers = {} if cid is None else {HEADER: cid}
+
+    rid = new_id(chat)
+    if generation.sampling.stream:
+        return StreamingResponse(
+            _events(generation, rid, chat, release),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no", **headers},
+            background=BackgroundTask(release),  # also when the events never started (a client gone at once)
+        )
+    try:
+        await _unless_gone(request, _run(generation))
+    finally:
+        release()
+    ids = (generation.prompt, generation.tokens) if generation.sampling.token_ids else None
+    body = completion(rid, service.model_id, chat, generation.text, str(generation.finish), _usage(generation), ids)
+    return JSONResponse(body, headers=headers)
+
+
+def _usage(generation: Generation) -> dict[str, Any]:
+    return usage(len(generation.prompt), len(generation.tokens), generation.cached)
+
+
+async def _run(generation: Generation) -> None:
+    try:
+        async for _ in generation.pieces():
+            pass
+    except OrtStateError as exc:
+        raise _failed(exc) from None
+
+
+def _failed(exc: OrtStateError) -> ApiError:
+    logger.warning("ortstate serve: a generation failed: %s", exc)
+    return ApiError(f"generation failed: {exc}", 500, kind="server_error")
+
+
+async def _unless_gone(request: Request, work: Awaitable[None]) -> None:
+    """Await ``work``, cancelling it if the client disconnects first (its body is read already, so
+    the next message is the disconnect)."""
+    task = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this request itself is cancelled (the server stopping)
+        watch.cancel()
+        task.cancel()
+        raise
+    watch.cancel()
+    if not task.done():  # the client went first: its generation ends (the batcher drops it)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise ApiError("the client went away", 499)
+    task.result()
+
+
+async def _events(generation: Generation, rid: str, chat: bool, release: Callable[[], None]) -> AsyncIterator[bytes]:
+    """The server-sent events of a streamed answer (cancelled by Starlette when the client goes)."""
+    model, sampling = generation.service.model_id, generation.sampling
+    extra = {"with_usage": sampling.include_usage}
+    try:
+        if chat:
+            yield _event(chunk(rid, model, chat, role=True, **extra))
+        try:
+            async for text, ids in generation.pieces():
+                pieces = ids if sampling.token_ids else None
+                yield _event(chunk(rid, model, chat, text, ids=pieces, **extra))
+        except OrtStateError as exc:
+            yield _event(_failed(exc).body())
+            return
+        yield _event(chunk(rid, model, chat, "", generation.finish, **extra))
+        if sampling.include_usage:
+            yield _event(chunk(rid, model, chat, used=_usage(generation)))
+        yield b"data: [DONE]\n\n"
+    finally:
+        release()
+
+
+def _event(body: Any) -> bytes:
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"

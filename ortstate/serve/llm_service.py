@@ -1,0 +1,287 @@
+"""What ``ortstate serve`` does for an LLM folder behind the OpenAI API: one
+:class:`~ortstate.generate.ContinuousBatcher` generating for every request at once, the folder's
+tokenizer and chat template around it, and how many requests it takes at once.
+
+A request's text is decoded token by token (:class:`~ortstate.generate.IncrementalDecoder`, so
+the pieces streamed add up to the decoded tokens exactly); a stop string ends the generation as
+soon as the text holds it, and the text from it on is left out (as OpenAI does). While stop strings
+are asked for, the text that could be the start of one is held back until it is known not to be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import GenerationError
+from ..generate import (
+    ContinuousBatcher,
+    IncrementalDecoder,
+    KeptStream,
+    SearchOptions,
+    Tokenizer,
+    find_model_files,
+)
+from ..generate.prompts import check_prompts
+from .conversations import Conversation, Conversations
+from .openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
+
+__all__ = ["Generation", "LlmService"]
+
+
+@dataclass
+class Generation:
+    """One request's generation: what :meth:`LlmService.start` checked, and what it made so far.
+
+    Attributes:
+        finish: ``"stop"`` (an eos token or a stop string) or ``"length"`` once it ended, else None.
+    """
+
+    service: LlmService
+    prompt: list[int]
+    max_tokens: int
+    sampling: Sampling
+    search: dict[str, Any]
+    prompt_text: str | None = None  # None: token ids
+    conversation: Conversation | None = None
+    kept: KeptStream | None = None  # the conversation's cache, continued
+    cached: int = 0  # prompt tokens the conversation's cache held already
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    finish: str | None = None
+
+    async def pieces(self) -> AsyncIterator[tuple[str, list[int]]]:
+        """Each new token as (the text now final, possibly "", the tokens since the last piece)."""
+        batcher, stops = self.service.batcher, self.sampling.stop
+        hold = max((len(s) for s in stops), default=1) - 1
+        decoder = IncrementalDecoder(self.service.tokenizer)
+        full, sent, pending = "", 0, []
+        stream = batcher.stream(self.prompt, self.max_tokens, kept=self.kept, **self.search)
+        async with contextlib.aclosing(stream):
+            async for token in stream:
+                self.tokens.append(token)
+                pending.append(token)
+                full += decoder.push(token)
+                cut = _first_stop(full, stops, sent)
+                if cut is not None:
+                    self.text, self.finish = full[:cut], "stop"
+                    self._remember(cut=True)
+                    yield full[sent:cut], pending
+                    return
+                upto = max(sent, len(full) - hold)
+                yield full[sent:upto], pending
+                sent, pending = upto, []
+        full += decoder.flush()
+        cut = _first_stop(full, stops, sent)
+        end = len(full) if cut is None else cut
+        self.text = full[:end]
+        ended = cut is not None or (self.tokens and self.tokens[-1] in batcher.eos_token_ids)
+        self.finish = "length" if not ended and len(self.tokens) >= self.max_tokens else "stop"
+        self._remember(cut=cut is not None)
+        if end > sent or pending:
+            yield full[sent:end], pending
+
+    def _remember(self, cut: bool) -> None:
+        """Tell the conversation what this turn was: the prompt and the reply as the client got
+        it, and their token ids, an eos token that ended the reply left out (a chat template writes
+        its own after the reply). A reply cut at a stop string is no start of the next turn: the
+        tokens went on past its text."""
+        if self.conversation is None:
+            return
+        ended = bool(self.tokens) and self.tokens[-1] in self.service.batcher.eos_token_ids
+        self.conversation.text = None if self.prompt_text is None or cut else self.prompt_text + self.text
+        self.conversation.ids = self.prompt + (self.tokens[:-1] if ended else self.tokens)
+
+
+def _first_stop(text: str, stops: tuple[str, ...], start: int) -> int | None:
+    found = [i for s in stops if (i := text.find(s, start)) >= 0]
+    return min(found) if found else None
+
+
+class LlmService:
+    """Requests of one model on one batcher.
+
+    Args:
+        batcher: generates (its pool's ``max_context`` is the context length).
+        tokenizer: the folder's, with its chat template.
+        model_id: the name clients give as ``model``.
+        max_requests: requests at once (generating or waiting for a row); one more is refused (503).
+    """
+
+    def __init__(
+        self,
+        batcher: ContinuousBatcher,
+        tokenizer: Tokenizer,
+        model_id: str,
+        max_requests: int,
+        conversations: Conversations | None = None,
+    ) -> None:
+        self.batcher = batcher
+        self.conversations = conversations or Conversations(batcher, None)
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.max_requests = max_requests
+        self.context = batcher.pool.max_context
+        self.created = int(time.time())
+        self.in_flight = 0
+        self.draining = False
+
+    @classmethod
+    def from_dir(
+        cls,
+        folder: str | os.PathLike[str],
+        *,
+        model_name: str | None = None,
+        max_requests: int = 1024,
+        slots: int = 64,
+        threads: int | None = None,
+        kv_cache_bytes: int | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        max_conversations: int = 1024,
+    ) -> LlmService:
+        """Load an optimum-intel folder's decoder into a batcher of ``slots`` rows, and its tokenizer;
+        conversations are kept (``max_conversations`` at most) and, with ``state_dir``, parked there.
+
+        Raises:
+            GenerationError: no decoder-only IR, no tokenizer.json, or no chat template that parses; and whatever
+                :meth:`ContinuousBatcher.from_dir` raises (all ``OrtStateError``).
+        """
+        files = find_model_files(folder)  # no IR: said first
+        if files.encoder or files.embeddings:
+            part = "an encoder" if files.encoder else "a text-embeddings model"
+            raise GenerationError(f"{files.folder}: has {part}: ortstate serve takes decoder-only LLMs (token ids in)")
+        tokenizer = Tokenizer.from_dir(folder)
+        tokenizer.check_chat_template()
+        batcher = ContinuousBatcher.from_dir(folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes)
+        try:
+            conversations = Conversations(batcher, state_dir, max_conversations)
+        except BaseException:
+            batcher.close()
+            raise
+        return cls(batcher, tokenizer, model_name or Path(folder).resolve().name, max_requests, conversations)
+
+    @property
+    def lost(self) -> dict[str, str]:
+        """Conversations that could not be parked at shutdown: why."""
+        return self.conversations.lost
+
+    # -- what the API shows ---------------------------------------------------------------------------
+    def model_card(self) -> dict[str, Any]:
+        return {
+            "id": self.model_id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "ortstate",
+            "max_model_len": self.context,
+        }
+
+    def check_model(self, model: str) -> None:
+        if model != self.model_id:
+            raise ApiError(
+                f"the model '{model}' does not exist: this server serves '{self.model_id}'",
+                404,
+                param="model",
+                error_code="model_not_found",
+            )
+
+    # -- admission ----------------------------------------------------------------------------------
+    def admit(self) -> Callable[[], None]:
+        """Take one of ``max_requests`` places; what gives it back (calling it again does nothing).
+
+        Raises:
+            ApiError: 503, every place is taken or the server is stopping.
+        """
+        if self.draining:
+            raise ApiError("the server is shutting down", 503, kind="server_error", error_code="shutting_down")
+        if self.in_flight >= self.max_requests:
+            raise ApiError(
+                f"server full: it generates for {self.in_flight} requests (--max-streams {self.max_requests}); "
+                "try again later",
+                503,
+                kind="server_error",
+                error_code="server_full",
+            )
+        self.in_flight += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.in_flight -= 1
+
+        return release
+
+    # -- requests -----------------------------------------------------------------------------------
+    def start(self, request: CompletionRequest | ChatRequest, conversation: Conversation | None = None) -> Generation:
+        """Tokenize a request and check it fits, before anything runs. In a ``conversation`` whose
+        last turn (prompt and reply) starts the request's text, the prompt is that turn's token ids,
+        the reply's as generated, then the rest of the text's.
+
+        Raises:
+            ApiError: 404 for another model; 400 for a prompt the tokenizer or template refuses, token
+                ids out of the vocabulary, a prompt and ``max_tokens`` over the context length, or
+                search options out of range.
+        """
+        sampling = request.sampling
+        self.check_model(sampling.model)
+        param = "messages" if isinstance(request, ChatRequest) else "prompt"
+        text: str | None = None
+        try:
+            if isinstance(request, ChatRequest):
+                text = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True)
+                prompt = self.tokenizer.encode(text, add_special_tokens=False)
+            elif isinstance(request.prompt, str):
+                text = request.prompt
+                prompt = self.tokenizer.encode(text)
+            else:
+                prompt = list(request.prompt)
+            at = conversation.continued(text) if conversation is not None and text is not None else None
+            if conversation is not None and at is not None:
+                prompt = conversation.ids + self.tokenizer.encode(text[at:], add_special_tokens=False)
+            if not prompt:
+                raise GenerationError("the prompt makes no tokens")
+            check_prompts([prompt], 1, vocab_size=self.batcher.vocab_size)
+        except GenerationError as exc:
+            raise ApiError(str(exc), param=param) from None
+        room = self.context - len(prompt)
+        wanted = sampling.max_tokens if sampling.max_tokens is not None else room
+        if room < 1 or wanted > room:
+            raise ApiError(
+                f"this model's maximum context length is {self.context} tokens; the request asks for "
+                f"{len(prompt) + max(wanted, 1)} ({len(prompt)} in the {param}, {max(wanted, 1)} for the completion)",
+                param=param,
+                error_code="context_length_exceeded",
+            )
+        search = sampling.search(dict(self.batcher.search_defaults))
+        try:
+            SearchOptions.build(self.batcher.search_defaults, **search)
+        except GenerationError as exc:
+            raise ApiError(str(exc)) from None
+        generation = Generation(self, prompt, wanted, sampling, search, prompt_text=text, conversation=conversation)
+        if conversation is not None:
+            generation.kept, generation.cached = conversation.kept, conversation.kept.reuses(prompt)
+        return generation
+
+    # -- what the server's lifecycle calls ------------------------------------------------------------
+    async def drain(self, timeout: float) -> None:
+        """Take no new request; wait (up to ``timeout`` seconds) for those generating to end."""
+        self.draining = True
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def park_all(self) -> int:
+        """Park every conversation in the state directory (none without one); how many were."""
+        return await self.conversations.park_all()
+
+    def release(self) -> None:
+        """Stop the batcher's thread and let go of the state directory (once the server has stopped)."""
+        self.batcher.close()
+        self.conversations.release()

@@ -1,0 +1,331 @@
+"""The OpenAI API's request and response shapes, as ``ortstate serve`` speaks them for an LLM folder.
+
+A request body is checked whole before anything runs: a field of the wrong type or out of range,
+a feature this server does not have (``n`` > 1, ``logprobs``, tools, penalties, ``echo``, ...) is
+an :class:`ApiError` naming the field, answered in OpenAI's error body
+``{"error": {"message", "type", "param", "code"}}`` with its HTTP status. Fields no check names
+(``user``, ``metadata``, ...) are ignored, as OpenAI's clients send them freely.
+
+One ortstate extension, vLLM's: ``"return_token_ids": true`` adds ``token_ids`` (the generated
+token ids) and ``prompt_token_ids`` to a choice (a streamed chunk: the ids of its text).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ServeError
+
+__all__ = ["ApiError", "Sampling", "chunk", "completion", "parse_chat", "parse_completion", "usage"]
+
+MAX_STOP = 4  # stop strings per request, as OpenAI
+
+
+class ApiError(ServeError):
+    """A request answered with OpenAI's error body.
+
+    Attributes:
+        code: the HTTP status.
+        kind: the body's ``type``; ``param`` the field at fault; ``error_code`` the body's ``code``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        *,
+        param: str | None = None,
+        kind: str = "invalid_request_error",
+        error_code: str | None = None,
+    ) -> None:
+        super().__init__(message, status)
+        self.param = param
+        self.kind = kind
+        self.error_code = error_code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.error_code}}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What a request asks of the generation (checked).
+
+    Attributes:
+        max_tokens: new tokens at most (None: up to the context length).
+        temperature: 0 is greedy; above, sampling at that temperature.
+        stop: texts ending the completion (left out of it).
+    """
+
+    model: str
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+    token_ids: bool
+
+    def search(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
+        """The :class:`~ortstate.generate.SearchOptions` keywords: greedy at temperature 0, else
+        sampling over every token (``top_k`` only when ``generation_config.json`` sets one)."""
+        if self.temperature == 0:
+            return {}
+        search: dict[str, Any] = {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
+        if "top_k" not in defaults:
+            search["top_k"] = 0
+        if self.seed is not None:
+            search["seed"] = self.seed
+        return search
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """``POST /v1/completions``: a text prompt or token ids."""
+
+    prompt: str | list[int]
+    sampling: Sampling
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """``POST /v1/chat/completions``: messages of text (``role``, ``content``)."""
+
+    messages: list[dict[str, str]]
+    sampling: Sampling
+
+
+# -- parsing ----------------------------------------------------------------------------------------
+_REFUSED = {  # field -> what it would need; refused unless absent, null or its neutral value
+    "logprobs": ("logprobs are not supported", (None, False, 0)),
+    "top_logprobs": ("top_logprobs are not supported", (None, 0)),
+    "echo": ("echo is not supported", (None, False)),
+    "best_of": ("best_of is not supported (one choice per request)", (None, 1)),
+    "suffix": ("suffix is not supported", (None, "")),
+    "presence_penalty": ("presence_penalty is not supported", (None, 0)),
+    "frequency_penalty": ("frequency_penalty is not supported", (None, 0)),
+    "logit_bias": ("logit_bias is not supported", (None, {})),
+    "tools": ("tools are not supported", (None, [])),
+    "functions": ("functions are not supported", (None, [])),
+    "tool_choice": ("tool_choice is not supported", (None, "none")),
+    "function_call": ("function_call is not supported", (None, "none")),
+    "response_format": ("response_format is not supported (text only)", (None, {"type": "text"})),
+}
+
+
+def _number(body: Mapping[str, Any], key: str, default: float, lo: float, hi: float, *, open_lo: bool = False) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value > hi or value < lo or (open_lo and value == lo):
+        bound = f"{'>' if open_lo else '>='} {lo:g} and <= {hi:g}"
+        raise ApiError(f"{key} must be a number {bound}, got {value!r}", param=key)
+    return float(value)
+
+
+def _integer(body: Mapping[str, Any], key: str, lo: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ApiError(f"{key} must be an integer >= {lo}, got {value!r}", param=key)
+    return value
+
+
+def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...]) -> Sampling:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError("model: a model id (a string) is required", param="model")
+    for key, (why, neutral) in _REFUSED.items():
+        if body.get(key) not in neutral:
+            raise ApiError(why, param=key)
+    n = _integer(body, "n", 1)
+    if n is not None and n != 1:
+        raise ApiError(f"n must be 1 (one choice per request), got {n}", param="n")
+    max_tokens = None
+    for key in max_keys:
+        given = _integer(body, key, 1)
+        max_tokens = given if given is not None and max_tokens is None else max_tokens
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ApiError(f"seed must be an integer >= 0, got {seed!r}", param="seed")
+    stop = body.get("stop")
+    stops = () if stop is None else (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
+        raise ApiError(f"stop must be a non-empty string or a list of them, got {stop!r}", param="stop")
+    if len(stops) > MAX_STOP:
+        raise ApiError(f"stop takes at most {MAX_STOP} strings, got {len(stops)}", param="stop")
+    stream = body.get("stream")
+    if stream not in (None, True, False):
+        raise ApiError(f"stream must be true or false, got {stream!r}", param="stream")
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise ApiError("stream_options is only allowed when stream is true", param="stream_options")
+    if options is not None and (
+        not isinstance(options, Mapping) or options.get("include_usage") not in (None, True, False)
+    ):
+        raise ApiError(f"stream_options must be {{'include_usage': bool}}, got {options!r}", param="stream_options")
+    token_ids = body.get("return_token_ids")
+    if token_ids not in (None, True, False):
+        raise ApiError(f"return_token_ids must be true or false, got {token_ids!r}", param="return_token_ids")
+    return Sampling(
+        model=model,
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, open_lo=True),
+        seed=seed,
+        stop=tuple(stops),
+        stream=bool(stream),
+        include_usage=bool(options and options.get("include_usage")),
+        token_ids=bool(token_ids),
+    )
+
+
+def _object(body: Any) -> Mapping[str, Any]:
+    if not isinstance(body, Mapping):
+        raise ApiError(f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def parse_completion(body: Any) -> CompletionRequest:
+    """A ``/v1/completions`` body: ``prompt`` is a string, a list of token ids, or a list of one of either.
+
+    Raises:
+        ApiError: the body is not what the API takes, or asks for what this server does not do.
+    """
+    body = _object(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    ids = isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    if not (isinstance(prompt, str) or ids):
+        many = isinstance(prompt, list) and all(isinstance(p, (str, list)) for p in prompt)
+        why = "one prompt per request" if many and prompt else "a string or a list of token ids"
+        raise ApiError(f"prompt must be {why}, got {_short(prompt)}", param="prompt")
+    if not prompt:
+        raise ApiError("prompt is empty", param="prompt")
+    return CompletionRequest(prompt, _sampling(body, ("max_tokens",)))
+
+
+def parse_chat(body: Any) -> ChatRequest:
+    """A ``/v1/chat/completions`` body: ``messages`` with a ``role`` (``developer`` read as ``system``)
+    and a text ``content`` (a string, or a list of ``{"type": "text", "text": ...}`` parts, joined).
+
+    Raises:
+        ApiError: as :func:`parse_completion`.
+    """
+    body = _object(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(f"messages must be a non-empty list, got {_short(messages)}", param="messages")
+    out = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise ApiError(f"{where} must be an object with a role, got {_short(message)}", param=where)
+        content = message.get("content")
+        if isinstance(content, list):
+            if not all(
+                isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+            ):
+                raise ApiError(f"{where}.content: only text parts are supported", param=f"{where}.content")
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise ApiError(f"{where}.content must be text, got {_short(content)}", param=f"{where}.content")
+        role = "system" if message["role"] == "developer" else message["role"]  # OpenAI's newer name for it
+        out.append({"role": role, "content": content})
+    return ChatRequest(out, _sampling(body, ("max_completion_tokens", "max_tokens")))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# -- responses --------------------------------------------------------------------------------------
+def new_id(chat: bool) -> str:
+    return f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached: int = 0) -> dict[str, Any]:
+    """OpenAI's usage; ``cached``: prompt tokens a conversation's cache held already."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def _choice(chat: bool, text: str, finish: str | None, delta: bool, role: bool = False) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0}
+    if not chat:
+        choice["text"] = text
+    elif delta:  # the finish chunk's delta is empty
+        choice["delta"] = {} if finish else {"role": "assistant", "content": text} if role else {"content": text}
+    else:
+        choice["message"] = {"role": "assistant", "content": text}
+    choice["logprobs"] = None
+    choice["finish_reason"] = finish
+    return choice
+
+
+def completion(
+    rid: str,
+    model: str,
+    chat: bool,
+    text: str,
+    finish: str,
+    used: dict[str, Any],
+    ids: tuple[list[int], list[int]] | None,
+) -> dict[str, Any]:
+    """A whole (not streamed) response; ``ids``: (prompt, generated) token ids when asked for."""
+    choice = _choice(chat, text, finish, delta=False)
+    if ids is not None:
+        choice["prompt_token_ids"], choice["token_ids"] = ids
+    return {
+        "id": rid,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": used,
+    }
+
+
+def chunk(
+    rid: str,
+    model: str,
+    chat: bool,
+    text: str = "",
+    finish: str | None = None,
+    *,
+    role: bool = False,
+    ids: list[int] | None = None,
+    used: dict[str, Any] | None = None,
+    with_usage: bool = False,
+) -> dict[str, Any]:
+    """A streamed chunk: a piece of text (``role``: the first of a chat), the finish, or (``used``
+    given) the usage chunk with no choice; ``with_usage``: the others carry ``"usage": null``."""
+    body: dict[str, Any] = {
+        "id": rid,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [],
+    }
+    if used is None:
+        choice = _choice(chat, text, finish, delta=True, role=role)
+        if ids is not None:
+            choice["token_ids"] = ids
+        body["choices"] = [choice]
+    if used is not None or with_usage:
+        body["usage"] = used
+    return body

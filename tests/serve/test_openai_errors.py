@@ -1,0 +1,285 @@
+"""``ortstate serve`` for an LLM folder refuses what it cannot do in OpenAI's error body, with
+OpenAI's statuses (400, 401, 404, 405, 413, 503), through the ``openai`` client and raw HTTP; the
+command line serves a folder until SIGTERM, and refuses what does not fit in one line."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from conftest import serving
+from oracle import REPO, assert_one_line_error, run_cli
+
+from ortstate.errors import ServeError
+from ortstate.generate import Generator
+from ortstate.serve import serve_llm_in_thread
+
+LLM = REPO / "models" / "llm"
+TOKEN = "s3cret"
+
+
+def error(message: str, param: str | None = None, code: str | None = None, kind: str = "invalid_request_error") -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Any]:
+    with serve_llm_in_thread(LLM / "llama", 3, slots=2, token=TOKEN) as running:
+        yield running
+
+
+def client(url: str, key: str = TOKEN) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def raw(url: str, path: str, body: bytes | None, token: str | None = TOKEN) -> tuple[int, Any]:
+    headers = {"content-type": "application/json"}
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url + path, data=body, headers=headers, method="GET" if body is None else "POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def refused(call: Any, status: int) -> dict:
+    with pytest.raises(openai.APIStatusError) as info:
+        call()
+    assert info.value.status_code == status
+    return info.value.response.json()
+
+
+def test_requests_the_server_cannot_take(server: Any) -> None:
+    api = client(server.url)
+    long, longer = (len(server.service.tokenizer.encode("x " * n)) for n in (100, 30))
+    complete = api.completions.create
+    chat = api.chat.completions.create
+    cases = [
+        (
+            lambda: complete(model="gpt-4", prompt="x"),
+            404,
+            error("the model 'gpt-4' does not exist: this server serves 'llama'", "model", "model_not_found"),
+        ),
+        (
+            lambda: complete(model="llama", prompt="x", max_tokens=-1),
+            400,
+            error("max_tokens must be an integer >= 1, got -1", "max_tokens"),
+        ),
+        (
+            lambda: complete(model="llama", prompt="x " * 100),
+            400,
+            error(
+                f"this model's maximum context length is 128 tokens; the request asks for {long + 1} ({long} in the "
+                "prompt, 1 for the completion)",
+                "prompt",
+                "context_length_exceeded",
+            ),
+        ),
+        (
+            lambda: complete(model="llama", prompt="x " * 30, max_tokens=100),
+            400,
+            error(
+                f"this model's maximum context length is 128 tokens; the request asks for {longer + 100} ({longer} "
+                "in the prompt, 100 for the completion)",
+                "prompt",
+                "context_length_exceeded",
+            ),
+        ),
+        (
+            lambda: chat(model="llama", messages=[{"role": "user", "content": "hi"}], n=2),
+            400,
+            error("n must be 1 (one choice per request), got 2", "n"),
+        ),
+        (
+            lambda: chat(model="llama", messages=[{"role": "user", "content": "hi"}], logprobs=True),
+            400,
+            error("logprobs are not supported", "logprobs"),
+        ),
+        (
+            lambda: chat(model="llama", messages=[{"role": "tool", "content": "hi"}]),
+            400,
+            error(
+                f"{LLM / 'llama' / 'tokenizer_config.json'}: chat template failed: roles are system, user and "
+                "assistant, got tool",
+                "messages",
+            ),
+        ),
+        (
+            lambda: chat(model="llama", messages=[], temperature=0),
+            400,
+            error("messages must be a non-empty list, got []", "messages"),
+        ),
+        (
+            lambda: chat(model="llama", messages=[{"role": "user", "content": "hi"}], temperature=3),
+            400,
+            error("temperature must be a number >= 0 and <= 2, got 3", "temperature"),
+        ),
+        (
+            lambda: complete(model="llama", prompt="x", stream_options={"include_usage": True}),
+            400,
+            error("stream_options is only allowed when stream is true", "stream_options"),
+        ),
+        (
+            lambda: complete(model="llama", prompt=["one", "two"]),
+            400,
+            error("prompt must be one prompt per request, got ['one', 'two']", "prompt"),
+        ),
+        (
+            lambda: complete(model="llama", prompt=[5, 300]),
+            400,
+            error("token id(s) 300 outside the vocabulary (0..255)", "prompt"),
+        ),
+        (
+            lambda: api.models.retrieve("gpt-4"),
+            404,
+            error("the model 'gpt-4' does not exist: this server serves 'llama'", "model", "model_not_found"),
+        ),
+    ]
+    for call, status, body in cases:
+        assert refused(call, status) == body
+
+
+def test_raw_http_errors(server: Any) -> None:
+    message = (
+        "the request body is not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(char 1)"
+    )
+    assert raw(server.url, "/v1/completions", b"{bad") == (400, error(message))
+    assert raw(server.url, "/v1/chat/completions", b"[1]") == (
+        400,
+        error("the request body must be a JSON object, got list"),
+    )
+    assert raw(server.url, "/v1/completions", b'{"model": "llama", "prompt": "' + b"x" * (1 << 20) + b'"}') == (
+        413,
+        error("the request body is over 1048576 bytes"),
+    )
+    assert raw(server.url, "/v1/nowhere", b"{}") == (404, error("POST /v1/nowhere: Not Found"))
+    assert raw(server.url, "/v1/completions", None) == (405, error("GET /v1/completions: Method Not Allowed"))
+    unauthorized = error("missing or wrong API key (send Authorization: Bearer TOKEN)", code="invalid_api_key")
+    assert raw(server.url, "/v1/models", None, token=None) == (401, unauthorized)
+    assert refused(lambda: client(server.url, key="wrong").models.list(), 401) == unauthorized
+
+
+def test_a_full_server_answers_503_until_a_place_is_free(server: Any) -> None:
+    api = client(server.url)
+    releases = [server.service.admit() for _ in range(3)]  # the server's 3 places, as 3 requests hold them
+    try:
+        full = error(
+            "server full: it generates for 3 requests (--max-streams 3); try again later",
+            kind="server_error",
+            code="server_full",
+        )
+        assert refused(lambda: api.completions.create(model="llama", prompt="x", max_tokens=2), 503) == full
+        releases.pop()()
+        got = api.completions.create(model="llama", prompt="x", max_tokens=2, temperature=0)
+        assert got.choices[0].finish_reason in ("length", "stop") and got.usage.completion_tokens >= 1
+    finally:
+        for release in releases:
+            release()
+    assert server.service.in_flight == 0
+
+
+def test_no_token_means_loopback_only() -> None:
+    with pytest.raises(ServeError) as info:
+        with serve_llm_in_thread(LLM / "llama", host="0.0.0.0"):
+            pass
+    assert str(info.value).startswith("refusing to listen on 0.0.0.0 without a token")
+
+
+def test_the_command_line_serves_a_folder_until_sigterm() -> None:
+    gen = Generator.from_dir(LLM / "qwen2")
+    messages = [{"role": "user", "content": "Which runtime runs it?"}]
+    prompt = gen.tokenizer.apply_chat_template(messages)
+    want = gen.tokenizer.decode(gen.generate(gen.tokenizer.encode(prompt, add_special_tokens=False), 5))
+    with serving("--token", TOKEN, "--model-name", "tiny", model=LLM / "qwen2") as (proc, url):
+        api = client(url)
+        got = api.chat.completions.create(model="tiny", messages=messages, max_tokens=5, temperature=0)
+        assert got.choices[0].message.content == want
+        assert refused(lambda: client(url, key="wrong").models.list(), 401)["error"]["code"] == "invalid_api_key"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and err == "" and out.splitlines()[-1] == "ortstate serve: stopped"
+
+
+def test_the_docs_curl_example() -> None:
+    """docs/serve.md's curl line, run against ``ortstate serve models/llm/llama`` on the port it got."""
+    section = (REPO / "docs" / "serve.md").read_text(encoding="utf-8").split("## LLMs: the OpenAI API")[1]
+    line = next(b for b in section.split("```bash\n")[1:] if b.startswith("curl ")).split("```")[0]
+    gen = Generator.from_dir(LLM / "llama")
+    prompt = gen.tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}])
+    ids = gen.tokenizer.encode(prompt, add_special_tokens=False)
+    want = gen.generate(ids, 8)
+    with serving(model=LLM / "llama") as (proc, url):
+        assert "http://127.0.0.1:8000/" in line
+        done = subprocess.run(
+            ["bash", "-c", line.replace("http://127.0.0.1:8000", url)], capture_output=True, text=True
+        )
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["id"].startswith("chatcmpl-") and isinstance(body.pop("created"), int)
+    assert body == {
+        "id": body["id"],
+        "object": "chat.completion",
+        "model": "llama",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": gen.tokenizer.decode(want)},
+                "logprobs": None,
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {  # as docs/serve.md says
+            "prompt_tokens": 14,
+            "completion_tokens": 8,
+            "total_tokens": 22,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        },
+    }
+    assert len(ids) == 14 and len(want) == 8
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (
+            ["serve", LLM / "t5"],
+            1,
+            f"{LLM / 't5'}: has an encoder: ortstate serve takes decoder-only LLMs (token ids in)",
+        ),
+        (
+            ["serve", LLM / "mamba"],
+            1,
+            f"{LLM / 'mamba' / 'openvino_model.xml'}: cannot pool its streams: the model has no KV cache read by a "
+            "fused attention",
+        ),
+        (["serve", LLM / "llama", "--ray"], 2, "--ray applies to stream models, not to an LLM folder"),
+        (
+            ["serve", LLM / "llama", "--state-dir", "x", "--durable"],
+            2,
+            "--durable applies to stream models, not to an LLM folder",
+        ),
+        (["serve", LLM / "llama", "--max-conversations", "0"], 2, "--max-conversations must be positive, got 0"),
+        (
+            ["serve", REPO / "models" / "lstm_1l" / "model.xml", "--model-name", "x"],
+            2,
+            "--model-name and --max-conversations apply to an LLM folder",
+        ),
+    ],
+    ids=["encoder-decoder", "no-kv-cache", "ray", "durable", "max-conversations", "model-name"],
+)
+def test_command_line_refusals(capsys: pytest.CaptureFixture[str], argv: list, code: int, message: str) -> None:
+    got, out, err = run_cli(capsys, *argv, "--port", "0")
+    assert (got, out) == (code, "")
+    assert_one_line_error(err, message)
