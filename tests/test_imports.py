@@ -21,7 +21,9 @@ BASE = {
     "state_format",
     "protosize",
     "output_files",
-}  # errors, version, format names, writing
+    "model_path",
+    "extras",
+}  # errors, version, format names, writing, where a model file is, the optional extras
 # What each top-level part of the package may import besides itself. Passes (ONNX -> ONNX rewrites)
 # know only the format, so the converter (explicit_state=True) and the runtime (form="auto") both
 # apply them; the runtime knows nothing of IR files or the converter (the package root composes

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import IRFileError, UsageError
-from ..ir.model_path import model_file
+from ..model_path import model_file
 from ..runtime.loaded import FORMS
 
 FORM_HELP = (

@@ -17,11 +17,11 @@ import defusedxml.ElementTree as SafeET
 import numpy as np
 
 from ..errors import IRError, IRFileError
+from ..model_path import model_file
 from .constants import ConstantTable, Packed, decode_constant
 from .edges import parse_edges, topological_order
 from .graph import Graph, Layer
 from .layers import KNOWN_OPSETS, layer_where, parse_layer
-from .model_path import model_file
 
 __all__ = ["KNOWN_OPSETS", "read_ir"]
 

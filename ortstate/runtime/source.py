@@ -17,7 +17,7 @@ from typing import Any
 import onnx
 
 from ..errors import IRFileError, OrtStateError
-from ..ir.model_path import model_file
+from ..model_path import model_file
 
 __all__ = ["Loader", "Source", "read_source", "register_loader"]
 

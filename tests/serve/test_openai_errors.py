@@ -264,12 +264,7 @@ def test_the_docs_curl_example() -> None:
             f"{LLM / 'mamba' / 'openvino_model.xml'}: cannot pool its streams: the model has no KV cache read by a "
             "fused attention",
         ),
-        (["serve", LLM / "llama", "--ray"], 2, "--ray applies to stream models, not to an LLM folder"),
-        (
-            ["serve", LLM / "llama", "--state-dir", "x", "--durable"],
-            2,
-            "--durable applies to stream models, not to an LLM folder",
-        ),
+        (["serve", LLM / "llama", "--ray"], 2, "--ray applies to stream models, not to an LLM folder yet"),
         (["serve", LLM / "llama", "--max-conversations", "0"], 2, "--max-conversations must be positive, got 0"),
         (
             ["serve", REPO / "models" / "lstm_1l" / "model.xml", "--model-name", "x"],
@@ -277,7 +272,7 @@ def test_the_docs_curl_example() -> None:
             "--model-name and --max-conversations apply to an LLM folder",
         ),
     ],
-    ids=["encoder-decoder", "no-kv-cache", "ray", "durable", "max-conversations", "model-name"],
+    ids=["encoder-decoder", "no-kv-cache", "ray", "max-conversations", "model-name"],
 )
 def test_command_line_refusals(capsys: pytest.CaptureFixture[str], argv: list, code: int, message: str) -> None:
     got, out, err = run_cli(capsys, *argv, "--port", "0")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import IRFileError
+from .errors import IRFileError
 
 __all__ = ["MODEL_SUFFIXES", "model_file"]
 
