@@ -384,3 +384,18 @@ def test_an_unexpected_error_is_logged_not_told(caplog):
     logged = [r for r in caplog.records if r.name == "ortstate.serve"]
     assert [r.getMessage() for r in logged] == ["ortstate serve: a stream's message raised"]
     assert "Unable to allocate 29.1 TiB" in str(logged[0].exc_info[1])
+
+
+def test_an_unknown_stream_is_refused_at_once(shared):
+    """``Client.stream(id)`` asks the server first: an id it does not know fails there, not at the
+    first step (and an AsyncClient's the same)."""
+    unknown = ortstate_id()
+    with pytest.raises(ServeError, match=rf"/v1/streams/{unknown}: 404 no such stream") as info:
+        Client(shared.url).stream(unknown)
+    assert info.value.code == 404
+
+    async def attempt() -> None:
+        await AsyncClient(shared.url).stream(unknown)
+
+    with pytest.raises(ServeError, match="404 no such stream"):
+        asyncio.run(attempt())
