@@ -90,13 +90,13 @@ def load_npy(path: str | Path, name: str) -> np.ndarray:
     raise UsageError(f"{p}: an .npz holding {held}; input '{name}' needs one array (numpy.save, or an .npz of one)")
 
 
-def parse_inputs(items: Sequence[str] | None) -> dict[str, np.ndarray]:
-    """``--input NAME=FILE.npy`` options -> {name: array}."""
+def parse_inputs(items: Sequence[str] | None, option: str = "--input") -> dict[str, np.ndarray]:
+    """``--input NAME=FILE.npy`` options (or another ``option`` of that form) -> {name: array}."""
     feeds: dict[str, np.ndarray] = {}
     for item in items or ():
-        name, path = split_assignment(item, "--input", "x=x.npy")
+        name, path = split_assignment(item, option, "x=x.npy")
         if name in feeds:
-            raise UsageError(f"--input {name} is given twice")
+            raise UsageError(f"{option} {name} is given twice")
         feeds[name] = load_npy(path, name)
     return feeds
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..convert import convert
-from ..errors import UsageError
+from ..errors import StateError, UsageError
 from ..output_files import check_folder, make_folder, write_file
 from ..runtime import StatefulSession, numpy_dtype
 from .args import add_form_option, add_verbose_option, existing_file, model_path, parse_inputs
@@ -29,12 +29,20 @@ examples:
   ortstate run model.onnx --input x=x.npy
   ortstate run model.xml --input x=x.npy --steps 5 --output-dir out/
   ortstate run model.xml --input input=prompt.npy --input beam_idx=beam.npy --steps 4
-  ortstate run model.onnx --input x=frames.npy --steps 10 --per-step   # frames.npy: [10, ...]"""
+  ortstate run model.onnx --input x=frames.npy --steps 10 --per-step   # frames.npy: [10, ...]
+  ortstate run model.xml --input x=x.npy --state h=h0.npy --state c=c0.npy   # states to start from"""
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="an ONNX model converted by ortstate, or an IR .xml")
     p.add_argument("--input", "-i", action="append", metavar="NAME=FILE.npy", help="an input's value (one per input)")
+    p.add_argument(
+        "--state",
+        action="append",
+        metavar="NAME=FILE.npy",
+        help="a variable's value before the first step (a state the IR gives no initial value for a dynamic "
+        "batch, say); the variables are listed by 'ortstate inspect MODEL'",
+    )
     p.add_argument("--steps", "-n", type=int, default=1, metavar="N", help="how many runs (default 1)")
     p.add_argument("--per-step", action="store_true", help="slice inputs with a leading axis of length N, one per step")
     p.add_argument("--output-dir", "-o", metavar="DIR", help="save every step's outputs there as .npy files")
@@ -63,6 +71,18 @@ def _check_feeds(session: StatefulSession, feeds: dict[str, np.ndarray]) -> None
         )
         if not fits:
             raise UsageError(f"input '{name}': shape {list(value.shape)} does not fit the model's {_dims(dims)}")
+
+
+def _set_states(session: StatefulSession, states: dict[str, np.ndarray]) -> None:
+    """The ``--state`` values, each checked as ``VariableState.state`` checks it (named if wrong)."""
+    known = {s.name: s for s in session.query_state()}
+    for name, value in states.items():
+        if name not in known:
+            raise UsageError(f"--state {name}: no such variable (the model's: {', '.join(sorted(known)) or 'none'})")
+        try:
+            known[name].state = value
+        except StateError as exc:
+            raise UsageError(f"--state {name}: {exc}") from None
 
 
 def _dims(dims: Any) -> str:
@@ -95,8 +115,10 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.output_dir) if args.output_dir else None
     if out_dir is not None:
         check_folder(out_dir)
+    states = parse_inputs(args.state, "--state")
     session = _session(args, path)
     _check_feeds(session, {n: v[0] if n in sliced else v for n, v in feeds.items()})
+    _set_states(session, states)
     if out_dir is not None:
         make_folder(out_dir)
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import StateError
-from ..model_meta import EXPLICIT
+from ..errors import RunError, StateError
+from ..model_meta import EXPLICIT, initial_shape
 from . import snapshot
 from .loaded import LoadedModel
 from .pyop_runner import PyOpRunner
@@ -79,12 +79,41 @@ class InferRequest:
         names = output_names or model.output_names
         model.check_io(names, input_feed)
         with self._lock:
-            return self._runner.run(names, input_feed, run_options)
+            try:
+                return self._runner.run(names, input_feed, run_options)
+            except RunError as exc:
+                empty = self._empty_states(input_feed)
+                if not empty:
+                    raise
+                raise RunError(f"{exc}; {empty}") from None
 
     def infer(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """OpenVINO-style: all outputs, by name."""
         names = self._model.output_names
         return dict(zip(names, self.run(names, inputs)))
+
+    def _empty_states(self, feeds: Mapping[str, Any]) -> str:
+        """Why a failed run may have failed: variables it read empty, their first value zeros with
+        a dim of 0 (a dynamic dim the IR gives no size to, as a dynamic batch of LowLatency2's or
+        MakeStateful's zero-initialised states); "" if none."""
+        empty = []
+        for var in self._model.meta.variables:
+            if self._store.initialized(var.id) or var.init != "zeros":
+                continue
+            try:
+                shape = initial_shape(var, feeds)
+            except ValueError:
+                continue
+            if 0 in shape:
+                empty.append((var.id, shape))
+        if not empty:
+            return ""
+        names = ", ".join(f"'{v}' {s}" for v, s in empty)
+        return (
+            f"the model's variables {names} start empty (the IR gives a dynamic dim of theirs no size): set "
+            "each one's value before the first step (query_state() and its .state, or load_state(FILE.npz); "
+            "ortstate run --state NAME=FILE.npy)"
+        )
 
     # -- state ------------------------------------------------------------------------------------
     def reset_state(self) -> None:
