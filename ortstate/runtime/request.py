@@ -14,7 +14,7 @@ from ..model_meta import EXPLICIT, initial_shape
 from . import snapshot
 from .loaded import LoadedModel
 from .pyop_runner import PyOpRunner
-from .runners import ExplicitRunner, Runner
+from .runners import ORT_FAILED, ExplicitRunner, Runner
 from .store import StateStore
 
 __all__ = ["InferRequest", "VariableState"]
@@ -82,7 +82,8 @@ class InferRequest:
             try:
                 return self._runner.run(names, input_feed, run_options)
             except RunError as exc:
-                empty = self._empty_states(input_feed)
+                # ONNX Runtime's own failure (not a refusal of ours): say what may have caused it
+                empty = self._empty_states(input_feed) if str(exc).startswith(ORT_FAILED) else ""
                 if not empty:
                     raise
                 raise RunError(f"{exc}; {empty}") from None

@@ -17,7 +17,7 @@ from .loaded import LoadedModel
 from .pingpong import PingPong, PingPongMiss
 from .store import StateStore
 
-__all__ = ["ExplicitRunner", "Runner", "feed_dict", "ort_error"]
+__all__ = ["ORT_FAILED", "ExplicitRunner", "Runner", "feed_dict", "ort_error"]
 
 _TRUE = np.array(True)
 _FALSE = np.array(False)
@@ -33,11 +33,14 @@ def feed_dict(feeds: Mapping[str, Any]) -> dict[str, Any]:
     return full
 
 
+ORT_FAILED = "run failed, no variable was changed: "  # how a failure of ONNX Runtime's own begins
+
+
 def ort_error(exc: BaseException) -> RunError:
     """ONNX Runtime's whole reason on one line: its first line often only names the node, the
     following ones say what was wrong (``index: 2 Got: 7 Expected: 8``)."""
     text = " ".join(str(exc).replace("[ONNXRuntimeError] : ", "").split()) or type(exc).__name__
-    return RunError(f"run failed, no variable was changed: {text}")
+    return RunError(f"{ORT_FAILED}{text}")
 
 
 class Runner:

@@ -24,7 +24,7 @@ from ..model_meta import CUSTOM_OP, ModelMeta, VariableMeta, fresh_name, read_me
 from ..passes import to_explicit
 from ..runtime import LoadedModel, numpy_dtype, snapshot
 from ..runtime.loaded import layer_behind, load_model
-from ..runtime.runners import ort_error
+from ..runtime.runners import ORT_FAILED, ort_error
 from ..runtime.source import Source, read_source
 from .batch_axes import Axes, B, find_axes, lost_dims
 from .row_index import offset_rows, row_index_inputs
@@ -279,5 +279,5 @@ def _run(loaded: LoadedModel, fetch: list[str], feeds: dict[str, Any], proto: on
     try:
         return loaded.fast.run(fetch, feeds, None)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
-        text = str(ort_error(exc)).removeprefix("run failed, no variable was changed: ")
+        text = str(ort_error(exc)).removeprefix(ORT_FAILED)
         raise OrtStateError(f"{origin}: cannot batch streams: {layer_behind(proto, text)}{text}") from None
