@@ -212,7 +212,7 @@ def _rss_target(doc: dict[str, Any], p: str) -> dict[str, Any]:
     if worst is None:
         return target(name, None, None, "n/a")
     r, n, a, b = worst
-    return target(name, r, r <= limit, f"{a:,.0f} vs {b:,.0f} MiB at {n} streams = {ratio_text(r)}")
+    return target(name, r, r <= limit, f"{a:,.0f} vs {b:,.0f} MiB at {n} stream{'s' * (n != 1)} = {ratio_text(r)}")
 
 
 def _tokens_target(doc: dict[str, Any], p: str) -> dict[str, Any]:

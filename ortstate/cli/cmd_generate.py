@@ -68,7 +68,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-new-tokens", "-n", type=int, default=16, metavar="N", help="at most N new tokens (default 16)"
     )
-    add_form_option(p)
+    add_form_option(
+        p,
+        "how the KV caches and other variables are kept: auto (default) = the explicit form, the fastest "
+        "(caches as graph inputs and outputs, appended in place where the attention allows); custom-op = "
+        "the Python state ops; explicit = like auto, but refuse a model that can't be rewritten",
+    )
     p.add_argument("--encoder-input", metavar="FILE.npy", help="the encoder's input (Whisper/T5)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at the end-of-sequence token")
     search = p.add_argument_group("search (as transformers' generate())")

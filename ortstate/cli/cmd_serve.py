@@ -15,6 +15,7 @@ from ..errors import ServeError, UsageError
 from ..extras import install_hint, missing_modules
 from .args import model_path
 from .command import EXIT_OK, Command
+from .report import count
 from .serve_llm import EXIT_STREAMS_LOST, LLM_HELP, serve_llm
 
 __all__ = ["COMMAND"]
@@ -135,7 +136,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="log every acknowledged step in --state-dir, so none is lost by a hard stop (needs --state-dir)",
     )
-    p.add_argument("--idle-park", type=float, metavar="S", help="park streams idle for S seconds (needs --state-dir)")
+    p.add_argument(
+        "--idle-park",
+        type=float,
+        metavar="S",
+        help="park streams idle for S seconds (default: never; needs --state-dir)",
+    )
     p.add_argument("--threads", type=int, default=1, metavar="T", help="ONNX Runtime intra-op threads (default 1)")
     p.add_argument("--ray", action="store_true", help="serve on Ray Serve, --replicas replicas (needs --state-dir)")
     p.add_argument("--replicas", type=int, default=2, metavar="R", help="--ray: replicas (default 2)")
@@ -234,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
     server.serve_forever(app, service, sock, settings, ready)
     parked = service.stats()["streams_parked"]
     print(
-        f"ortstate serve: stopped; {parked} streams parked in {args.state_dir}"
+        f"ortstate serve: stopped; {count(parked, 'stream')} parked in {args.state_dir}"
         if args.state_dir
         else "ortstate serve: stopped",
         flush=True,

@@ -35,9 +35,11 @@ COMMANDS: dict[str, Command] = {
 }
 
 DESCRIPTION = """\
-Run OpenVINO stateful models (ReadValue/Assign: LSTM states, LLM KV caches) in ONNX Runtime.
-Convert an IR (model.xml + model.bin) to ONNX, look inside it, run it step by step keeping its
-variables, and check it against OpenVINO."""
+Run OpenVINO stateful models (ReadValue/Assign: LSTM states, LLM KV caches) in ONNX Runtime:
+demo (the main job in one command), convert an IR (model.xml + model.bin) to ONNX, inspect a model,
+run it step by step keeping its variables, generate with an optimum-intel LLM folder, export that
+folder for other tools, verify it against OpenVINO, bench it beside OpenVINO, and serve many
+streams of it (or an LLM with OpenAI's API)."""
 
 EPILOG = """\
 examples:

@@ -127,7 +127,7 @@ def test_a_full_disk_at_shutdown_loses_only_what_it_must_and_says_so(tmp_path):
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 3
-    assert out.splitlines()[-1] == f"ortstate serve: stopped; 1 streams parked in {tmp_path}"
+    assert out.splitlines()[-1] == f"ortstate serve: stopped; 1 stream parked in {tmp_path}"
     lost = [s.id for s in streams[1:]]  # parked in the order they opened: the first fit
     assert err.splitlines() == [
         *(
