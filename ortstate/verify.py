@@ -30,6 +30,7 @@ from .errors import InputError, OpenVINOUnavailable, OrtStateError, RunError
 from .extras import install_hint
 from .ir import Graph, read_ir
 from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
+from .progress import task
 from .runtime import StatefulSession
 from .verify_inputs import DEFAULT_DIM, VerifyInputs, input_specs, random_inputs
 from .verify_reference import OV_CONFIG, Reference
@@ -193,9 +194,12 @@ def _trajectory(
 ) -> list[tuple[list[np.ndarray], dict[str, np.ndarray]]]:
     """OpenVINO's outputs and variables after each step of both phases."""
     trajectory = []
-    for phase in range(2):
-        request = reference.request()  # a fresh compile is OpenVINO's reset (see verify_reference)
-        trajectory.extend(reference.step(request, f) for f in feeds[phase * steps : (phase + 1) * steps])
+    with task("OpenVINO's steps", total=2 * steps) as bar:
+        for phase in range(2):
+            request = reference.request()  # a fresh compile is OpenVINO's reset (see verify_reference)
+            for f in feeds[phase * steps : (phase + 1) * steps]:
+                trajectory.append(reference.step(request, f))
+                bar.update()
     return trajectory
 
 

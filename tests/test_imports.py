@@ -23,7 +23,8 @@ BASE = {
     "output_files",
     "model_path",
     "extras",
-}  # errors, version, format names, writing, where a model file is, the optional extras
+    "progress",
+}  # errors, version, format names, writing, where a model file is, the optional extras, progress
 # What each top-level part of the package may import besides itself. Passes (ONNX -> ONNX rewrites)
 # know only the format, so the converter (explicit_state=True) and the runtime (form="auto") both
 # apply them; the runtime knows nothing of IR files or the converter (the package root composes

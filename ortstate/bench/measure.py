@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..progress import task
 from .runners import LABELS, Runner
 from .workloads import Workload
 
@@ -121,19 +122,21 @@ def measure(
         for feeds in workload.prefill + workload.steps[:warmup]:
             runner.step(feeds)
     clock = time.perf_counter_ns
-    for k in range(rounds):
-        if progress:
-            progress(f"{workload.name}: round {k + 1}/{rounds}")
-        for runner in runners if k % 2 == 0 else list(runners)[::-1]:
-            runner.reset()
-            for feeds in workload.prefill:
-                runner.step(feeds)
-            times = np.empty(len(workload.steps))
-            for i, feeds in enumerate(workload.steps):
-                start = clock()
-                runner.step(feeds)
-                times[i] = clock() - start
-            samples[runner.name].append(times / 1e3)
+    with task(f"{workload.name}: rounds x runners", total=rounds * len(runners)) as bar:
+        for k in range(rounds):
+            if progress:
+                progress(f"{workload.name}: round {k + 1}/{rounds}")
+            for runner in runners if k % 2 == 0 else list(runners)[::-1]:
+                runner.reset()
+                for feeds in workload.prefill:
+                    runner.step(feeds)
+                times = np.empty(len(workload.steps))
+                for i, feeds in enumerate(workload.steps):
+                    start = clock()
+                    runner.step(feeds)
+                    times[i] = clock() - start
+                samples[runner.name].append(times / 1e3)
+                bar.update()
     stats = [RunnerStats(n, np.concatenate(s), [float(np.median(x)) for x in s]) for n, s in samples.items()]
     stats += [RunnerStats(n, skipped=why) for n, why in (skipped or {}).items()]
     order = list(LABELS)

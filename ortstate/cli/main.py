@@ -10,6 +10,7 @@ from importlib import metadata
 from typing import NoReturn
 
 from ..errors import InputError, IRFileError, OpenVINOUnavailable, OrtStateError, OutputFileError, UsageError
+from ..progress import shown
 from ..runtime import options as ort_options
 from ..version import __version__
 from . import cmd_bench, cmd_convert, cmd_demo, cmd_export, cmd_generate, cmd_inspect, cmd_run, cmd_serve, cmd_verify
@@ -139,11 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(command: Command, args: argparse.Namespace) -> int:
     """Run ``command``, with ONNX Runtime's log let through for its duration under ``--verbose``."""
-    if not getattr(args, "verbose", False):
-        return command.run(args)
-    quiet = ort_options.log_severity()
-    ort_options.set_log_severity(VERBOSE_LOG_SEVERITY)
-    try:
-        return command.run(args)
-    finally:
-        ort_options.set_log_severity(quiet)
+    with shown():  # long work's progress bars, on a terminal
+        if not getattr(args, "verbose", False):
+            return command.run(args)
+        quiet = ort_options.log_severity()
+        ort_options.set_log_severity(VERBOSE_LOG_SEVERITY)
+        try:
+            return command.run(args)
+        finally:
+            ort_options.set_log_severity(quiet)

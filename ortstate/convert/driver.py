@@ -16,6 +16,7 @@ from ..model_meta import CONTRIB_DOMAIN, CUSTOM_OP, ModelMeta, write_meta
 from ..output_files import check_writable
 from ..passes import cancel_transposes, fold_static, guard_inits, prune, to_explicit
 from ..passes.walk import rename_reads, sorted_nodes
+from ..progress import task
 from . import ops  # noqa: F401  (registers the translators)
 from .builder import GraphBuilder
 from .compressed import MS_DOMAIN
@@ -161,22 +162,25 @@ def _write(graph: Graph, b: GraphBuilder, variables: list[Variable], options: Co
 
     ctx.value_of = value_of
     costly: set[str] = set()
-    for layer in graph.topological():
-        if layer.type in ("Parameter", "Result"):
-            continue
-        first = len(b.nodes)
-        if layer.type == "ReadValue":
-            init = value_of(layer, 0) if state.variable(layer).init == "computed" else None
-            values[(layer.id, layer.outputs[0].id)] = state.read(layer, init)
-        elif layer.type == "Assign":
-            out = state.assign(layer, value_of(layer, 0))
-            for port in layer.outputs:
-                values[(layer.id, port.id)] = out
-        else:
-            translate_layer(layer, ctx, values, value_of)
-            if layer.type not in _CHEAP_INIT_OPS:
-                costly.update(node.name for node in b.nodes[first:])
-        tag(b.nodes[first:], layer)
+    layers = graph.topological()
+    with task("translating layers", total=len(layers)) as bar:
+        for layer in layers:
+            bar.update()
+            if layer.type in ("Parameter", "Result"):
+                continue
+            first = len(b.nodes)
+            if layer.type == "ReadValue":
+                init = value_of(layer, 0) if state.variable(layer).init == "computed" else None
+                values[(layer.id, layer.outputs[0].id)] = state.read(layer, init)
+            elif layer.type == "Assign":
+                out = state.assign(layer, value_of(layer, 0))
+                for port in layer.outputs:
+                    values[(layer.id, port.id)] = out
+            else:
+                translate_layer(layer, ctx, values, value_of)
+                if layer.type not in _CHEAP_INIT_OPS:
+                    costly.update(node.name for node in b.nodes[first:])
+            tag(b.nodes[first:], layer)
     _add_outputs(graph, b, value_of)
     _read_aliases(b, ctx.aliases)
     return _Written(ctx, state, costly)
