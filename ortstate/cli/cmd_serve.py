@@ -8,8 +8,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-
-import onnxruntime as ort
+from typing import Any
 
 from ..errors import ServeError, UsageError
 from ..extras import install_hint, missing_modules
@@ -165,6 +164,21 @@ def _check_extra() -> None:
         )
 
 
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The command line's :class:`~ortstate.serve.config.ServeConfig` settings (besides the model,
+    the state directory and Ray's)."""
+    return {
+        "max_streams": args.max_streams,
+        "max_batch": args.max_batch,
+        "max_delay": args.max_delay_ms / 1e3,
+        "token": args.token,
+        "max_message_bytes": args.max_message_bytes,
+        "idle_park": args.idle_park,
+        "threads": args.threads,
+        "durable": args.durable,
+    }
+
+
 def _positive(args: argparse.Namespace, *options: str) -> None:
     for option in options:
         value = getattr(args, option.replace("-", "_"))
@@ -195,28 +209,15 @@ def run(args: argparse.Namespace) -> int:
 
     from ..serve import server
     from ..serve.auth import check_exposure
+    from ..serve.config import ServeConfig
 
     try:  # the command line asked for something that cannot be: exit 2
         check_exposure(args.host, args.token)
         sock = server.bind(args.host, args.port)
     except ServeError as exc:
         raise UsageError(str(exc)) from None
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    options.inter_op_num_threads = 1
     try:
-        service, app = server.build(
-            path,
-            args.max_streams,
-            args.max_batch,
-            args.max_delay_ms / 1e3,
-            args.state_dir,
-            args.token,
-            args.max_message_bytes,
-            args.idle_park,
-            options,
-            durable=args.durable,
-        )
+        service, app = server.build(ServeConfig(str(path), state_dir=args.state_dir, **_settings(args)))
     except ServeError as exc:  # --state-dir cannot be made, written, read or locked, or the log refused
         sock.close()
         raise UsageError(str(exc)) from None
@@ -267,20 +268,7 @@ def _ray(args: argparse.Namespace, path: Path) -> int:
     except (ServeError, OSError) as exc:
         why = str(exc) if isinstance(exc, ServeError) else f"--state-dir {args.state_dir}: {exc.strerror}"
         raise UsageError(why) from None
-    app = make_app(
-        path,
-        args.state_dir,
-        replicas=args.replicas,
-        max_streams=args.max_streams,
-        max_batch=args.max_batch,
-        max_delay=args.max_delay_ms / 1e3,
-        token=args.token,
-        max_message_bytes=args.max_message_bytes,
-        idle_park=args.idle_park,
-        handoff=args.handoff,
-        threads=args.threads,
-        durable=args.durable,
-    )
+    app = make_app(path, args.state_dir, replicas=args.replicas, handoff=args.handoff, **_settings(args))
 
     def ready(url: str) -> None:
         print(

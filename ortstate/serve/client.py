@@ -19,7 +19,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -115,6 +115,23 @@ def _after_loss(info: dict[str, Any], steps: int | None, error: ServeError) -> s
     raise ServeError(f"stream {info.get('id')}: the server has it at step {made}, this client at {steps}")
 
 
+class _Retry:
+    """Both clients' one retry policy: try again after a retriable error, waiting 0.05 s at first and
+    twice as long each time (1 s at most), until ``timeout`` seconds have passed."""
+
+    def __init__(self, timeout: float) -> None:
+        self._deadline = time.monotonic() + timeout
+        self._delay = _FIRST_DELAY
+
+    def delay(self, error: ServeError, retriable: Callable[[ServeError], bool]) -> float:
+        """Seconds to wait before trying again after ``error``; raises it if it is not
+        ``retriable`` or the time is up."""
+        if not retriable(error) or time.monotonic() + self._delay > self._deadline:
+            raise error
+        delay, self._delay = self._delay, min(2 * self._delay, _LAST_DELAY)
+        return delay
+
+
 def _reply(message: str | bytes) -> dict[str, np.ndarray]:
     if isinstance(message, bytes):
         return decode_npz(message, _REPLY_LIMIT)
@@ -164,16 +181,14 @@ class Stream:
         return outputs
 
     def _resume(self, message: bytes, error: ServeError) -> str | bytes:
-        deadline = time.monotonic() + self._client.http.timeout
+        retry = _Retry(self._client.http.timeout)
         while True:
             try:
                 todo = _after_loss(self._client.where(self.id), self.steps, error)
                 return self._exchange(message if todo == "again" else '{"op": "last"}')
             except ServeError as again:
-                if not _lost(again) or time.monotonic() > deadline:
-                    raise
+                time.sleep(retry.delay(again, _lost))
                 error = again
-            time.sleep(_LAST_DELAY / 4)
 
     def reset(self) -> None:
         """Put the stream back at the model's initial state."""
@@ -207,8 +222,7 @@ class Stream:
             raise _closed(exc, self.id) from None
 
     def _exchange(self, message: str | bytes) -> str | bytes:
-        deadline = time.monotonic() + self._client.http.timeout
-        delay = _FIRST_DELAY
+        retry = _Retry(self._client.http.timeout)
         while True:
             try:
                 if self._connection is None:
@@ -221,10 +235,7 @@ class Stream:
                     raise _closed(exc, self.id) from None
             except ServeError as error:
                 self.disconnect()
-                if not _again(error) or time.monotonic() + delay > deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(2 * delay, _LAST_DELAY)
+                time.sleep(retry.delay(error, _again))
 
     def __enter__(self) -> Stream:
         return self
@@ -301,16 +312,14 @@ class AsyncStream:
         return outputs
 
     async def _resume(self, message: bytes, error: ServeError) -> str | bytes:
-        deadline = time.monotonic() + self._client.http.timeout
+        retry = _Retry(self._client.http.timeout)
         while True:
             try:
                 todo = _after_loss(await self._client.where(self.id), self.steps, error)
                 return await self._exchange(message if todo == "again" else '{"op": "last"}')
             except ServeError as again:
-                if not _lost(again) or time.monotonic() > deadline:
-                    raise
+                await asyncio.sleep(retry.delay(again, _lost))
                 error = again
-            await asyncio.sleep(_LAST_DELAY / 4)
 
     async def reset(self) -> None:
         _ok(await self._exchange('{"op": "reset"}'))
@@ -335,8 +344,7 @@ class AsyncStream:
             raise _closed(exc, self.id) from None
 
     async def _exchange(self, message: str | bytes) -> str | bytes:
-        deadline = time.monotonic() + self._client.http.timeout
-        delay = _FIRST_DELAY
+        retry = _Retry(self._client.http.timeout)
         while True:
             try:
                 if self._connection is None:
@@ -349,10 +357,7 @@ class AsyncStream:
                     raise _closed(exc, self.id) from None
             except ServeError as error:
                 await self.disconnect()
-                if not _again(error) or time.monotonic() + delay > deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, _LAST_DELAY)
+                await asyncio.sleep(retry.delay(error, _again))
 
     async def __aenter__(self) -> AsyncStream:
         return self

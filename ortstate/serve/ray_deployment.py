@@ -23,15 +23,13 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import onnxruntime as ort
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
 from ..errors import ServeError
-from .app import DEFAULT_MAX_MESSAGE_BYTES
+from .config import ServeConfig
 from .server import bind, build
 
 __all__ = ["DEFAULT_HANDOFF", "ROUTER", "OrtStateStreams", "app_builder", "make_app", "serve_on_ray"]
@@ -43,30 +41,13 @@ _GRACE = 10.0  # past the handoff: how long Ray waits for a removed replica's so
 
 @serve.ingress()
 class OrtStateStreams:
-    """One replica: a StreamPool behind the ``ortstate serve`` app (``settings``: :func:`make_app`'s)."""
+    """One replica: a StreamPool behind the ``ortstate serve`` app, as ``config`` says."""
 
-    def __init__(self, settings: dict[str, Any]) -> None:
-        self.settings = settings
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
 
     def __serve_build_asgi_app__(self) -> Any:
-        s = self.settings
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = s["threads"]
-        options.inter_op_num_threads = 1
-        _, app = build(
-            s["model"],
-            s["max_streams"],
-            s["max_batch"],
-            s["max_delay"],
-            s["state_dir"],
-            s["token"],
-            s["max_message_bytes"],
-            s["idle_park"],
-            options,
-            shared=True,
-            handoff=s["handoff"],
-            durable=s.get("durable", False),
-        )
+        _, app = build(self.config)
         return app
 
 
@@ -75,76 +56,58 @@ def make_app(
     state_dir: str | os.PathLike[str],
     *,
     replicas: int = 2,
-    max_streams: int = 1024,
-    max_batch: int | None = None,
-    max_delay: float = 0.0005,
-    token: str | None = None,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    idle_park: float | None = None,
     handoff: float = DEFAULT_HANDOFF,
-    threads: int = 1,
-    durable: bool = False,
+    **settings: Any,
 ) -> Any:
     """The Ray Serve application serving ``model``'s streams on ``replicas`` replicas, for
-    ``serve.run``. Running it again (another ``replicas``) replaces every replica, one after
-    another; to add or remove replicas in place, deploy :func:`app_builder` from a config and
-    change the deployment's ``num_replicas`` there (docs/serve.md).
+    ``serve.run``; ``settings`` are :class:`ServeConfig`'s (``max_streams`` per replica, ``token``,
+    ``durable``: each replica logs every step it acknowledges, and the streams of a replica that
+    dies without its shutdown code (SIGKILL, its node lost) continue on another at their last
+    acknowledged step). Running it again (another ``replicas``) replaces every replica, one after
+    another; to add or remove replicas in place, deploy :func:`app_builder` from a config and change
+    the deployment's ``num_replicas`` there (docs/serve.md).
 
     ``model`` and ``state_dir`` must be paths every replica reaches (on a cluster: a shared
-    filesystem); ``max_streams`` is per replica. ``durable``: each replica logs every step it
-    acknowledges (``--durable``); the streams of a replica that dies without its shutdown code
-    (SIGKILL, its node lost) continue on another at their last acknowledged step.
+    filesystem).
+
+    Raises:
+        ServeError: ``replicas`` or a setting out of range.
     """
     if type(replicas) is not int or replicas < 1:
         raise ServeError(f"replicas must be a positive integer, got {replicas!r}")
-    if not handoff > 0:
-        raise ServeError(f"handoff must be positive, got {handoff!r}")
-    settings = {
-        "model": str(Path(model).resolve()),
-        "state_dir": str(Path(state_dir).resolve()),
-        "max_streams": max_streams,
-        "max_batch": max_batch,
-        "max_delay": max_delay,
-        "token": token,
-        "max_message_bytes": max_message_bytes,
-        "idle_park": idle_park,
-        "handoff": handoff,
-        "threads": threads,
-        "durable": bool(durable),
-    }
+    config = ServeConfig(str(model), state_dir=str(state_dir), shared=True, handoff=handoff, **settings)
+    return _deployment(config.resolved(), replicas)
+
+
+def _deployment(config: ServeConfig, replicas: int) -> Any:
+    assert config.handoff is not None
     deployment = serve.deployment(
         OrtStateStreams,
         name="ortstate",
         num_replicas=replicas,
-        max_ongoing_requests=2 * max_streams + 64,  # each open socket is an ongoing request
+        max_ongoing_requests=2 * config.max_streams + 64,  # each open socket is an ongoing request
         request_router_config=RequestRouterConfig(
             request_router_class=ROUTER, request_router_kwargs={"num_fallback_replicas": 0}
         ),
         graceful_shutdown_wait_loop_s=0.5,
-        graceful_shutdown_timeout_s=handoff + _GRACE,
+        graceful_shutdown_timeout_s=config.handoff + _GRACE,
     )
-    return deployment.bind(settings)
+    return deployment.bind(config)
 
 
 def app_builder(args: dict[str, Any]) -> Any:
     """The application for ``serve run``: ``args`` are :func:`make_app`'s (``model`` and
-    ``state_dir`` required)."""
-    missing = [k for k in ("model", "state_dir") if k not in args]
+    ``state_dir`` required; values as YAML gives them, or strings)."""
+    given = dict(args)
+    missing = [k for k in ("model", "state_dir") if k not in given]
     if missing:
         raise ServeError(f"ortstate's Ray Serve application needs args {', '.join(missing)}")
-    given = dict(args)
-    numbers = {"replicas": int, "max_streams": int, "max_batch": int, "threads": int, "max_message_bytes": int}
-    numbers.update({"max_delay": float, "idle_park": float, "handoff": float})
-    numbers["durable"] = _flag
-    options = {k: numbers[k](v) if k in numbers else v for k, v in given.items() if k not in ("model", "state_dir")}
-    return make_app(given["model"], given["state_dir"], **options)
-
-
-def _flag(value: Any) -> bool:
-    """A config's yes/no (YAML gives a bool; a string from elsewhere is read as one)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
+    replicas = int(given.pop("replicas", 2))
+    given.setdefault("handoff", DEFAULT_HANDOFF)
+    config = ServeConfig.from_args({**given, "shared": True})
+    if type(replicas) is not int or replicas < 1:
+        raise ServeError(f"replicas must be a positive integer, got {replicas!r}")
+    return _deployment(config.resolved(), replicas)
 
 
 def serve_on_ray(app: Any, host: str, port: int, ready: Callable[[str], None], replicas: int) -> None:

@@ -24,6 +24,7 @@ from ..streams.kv_pool import KvPool
 from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
 from .auth import check_exposure
 from .compat import run_with
+from .config import ServeConfig
 from .guard import Guard, raise_open_files
 from .llm_app import DEFAULT_MAX_BODY_BYTES, create_llm_app
 from .llm_service import LlmService
@@ -31,6 +32,7 @@ from .service import StreamService
 
 __all__ = [
     "Running",
+    "ServeConfig",
     "Service",
     "bind",
     "build",
@@ -169,32 +171,23 @@ def run_loop(main: Any) -> Any:
     return run_with(main, uvloop.new_event_loop)
 
 
-def build(
-    model: Any,
-    max_streams: int,
-    max_batch: int | None,
-    max_delay: float,
-    state_dir: str | Path | None,
-    token: str | None,
-    max_message_bytes: int,
-    idle_park: float | None,
-    sess_options: ort.SessionOptions | None = None,
-    shared: bool = False,
-    handoff: float | None = None,
-    durable: bool = False,
-) -> tuple[StreamService, Any]:
-    """The streams of ``model`` (a pool of ``max_streams`` slots) and the app serving them; with
-    ``shared``, servers sharing ``state_dir`` (see :class:`StreamService`). Without ``shared``, the
-    service holds ``state_dir`` until its ``release()``."""
-    pool = StreamPool(model, max_streams, max_batch=max_batch, max_delay=max_delay, sess_options=sess_options)
+def build(config: ServeConfig, sess_options: ort.SessionOptions | None = None) -> tuple[StreamService, Any]:
+    """The streams of ``config.model`` (a pool of ``max_streams`` slots) and the app serving them;
+    with ``shared``, servers sharing ``state_dir`` (see :class:`StreamService`). Without ``shared``,
+    the service holds ``state_dir`` until its ``release()``."""
+    c = config
+    options = sess_options if sess_options is not None else c.session_options()
+    pool = StreamPool(c.model, c.max_streams, max_batch=c.max_batch, max_delay=c.max_delay, sess_options=options)
     if isinstance(pool, KvPool):
         folder = Path(pool.loaded.origin).parent
         raise ServeError(
             f"{pool.loaded.origin}: an LLM with KV caches: serve its optimum-intel folder with the OpenAI API "
             f"(ortstate serve {folder}; docs/serve.md)"
         )
-    service = StreamService(pool, state_dir, shared=shared, durable=durable)
-    app = create_app(service, token=token, max_message_bytes=max_message_bytes, idle_park=idle_park, handoff=handoff)
+    service = StreamService(pool, c.state_dir, shared=c.shared, durable=c.durable)
+    app = create_app(
+        service, token=c.token, max_message_bytes=c.max_message_bytes, idle_park=c.idle_park, handoff=c.handoff
+    )
     return service, app
 
 
@@ -242,41 +235,24 @@ def serve_in_thread(
     *,
     host: str = "127.0.0.1",
     port: int = 0,
-    token: str | None = None,
-    state_dir: str | Path | None = None,
-    idle_park: float | None = None,
-    max_batch: int | None = None,
-    max_delay: float = 0.0005,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    shared: bool = False,
-    handoff: float | None = None,
-    durable: bool = False,
     start_timeout: float = 60.0,
+    **settings: Any,
 ) -> Iterator[Running]:
     """``ortstate serve`` in a thread of this process, for as long as the ``with`` block runs (a
-    notebook, a test): the same app, options as the command line's (``max_delay`` in seconds).
+    notebook, a test): the same app; ``settings`` are :class:`ServeConfig`'s (``max_delay`` in
+    seconds, ``state_dir``, ``token``, ``durable``, ...).
 
     Raises:
-        ServeError: the address is refused (not loopback without a token, taken), ``state_dir``
-            cannot be written or another server holds it (``shared`` takes no lock), the open
-            files limit is too low, or the server does not start.
+        ServeError: a setting out of range, the address is refused (not loopback without a token,
+            taken), ``state_dir`` cannot be written or another server holds it (``shared`` takes
+            no lock), the open files limit is too low, or the server does not start.
     """
-    check_exposure(host, token)
-    service, app = build(
-        model,
-        max_streams,
-        max_batch,
-        max_delay,
-        state_dir,
-        token,
-        max_message_bytes,
-        idle_park,
-        None,
-        shared,
-        handoff,
-        durable,
-    )
-    with _in_thread(service, app, max_message_bytes, max_streams, token, host, port, start_timeout) as running:
+    config = ServeConfig(model, max_streams, **settings)
+    check_exposure(host, config.token)
+    service, app = build(config)
+    with _in_thread(
+        service, app, config.max_message_bytes, max_streams, config.token, host, port, start_timeout
+    ) as running:
         yield running
 
 
