@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import time
 import urllib.error
@@ -63,7 +64,8 @@ class _Http:
             except (ValueError, AttributeError):
                 why = exc.reason
             raise ServeError(f"{self.url}{path}: {exc.code} {why}", exc.code) from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+            # HTTPException: the server went away mid-reply (IncompleteRead, RemoteDisconnected)
             reason = getattr(exc, "reason", exc)
             raise ServeError(f"{self.url}{path}: cannot reach the server ({reason})", LOST) from None
 

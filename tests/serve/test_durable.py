@@ -79,12 +79,22 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_step(tmp_path):
         return steps
 
     result: list = []
-    drivers = threading.Thread(target=lambda: result.append(asyncio.run(drive())), daemon=True)
-    kills = threading.Thread(target=killer, daemon=True)
+    failed: list[str] = []
+
+    def reported(work) -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - the test says what failed
+            failed.append(f"{type(exc).__name__}: {exc}")
+            stop.set()
+
+    drivers = threading.Thread(target=reported, args=(lambda: result.append(asyncio.run(drive())),), daemon=True)
+    kills = threading.Thread(target=reported, args=(killer,), daemon=True)
     kills.start()
     drivers.start()
     kills.join(600)
-    assert result, "the clients did not finish"
+    drivers.join(60)
+    assert not failed and result, failed
     assert sum(map(len, got)) > STREAMS * KILLS  # they stepped between the kills
     for k in range(STREAMS):
         lone = Lone()
