@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,8 @@ class ContinuousBatcher:
         self.eos_token_ids = tuple(eos_token_ids)
         self.vocab_size = vocab_size
         self._engine = Engine(pool, rules, max_num_batched_tokens)
+        self._outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Outbox] = weakref.WeakKeyDictionary()
+        self._outboxes_lock = threading.Lock()
 
     @classmethod
     def from_dir(
@@ -174,21 +178,14 @@ class ContinuousBatcher:
         """Each new token of one generation as it is picked (batched with every other request)."""
         (row,) = check_prompts([prompt], max_new_tokens, vocab_size=self.vocab_size)
         request = self._request(row, max_new_tokens, stop_at_eos, search)
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-
-        def sink(item: Any) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the consumer's event loop is closed: nobody is reading any more
-                pass
-
-        request.sink = sink
+        inbox = _Inbox(asyncio.get_running_loop())
+        outbox = self._outbox(inbox.loop)
+        request.sink = lambda item: outbox.put(inbox, item)
         rid = self._engine.submit(request)
         finished = False
         try:
             while True:
-                item = await queue.get()
+                item = await inbox.get()
                 if item is END:
                     finished = True
                     return
@@ -216,6 +213,13 @@ class ContinuousBatcher:
         return self._engine.ticks
 
     # -- helpers ----------------------------------------------------------------------------------
+    def _outbox(self, loop: asyncio.AbstractEventLoop) -> _Outbox:
+        with self._outboxes_lock:
+            outbox = self._outboxes.get(loop)
+            if outbox is None:
+                outbox = self._outboxes[loop] = _Outbox(loop)
+            return outbox
+
     def _request(self, prompt: list[int], max_new_tokens: int, stop_at_eos: bool, search: dict[str, Any]) -> Request:
         options = SearchOptions.build(self.search_defaults, **search)
         if options.beam_search:
@@ -233,6 +237,63 @@ class ContinuousBatcher:
         criteria = StopCriteria(eos, options.stop_token_ids, (), None)
         rng = np.random.default_rng(seed) if seed is not None else None
         return Request(list(prompt), int(max_new_tokens), options, criteria, sink=lambda _: None, rng=rng)
+
+
+class _Inbox:
+    """One ``stream()``'s items on its event loop: a deque and the future its consumer awaits."""
+
+    __slots__ = ("items", "loop", "waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.items: deque[Any] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+
+    async def get(self) -> Any:
+        while not self.items:
+            self.waiter = self.loop.create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        return self.items.popleft()
+
+    def deliver(self, item: Any) -> None:
+        self.items.append(item)
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+
+class _Outbox:
+    """What the engine's thread hands the ``stream()`` consumers of one event loop: it puts items
+    here, and the first item since the loop last drained schedules one drain. A tick's tokens for
+    every stream of the loop thus cost one ``call_soon_threadsafe`` (a lock, a write to the loop's
+    self-pipe, a wake-up of its thread, each fighting the engine for the GIL) instead of one each."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = weakref.ref(loop)  # the batcher's map of outboxes must not keep a loop alive
+        self.lock = threading.Lock()
+        self.items: list[tuple[_Inbox, Any]] = []
+
+    def put(self, inbox: _Inbox, item: Any) -> None:
+        with self.lock:
+            self.items.append((inbox, item))
+            if len(self.items) > 1:
+                return  # a drain is scheduled already
+        loop = self.loop()
+        try:
+            if loop is None:
+                raise RuntimeError("the event loop is gone")
+            loop.call_soon_threadsafe(self.drain)
+        except RuntimeError:  # the consumer's event loop is closed: nobody is reading any more
+            with self.lock:
+                self.items.clear()
+
+    def drain(self) -> None:
+        with self.lock:
+            items, self.items = self.items, []
+        for inbox, item in items:
+            inbox.deliver(item)
 
 
 def _config_context(folder: Path) -> int | None:

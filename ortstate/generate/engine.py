@@ -69,6 +69,9 @@ class Engine:
         self.pool, self.rules = pool, rules
         self.max_num_batched_tokens = max_num_batched_tokens
         self.chunked = pool.batching == "ragged" and rules.cache_position != "conv_kernel"
+        # decoding requests go to the pool as one batch (KvPool.decode) unless a row's feeds hold a
+        # value every row of a run shares (cache_position: one per cache length)
+        self.batched = "cache_position" not in rules.names
         self.positions = pool.kv_cache_bytes // pool.token_bytes
         self._waiting: deque[Request] = deque()
         self._running: dict[int, Request] = {}
@@ -128,6 +131,8 @@ class Engine:
         self._waiting.clear()
 
     def _drop(self, cancelled: set[int]) -> None:
+        if not cancelled:
+            return
         for request in [r for r in self._running.values() if r.rid in cancelled]:
             self._end(request, END)
         with self._wake:
@@ -137,6 +142,8 @@ class Engine:
             _send(request, END)
 
     def _admit(self) -> None:
+        if not self._waiting:  # read without the lock: a request queued meanwhile waits one tick
+            return
         reach = sum(r.reach for r in self._running.values())
         while True:
             with self._wake:
@@ -160,18 +167,21 @@ class Engine:
         tick = schedule(progress, self.max_num_batched_tokens, self.chunked)
         if tick.empty:
             return
+        decoding = [running[rid] for rid in tick.decode]
+        if decoding and self.batched:
+            self._decode(decoding)
+            decoding = []
         feeds: dict[int, dict[str, np.ndarray]] = {}
         widths: dict[int, int] = {}
-        for rid in tick.decode:
-            r = running[rid]
+        for r in decoding:
             feeds[r.sid] = self.rules.feeds(np.array([[r.next_token]], np.int64), len(r.prompt) + len(r.tokens) - 1)
-            widths[rid] = 1
+            widths[r.rid] = 1
         for rid, count in tick.chunks:
             r = running[rid]
             ids = np.array([r.prompt[r.fed : r.fed + count]], np.int64)
             feeds[r.sid] = self.rules.feeds(ids, r.fed)
             widths[rid] = count
-        results = self.pool.step(feeds, errors="return", logits="last")
+        results = self.pool.step(feeds, errors="return", logits="last") if feeds else {}
         self.ticks += 1
         for rid in widths:
             r = running[rid]
@@ -183,14 +193,36 @@ class Engine:
                 r.fed += widths[rid]
                 if r.fed < len(r.prompt):
                     continue
-            self._pick(r, out["logits"][:, -1])
+            self._accept(r, self._pick(r, out["logits"][:, -1]))
 
-    def _pick(self, r: Request, logits: np.ndarray) -> None:
+    def _decode(self, decoding: list[Request]) -> None:
+        """Every decoding request's one-token step as one batch (``KvPool.decode``): feeds built
+        once for all rows, as Hugging Face batches them (masks left-padded; positions from them), and
+        the greedy requests' tokens picked in one argmax."""
+        count = len(decoding)
+        ids = np.fromiter((r.next_token for r in decoding), np.int64, count).reshape(count, 1)
+        pasts = np.fromiter((len(r.prompt) + len(r.tokens) - 1 for r in decoding), np.int64, count)
+        width = int(pasts.max()) + 1
+        mask = (np.arange(width)[None, :] >= (width - 1 - pasts)[:, None]).astype(np.int64)
+        try:
+            feeds = self.rules.feeds(ids, width - 1, mask=mask)
+            logits = self.pool.decode([r.sid for r in decoding], feeds, logits="last")["logits"][:, -1]
+        except OrtStateError as exc:
+            for r in decoding:
+                self._end(r, exc)
+            return
+        greedy = logits.argmax(axis=-1).tolist()
+        for k, r in enumerate(decoding):
+            self._accept(r, greedy[k] if r.plain else self._pick(r, logits[k : k + 1]))
+
+    def _pick(self, r: Request, logits: np.ndarray) -> int:
+        """Request ``r``'s next token from its ``[1, vocab]`` logits, by its own search options."""
         if r.plain:  # greedy, no penalty: process() would hand the scores back as they are
-            token = int(logits.argmax())
-        else:
-            scores = process(logits, [r.prompt + r.tokens], r.options)
-            token = int(sample(scores, r.rng)[0] if r.rng is not None else np.argmax(scores, axis=-1)[0])
+            return int(logits.argmax())
+        scores = process(logits, [r.prompt + r.tokens], r.options)
+        return int(sample(scores, r.rng)[0] if r.rng is not None else np.argmax(scores, axis=-1)[0])
+
+    def _accept(self, r: Request, token: int) -> None:
         r.tokens.append(token)
         _send(r, token)
         why = r.criteria.reason(r.tokens)
