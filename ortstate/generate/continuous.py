@@ -178,14 +178,18 @@ class ContinuousBatcher:
         """Each new token of one generation as it is picked (batched with every other request)."""
         (row,) = check_prompts([prompt], max_new_tokens, vocab_size=self.vocab_size)
         request = self._request(row, max_new_tokens, stop_at_eos, search)
-        inbox = _Inbox(asyncio.get_running_loop())
-        outbox = self._outbox(inbox.loop)
+        loop = asyncio.get_running_loop()
+        inbox, outbox = _Inbox(), self._outbox(loop)
+        items = inbox.items
         request.sink = lambda item: outbox.put(inbox, item)
         rid = self._engine.submit(request)
         finished = False
         try:
             while True:
-                item = await inbox.get()
+                while not items:  # one future a wait, awaited here: no coroutine between
+                    inbox.waiter = loop.create_future()
+                    await inbox.waiter
+                item = items.popleft()
                 if item is END:
                     finished = True
                     return
@@ -242,26 +246,17 @@ class ContinuousBatcher:
 class _Inbox:
     """One ``stream()``'s items on its event loop: a deque and the future its consumer awaits."""
 
-    __slots__ = ("items", "loop", "waiter")
+    __slots__ = ("items", "waiter")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self) -> None:
         self.items: deque[Any] = deque()
         self.waiter: asyncio.Future[None] | None = None
 
-    async def get(self) -> Any:
-        while not self.items:
-            self.waiter = self.loop.create_future()
-            try:
-                await self.waiter
-            finally:
-                self.waiter = None
-        return self.items.popleft()
-
     def deliver(self, item: Any) -> None:
         self.items.append(item)
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class _Outbox:

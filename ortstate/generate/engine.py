@@ -52,6 +52,7 @@ class Request:
     fed: int = 0  # prompt tokens fed
     next_token: int | None = None
     tokens: list[int] = field(default_factory=list)
+    progress: Progress | None = None  # what schedule() reads; None: it moved since (made again)
 
     @property
     def plain(self) -> bool:
@@ -80,6 +81,7 @@ class Engine:
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stop = False
+        self._outgoing: list[tuple[Request, Any]] = []  # (request, item) for the sinks, see _flush
         self.ticks = 0
 
     def submit(self, request: Request) -> int:
@@ -112,6 +114,8 @@ class Engine:
     # -- the loop ---------------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
+            if not self._running:
+                self._flush()  # nothing runs next: hand over what the last tick made now
             with self._wake:
                 while not self._stop and not self._waiting and not self._running:
                     self._wake.wait()
@@ -129,6 +133,19 @@ class Engine:
         for request in [*self._running.values(), *self._waiting]:
             self._end(request, error)
         self._waiting.clear()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Hand the items of the last tick to their sinks. Called just before the next tick's runs
+        (and when there is none): a sink that wakes another thread (``stream()``'s event loop) wakes
+        it as ONNX Runtime lets go of the GIL, so that thread's work overlaps the run; woken while
+        this thread still runs Python, the two take turns and a tick costs both."""
+        items, self._outgoing = self._outgoing, []
+        for request, item in items:
+            try:
+                request.sink(item)
+            except Exception:  # noqa: BLE001 - a sink that fails is its own consumer's problem
+                pass
 
     def _drop(self, cancelled: set[int]) -> None:
         if not cancelled:
@@ -139,7 +156,7 @@ class Engine:
             gone = [r for r in self._waiting if r.rid in cancelled]
             self._waiting = deque(r for r in self._waiting if r.rid not in cancelled)
         for request in gone:
-            _send(request, END)
+            self._send(request, END)
 
     def _admit(self) -> None:
         if not self._waiting:  # read without the lock: a request queued meanwhile waits one tick
@@ -163,7 +180,11 @@ class Engine:
 
     def _tick(self) -> None:
         running = self._running
-        progress = [Progress(r.rid, len(r.prompt) - r.fed, r.next_token is not None) for r in running.values()]
+        progress = []
+        for r in running.values():  # a decoding request's stays the same tick after tick: kept
+            if r.progress is None:
+                r.progress = Progress(r.rid, len(r.prompt) - r.fed, r.next_token is not None)
+            progress.append(r.progress)
         tick = schedule(progress, self.max_num_batched_tokens, self.chunked)
         if tick.empty:
             return
@@ -181,6 +202,8 @@ class Engine:
             ids = np.array([r.prompt[r.fed : r.fed + count]], np.int64)
             feeds[r.sid] = self.rules.feeds(ids, r.fed)
             widths[rid] = count
+        if feeds:
+            self._flush()
         results = self.pool.step(feeds, errors="return", logits="last") if feeds else {}
         self.ticks += 1
         for rid in widths:
@@ -191,6 +214,7 @@ class Engine:
                 continue
             if r.next_token is None:
                 r.fed += widths[rid]
+                r.progress = None
                 if r.fed < len(r.prompt):
                     continue
             self._accept(r, self._pick(r, out["logits"][:, -1]))
@@ -206,6 +230,7 @@ class Engine:
         mask = (np.arange(width)[None, :] >= (width - 1 - pasts)[:, None]).astype(np.int64)
         try:
             feeds = self.rules.feeds(ids, width - 1, mask=mask)
+            self._flush()
             logits = self.pool.decode([r.sid for r in decoding], feeds, logits="last")["logits"][:, -1]
         except OrtStateError as exc:
             for r in decoding:
@@ -224,23 +249,20 @@ class Engine:
 
     def _accept(self, r: Request, token: int) -> None:
         r.tokens.append(token)
-        _send(r, token)
+        self._send(r, token)
         why = r.criteria.reason(r.tokens)
         if why or len(r.tokens) >= r.max_new_tokens:
             self._end(r, END)
         else:
+            if r.next_token is None:
+                r.progress = None
             r.next_token = token
 
     def _end(self, request: Request, last: Any) -> None:
         if self._running.pop(request.rid, None) is not None and request.sid is not None:
             self.pool.close(request.sid)
-        _send(request, last)
+        self._send(request, last)
 
-
-def _send(request: Request, item: Any) -> None:
-    """Hand ``item`` to the request's sink; a sink that fails is its own consumer's problem, never
-    the other requests'."""
-    try:
-        request.sink(item)
-    except Exception:  # noqa: BLE001
-        pass
+    def _send(self, request: Request, item: Any) -> None:
+        """Queue ``item`` for the request's sink (see :meth:`_flush`)."""
+        self._outgoing.append((request, item))
