@@ -9,6 +9,7 @@ between them (see :mod:`.schedule`). Each request's tokens are those a lone
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import weakref
@@ -181,7 +182,8 @@ class ContinuousBatcher:
         loop = asyncio.get_running_loop()
         inbox, outbox = _Inbox(), self._outbox(loop)
         items = inbox.items
-        request.sink = lambda item: outbox.put(inbox, item)
+        request.sink = functools.partial(outbox.put, inbox)
+        request.notify = outbox.wake
         rid = self._engine.submit(request)
         finished = False
         try:
@@ -260,34 +262,41 @@ class _Inbox:
 
 
 class _Outbox:
-    """What the engine's thread hands the ``stream()`` consumers of one event loop: it puts items
-    here, and the first item since the loop last drained schedules one drain. A tick's tokens for
-    every stream of the loop thus cost one ``call_soon_threadsafe`` (a lock, a write to the loop's
-    self-pipe, a wake-up of its thread, each fighting the engine for the GIL) instead of one each."""
+    """What the engine's thread hands the ``stream()`` consumers of one event loop: it puts a
+    tick's items here (:meth:`put`, each stream's sink), then wakes the loop once (:meth:`wake`, the
+    requests' ``notify``): one ``call_soon_threadsafe`` a tick for all the loop's streams instead of
+    one a token. Each is a write to the loop's self-pipe, which lets go of the GIL: the woken loop
+    takes it, and the two threads would trade it back and forth all through the tick.
+
+    One thread puts (the engine's) and one drains (the loop's); a deque's appends and pops are
+    atomic, so no lock: the drain clears ``armed`` before it takes items, so a wake after it took
+    the last one schedules the next drain."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = weakref.ref(loop)  # the batcher's map of outboxes must not keep a loop alive
-        self.lock = threading.Lock()
-        self.items: list[tuple[_Inbox, Any]] = []
+        self.items: deque[tuple[_Inbox, Any]] = deque()
+        self.armed = False  # a drain is scheduled and has not started
 
     def put(self, inbox: _Inbox, item: Any) -> None:
-        with self.lock:
-            self.items.append((inbox, item))
-            if len(self.items) > 1:
-                return  # a drain is scheduled already
+        self.items.append((inbox, item))
+
+    def wake(self) -> None:
+        if self.armed:
+            return
+        self.armed = True
         loop = self.loop()
         try:
             if loop is None:
                 raise RuntimeError("the event loop is gone")
             loop.call_soon_threadsafe(self.drain)
         except RuntimeError:  # the consumer's event loop is closed: nobody is reading any more
-            with self.lock:
-                self.items.clear()
+            self.items.clear()
 
     def drain(self) -> None:
-        with self.lock:
-            items, self.items = self.items, []
-        for inbox, item in items:
+        self.armed = False
+        items = self.items
+        while items:
+            inbox, item = items.popleft()
             inbox.deliver(item)
 
 

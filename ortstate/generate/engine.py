@@ -39,7 +39,8 @@ END = object()  # a sink's last item: the request ended
 @dataclass
 class Request:
     """One generation: its prompt, limits, search, and where its tokens go (``sink``: each token,
-    then an error or :data:`END`; called from the engine's thread)."""
+    then an error or :data:`END`; called from the engine's thread, a tick's items at a time, then
+    ``notify`` once, where given, for all the requests that share it)."""
 
     prompt: list[int]
     max_new_tokens: int
@@ -47,12 +48,17 @@ class Request:
     criteria: StopCriteria
     sink: Callable[[Any], None]
     rng: np.random.Generator | None = None
+    notify: Callable[[], None] | None = None  # called once after a batch of items went to the sinks
     rid: int = -1
     sid: int | None = None
     fed: int = 0  # prompt tokens fed
     next_token: int | None = None
     tokens: list[int] = field(default_factory=list)
     progress: Progress | None = None  # what schedule() reads; None: it moved since (made again)
+    stops: frozenset[int] | None = field(init=False)  # the tokens that stop it (None: stop strings)
+
+    def __post_init__(self) -> None:
+        self.stops = None if self.criteria.strings else self.criteria.token_ids
 
     @property
     def plain(self) -> bool:
@@ -141,10 +147,18 @@ class Engine:
         it as ONNX Runtime lets go of the GIL, so that thread's work overlaps the run; woken while
         this thread still runs Python, the two take turns and a tick costs both."""
         items, self._outgoing = self._outgoing, []
+        notify = set()
         for request, item in items:
             try:
                 request.sink(item)
             except Exception:  # noqa: BLE001 - a sink that fails is its own consumer's problem
+                pass
+            if request.notify is not None:
+                notify.add(request.notify)
+        for wake in notify:  # once for the requests that share it (one event loop's streams)
+            try:
+                wake()
+            except Exception:  # noqa: BLE001
                 pass
 
     def _drop(self, cancelled: set[int]) -> None:
@@ -250,8 +264,8 @@ class Engine:
     def _accept(self, r: Request, token: int) -> None:
         r.tokens.append(token)
         self._send(r, token)
-        why = r.criteria.reason(r.tokens)
-        if why or len(r.tokens) >= r.max_new_tokens:
+        stopped = token in r.stops if r.stops is not None else r.criteria.reason(r.tokens) is not None
+        if stopped or len(r.tokens) >= r.max_new_tokens:
             self._end(r, END)
         else:
             if r.next_token is None:
