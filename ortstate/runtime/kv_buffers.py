@@ -22,6 +22,7 @@ import numpy as np
 
 from .interrupts import checkpoint
 from .loaded import LoadedModel
+from .ort_adapter import FastBinding
 from .pingpong import QUIET, bind_output
 from .store import StateStore
 
@@ -42,7 +43,13 @@ def shares_kv(model: LoadedModel) -> bool:
 
 
 class KvBuffers:
-    """One request's buffers. ``run`` takes the run or raises :class:`KvMiss` having changed nothing."""
+    """One request's buffers. ``run`` takes the run or raises :class:`KvMiss` having changed nothing.
+
+    A step of a small model is a few tens of microseconds of ONNX Runtime, so the Python around it
+    is kept to what changes from one step to the next: the buffers, the length scalars and the
+    outputs' order stay bound; each run binds its feeds and fresh outputs through onnxruntime's own
+    binding object (:class:`~.ort_adapter.FastBinding`) and reads back only the outputs it returns.
+    """
 
     def __init__(self, model: LoadedModel, store: StateStore) -> None:
         self.model = model
@@ -55,23 +62,27 @@ class KvBuffers:
         self.lengths: dict[str, int] = {}
         self.views: dict[str, np.ndarray] = {}
         self.version = -1
-        self.binding, self.raw = model.fast.binding()
+        self.writes = -1  # the store's count of commits when this path last committed
+        self.io = FastBinding(model.fast)
+        self.binding, self.raw = self.io.binding, self.io.raw
         self.run_bound = model.fast.run_bound
         self.input_names = [i.name for i in model.inputs]
         # Scalars the binding reads and writes in place (bound once): each variable's rows before
         # and after a run.
-        self.length_in = {v.id: np.zeros((), np.int64) for v in self.shared}
-        self.length_out = {v.id: np.zeros((), np.int64) for v in self.shared}
-        for var in self.shared:
-            self.binding.bind_input(var.length_input or "", "cpu", 0, np.int64, [], self.length_in[var.id].ctypes.data)
+        self.length_in = [np.zeros((), np.int64) for _ in self.shared]
+        self.length_out = [np.zeros((), np.int64) for _ in self.shared]
+        for var, scalar in zip(self.shared, self.length_in):
+            self.binding.bind_input(var.length_input or "", "cpu", 0, np.int64, [], scalar.ctypes.data)
         self.bound: dict[str, np.ndarray] = {}  # the buffer each variable's input and output is bound to
         self.wanted: list[str] | None = None  # the outputs the binding's output list was made for
+        self.fresh: list[str] = []  # the outputs each run allocates anew: the wanted, the others' states
+        self.fed: list[np.ndarray] = []  # the arrays bound as inputs: alive until the next run binds others
 
     # -- the buffers -----------------------------------------------------------------------------
     def _current(self) -> bool:
         """Whether the store still holds this path's views (nothing was set, reset or run elsewhere)."""
         store = self.store
-        return store.version == self.version and all(store.committed(i) is self.views.get(i) for i in self.views)
+        return store.version == self.version and store.writes == self.writes
 
     def _seed(self) -> None:
         """Copy every shared variable's committed value into a buffer of its own."""
@@ -102,6 +113,7 @@ class KvBuffers:
             if buffer.shape[_AXIS] - length < rows:
                 self._place(var_id, buffer, length)
                 self.store.swap({var_id: self.views[var_id]})
+                self.writes = self.store.writes
 
     # -- a run -----------------------------------------------------------------------------------
     def _bind_state(self) -> None:
@@ -117,64 +129,65 @@ class KvBuffers:
             bind_output(binding, var.state_output or "", buffer)
             self.bound[var.id] = buffer
 
-    def _bind_outputs(self, wanted: list[str]) -> None:
+    def _bind_outputs(self, wanted: Sequence[str]) -> None:
         """Bind the outputs a run of ``wanted`` fetches, in one order kept while ``wanted`` is the same:
         the length scalars (by pointer), the wanted ones and the other variables' (allocated by ONNX
         Runtime each run), then the shared buffers (:meth:`_bind_state`)."""
-        binding = self.binding
-        if wanted != self.wanted:
-            binding.clear_binding_outputs()
+        if wanted is not self.wanted and wanted != self.wanted:
+            self.binding.clear_binding_outputs()
             self.bound.clear()
-            for var in self.shared:
-                bind_output(binding, var.length_output or "", self.length_out[var.id])
-            self.wanted = list(wanted)
-        for name in [*wanted, *(v.state_output or "" for v in self.others)]:
-            binding.bind_output(name, "cpu")  # a fresh allocation each run: the result is returned as it is
+            for var, scalar in zip(self.shared, self.length_out):
+                bind_output(self.binding, var.length_output or "", scalar)
+            self.wanted = wanted if isinstance(wanted, list) else list(wanted)
+            self.fresh = [*wanted, *(v.state_output or "" for v in self.others)]
+        for name in self.fresh:
+            self.io.bind_fresh_output(name)  # a fresh allocation each run: the result is returned as it is
 
     def run(self, names: Sequence[str], full: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         """Run with ``full`` (the feeds, checked and native; the store's order for this run taken)."""
         store = self.store
-        if store.reordering() or any(store.committed(v.id) is None for v in self.others):
+        if store.reordering() or (self.others and any(store.committed(v.id) is None for v in self.others)):
             raise KvMiss
         if not self._current():
             self._seed()
         self._room(1)
-        wanted = list(names)
-        self._bind_outputs(wanted)
+        self._bind_outputs(names)
         self._bind_state()
-        binding = self.binding
-        keep = []
+        io = self.io
+        fed = []
         for name in self.input_names:
-            value = np.ascontiguousarray(full[name])
-            keep.append(value)
-            binding.bind_cpu_input(name, value)
-        for var in self.shared:
-            self.length_in[var.id][...] = self.lengths[var.id]
+            value = full[name]
+            if type(value) is not np.ndarray or not value.flags.c_contiguous:
+                value = np.ascontiguousarray(value)
+            fed.append(value)
+            io.bind_array(name, value)
         for var in self.others:
             value = np.ascontiguousarray(store.carried(var.id, full))
-            keep.append(value)
-            binding.bind_cpu_input(var.state_input or "", value)
+            fed.append(value)
+            io.bind_array(var.state_input or "", value)
             if var.init_flag:
-                binding.bind_cpu_input(var.init_flag, _FALSE)
+                io.bind_array(var.init_flag, _FALSE)
+        self.fed = fed
+        before = [self.lengths[v.id] for v in self.shared]
+        for scalar, length in zip(self.length_in, before):
+            scalar[...] = length
         try:
             self.run_bound(self.raw, run_options if run_options is not None else QUIET)
         except Exception:  # noqa: BLE001 - the general path runs it again and reports a real error
             raise KvMiss from None
-        del keep
-        values = binding.get_outputs()
-        count = len(wanted)
-        # get_outputs() lists the outputs in the order first bound (see _bind_outputs): the lengths,
-        # the wanted outputs, the other variables', then the shared buffers.
-        first = len(self.shared)
-        lengths = [int(self.length_out[v.id]) for v in self.shared]
-        for var, length in zip(self.shared, lengths):
-            if not self.lengths[var.id] <= length <= self.buffers[var.id].shape[_AXIS]:
+        values = io.outputs()
+        # outputs in the order first bound (see _bind_outputs): the lengths, the wanted outputs, the
+        # other variables', then the shared buffers
+        lengths = [int(scalar) for scalar in self.length_out]
+        for var, old, length in zip(self.shared, before, lengths):
+            if not old <= length <= self.buffers[var.id].shape[_AXIS]:
                 raise KvMiss
-        outputs = [values[first + i].numpy() for i in range(count + len(self.others))]
+        first, count = len(self.shared), len(self.fresh)
+        outputs = [values[i].numpy() for i in range(first, first + count)]
         checkpoint()  # a Ctrl-C during the run lands here: nothing is committed yet
         views = [self.buffers[v.id][:, :, :length] for v, length in zip(self.shared, lengths)]
-        store.commit_values(self.ids, [*views, *outputs[count:]])
+        store.commit_values(self.ids, [*views, *outputs[len(names) :]])
         for var, view, length in zip(self.shared, views, lengths):
             self.views[var.id], self.lengths[var.id] = view, length
-        self.version = store.version
-        return outputs[:count]
+        self.version, self.writes = store.version, store.writes
+        return outputs[: len(names)]

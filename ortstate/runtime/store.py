@@ -94,6 +94,7 @@ class StateStore:
         self._reorders = [(v.id, v.reorder) for v in variables if v.reorder]
         self._run_order: dict[str, np.ndarray] = {}  # this run's reorder indices, by variable
         self.version = 0
+        self.writes = 0  # runs' commits and swaps: a runner whose buffers hold the values checks both
 
     # -- what the state ops call during a run (they never raise: see pyops) ---------------------
     def read(self, var_id: str, init: np.ndarray) -> np.ndarray:
@@ -175,6 +176,7 @@ class StateStore:
             else:
                 values.update(pending)
                 pending.clear()
+                self.writes += 1
                 return
         try:
             if self._errors:
@@ -192,6 +194,7 @@ class StateStore:
                     if value.dtype != carrier[var_id] or not rules[var_id].admits(value.shape):
                         self._check(var_id, value, carrier[var_id], "the model's Assign wrote")
             values.update(pending)
+            self.writes += 1
         finally:
             self._pending.clear()
             self._errors.clear()
@@ -206,6 +209,7 @@ class StateStore:
         """Take ``buffers`` as the current values, unchecked and without a version bump: the
         explicit form's fast path, whose buffers hold values of shapes already committed."""
         self._values.update(buffers)
+        self.writes += 1
 
     def committed(self, var_id: str) -> np.ndarray | None:
         """The value the next run reads (carrier dtype, not a copy), None while uninitialised."""
