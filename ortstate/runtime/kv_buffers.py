@@ -69,11 +69,14 @@ class KvBuffers:
         self.input_names = [i.name for i in model.inputs]
         # Scalars the binding reads and writes in place (bound once): each variable's rows before
         # and after a run.
-        self.length_in = [np.zeros((), np.int64) for _ in self.shared]
-        self.length_out = [np.zeros((), np.int64) for _ in self.shared]
-        for var, scalar in zip(self.shared, self.length_in):
-            self.binding.bind_input(var.length_input or "", "cpu", 0, np.int64, [], scalar.ctypes.data)
+        # and after a run, one element of one array each: a run sets and reads them all at once.
+        self.length_in = np.zeros(len(self.shared), np.int64)
+        self.length_out = np.zeros(len(self.shared), np.int64)
+        for k, var in enumerate(self.shared):
+            self.binding.bind_input(var.length_input or "", "cpu", 0, np.int64, [], self.length_in[k:].ctypes.data)
         self.bound: dict[str, np.ndarray] = {}  # the buffer each variable's input and output is bound to
+        self.spare = 0  # the fewest spare rows of any buffer (0: look again)
+        self.stale = True  # a buffer placed or the outputs cleared since the buffers were bound
         self.wanted: list[str] | None = None  # the outputs the binding's output list was made for
         self.fresh: list[str] = []  # the outputs each run allocates anew: the wanted, the others' states
         self.fed: list[np.ndarray] = []  # the arrays bound as inputs: alive until the next run binds others
@@ -105,20 +108,26 @@ class KvBuffers:
         self.buffers[var_id] = buffer
         self.lengths[var_id] = length
         self.views[var_id] = buffer[:, :, :length]
+        self.spare, self.stale = 0, True
 
     def _room(self, rows: int) -> None:
         """At least ``rows`` spare rows in every buffer (growing the full ones: copies their values)."""
+        if self.spare >= rows:
+            return
         for var_id, buffer in self.buffers.items():
             length = self.lengths[var_id]
             if buffer.shape[_AXIS] - length < rows:
                 self._place(var_id, buffer, length)
                 self.store.swap({var_id: self.views[var_id]})
                 self.writes = self.store.writes
+        self.spare = min(b.shape[_AXIS] - self.lengths[i] for i, b in self.buffers.items())
 
     # -- a run -----------------------------------------------------------------------------------
     def _bind_state(self) -> None:
         """(Re)bind each shared buffer as its variable's input and output (by pointer: a run reads and
         writes it where it is) where it is not bound yet: after a seed, a growth, new outputs."""
+        if not self.stale:
+            return
         binding = self.binding
         for var in self.shared:
             buffer = self.buffers[var.id]
@@ -128,6 +137,7 @@ class KvBuffers:
             binding.bind_input(var.state_input or "", "cpu", 0, buffer.dtype, shape, buffer.ctypes.data)
             bind_output(binding, var.state_output or "", buffer)
             self.bound[var.id] = buffer
+        self.stale = False
 
     def _bind_outputs(self, wanted: Sequence[str]) -> None:
         """Bind the outputs a run of ``wanted`` fetches, in one order kept while ``wanted`` is the same:
@@ -136,8 +146,9 @@ class KvBuffers:
         if wanted is not self.wanted and wanted != self.wanted:
             self.binding.clear_binding_outputs()
             self.bound.clear()
-            for var, scalar in zip(self.shared, self.length_out):
-                bind_output(self.binding, var.length_output or "", scalar)
+            self.stale = True
+            for k, var in enumerate(self.shared):
+                bind_output(self.binding, var.length_output or "", self.length_out[k : k + 1].reshape(()))
             self.wanted = wanted if isinstance(wanted, list) else list(wanted)
             self.fresh = [*wanted, *(v.state_output or "" for v in self.others)]
         for name in self.fresh:
@@ -169,8 +180,7 @@ class KvBuffers:
                 io.bind_array(var.init_flag, _FALSE)
         self.fed = fed
         before = [self.lengths[v.id] for v in self.shared]
-        for scalar, length in zip(self.length_in, before):
-            scalar[...] = length
+        self.length_in[:] = before
         try:
             self.run_bound(self.raw, run_options if run_options is not None else QUIET)
         except Exception:  # noqa: BLE001 - the general path runs it again and reports a real error
@@ -178,7 +188,7 @@ class KvBuffers:
         values = io.outputs()
         # outputs in the order first bound (see _bind_outputs): the lengths, the wanted outputs, the
         # other variables', then the shared buffers
-        lengths = [int(scalar) for scalar in self.length_out]
+        lengths = self.length_out.tolist()
         for var, old, length in zip(self.shared, before, lengths):
             if not old <= length <= self.buffers[var.id].shape[_AXIS]:
                 raise KvMiss
@@ -189,5 +199,6 @@ class KvBuffers:
         store.commit_values(self.ids, [*views, *outputs[len(names) :]])
         for var, view, length in zip(self.shared, views, lengths):
             self.views[var.id], self.lengths[var.id] = view, length
+        self.spare -= max(length - old for old, length in zip(before, lengths)) if lengths else 0
         self.version, self.writes = store.version, store.writes
         return outputs[: len(names)]

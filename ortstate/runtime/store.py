@@ -20,11 +20,15 @@ class ShapeRule:
     """Which concrete shapes a metadata partial shape (see ``VariableMeta.shape``) admits, compiled
     once: every state a model writes is checked, and KV caches change shape every step."""
 
-    __slots__ = ("bounds", "rank", "statics")
+    __slots__ = ("bounds", "rank", "static_dims", "static_values", "statics")
 
     def __init__(self, shape: list | None) -> None:
         self.rank = None if shape is None else len(shape)
         self.statics = tuple((i, d) for i, d in enumerate(shape or []) if isinstance(d, int))
+        # the static dims picked out of a shape in one C call (a KV cache's shape changes every step)
+        axes = [i for i, _ in self.statics]
+        self.static_dims = operator.itemgetter(*axes) if len(axes) > 1 else (lambda s: (s[axes[0]],) if axes else ())
+        self.static_values = tuple(d for _, d in self.statics) if len(axes) != 1 else (self.statics[0][1],)
         # [lo, hi] dims that restrict anything (``[0, None]`` admits every size)
         self.bounds = tuple(
             (i, d[0], d[1]) for i, d in enumerate(shape or []) if not isinstance(d, int) and (d[0] or d[1] is not None)
@@ -35,9 +39,8 @@ class ShapeRule:
             return True
         if len(actual) != self.rank:
             return False
-        for i, d in self.statics:
-            if actual[i] != d:
-                return False
+        if self.static_dims(actual) != self.static_values:
+            return False
         for i, lo, hi in self.bounds:
             if actual[i] < lo or (hi is not None and actual[i] > hi):
                 return False
@@ -165,13 +168,16 @@ class StateStore:
 
     def commit(self) -> None:
         """Apply the run's writes, all or none (the run's error is raised, state untouched)."""
-        pending, values = self._pending, self._values
+        pending, values, rules = self._pending, self._values, self._rules
         if not self._errors and len(pending) == len(self.meta):
-            # The hot path: every value shaped and typed like the validated one before it (numpy's
-            # dtypes of one kind are one object); anything else goes through the checks below.
+            # The hot path: every value typed like the validated one before it (numpy's dtypes of one
+            # kind are one object) and shaped like it or as its rule admits (a growing KV cache);
+            # anything else goes through the checks below.
             for var_id, value in pending.items():
                 previous = values.get(var_id)
-                if previous is None or value.shape != previous.shape or value.dtype is not previous.dtype:
+                if previous is None or value.dtype is not previous.dtype:
+                    break
+                if value.shape != previous.shape and not rules[var_id].admits(value.shape):
                     break
             else:
                 values.update(pending)
