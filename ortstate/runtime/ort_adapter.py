@@ -121,21 +121,24 @@ class FastBinding:
 
     Attributes:
         binding: the public ``IOBinding`` (for what binds once: buffers by pointer);
-        raw: what :attr:`FastRun.run_bound` runs.
+        raw: what :attr:`FastRun.run_bound` runs;
+        bind_array: ``bind_array(name, array)`` binds input ``name`` to ``array`` (C-contiguous,
+            native byte order) where it is;
+        outputs: ``outputs()``, the last run's outputs in the order first bound, each with
+            ``numpy()`` (a view of its memory).
     """
 
-    __slots__ = ("_device", "binding", "raw")
+    __slots__ = ("_device", "bind_array", "binding", "outputs", "raw")
 
     def __init__(self, fast: FastRun) -> None:
         self.binding, self.raw = fast.binding()
-        self._device = ort.OrtDevice.make("cpu", 0)._get_c_device() if self.raw is not self.binding else None
-
-    def bind_array(self, name: str, array: np.ndarray) -> None:
-        """Bind input ``name`` to ``array`` (C-contiguous, native byte order) where it is."""
-        if self._device is None:
-            self.binding.bind_cpu_input(name, array)
-        else:
-            self.raw.bind_input(name, array)
+        fast_path = self.raw is not self.binding
+        self._device = ort.OrtDevice.make("cpu", 0)._get_c_device() if fast_path else None
+        # onnxruntime's own methods where it has them: no Python call between
+        self.bind_array: Callable[[str, np.ndarray], None] = (
+            self.raw.bind_input if fast_path else self.binding.bind_cpu_input
+        )
+        self.outputs: Callable[[], Sequence[Any]] = self.raw.get_outputs if fast_path else self.binding.get_outputs
 
     def bind_fresh_output(self, name: str) -> None:
         """Let the next run allocate output ``name`` anew (so an earlier run's result stays as it is)."""
@@ -143,10 +146,6 @@ class FastBinding:
             self.binding.bind_output(name, "cpu")
         else:
             self.raw.bind_output(name, self._device)
-
-    def outputs(self) -> Sequence[Any]:
-        """The last run's outputs in the order first bound, each with ``numpy()``."""
-        return self.binding.get_outputs() if self._device is None else self.raw.get_outputs()
 
 
 # -- onnxruntime-extensions ------------------------------------------------------------------------

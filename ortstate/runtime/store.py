@@ -135,7 +135,10 @@ class StateStore:
         """Take this run's reorder indices from ``feeds`` for the variables that have one (see
         ``VariableMeta.reorder``); an uninitialised variable is reordered as its init is read."""
         order = self._run_order
-        order.clear()
+        if order:
+            order.clear()
+        if not self._reorders:
+            return
         seen: dict[tuple[str, int], np.ndarray | None] = {}  # variables of one batch share the check
         for var_id, name in self._reorders:
             value = self._values.get(var_id)
@@ -207,7 +210,8 @@ class StateStore:
 
     def commit_values(self, var_ids: list[str], values: list[np.ndarray]) -> None:
         """Commit a run's values of ``var_ids`` (every variable), checked as :meth:`commit` does."""
-        self.begin()
+        if self._pending or self._errors or self._run_order:
+            self.begin()
         self._pending.update(zip(var_ids, values))
         self.commit()
 
