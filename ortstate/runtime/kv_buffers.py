@@ -67,8 +67,7 @@ class KvBuffers:
         self.lengths: list[int] = [0] * count  # the valid rows of each buffer, in ``shared``'s order
         self.buffer_list: list[np.ndarray] = [_EMPTY] * count
         self.capacities: list[int] = [0] * count
-        self.version = -1
-        self.writes = -1  # the store's count of commits when this path last committed
+        self.writes = -1  # the store's count of changes when this path last committed (see StateStore.writes)
         self.io = FastBinding(model.fast)
         self.binding, self.raw = self.io.binding, self.io.raw
         self.run_bound = model.fast.run_bound
@@ -95,7 +94,6 @@ class KvBuffers:
             if value is None or value.ndim != 4:
                 raise KvMiss
             self._place(k, value, value.shape[_AXIS])
-        self.version = self.store.version
 
     def _place(self, k: int, value: np.ndarray, length: int) -> np.ndarray:
         """A new buffer for variable ``k``: ``value``'s first ``length`` rows, spare rows after them;
@@ -146,7 +144,7 @@ class KvBuffers:
         store = self.store
         if store.reordering() or (self.others and any(store.committed(v.id) is None for v in self.others)):
             raise KvMiss
-        if store.version != self.version or store.writes != self.writes:  # set, reset or run elsewhere
+        if store.writes != self.writes:  # set, reset, loaded or run elsewhere since this path's commit
             self._seed()
         if self.spare < 1:
             self._room(1)
@@ -182,12 +180,13 @@ class KvBuffers:
                 raise KvMiss
         values = io.outputs()  # in the order first bound: the lengths, the fresh ones, the buffers
         first = len(lengths)
-        outputs = [values[i].numpy() for i in range(first, first + len(self.fresh))]
+        fresh = len(self.fresh)
+        outputs = [values[first].numpy()] if fresh == 1 else [values[i].numpy() for i in range(first, first + fresh)]
         checkpoint()  # a Ctrl-C during the run lands here: nothing is committed yet
         views = [buffer[:, :, :length] for buffer, length in zip(self.buffer_list, lengths)]
         count = len(names)
         store.commit_values(self.ids, views + outputs[count:] if self.others else views)
         self.lengths = lengths
         self.spare -= max(n - o for o, n in zip(before, lengths)) if lengths else 0
-        self.version, self.writes = store.version, store.writes
+        self.writes = store.writes
         return outputs[:count] if self.others else outputs

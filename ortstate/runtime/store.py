@@ -97,7 +97,8 @@ class StateStore:
         self._reorders = [(v.id, v.reorder) for v in variables if v.reorder]
         self._run_order: dict[str, np.ndarray] = {}  # this run's reorder indices, by variable
         self.version = 0
-        self.writes = 0  # runs' commits and swaps: a runner whose buffers hold the values checks both
+        self.writes = 0  # every change of a value (a run's commit, a swap, a set, reset or load): a runner
+        # whose buffers hold the values compares one counter
 
     # -- what the state ops call during a run (they never raise: see pyops) ---------------------
     def read(self, var_id: str, init: np.ndarray) -> np.ndarray:
@@ -270,12 +271,14 @@ class StateStore:
         # np.array, not np.ascontiguousarray: that one makes a 0-d value (a scalar variable) 1-d.
         self._values[var_id] = np.array(arr, dtype=self._carrier[var_id], order="C", copy=True)
         self.version += 1
+        self.writes += 1
 
     def replace(self, other: StateStore) -> None:
         """Take ``other``'s values wholesale (a store of the same variables, whose values were
         validated by :meth:`set`): a snapshot loads into a new store first, then here."""
         self._values = dict(other._values)
         self.version += 1
+        self.writes += 1
 
     def reset(self, var_id: str | None = None) -> None:
         if var_id is None:
@@ -283,6 +286,7 @@ class StateStore:
         else:
             self._values.pop(var_id, None)
         self.version += 1
+        self.writes += 1
 
     def _check(self, var_id: str, arr: np.ndarray, dtype: np.dtype, what: str) -> None:
         meta = self.meta[var_id]
