@@ -9,7 +9,6 @@ between them (see :mod:`.schedule`). Each request's tokens are those a lone
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import threading
 import weakref
@@ -166,6 +165,7 @@ class ContinuousBatcher:
 
         for request in requests:
             request.sink = sink_for(request)
+            request.streamed = False  # the tokens are read from request.tokens at the end
             self._engine.submit(request)
         for _ in requests:
             done.acquire()
@@ -180,17 +180,22 @@ class ContinuousBatcher:
         (row,) = check_prompts([prompt], max_new_tokens, vocab_size=self.vocab_size)
         request = self._request(row, max_new_tokens, stop_at_eos, search)
         loop = asyncio.get_running_loop()
-        inbox, outbox = _Inbox(), self._outbox(loop)
-        items = inbox.items
-        request.sink = functools.partial(outbox.put, inbox)
+        outbox = self._outbox(loop)
+        items: deque[Any] = deque()
+        key = id(items)
+        request.sink = items.append
         request.notify = outbox.wake
         rid = self._engine.submit(request)
         finished = False
         try:
             while True:
                 while not items:  # one future a wait, awaited here: no coroutine between
-                    inbox.waiter = loop.create_future()
-                    await inbox.waiter
+                    waiter = loop.create_future()
+                    outbox.waiting[key] = (items, waiter)
+                    try:
+                        await waiter
+                    finally:
+                        outbox.waiting.pop(key, None)
                 item = items.popleft()
                 if item is END:
                     finished = True
@@ -245,40 +250,26 @@ class ContinuousBatcher:
         return Request(list(prompt), int(max_new_tokens), options, criteria, sink=lambda _: None, rng=rng)
 
 
-class _Inbox:
-    """One ``stream()``'s items on its event loop: a deque and the future its consumer awaits."""
-
-    __slots__ = ("items", "waiter")
-
-    def __init__(self) -> None:
-        self.items: deque[Any] = deque()
-        self.waiter: asyncio.Future[None] | None = None
-
-    def deliver(self, item: Any) -> None:
-        self.items.append(item)
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-
 class _Outbox:
-    """What the engine's thread hands the ``stream()`` consumers of one event loop: it puts a
-    tick's items here (:meth:`put`, each stream's sink), then wakes the loop once (:meth:`wake`, the
-    requests' ``notify``): one ``call_soon_threadsafe`` a tick for all the loop's streams instead of
-    one a token. Each is a write to the loop's self-pipe, which lets go of the GIL: the woken loop
-    takes it, and the two threads would trade it back and forth all through the tick.
+    """How the engine's thread hands tokens to the ``stream()`` consumers of one event loop.
 
-    One thread puts (the engine's) and one drains (the loop's); a deque's appends and pops are
-    atomic, so no lock: the drain clears ``armed`` before it takes items, so a wake after it took
-    the last one schedules the next drain."""
+    Each request's sink is its consumer's deque's own ``append`` (a C call, no Python frame: the
+    engine hands a tick's tokens over in one loop). Then the engine calls the requests' ``notify``
+    once for all of them (:meth:`wake`): one ``call_soon_threadsafe`` a tick for every stream of the
+    loop, not one a token. Each is a write to the loop's self-pipe, which lets go of the GIL: the
+    woken loop takes it, and the two threads would trade it back and forth all through the tick.
+    On the loop, :meth:`drain` wakes each consumer waiting whose deque has items.
+
+    One thread appends (the engine's) and one pops (the loop's); a deque's appends and pops are
+    atomic, so no lock. The drain clears ``armed`` before it looks, so a wake after it looked
+    schedules the next drain; a consumer looks at its deque before it waits, so items appended
+    before it waits are seen, and those appended after are followed by a wake."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = weakref.ref(loop)  # the batcher's map of outboxes must not keep a loop alive
-        self.items: deque[tuple[_Inbox, Any]] = deque()
         self.armed = False  # a drain is scheduled and has not started
-
-    def put(self, inbox: _Inbox, item: Any) -> None:
-        self.items.append((inbox, item))
+        # the consumers waiting, by their deque's id: (deque, future)
+        self.waiting: dict[int, tuple[deque[Any], asyncio.Future[None]]] = {}
 
     def wake(self) -> None:
         if self.armed:
@@ -290,14 +281,15 @@ class _Outbox:
                 raise RuntimeError("the event loop is gone")
             loop.call_soon_threadsafe(self.drain)
         except RuntimeError:  # the consumer's event loop is closed: nobody is reading any more
-            self.items.clear()
+            self.waiting.clear()
 
     def drain(self) -> None:
         self.armed = False
-        items = self.items
-        while items:
-            inbox, item = items.popleft()
-            inbox.deliver(item)
+        ready = [key for key, (items, _) in self.waiting.items() if items]
+        for key in ready:
+            waiter = self.waiting.pop(key)[1]
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 def _config_context(folder: Path) -> int | None:

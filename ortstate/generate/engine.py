@@ -49,6 +49,7 @@ class Request:
     sink: Callable[[Any], None]
     rng: np.random.Generator | None = None
     notify: Callable[[], None] | None = None  # called once after a batch of items went to the sinks
+    streamed: bool = True  # False: the sink gets only the end (an error or END), not each token
     rid: int = -1
     sid: int | None = None
     fed: int = 0  # prompt tokens fed
@@ -147,15 +148,18 @@ class Engine:
         it as ONNX Runtime lets go of the GIL, so that thread's work overlaps the run; woken while
         this thread still runs Python, the two take turns and a tick costs both."""
         items, self._outgoing = self._outgoing, []
-        notify = set()
+        notify: set[Callable[[], None]] = set()
+        last = None
         for request, item in items:
             try:
                 request.sink(item)
             except Exception:  # noqa: BLE001 - a sink that fails is its own consumer's problem
                 pass
-            if request.notify is not None:
-                notify.add(request.notify)
-        for wake in notify:  # once for the requests that share it (one event loop's streams)
+            if request.notify is not last:  # neighbours share one (one event loop's streams): no hash
+                last = request.notify
+                if last is not None:
+                    notify.add(last)
+        for wake in notify:  # once for the requests that share it
             try:
                 wake()
             except Exception:  # noqa: BLE001
@@ -263,7 +267,8 @@ class Engine:
 
     def _accept(self, r: Request, token: int) -> None:
         r.tokens.append(token)
-        self._send(r, token)
+        if r.streamed:
+            self._outgoing.append((r, token))  # see _send
         stopped = token in r.stops if r.stops is not None else r.criteria.reason(r.tokens) is not None
         if stopped or len(r.tokens) >= r.max_new_tokens:
             self._end(r, END)

@@ -221,7 +221,10 @@ class KvPool(StreamPool):
         if logits not in ("all", "last"):
             raise OrtStateError(f"logits must be 'all' or 'last', not {logits!r}")
         with self._lock:
-            streams = [self._get(sid) for sid in sids]
+            try:
+                streams = [self._streams[sid] for sid in sids]
+            except (KeyError, TypeError):
+                streams = [self._get(sid) for sid in sids]  # says which
             if not streams or len(set(sids)) != len(streams):
                 raise RunError(f"decode takes distinct open streams, got {list(sids)}")
             slots = np.array([-1 if s.slot is None else s.slot for s in streams])

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OrtStateError, RunError
+from ..runtime.ort_adapter import FastBinding
 from ..runtime.pingpong import QUIET, bind_output
 from ..runtime.runners import ort_error
 from .kv_arena import KvArena
@@ -58,12 +59,15 @@ class KvRunner:
     def __init__(self, model: KvModel, arena: KvArena, fixed: list[np.ndarray], record: Recorder) -> None:
         self.model, self.arena, self.fixed, self.record = model, arena, fixed, record
         loaded = model.loaded
-        self.binding, self.raw = loaded.fast.binding()
+        self.io = FastBinding(loaded.fast)  # a run binds its feeds and fresh outputs: onnxruntime's own calls
+        self.binding, self.raw = self.io.binding, self.io.raw
         self.run_bound = loaded.fast.run_bound
         self.output_names = list(loaded.output_names)
-        self._lengths = [np.zeros((), np.int64) for _ in model.kv]
-        for var, scalar in zip(model.kv, self._lengths):
-            self.binding.bind_cpu_input(var.length_input or "", scalar)
+        self.fresh = self.output_names + [spec.var.state_output or "" for spec in model.fixed]
+        self._lengths = np.zeros(len(model.kv), np.int64)  # one element a variable, all set at once
+        for k, var in enumerate(model.kv):
+            self.binding.bind_input(var.length_input or "", "cpu", 0, np.int64, [], self._lengths[k:].ctypes.data)
+        self._fed: list[np.ndarray] = []  # the arrays bound as inputs: alive until the next run binds others
         self._bound_block: tuple[int, int] | None = None
         self._flags = {flag: np.array(flag) for flag in (False, True)}
 
@@ -237,21 +241,22 @@ class KvRunner:
                 binding.bind_input(var.state_input or "", "cpu", 0, block.dtype, list(block.shape), block.ctypes.data)
                 bind_output(binding, var.state_output or "", block)
             self._bound_block = (lo, hi)
-        for name in self.output_names:  # a fresh allocation each run: returned as it is
-            binding.bind_output(name, "cpu")
-        for spec in model.fixed:
-            binding.bind_output(spec.var.state_output or "", "cpu")
-        for scalar in self._lengths:
-            scalar[...] = logical
+        io = self.io
+        for name in self.fresh:  # a fresh allocation each run: returned as it is
+            io.bind_fresh_output(name)
+        self._lengths[:] = logical
         if model.last_logits:
             feeds[model.last_logits] = self._flags[last]
-        keep = []
+        fed = []
         for name, value in feeds.items():
             value = np.ascontiguousarray(value)
-            keep.append(value)
-            binding.bind_cpu_input(name, value)
+            fed.append(value)
+            io.bind_array(name, value)
         for spec, array in zip(model.fixed, self.fixed):  # rows of C-contiguous arrays: bound as they are
-            binding.bind_cpu_input(spec.var.state_input or "", array[lo:hi])
+            rows = array[lo:hi]
+            fed.append(rows)
+            io.bind_array(spec.var.state_input or "", rows)
+        self._fed = fed
         start = perf_counter_ns()
         try:
             self.run_bound(self.raw, QUIET)
@@ -259,9 +264,8 @@ class KvRunner:
             self._bound_block = None
             raise ort_error(exc) from None
         self.record.run(batch, (perf_counter_ns() - start) * 1e-9)
-        values = [v.numpy() for v in binding.get_outputs()]
-        # get_outputs() lists outputs in the order first bound: the KV presents, then the rest
-        rest = values[len(model.kv) :]
+        values = io.outputs()  # in the order first bound: the KV presents, then the rest
+        rest = [values[k].numpy() for k in range(len(model.kv), len(model.kv) + len(self.fresh))]
         outs, states = rest[: len(self.output_names)], rest[len(self.output_names) :]
         if any(s.shape[0] != hi - lo for s in states):
             raise RunError("a fixed-size state came back with another batch; no stream was changed")
