@@ -58,12 +58,11 @@ class Request:
     progress: Progress | None = None  # what schedule() reads; None: it moved since (made again)
     stops: frozenset[int] | None = field(init=False)  # the tokens that stop it (None: stop strings)
 
+    plain: bool = field(init=False)  # greedy, no penalty: its token is its logits' argmax
+
     def __post_init__(self) -> None:
         self.stops = None if self.criteria.strings else self.criteria.token_ids
-
-    @property
-    def plain(self) -> bool:
-        return not self.options.do_sample and self.options.repetition_penalty == 1.0
+        self.plain = not self.options.do_sample and self.options.repetition_penalty == 1.0
 
     @property
     def reach(self) -> int:
@@ -242,21 +241,26 @@ class Engine:
         once for all rows, as Hugging Face batches them (masks left-padded; positions from them), and
         the greedy requests' tokens picked in one argmax."""
         count = len(decoding)
-        ids = np.fromiter((r.next_token for r in decoding), np.int64, count).reshape(count, 1)
-        pasts = np.fromiter((len(r.prompt) + len(r.tokens) - 1 for r in decoding), np.int64, count)
+        tokens, pasts_list, sids = [], [], []
+        for r in decoding:
+            tokens.append(r.next_token)
+            pasts_list.append(len(r.prompt) + len(r.tokens) - 1)
+            sids.append(r.sid)
+        pasts = np.array(pasts_list, np.int64)
         width = int(pasts.max()) + 1
         mask = (np.arange(width)[None, :] >= (width - 1 - pasts)[:, None]).astype(np.int64)
         try:
-            feeds = self.rules.feeds(ids, width - 1, mask=mask)
+            feeds = self.rules.feeds(np.array(tokens, np.int64).reshape(count, 1), width - 1, mask=mask)
             self._flush()
-            logits = self.pool.decode([r.sid for r in decoding], feeds, logits="last")["logits"][:, -1]
+            logits = self.pool.decode(sids, feeds, logits="last")["logits"][:, -1]
         except OrtStateError as exc:
             for r in decoding:
                 self._end(r, exc)
             return
         greedy = logits.argmax(axis=-1).tolist()
+        accept = self._accept
         for k, r in enumerate(decoding):
-            self._accept(r, greedy[k] if r.plain else self._pick(r, logits[k : k + 1]))
+            accept(r, greedy[k] if r.plain else self._pick(r, logits[k : k + 1]))
 
     def _pick(self, r: Request, logits: np.ndarray) -> int:
         """Request ``r``'s next token from its ``[1, vocab]`` logits, by its own search options."""

@@ -165,12 +165,16 @@ class KvRunner:
         Raises:
             RunError: ONNX Runtime failed; nothing was changed.
         """
-        lo, hi = int(slots.min()), int(slots.max()) + 1
+        order = slots.tolist()  # a few dozen ints: cheaper in Python than in numpy calls
+        lo, hi = min(order), max(order) + 1
         count, at = hi - lo, slots - lo
-        block = self.arena.lengths[lo:hi].copy()
-        block[at] = pasts
+        in_order = len(order) == count and order == list(range(lo, hi))
+        if in_order:
+            block = pasts
+        else:
+            block = self.arena.lengths[lo:hi].copy()
+            block[at] = pasts
         total = int(block.max()) + 1
-        in_order = len(slots) == count and bool((at == np.arange(count)).all())
         run: dict[str, np.ndarray] = {}
         for spec in self.model.feeds:
             value = feeds[spec.name]
@@ -179,7 +183,7 @@ class KvRunner:
             elif spec.axis is None:
                 run[spec.name] = value
             elif spec.name == MASK:
-                run[spec.name] = self._decode_mask(value, pasts, at, count, total)
+                run[spec.name] = self._decode_mask(value, pasts, at, count, total, in_order)
             elif in_order:
                 run[spec.name] = value
             else:  # holes get zeros (token 0, position 0), the rows go to their places
@@ -195,13 +199,19 @@ class KvRunner:
         return outs, states
 
     @staticmethod
-    def _decode_mask(given: np.ndarray, pasts: np.ndarray, at: np.ndarray, count: int, total: int) -> np.ndarray:
+    def _decode_mask(
+        given: np.ndarray, pasts: np.ndarray, at: np.ndarray, count: int, total: int, in_order: bool
+    ) -> np.ndarray:
         """The block's ``[count, total]`` mask: ones for holes; a row's own columns right-aligned,
         zeros before them (whatever the caller's padding held)."""
+        own = np.arange(total)[None, :] >= (total - 1 - pasts)[:, None]
+        if given.shape[1] == total and len(at) == count:  # every row of the block, as wide
+            rows = np.where(own, given, 0).astype(given.dtype, copy=False)
+            return rows if in_order else rows[np.argsort(at)]
         mask = np.ones((count, total), given.dtype)
         rows = np.zeros((len(at), total), given.dtype)
         rows[:, total - given.shape[1] :] = given
-        rows[np.arange(total)[None, :] < (total - 1 - pasts)[:, None]] = 0
+        rows[~own] = 0
         mask[at] = rows
         return mask
 
