@@ -185,7 +185,7 @@ class KvBuffers:
         checkpoint()  # a Ctrl-C during the run lands here: nothing is committed yet
         views = [buffer[:, :, :length] for buffer, length in zip(self.buffer_list, lengths)]
         count = len(names)
-        store.commit_values(self.ids, views + outputs[count:] if self.others else views)
+        store.commit_grown(self.ids, views + outputs[count:] if self.others else views)
         self.lengths = lengths
         self.spare -= max(n - o for o, n in zip(before, lengths)) if lengths else 0
         self.writes = store.writes

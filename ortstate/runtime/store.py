@@ -216,6 +216,22 @@ class StateStore:
         self._pending.update(zip(var_ids, values))
         self.commit()
 
+    def commit_grown(self, var_ids: list[str], values: list[np.ndarray]) -> None:
+        """:meth:`commit_values` for a runner whose buffers hold the values: each typed like the value
+        before it (numpy's dtypes of one kind are one object) and shaped as its rule admits is taken
+        with no more than that check (a KV cache grown in place, every step); else as it says."""
+        if self._errors or self._pending or self._run_order or len(var_ids) != len(self.meta):
+            self.commit_values(var_ids, values)
+            return
+        current, rules = self._values, self._rules
+        for var_id, value in zip(var_ids, values):
+            previous = current.get(var_id)
+            if previous is None or value.dtype is not previous.dtype or not rules[var_id].admits(value.shape):
+                self.commit_values(var_ids, values)
+                return
+        current.update(zip(var_ids, values))
+        self.writes += 1
+
     def swap(self, buffers: dict[str, np.ndarray]) -> None:
         """Take ``buffers`` as the current values, unchecked and without a version bump: the
         explicit form's fast path, whose buffers hold values of shapes already committed."""
