@@ -191,11 +191,8 @@ class ContinuousBatcher:
             while True:
                 while not items:  # one future a wait, awaited here: no coroutine between
                     waiter = loop.create_future()
-                    outbox.waiting[key] = (items, waiter)
-                    try:
-                        await waiter
-                    finally:
-                        outbox.waiting.pop(key, None)
+                    outbox.waiting[key] = (items, waiter)  # the drain takes it out as it wakes us
+                    await waiter
                 item = items.popleft()
                 if item is END:
                     finished = True
@@ -205,6 +202,7 @@ class ContinuousBatcher:
                     raise item
                 yield item
         finally:
+            outbox.waiting.pop(key, None)  # left while waiting (cancelled, or the loop closed)
             if not finished:
                 self._engine.cancel(rid)
 
