@@ -1,8 +1,11 @@
 """Many LLM streams at once (``ortstate bench DIR --llm-streams 1,8,32``): N prompts of random ids
-requested at once, each generating G greedy tokens, served three ways in this process:
+requested at once, each generating G greedy tokens, served these ways in this process:
 
 - ``pool``: :class:`~ortstate.generate.ContinuousBatcher` (every stream decoding in one batched run
-  per tick, prompts in chunks between them), N concurrent ``stream()`` consumers;
+  per tick, prompts in chunks between them), N concurrent ``stream()`` consumers on one event loop
+  (what a server streaming tokens does);
+- ``pool-many``: the same batcher's ``generate_many`` (all prompts in, all token lists out: no
+  event loop, no per-token times);
 - ``sequential``: one :class:`~ortstate.generate.Generator`, the prompts one after another;
 - ``openvino-genai``: OpenVINO GenAI's ``ContinuousBatchingPipeline`` on the same IR with the exact
   config (f32 inference and KV cache, no dynamic quantization), where ``openvino_genai`` is
@@ -10,7 +13,10 @@ requested at once, each generating G greedy tokens, served three ways in this pr
 
 Per runner and N: aggregate output tokens/s (all new tokens over the wall time from the requests to
 the last token), time to first token and inter-token latency p50/p99 (every stream's gaps pooled),
-and whether each stream's tokens equal the sequential runner's. ``benchmarks/llm_streams.py`` runs
+and whether each stream's tokens equal the sequential runner's. Every runner is loaded first and
+warmed up at the largest N (a first run at a new batch size pays ONNX Runtime's allocations);
+then ``rounds`` rounds run every runner at each N, alternating their order (ABC, CBA) so drift on
+a shared machine cancels, and each figure is the median over the rounds. ``benchmarks/llm_streams.py`` runs
 the same measures with each engine in a process of its own (peak memory per engine, OpenVINO
 GenAI's default config, int8 activations).
 """
@@ -40,7 +46,7 @@ __all__ = [
     "stream_metrics",
 ]
 
-LLM_RUNNERS = ("sequential", "pool", "openvino-genai")  # in run order: the others' tokens are the first's
+LLM_RUNNERS = ("sequential", "pool", "pool-many", "openvino-genai")  # table order
 
 
 def prompts(count: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -125,8 +131,10 @@ def run_pool(batcher: Any, prompt_list: list[list[int]], new: int) -> Streams:
         out = Streams(len(prompt_list))
 
         async def consume(i: int) -> None:
+            tokens, times = out.tokens[i], out.times[i]  # what out.add does, a token at a time
             async for token in batcher.stream(prompt_list[i], new, stop_at_eos=False):
-                out.add(i, [token])
+                times.append(time.perf_counter())
+                tokens.append(token)
 
         await asyncio.gather(*(consume(i) for i in range(len(prompt_list))))
         return out
@@ -174,6 +182,15 @@ def run_openvino_genai(pipe: Any, prompt_list: list[list[int]], new: int) -> Str
     return out
 
 
+def run_pool_many(batcher: Any, prompt_list: list[list[int]], new: int) -> Streams:
+    """Every prompt through ``batcher.generate_many``: tokens timed at its return."""
+    out = Streams(len(prompt_list))
+    tokens = batcher.generate_many(prompt_list, new, stop_at_eos=False)
+    out.end = time.perf_counter()
+    out.tokens = [list(t) for t in tokens]
+    return out
+
+
 def measure_llm_streams(
     folder: Path,
     counts: Sequence[int],
@@ -182,8 +199,9 @@ def measure_llm_streams(
     threads: int,
     runners: Sequence[str],
     progress: Callable[[str], None] = lambda _: None,
+    rounds: int = 1,
 ) -> list[LlmRow]:
-    """Every runner at every stream count (see the module docstring), one model load per runner."""
+    """Every runner at every stream count (see the module docstring): the medians of ``rounds``."""
     from ..generate import ContinuousBatcher, Generator, find_model_files, read_config
     from ..runtime import StatefulSession
     from .runners import session_options
@@ -191,37 +209,70 @@ def measure_llm_streams(
     config = _config(folder)
     vocab = int(config.get("vocab_size") or 256)
     largest = max(counts)
-    reference: dict[int, list[int]] = {}
-    rows: list[LlmRow] = []
-    for runner in sorted(runners, key=LLM_RUNNERS.index, reverse=False):
-        if runner not in LLM_RUNNERS:
-            raise ValueError(f"unknown runner {runner!r}")
-        progress(f"{runner}: loading")
-        if runner == "pool":
-            engine: Any = ContinuousBatcher.from_dir(folder, slots=largest, threads=threads)
-            run: Callable[[list[list[int]], int], Streams] = lambda p, n, e=engine: run_pool(e, p, n)  # noqa: E731
-        elif runner == "sequential":
-            files = find_model_files(folder)
-            session = StatefulSession(files.decoder, session_options(threads))
-            engine = Generator(session, read_config(folder), folder=files.folder)
-            run = lambda p, n, e=engine: run_sequential(e, p, n)  # noqa: E731
-        else:
-            cache_gb = max(1, -(-largest * (prompt + new) * _token_bytes(config) // 2**30))
-            engine = openvino_genai_pipeline(folder, threads, cache_gb)
-            run = lambda p, n, e=engine: run_openvino_genai(e, p, n)  # noqa: E731
-        run(prompts(1, prompt, vocab, 1), 2)  # warm-up
+    unknown = [r for r in runners if r not in LLM_RUNNERS]
+    if unknown:
+        raise ValueError(f"unknown runner {unknown[0]!r}")
+    runs: dict[str, Callable[[list[list[int]], int], Streams]] = {}
+    engines: list[Any] = []
+    try:
+        batcher = None
+        for runner in sorted(runners, key=LLM_RUNNERS.index):
+            progress(f"{runner}: loading")
+            if runner.startswith("pool"):
+                if batcher is None:
+                    batcher = ContinuousBatcher.from_dir(folder, slots=largest, threads=threads)
+                    engines.append(batcher)
+                many = runner == "pool-many"
+                runs[runner] = lambda p, n, b=batcher, m=many: (run_pool_many if m else run_pool)(b, p, n)
+            elif runner == "sequential":
+                files = find_model_files(folder)
+                session = StatefulSession(files.decoder, session_options(threads))
+                generator = Generator(session, read_config(folder), folder=files.folder)
+                runs[runner] = lambda p, n, g=generator: run_sequential(g, p, n)
+            else:
+                cache_gb = max(1, -(-largest * (prompt + new) * _token_bytes(config) // 2**30))
+                pipe = openvino_genai_pipeline(folder, threads, cache_gb)
+                engines.append(pipe)
+                runs[runner] = lambda p, n, e=pipe: run_openvino_genai(e, p, n)
+        for runner, run in runs.items():  # batch sizes seen once before timing (one at a time: batch 1)
+            progress(f"{runner}: warm-up")
+            run(prompts(1 if runner == "sequential" else largest, prompt, vocab, 1), 2)
+        rows = []
         for n in counts:
-            progress(f"{runner}: {n} streams")
-            got = run(prompts(n, prompt, vocab, 0), new)
-            metrics = stream_metrics(got.times, got.t0, got.end)
-            if runner == "sequential":
-                reference.update(enumerate(got.tokens))
-            same = sum(reference.get(i) == t for i, t in enumerate(got.tokens)) if reference else -1
-            rows.append(LlmRow(runner, n, metrics["tokens_per_s"] or 0.0, *(metrics[k] for k in _LATENCIES), same))
-        close = getattr(engine, "close", None)
-        if callable(close):
-            close()
+            got: dict[str, list[Streams]] = {r: [] for r in runs}
+            for k in range(rounds):
+                progress(f"{n} streams, round {k + 1}/{rounds}")
+                for runner in list(runs) if k % 2 == 0 else list(runs)[::-1]:
+                    got[runner].append(runs[runner](prompts(n, prompt, vocab, 0), new))
+            rows += _rows(n, got)
+        return rows
+    finally:
+        for engine in engines:
+            close = getattr(engine, "close", None)
+            if callable(close):
+                close()
+
+
+def _rows(n: int, got: dict[str, list[Streams]]) -> list[LlmRow]:
+    """One row per runner: medians over its rounds; tokens compared with the sequential runner's."""
+    reference = got["sequential"][0].tokens if "sequential" in got else None
+    rows = []
+    for runner, results in got.items():
+        metrics = []
+        for r in results:
+            m = stream_metrics(r.times, r.t0, r.end)
+            if not any(r.times):  # no per-token times (generate_many): the rate only
+                m = dict.fromkeys(m) | {"tokens_per_s": sum(map(len, r.tokens)) / (r.end - r.t0)}  # type: ignore[operator]
+            metrics.append(m)
+        same = -1 if reference is None else min(sum(a == b for a, b in zip(reference, r.tokens)) for r in results)
+        med = {k: _median([m[k] for m in metrics]) for k in ("tokens_per_s", *_LATENCIES)}
+        rows.append(LlmRow(runner, n, med["tokens_per_s"] or 0.0, *(med[k] for k in _LATENCIES), same))
     return rows
+
+
+def _median(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return float(np.median(kept)) if kept else None
 
 
 _LATENCIES = ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")

@@ -43,11 +43,14 @@ each other way.
 
 With --llm-streams N1,N2,... and an optimum-intel export folder as MODEL: many generations at once.
 For each count N, N prompts of --prompt random ids are requested at once and each generates --new
-greedy tokens, served by ortstate's ContinuousBatcher (continuous batching on a KV stream pool), by
+greedy tokens, served by ortstate's ContinuousBatcher (continuous batching on a KV stream pool:
+"pool", N async stream() consumers on one event loop; "pool-many", one generate_many call), by
 one Generator one prompt after another, and by OpenVINO GenAI's ContinuousBatchingPipeline with the
-exact config where openvino-genai is installed; prints aggregate output tokens/s, time to first token
-and inter-token latency p50/p99, and how many streams' tokens equal the one-at-a-time run's.
-(benchmarks/llm_streams.py measures each engine in a process of its own, with peak memory.)
+exact config where openvino-genai is installed; each warmed up at the largest N, then --rounds
+rounds alternating their order; prints the medians of aggregate output tokens/s (and its ratio
+to one at a time), time to first token and inter-token latency p50/p99, and how many streams'
+tokens equal the one-at-a-time run's. (benchmarks/llm_streams.py measures each engine in a process
+of its own, with peak memory.)
 
 examples:
   ortstate bench models/lstm_1l/model.xml
@@ -61,7 +64,9 @@ examples:
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="the IR's .xml (its .bin beside it); with --llm-streams, its folder")
     p.add_argument("--steps", type=int, default=200, metavar="N", help="timed steps per round (default 200)")
-    p.add_argument("--rounds", type=int, default=5, metavar="R", help="rounds per runner (default 5)")
+    p.add_argument(
+        "--rounds", type=int, default=5, metavar="R", help="rounds per runner (default 5; --llm-streams: alternating)"
+    )
     p.add_argument("--threads", type=int, default=1, metavar="T", help="intra-op threads (default 1)")
     p.add_argument(
         "--position",
@@ -191,7 +196,7 @@ def _run_llm_streams(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         raise UsageError(f"{folder}: --llm-streams takes an optimum-intel export folder")
     counts = _stream_counts(args.llm_streams)
-    for option in ("prompt", "new", "threads"):
+    for option in ("prompt", "new", "threads", "rounds"):
         if getattr(args, option) < 1:
             raise UsageError(f"--{option} must be at least 1, got {getattr(args, option)}")
     for option in ("json", "markdown"):
@@ -204,10 +209,11 @@ def _run_llm_streams(args: argparse.Namespace) -> int:
         if unavailable and not args.no_openvino:
             print(f"ortstate: note: {unavailable}: no OpenVINO GenAI rows", file=sys.stderr)
     rows = llm_streams.measure_llm_streams(
-        folder, counts, args.prompt, args.new, args.threads, runners, progress=_progress
+        folder, counts, args.prompt, args.new, args.threads, runners, progress=_progress, rounds=args.rounds
     )
     head = (
-        f"{folder}: prompts of {args.prompt} random ids, {args.new} new greedy tokens, {count(args.threads, 'thread')}"
+        f"{folder}: prompts of {args.prompt} random ids, {args.new} new greedy tokens, "
+        f"{count(args.threads, 'thread')}, medians of {count(args.rounds, 'round')}"
     )
     table = llm_streams.llm_table(rows)
     print(f"{head}\n\n{table}")
@@ -215,6 +221,7 @@ def _run_llm_streams(args: argparse.Namespace) -> int:
         _output("markdown", lambda: write_text(args.markdown, f"{head}\n\n{table}\n"))
     if args.json:
         document = {"model": str(folder), "prompt": args.prompt, "new": args.new, "threads": args.threads}
+        document["rounds"] = args.rounds
         document["rows"] = llm_streams.llm_document(rows)
         _output("json", lambda: write_text(args.json, json.dumps(document, indent=1) + "\n"))
     return EXIT_OK

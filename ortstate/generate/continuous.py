@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +92,8 @@ class ContinuousBatcher:
         self.eos_token_ids = tuple(eos_token_ids)
         self.vocab_size = vocab_size
         self._engine = Engine(pool, rules, max_num_batched_tokens)
+        self._outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Outbox] = weakref.WeakKeyDictionary()
+        self._outboxes_lock = threading.Lock()
 
     @classmethod
     def from_dir(
@@ -184,6 +188,7 @@ class ContinuousBatcher:
 
         for request in requests:
             request.sink = sink_for(request)
+            request.streamed = False  # the tokens are read from request.tokens at the end
             self._engine.submit(request)
         for _ in requests:
             done.acquire()
@@ -227,15 +232,11 @@ class ContinuousBatcher:
 
             request.on_end = ended
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-
-        def sink(item: Any) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the consumer's event loop is closed: nobody is reading any more
-                pass
-
-        request.sink = sink
+        outbox = self._outbox(loop)
+        items: deque[Any] = deque()
+        key = id(items)
+        request.sink = items.append
+        request.notify = outbox.wake
         try:
             rid = self._engine.submit(request)
         except BaseException:
@@ -245,7 +246,11 @@ class ContinuousBatcher:
         finished = False
         try:
             while True:
-                item = await queue.get()
+                while not items:  # one future a wait, awaited here: no coroutine between
+                    waiter = loop.create_future()
+                    outbox.waiting[key] = (items, waiter)  # the drain takes it out as it wakes us
+                    await waiter
+                item = items.popleft()
                 if item is END:
                     finished = True
                     return
@@ -254,6 +259,7 @@ class ContinuousBatcher:
                     raise item
                 yield item
         finally:
+            outbox.waiting.pop(key, None)  # left while waiting (cancelled, or the loop closed)
             if not finished:
                 self._engine.cancel(rid)
 
@@ -303,6 +309,13 @@ class ContinuousBatcher:
         return self._engine.ticks
 
     # -- helpers ----------------------------------------------------------------------------------
+    def _outbox(self, loop: asyncio.AbstractEventLoop) -> _Outbox:
+        with self._outboxes_lock:
+            outbox = self._outboxes.get(loop)
+            if outbox is None:
+                outbox = self._outboxes[loop] = _Outbox(loop)
+            return outbox
+
     def _request(self, prompt: list[int], max_new_tokens: int, stop_at_eos: bool, search: dict[str, Any]) -> Request:
         options = SearchOptions.build(self.search_defaults, **search)
         if options.beam_search:
@@ -320,6 +333,48 @@ class ContinuousBatcher:
         criteria = StopCriteria(eos, options.stop_token_ids, (), None)
         rng = np.random.default_rng(seed) if seed is not None else None
         return Request(list(prompt), int(max_new_tokens), options, criteria, sink=lambda _: None, rng=rng)
+
+
+class _Outbox:
+    """How the engine's thread hands tokens to the ``stream()`` consumers of one event loop.
+
+    Each request's sink is its consumer's deque's own ``append`` (a C call, no Python frame: the
+    engine hands a tick's tokens over in one loop). Then the engine calls the requests' ``notify``
+    once for all of them (:meth:`wake`): one ``call_soon_threadsafe`` a tick for every stream of the
+    loop, not one a token. Each is a write to the loop's self-pipe, which lets go of the GIL: the
+    woken loop takes it, and the two threads would trade it back and forth all through the tick.
+    On the loop, :meth:`drain` wakes each consumer waiting whose deque has items.
+
+    One thread appends (the engine's) and one pops (the loop's); a deque's appends and pops are
+    atomic, so no lock. The drain clears ``armed`` before it looks, so a wake after it looked
+    schedules the next drain; a consumer looks at its deque before it waits, so items appended
+    before it waits are seen, and those appended after are followed by a wake."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = weakref.ref(loop)  # the batcher's map of outboxes must not keep a loop alive
+        self.armed = False  # a drain is scheduled and has not started
+        # the consumers waiting, by their deque's id: (deque, future)
+        self.waiting: dict[int, tuple[deque[Any], asyncio.Future[None]]] = {}
+
+    def wake(self) -> None:
+        if self.armed:
+            return
+        self.armed = True
+        loop = self.loop()
+        try:
+            if loop is None:
+                raise RuntimeError("the event loop is gone")
+            loop.call_soon_threadsafe(self.drain)
+        except RuntimeError:  # the consumer's event loop is closed: nobody is reading any more
+            self.waiting.clear()
+
+    def drain(self) -> None:
+        self.armed = False
+        ready = [key for key, (items, _) in self.waiting.items() if items]
+        for key in ready:
+            waiter = self.waiting.pop(key)[1]
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 def _config_context(folder: Path) -> int | None:

@@ -8,12 +8,12 @@ its next token (its own search options and random generator, as a lone
 in a thread of its own: nothing that waits on an event loop holds a lock across an ONNX Runtime
 run.
 
-A request may continue a stream kept open between requests (a conversation): its cache already
-holds the start of the prompt, so only the rest is fed; the stream stays open when it ends.
-
 A request is admitted when the pool has a row for it and the positions it can reach (prompt plus
 ``max_new_tokens``) fit beside those of the requests already running, so a step never needs more
 KV memory than ``kv_cache_bytes``; the others wait in order.
+
+A request may continue a stream kept open between requests (a conversation): its cache already
+holds the start of the prompt, so only the rest is fed; the stream stays open when it ends.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ END = object()  # a sink's last item: the request ended
 @dataclass
 class Request:
     """One generation: its prompt, limits, search, and where its tokens go (``sink``: each token,
-    then an error or :data:`END`; called from the engine's thread)."""
+    then an error or :data:`END`; called from the engine's thread, a tick's items at a time, then
+    ``notify`` once, where given, for all the requests that share it)."""
 
     prompt: list[int]
     max_new_tokens: int
@@ -50,6 +51,8 @@ class Request:
     criteria: StopCriteria
     sink: Callable[[Any], None]
     rng: np.random.Generator | None = None
+    notify: Callable[[], None] | None = None  # called once after a batch of items went to the sinks
+    streamed: bool = True  # False: the sink gets only the end (an error or END), not each token
     rid: int = -1
     sid: int | None = None  # given: a kept stream whose cache holds ``fed`` of the prompt's tokens
     fed: int = 0  # prompt tokens fed
@@ -58,10 +61,14 @@ class Request:
     keep: bool = False  # the stream ``sid`` stays open when the request ends
     reset_first: bool = False  # the kept stream is emptied before the prompt is fed
     on_end: Callable[[Request], None] | None = None  # called from the engine's thread as it ends
+    progress: Progress | None = None  # what schedule() reads; None: it moved since (made again)
+    stops: frozenset[int] | None = field(init=False)  # the tokens that stop it (None: stop strings)
 
-    @property
-    def plain(self) -> bool:
-        return not self.options.do_sample and self.options.repetition_penalty == 1.0
+    plain: bool = field(init=False)  # greedy, no penalty: its token is its logits' argmax
+
+    def __post_init__(self) -> None:
+        self.stops = None if self.criteria.strings else self.criteria.token_ids
+        self.plain = not self.options.do_sample and self.options.repetition_penalty == 1.0
 
     @property
     def reach(self) -> int:
@@ -78,6 +85,9 @@ class Engine:
         # A decoder whose recurrent state reads one token per run once it holds a past (the mamba
         # family's decode path; transformers feeds it so): a kept stream's new tokens go one a tick.
         self.stepwise = rules.mask == "current" or rules.cache_position == "conv_kernel"
+        # decoding requests go to the pool as one batch (KvPool.decode) unless a row's feeds hold a
+        # value every row of a run shares (cache_position: one per cache length)
+        self.batched = "cache_position" not in rules.names
         self.positions = pool.kv_cache_bytes // pool.token_bytes
         self._waiting: deque[Request] = deque()
         self._running: dict[int, Request] = {}
@@ -86,6 +96,7 @@ class Engine:
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stop = False
+        self._outgoing: list[tuple[Request, Any]] = []  # (request, item) for the sinks, see _flush
         self.ticks = 0
 
     def submit(self, request: Request) -> int:
@@ -118,6 +129,8 @@ class Engine:
     # -- the loop ---------------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
+            if not self._running:
+                self._flush()  # nothing runs next: hand over what the last tick made now
             with self._wake:
                 while not self._stop and not self._waiting and not self._running:
                     self._wake.wait()
@@ -135,8 +148,34 @@ class Engine:
         for request in [*self._running.values(), *self._waiting]:
             self._end(request, error)
         self._waiting.clear()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Hand the items of the last tick to their sinks. Called just before the next tick's runs
+        (and when there is none): a sink that wakes another thread (``stream()``'s event loop) wakes
+        it as ONNX Runtime lets go of the GIL, so that thread's work overlaps the run; woken while
+        this thread still runs Python, the two take turns and a tick costs both."""
+        items, self._outgoing = self._outgoing, []
+        notify: set[Callable[[], None]] = set()
+        last = None
+        for request, item in items:
+            try:
+                request.sink(item)
+            except Exception:  # noqa: BLE001 - a sink that fails is its own consumer's problem
+                pass
+            if request.notify is not last:  # neighbours share one (one event loop's streams): no hash
+                last = request.notify
+                if last is not None:
+                    notify.add(last)
+        for wake in notify:  # once for the requests that share it
+            try:
+                wake()
+            except Exception:  # noqa: BLE001
+                pass
 
     def _drop(self, cancelled: set[int]) -> None:
+        if not cancelled:
+            return
         for request in [r for r in self._running.values() if r.rid in cancelled]:
             self._end(request, END)
         with self._wake:
@@ -146,6 +185,8 @@ class Engine:
             self._end(request, END)
 
     def _admit(self) -> None:
+        if not self._waiting:  # read without the lock: a request queued meanwhile waits one tick
+            return
         reach = sum(r.reach for r in self._running.values())
         while True:
             with self._wake:
@@ -168,23 +209,32 @@ class Engine:
 
     def _tick(self) -> None:
         running = self._running
-        progress = [Progress(r.rid, len(r.prompt) - r.fed, r.next_token is not None) for r in running.values()]
+        progress = []
+        for r in running.values():  # a decoding request's stays the same tick after tick: kept
+            if r.progress is None:
+                r.progress = Progress(r.rid, len(r.prompt) - r.fed, r.next_token is not None)
+            progress.append(r.progress)
         tick = schedule(progress, self.max_num_batched_tokens, self.chunked)
         if tick.empty:
             return
+        decoding = [running[rid] for rid in tick.decode]
+        if decoding and self.batched:
+            self._decode(decoding)
+            decoding = []
         feeds: dict[int, dict[str, np.ndarray]] = {}
         widths: dict[int, int] = {}
-        for rid in tick.decode:
-            r = running[rid]
+        for r in decoding:
             feeds[r.sid] = self.rules.feeds(np.array([[r.next_token]], np.int64), len(r.prompt) + len(r.tokens) - 1)
-            widths[rid] = 1
+            widths[r.rid] = 1
         for rid, count in tick.chunks:
             r = running[rid]
             count = 1 if self.stepwise and r.fed else count
             ids = np.array([r.prompt[r.fed : r.fed + count]], np.int64)
             feeds[r.sid] = self.rules.feeds(ids, r.fed)
             widths[rid] = count
-        results = self.pool.step(feeds, errors="return", logits="last")
+        if feeds:
+            self._flush()
+        results = self.pool.step(feeds, errors="return", logits="last") if feeds else {}
         self.ticks += 1
         for rid in widths:
             r = running[rid]
@@ -194,22 +244,54 @@ class Engine:
                 continue
             if r.next_token is None:
                 r.fed += widths[rid]
+                r.progress = None
                 if r.fed < len(r.prompt):
                     continue
-            self._pick(r, out["logits"][:, -1])
+            self._accept(r, self._pick(r, out["logits"][:, -1]))
 
-    def _pick(self, r: Request, logits: np.ndarray) -> None:
+    def _decode(self, decoding: list[Request]) -> None:
+        """Every decoding request's one-token step as one batch (``KvPool.decode``): feeds built
+        once for all rows, as Hugging Face batches them (masks left-padded; positions from them), and
+        the greedy requests' tokens picked in one argmax."""
+        count = len(decoding)
+        tokens, pasts_list, sids = [], [], []
+        for r in decoding:
+            tokens.append(r.next_token)
+            pasts_list.append(len(r.prompt) + len(r.tokens) - 1)
+            sids.append(r.sid)
+        pasts = np.array(pasts_list, np.int64)
+        width = int(pasts.max()) + 1
+        mask = (np.arange(width)[None, :] >= (width - 1 - pasts)[:, None]).astype(np.int64)
+        try:
+            feeds = self.rules.feeds(np.array(tokens, np.int64).reshape(count, 1), width - 1, mask=mask)
+            self._flush()
+            logits = self.pool.decode(sids, feeds, logits="last")["logits"][:, -1]
+        except OrtStateError as exc:
+            for r in decoding:
+                self._end(r, exc)
+            return
+        greedy = logits.argmax(axis=-1).tolist()
+        accept = self._accept
+        for k, r in enumerate(decoding):
+            accept(r, greedy[k] if r.plain else self._pick(r, logits[k : k + 1]))
+
+    def _pick(self, r: Request, logits: np.ndarray) -> int:
+        """Request ``r``'s next token from its ``[1, vocab]`` logits, by its own search options."""
         if r.plain:  # greedy, no penalty: process() would hand the scores back as they are
-            token = int(logits.argmax())
-        else:
-            scores = process(logits, [r.prompt + r.tokens], r.options)
-            token = int(sample(scores, r.rng)[0] if r.rng is not None else np.argmax(scores, axis=-1)[0])
+            return int(logits.argmax())
+        scores = process(logits, [r.prompt + r.tokens], r.options)
+        return int(sample(scores, r.rng)[0] if r.rng is not None else np.argmax(scores, axis=-1)[0])
+
+    def _accept(self, r: Request, token: int) -> None:
         r.tokens.append(token)
-        _send(r, token)
-        why = r.criteria.reason(r.tokens)
-        if why or len(r.tokens) >= r.max_new_tokens:
+        if r.streamed:
+            self._outgoing.append((r, token))  # see _send
+        stopped = token in r.stops if r.stops is not None else r.criteria.reason(r.tokens) is not None
+        if stopped or len(r.tokens) >= r.max_new_tokens:
             self._end(r, END)
         else:
+            if r.next_token is None:
+                r.progress = None
             r.next_token = token
 
     def _end(self, request: Request, last: Any) -> None:
@@ -220,13 +302,8 @@ class Engine:
                 request.on_end(request)
             except Exception:  # noqa: BLE001 - its owner's problem, never the other requests'
                 pass
-        _send(request, last)
+        self._send(request, last)
 
-
-def _send(request: Request, item: Any) -> None:
-    """Hand ``item`` to the request's sink; a sink that fails is its own consumer's problem, never
-    the other requests'."""
-    try:
-        request.sink(item)
-    except Exception:  # noqa: BLE001
-        pass
+    def _send(self, request: Request, item: Any) -> None:
+        """Queue ``item`` for the request's sink (see :meth:`_flush`)."""
+        self._outgoing.append((request, item))

@@ -20,8 +20,11 @@ computed beside it, so the kernel's runs still pass one ``If`` (a second level c
 short contexts). The spare rows are read, with weight 0: the runtime keeps them finite (zeros when
 a buffer is made; written only with key and value rows).
 A kernel with anything but ``num_heads``, ``kv_num_heads``, ``scale`` and ``causal=0`` (rotary,
-local windows, softcap, sinks) is left alone. Done on load, for a session's KV buffers only: an
-exported model keeps the kernel (another runtime's buffers may hold anything in their spare rows).
+local windows, softcap, sinks) is left alone, and so is one with fewer than ``_MIN_GROUP`` query
+heads per KV head: reading the cache once instead of twice does not pay for the products, while
+the condition (13 small nodes a layer) runs on every step, short contexts included. Done on load,
+for a session's KV buffers only: an exported model keeps the kernel (another runtime's buffers may
+hold anything in their spare rows).
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ _PLAIN = {"num_heads", "kv_num_heads", "scale", "causal"}
 # heads over 2, 2 threads; benchmarks/realsize_grouped.py, each session made first once) a step
 # took 1.03-1.08x the kernel's at 1,024 rows, 0.91-0.98x at 2,048 and 0.89-0.92x at 4,000.
 _MIN_ROWS = 2048
+# From this many query heads per KV head on. The tiny llama (4 heads over 2, head size 16, 1
+# thread, bound buffers; 2026-11-27): the products took 1.07x the kernel's step at 2,100 rows and
+# 1.02x at 4,000, and the condition alone 1.09x a step at 16 rows; Qwen2-0.5B's 7 over 1: above.
+_MIN_GROUP = 4
 
 
 def group_decode(model: onnx.ModelProto, meta: ModelMeta) -> int:
@@ -97,7 +104,7 @@ def _qualifies(node: onnx.NodeProto, shared: set[str]) -> bool:
     if not isinstance(heads, int) or not isinstance(kv_heads, int) or kv_heads < 1 or heads <= kv_heads:
         return False
     unused = [node.input[i] for i in (7, 8, 9) if i < len(node.input)]  # cos/sin caches, position ids
-    grouped = heads % kv_heads == 0 and len(node.output) == 3
+    grouped = heads % kv_heads == 0 and heads // kv_heads >= _MIN_GROUP and len(node.output) == 3
     return grouped and not any(unused) and node.input[_PAST_K] in shared and node.input[_PAST_V] in shared
 
 

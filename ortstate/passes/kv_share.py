@@ -8,7 +8,9 @@ run both ways: it gives the variable a length input ``ortstate.len.<id>`` (int64
 rows of the state input are the value) and a length output ``ortstate.len_out.<id>`` (the rows
 after the run), and makes every other reader see only the valid rows:
 
-- ``Shape`` of the state input reads the logical shape (the length on the cache axis, 2);
+- ``Shape`` of the state input reads the logical shape (the length on the cache axis, 2); one
+  that asks for the cache axis alone (a past length) reads the length itself, and the whole shape
+  is built only for the others: each node is a few microseconds of every step of a small model;
 - the composition in the attention ``If``'s other branch (batches above 1 continuing with several
   rows, which the kernel refuses) reads ``Slice(state, 0, length)``.
 
@@ -34,6 +36,7 @@ __all__ = ["share_kv", "shares_all", "shares_any"]
 
 _AXIS = 2
 _PAST = {3: 1, 4: 2}  # GroupQueryAttention input (past_key, past_value) -> its present output
+_SPAN = (("start", 0), ("end", 4))  # a Shape node's attributes over a rank-4 cache, and their defaults
 
 
 @dataclasses.dataclass
@@ -76,6 +79,15 @@ def _plan(graph: onnx.GraphProto, var: VariableMeta, made: dict[str, int], used:
         elif index != maker:
             return None
     return _Plan(var, sorted(shapes), other, kernel.input[6])
+
+
+def _span(attrs: dict[str, int]) -> list[int]:
+    """The dims ``[start, end)`` a ``Shape`` node with ``attrs`` gives of a rank-4 cache."""
+    span = []
+    for key, default in _SPAN:
+        at = attrs.get(key, default)
+        span.append(min(max(at + 4 if at < 0 else at, 0), 4))
+    return span
 
 
 def _plans(graph: onnx.GraphProto, meta: ModelMeta) -> dict[str, _Plan]:
@@ -123,20 +135,26 @@ def share_kv(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
         graph.input.append(helper.make_tensor_value_info(length_in, onnx.TensorProto.INT64, []))
         graph.output.append(helper.make_tensor_value_info(length_out, onnx.TensorProto.INT64, []))
         length = fresh(f"{length_in}_1d")
-        lead, tail, logical = fresh(f"{state_in}_lead"), fresh(f"{state_in}_tail"), fresh(f"{state_in}_shape")
         added += [
             helper.make_node("Reshape", [length_in, one], [length], name=fresh(f"{length}_node")),
-            helper.make_node("Shape", [state_in], [lead], name=fresh(f"{lead}_node"), end=_AXIS),
-            helper.make_node("Shape", [state_in], [tail], name=fresh(f"{tail}_node"), start=_AXIS + 1),
-            helper.make_node("Concat", [lead, length, tail], [logical], name=fresh(f"{logical}_node"), axis=0),
             helper.make_node("Cast", [plan.total], [length_out], name=fresh(f"{length_out}_node"), to=7),
         ]
-        for index in plan.shapes:  # the logical shape, sliced as the Shape node asked
+        logical = ""  # the whole logical shape, made only for a Shape node that asks for more than its length
+        for index in plan.shapes:
             shape = graph.node[index]
             attrs = {a.name: a.i for a in shape.attribute}
-            bounds = [
-                const(np.array([attrs.get(k, d)], np.int64), f"ortstate.kv_{k}") for k, d in (("start", 0), ("end", 4))
-            ]
+            if _span(attrs) == [_AXIS, _AXIS + 1]:  # the length alone (a past length): no shape to build
+                replaced[index] = helper.make_node("Identity", [length], list(shape.output), name=shape.name)
+                continue
+            if not logical:
+                lead, tail = fresh(f"{state_in}_lead"), fresh(f"{state_in}_tail")
+                logical = fresh(f"{state_in}_shape")
+                added += [
+                    helper.make_node("Shape", [state_in], [lead], name=fresh(f"{lead}_node"), end=_AXIS),
+                    helper.make_node("Shape", [state_in], [tail], name=fresh(f"{tail}_node"), start=_AXIS + 1),
+                    helper.make_node("Concat", [lead, length, tail], [logical], name=fresh(f"{logical}_node"), axis=0),
+                ]
+            bounds = [const(np.array([attrs.get(k, d)], np.int64), f"ortstate.kv_{k}") for k, d in _SPAN]
             replaced[index] = helper.make_node("Slice", [logical, *bounds], list(shape.output), name=shape.name)
         valid = fresh(f"{state_in}_valid")
         rename_reads(plan.branch.node, {state_in: valid})

@@ -22,6 +22,7 @@ import numpy as np
 
 from .interrupts import checkpoint
 from .loaded import LoadedModel
+from .ort_adapter import FastBinding
 from .pingpong import QUIET, bind_output
 from .store import StateStore
 
@@ -30,6 +31,7 @@ __all__ = ["KvBuffers", "KvMiss", "shares_kv"]
 _AXIS = 2
 _MIN_SPARE = 64
 _FALSE = np.array(False)
+_EMPTY = np.zeros((0, 0, 0, 0), np.float32)
 
 
 class KvMiss(Exception):
@@ -42,7 +44,16 @@ def shares_kv(model: LoadedModel) -> bool:
 
 
 class KvBuffers:
-    """One request's buffers. ``run`` takes the run or raises :class:`KvMiss` having changed nothing."""
+    """One request's buffers. ``run`` takes the run or raises :class:`KvMiss` having changed nothing.
+
+    A step of a small model is a few tens of microseconds of ONNX Runtime, and each Python step
+    around it costs more right after a run than in a loop of its own (the run has taken the
+    caches), so the run keeps to what changes from one step to the next: the buffers, the length
+    scalars and the outputs' order stay bound; it binds its feeds and a fresh allocation of its
+    outputs through onnxruntime's own binding object (:class:`~.ort_adapter.FastBinding`), reads
+    back only the outputs it returns, and keeps the buffers, their lengths and their capacities in
+    lists in the variables' order.
+    """
 
     def __init__(self, model: LoadedModel, store: StateStore) -> None:
         self.model = model
@@ -51,130 +62,131 @@ class KvBuffers:
         self.shared = [v for v in variables if v.length_input]
         self.others = [v for v in variables if not v.length_input]
         self.ids = [v.id for v in self.shared] + [v.id for v in self.others]
+        count = len(self.shared)
         self.buffers: dict[str, np.ndarray] = {}
-        self.lengths: dict[str, int] = {}
-        self.views: dict[str, np.ndarray] = {}
-        self.version = -1
-        self.binding, self.raw = model.fast.binding()
+        self.lengths: list[int] = [0] * count  # the valid rows of each buffer, in ``shared``'s order
+        self.buffer_list: list[np.ndarray] = [_EMPTY] * count
+        self.capacities: list[int] = [0] * count
+        self.writes = -1  # the store's count of changes when this path last committed (see StateStore.writes)
+        self.io = FastBinding(model.fast)
+        self.binding, self.raw = self.io.binding, self.io.raw
         self.run_bound = model.fast.run_bound
         self.input_names = [i.name for i in model.inputs]
+        self.fed_names = self.input_names + [v.state_input or "" for v in self.others]  # what a run binds
         # Scalars the binding reads and writes in place (bound once): each variable's rows before
-        # and after a run.
-        self.length_in = {v.id: np.zeros((), np.int64) for v in self.shared}
-        self.length_out = {v.id: np.zeros((), np.int64) for v in self.shared}
-        for var in self.shared:
-            self.binding.bind_input(var.length_input or "", "cpu", 0, np.int64, [], self.length_in[var.id].ctypes.data)
-        self.bound: dict[str, np.ndarray] = {}  # the buffer each variable's input and output is bound to
+        # and after a run, one element of one array each: a run sets and reads them all at once.
+        self.length_in = np.zeros(count, np.int64)
+        self.length_out = np.zeros(count, np.int64)
+        for k, var in enumerate(self.shared):
+            self.binding.bind_input(var.length_input or "", "cpu", 0, np.int64, [], self.length_in[k:].ctypes.data)
         self.wanted: list[str] | None = None  # the outputs the binding's output list was made for
+        self.fresh: list[str] = []  # the outputs each run allocates anew: the wanted, the others' states
+        self.fed: list[np.ndarray] = []  # the arrays bound as inputs: alive until the next run binds others
+        self.spare = 0  # the fewest spare rows of any buffer (0: look again)
+        self.stale = True  # a buffer placed or the outputs cleared since the buffers were bound
 
     # -- the buffers -----------------------------------------------------------------------------
-    def _current(self) -> bool:
-        """Whether the store still holds this path's views (nothing was set, reset or run elsewhere)."""
-        store = self.store
-        return store.version == self.version and all(store.committed(i) is self.views.get(i) for i in self.views)
-
     def _seed(self) -> None:
         """Copy every shared variable's committed value into a buffer of its own."""
         self.buffers.clear()
-        self.views.clear()
-        for var in self.shared:
+        for k, var in enumerate(self.shared):
             value = self.store.committed(var.id)
             if value is None or value.ndim != 4:
                 raise KvMiss
-            self._place(var.id, value, value.shape[_AXIS])
-        self.version = self.store.version
+            self._place(k, value, value.shape[_AXIS])
 
-    def _place(self, var_id: str, value: np.ndarray, length: int) -> None:
-        """A new buffer for ``value``'s first ``length`` rows, with spare rows after them."""
+    def _place(self, k: int, value: np.ndarray, length: int) -> np.ndarray:
+        """A new buffer for variable ``k``: ``value``'s first ``length`` rows, spare rows after them;
+        returns the view of its valid rows."""
         capacity = length + max(_MIN_SPARE, length // 2)
         shape = list(value.shape)
         shape[_AXIS] = capacity
         buffer = np.zeros(shape, dtype=value.dtype)  # spare rows finite: passes.grouped_decode reads them
         buffer[:, :, :length] = value[:, :, :length]
-        self.buffers[var_id] = buffer
-        self.lengths[var_id] = length
-        self.views[var_id] = buffer[:, :, :length]
+        self.buffers[self.shared[k].id] = self.buffer_list[k] = buffer
+        self.lengths[k], self.capacities[k] = length, capacity
+        self.spare, self.stale = 0, True
+        return buffer[:, :, :length]
 
     def _room(self, rows: int) -> None:
         """At least ``rows`` spare rows in every buffer (growing the full ones: copies their values)."""
-        for var_id, buffer in self.buffers.items():
-            length = self.lengths[var_id]
-            if buffer.shape[_AXIS] - length < rows:
-                self._place(var_id, buffer, length)
-                self.store.swap({var_id: self.views[var_id]})
+        for k, (buffer, length, capacity) in enumerate(zip(self.buffer_list, self.lengths, self.capacities)):
+            if capacity - length < rows:
+                self.store.swap({self.shared[k].id: self._place(k, buffer, length)})
+                self.writes = self.store.writes
+        self.spare = min(c - n for c, n in zip(self.capacities, self.lengths))
 
     # -- a run -----------------------------------------------------------------------------------
     def _bind_state(self) -> None:
-        """(Re)bind each shared buffer as its variable's input and output (by pointer: a run reads and
-        writes it where it is) where it is not bound yet: after a seed, a growth, new outputs."""
+        """Bind each shared buffer as its variable's input and output (by pointer: a run reads and
+        writes it where it is): after a seed, a growth, new outputs."""
         binding = self.binding
-        for var in self.shared:
-            buffer = self.buffers[var.id]
-            if self.bound.get(var.id) is buffer:
-                continue
-            shape = list(buffer.shape)
-            binding.bind_input(var.state_input or "", "cpu", 0, buffer.dtype, shape, buffer.ctypes.data)
+        for var, buffer in zip(self.shared, self.buffer_list):
+            binding.bind_input(var.state_input or "", "cpu", 0, buffer.dtype, list(buffer.shape), buffer.ctypes.data)
             bind_output(binding, var.state_output or "", buffer)
-            self.bound[var.id] = buffer
+        self.stale = False
 
-    def _bind_outputs(self, wanted: list[str]) -> None:
-        """Bind the outputs a run of ``wanted`` fetches, in one order kept while ``wanted`` is the same:
+    def _bind_outputs(self, wanted: Sequence[str]) -> None:
+        """Bind the outputs runs of ``wanted`` fetch, in one order kept while ``wanted`` is the same:
         the length scalars (by pointer), the wanted ones and the other variables' (allocated by ONNX
-        Runtime each run), then the shared buffers (:meth:`_bind_state`)."""
-        binding = self.binding
-        if wanted != self.wanted:
-            binding.clear_binding_outputs()
-            self.bound.clear()
-            for var in self.shared:
-                bind_output(binding, var.length_output or "", self.length_out[var.id])
-            self.wanted = list(wanted)
-        for name in [*wanted, *(v.state_output or "" for v in self.others)]:
-            binding.bind_output(name, "cpu")  # a fresh allocation each run: the result is returned as it is
+        Runtime each run, see :attr:`fresh`), then the shared buffers (:meth:`_bind_state`)."""
+        self.binding.clear_binding_outputs()
+        self.stale = True
+        for k, var in enumerate(self.shared):
+            bind_output(self.binding, var.length_output or "", self.length_out[k : k + 1].reshape(()))
+        self.wanted = wanted if isinstance(wanted, list) else list(wanted)
+        self.fresh = [*wanted, *(v.state_output or "" for v in self.others)]
+        for name in self.fresh:  # their place in the outputs' order, before the buffers
+            self.io.bind_fresh_output(name)
 
     def run(self, names: Sequence[str], full: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         """Run with ``full`` (the feeds, checked and native; the store's order for this run taken)."""
         store = self.store
-        if store.reordering() or any(store.committed(v.id) is None for v in self.others):
+        if store.reordering() or (self.others and any(store.committed(v.id) is None for v in self.others)):
             raise KvMiss
-        if not self._current():
+        if store.writes != self.writes:  # set, reset, loaded or run elsewhere since this path's commit
             self._seed()
-        self._room(1)
-        wanted = list(names)
-        self._bind_outputs(wanted)
-        self._bind_state()
-        binding = self.binding
-        keep = []
-        for name in self.input_names:
-            value = np.ascontiguousarray(full[name])
-            keep.append(value)
-            binding.bind_cpu_input(name, value)
-        for var in self.shared:
-            self.length_in[var.id][...] = self.lengths[var.id]
+        if self.spare < 1:
+            self._room(1)
+        if names is not self.wanted and names != self.wanted:
+            self._bind_outputs(names)
+        if self.stale:
+            self._bind_state()
+        io = self.io
+        bind = io.bind_array
+        fed = [full[name] for name in self.input_names]
         for var in self.others:
-            value = np.ascontiguousarray(store.carried(var.id, full))
-            keep.append(value)
-            binding.bind_cpu_input(var.state_input or "", value)
+            fed.append(store.carried(var.id, full))
             if var.init_flag:
-                binding.bind_cpu_input(var.init_flag, _FALSE)
+                bind(var.init_flag, _FALSE)
+        for k, name in enumerate(self.fed_names):
+            value = fed[k]
+            if type(value) is not np.ndarray or not value.flags.c_contiguous or not value.dtype.isnative:
+                value = np.asarray(value)
+                value = fed[k] = np.ascontiguousarray(value, value.dtype.newbyteorder("="))
+            bind(name, value)
+        self.fed = fed
+        for name in self.fresh:
+            io.bind_fresh_output(name)  # a fresh allocation each run: the result is returned as it is
+        before = self.lengths
+        self.length_in[:] = before
         try:
             self.run_bound(self.raw, run_options if run_options is not None else QUIET)
         except Exception:  # noqa: BLE001 - the general path runs it again and reports a real error
             raise KvMiss from None
-        del keep
-        values = binding.get_outputs()
-        count = len(wanted)
-        # get_outputs() lists the outputs in the order first bound (see _bind_outputs): the lengths,
-        # the wanted outputs, the other variables', then the shared buffers.
-        first = len(self.shared)
-        lengths = [int(self.length_out[v.id]) for v in self.shared]
-        for var, length in zip(self.shared, lengths):
-            if not self.lengths[var.id] <= length <= self.buffers[var.id].shape[_AXIS]:
+        lengths = self.length_out.tolist()
+        for old, length, capacity in zip(before, lengths, self.capacities):
+            if not old <= length <= capacity:
                 raise KvMiss
-        outputs = [values[first + i].numpy() for i in range(count + len(self.others))]
+        values = io.outputs()  # in the order first bound: the lengths, the fresh ones, the buffers
+        first = len(lengths)
+        fresh = len(self.fresh)
+        outputs = [values[first].numpy()] if fresh == 1 else [values[i].numpy() for i in range(first, first + fresh)]
         checkpoint()  # a Ctrl-C during the run lands here: nothing is committed yet
-        views = [self.buffers[v.id][:, :, :length] for v, length in zip(self.shared, lengths)]
-        store.commit_values(self.ids, [*views, *outputs[count:]])
-        for var, view, length in zip(self.shared, views, lengths):
-            self.views[var.id], self.lengths[var.id] = view, length
-        self.version = store.version
-        return outputs[:count]
+        views = [buffer[:, :, :length] for buffer, length in zip(self.buffer_list, lengths)]
+        count = len(names)
+        store.commit_grown(self.ids, views + outputs[count:] if self.others else views)
+        self.lengths = lengths
+        self.spare -= max(n - o for o, n in zip(before, lengths)) if lengths else 0
+        self.writes = store.writes
+        return outputs[:count] if self.others else outputs

@@ -109,19 +109,20 @@ class ExplicitRunner(Runner):
                     self.fast = None
 
     def run(self, names: Sequence[str], feeds: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
-        self._settle()
+        if self._candidate is not None:
+            self._settle()
         if self.fast is not None and run_options is None:
             try:
                 return self.fast.run(names, feeds)
             except PingPongMiss:
                 self.fast = None
         if self.kv is not None:
-            full = feed_dict(feeds)
+            # the feeds as given: the KV path binds them in this machine's byte order itself
             if self.guards:
-                check_not_empty(full, self.guards)
-            self.store.order_run(full)
+                check_not_empty(feeds, self.guards)
+            self.store.order_run(feeds)
             try:
-                return self.kv.run(names, full, run_options)
+                return self.kv.run(names, feeds, run_options)
             except KvMiss:
                 pass
         return self._general(names, feeds, run_options)

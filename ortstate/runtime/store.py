@@ -20,11 +20,15 @@ class ShapeRule:
     """Which concrete shapes a metadata partial shape (see ``VariableMeta.shape``) admits, compiled
     once: every state a model writes is checked, and KV caches change shape every step."""
 
-    __slots__ = ("bounds", "rank", "statics")
+    __slots__ = ("bounds", "rank", "static_dims", "static_values", "statics")
 
     def __init__(self, shape: list | None) -> None:
         self.rank = None if shape is None else len(shape)
         self.statics = tuple((i, d) for i, d in enumerate(shape or []) if isinstance(d, int))
+        # the static dims picked out of a shape in one C call (a KV cache's shape changes every step)
+        axes = [i for i, _ in self.statics]
+        self.static_dims = operator.itemgetter(*axes) if len(axes) > 1 else (lambda s: (s[axes[0]],) if axes else ())
+        self.static_values = tuple(d for _, d in self.statics) if len(axes) != 1 else (self.statics[0][1],)
         # [lo, hi] dims that restrict anything (``[0, None]`` admits every size)
         self.bounds = tuple(
             (i, d[0], d[1]) for i, d in enumerate(shape or []) if not isinstance(d, int) and (d[0] or d[1] is not None)
@@ -35,9 +39,8 @@ class ShapeRule:
             return True
         if len(actual) != self.rank:
             return False
-        for i, d in self.statics:
-            if actual[i] != d:
-                return False
+        if self.static_dims(actual) != self.static_values:
+            return False
         for i, lo, hi in self.bounds:
             if actual[i] < lo or (hi is not None and actual[i] > hi):
                 return False
@@ -94,6 +97,8 @@ class StateStore:
         self._reorders = [(v.id, v.reorder) for v in variables if v.reorder]
         self._run_order: dict[str, np.ndarray] = {}  # this run's reorder indices, by variable
         self.version = 0
+        self.writes = 0  # every change of a value (a run's commit, a swap, a set, reset or load): a runner
+        # whose buffers hold the values compares one counter
 
     # -- what the state ops call during a run (they never raise: see pyops) ---------------------
     def read(self, var_id: str, init: np.ndarray) -> np.ndarray:
@@ -131,7 +136,10 @@ class StateStore:
         """Take this run's reorder indices from ``feeds`` for the variables that have one (see
         ``VariableMeta.reorder``); an uninitialised variable is reordered as its init is read."""
         order = self._run_order
-        order.clear()
+        if order:
+            order.clear()
+        if not self._reorders:
+            return
         seen: dict[tuple[str, int], np.ndarray | None] = {}  # variables of one batch share the check
         for var_id, name in self._reorders:
             value = self._values.get(var_id)
@@ -164,17 +172,21 @@ class StateStore:
 
     def commit(self) -> None:
         """Apply the run's writes, all or none (the run's error is raised, state untouched)."""
-        pending, values = self._pending, self._values
+        pending, values, rules = self._pending, self._values, self._rules
         if not self._errors and len(pending) == len(self.meta):
-            # The hot path: every value shaped and typed like the validated one before it (numpy's
-            # dtypes of one kind are one object); anything else goes through the checks below.
+            # The hot path: every value typed like the validated one before it (numpy's dtypes of one
+            # kind are one object) and shaped like it or as its rule admits (a growing KV cache);
+            # anything else goes through the checks below.
             for var_id, value in pending.items():
                 previous = values.get(var_id)
-                if previous is None or value.shape != previous.shape or value.dtype is not previous.dtype:
+                if previous is None or value.dtype is not previous.dtype:
+                    break
+                if value.shape != previous.shape and not rules[var_id].admits(value.shape):
                     break
             else:
                 values.update(pending)
                 pending.clear()
+                self.writes += 1
                 return
         try:
             if self._errors:
@@ -192,20 +204,39 @@ class StateStore:
                     if value.dtype != carrier[var_id] or not rules[var_id].admits(value.shape):
                         self._check(var_id, value, carrier[var_id], "the model's Assign wrote")
             values.update(pending)
+            self.writes += 1
         finally:
             self._pending.clear()
             self._errors.clear()
 
     def commit_values(self, var_ids: list[str], values: list[np.ndarray]) -> None:
         """Commit a run's values of ``var_ids`` (every variable), checked as :meth:`commit` does."""
-        self.begin()
+        if self._pending or self._errors or self._run_order:
+            self.begin()
         self._pending.update(zip(var_ids, values))
         self.commit()
+
+    def commit_grown(self, var_ids: list[str], values: list[np.ndarray]) -> None:
+        """:meth:`commit_values` for a runner whose buffers hold the values: each typed like the value
+        before it (numpy's dtypes of one kind are one object) and shaped as its rule admits is taken
+        with no more than that check (a KV cache grown in place, every step); else as it says."""
+        if self._errors or self._pending or self._run_order or len(var_ids) != len(self.meta):
+            self.commit_values(var_ids, values)
+            return
+        current, rules = self._values, self._rules
+        for var_id, value in zip(var_ids, values):
+            previous = current.get(var_id)
+            if previous is None or value.dtype is not previous.dtype or not rules[var_id].admits(value.shape):
+                self.commit_values(var_ids, values)
+                return
+        current.update(zip(var_ids, values))
+        self.writes += 1
 
     def swap(self, buffers: dict[str, np.ndarray]) -> None:
         """Take ``buffers`` as the current values, unchecked and without a version bump: the
         explicit form's fast path, whose buffers hold values of shapes already committed."""
         self._values.update(buffers)
+        self.writes += 1
 
     def committed(self, var_id: str) -> np.ndarray | None:
         """The value the next run reads (carrier dtype, not a copy), None while uninitialised."""
@@ -256,12 +287,14 @@ class StateStore:
         # np.array, not np.ascontiguousarray: that one makes a 0-d value (a scalar variable) 1-d.
         self._values[var_id] = np.array(arr, dtype=self._carrier[var_id], order="C", copy=True)
         self.version += 1
+        self.writes += 1
 
     def replace(self, other: StateStore) -> None:
         """Take ``other``'s values wholesale (a store of the same variables, whose values were
         validated by :meth:`set`): a snapshot loads into a new store first, then here."""
         self._values = dict(other._values)
         self.version += 1
+        self.writes += 1
 
     def reset(self, var_id: str | None = None) -> None:
         if var_id is None:
@@ -269,6 +302,7 @@ class StateStore:
         else:
             self._values.pop(var_id, None)
         self.version += 1
+        self.writes += 1
 
     def _check(self, var_id: str, arr: np.ndarray, dtype: np.dtype, what: str) -> None:
         meta = self.meta[var_id]

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 import mmap
+import os
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..model_meta import VariableMeta
 
-__all__ = ["KvArena"]
+__all__ = ["KvArena", "default_budget"]
 
 _PAGE = mmap.PAGESIZE
 
@@ -82,3 +83,12 @@ class KvArena:
             except BufferError:  # a view still exported (a caller kept an output): the GC frees it later
                 pass
         self._maps = []
+
+
+def default_budget(share: float = 0.25) -> int:
+    """The KV arena's bytes when the pool is given none: ``share`` of the machine's memory."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 8 << 30
+    return int(memory * share)

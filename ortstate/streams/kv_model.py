@@ -166,12 +166,15 @@ def _feed(arg: Any, origin: str) -> FeedSpec:
 _TOKENS = ("input_ids", "inputs_embeds")
 
 
-def check_stream_feeds(sid: int, given: Any, specs: Sequence[FeedSpec]) -> tuple[dict[str, np.ndarray], int]:
-    """One stream's feeds as arrays, and its number of new tokens.
+def check_stream_feeds(
+    sid: int, given: Any, specs: Sequence[FeedSpec], past: int, max_context: int
+) -> tuple[dict[str, np.ndarray], int]:
+    """One stream's feeds as arrays, and its number of new tokens (its caches hold ``past``).
 
     Raises:
         RunError: not a mapping, a missing or unknown input, a wrong dtype or rank, a batch other
-            than 1, inputs whose numbers of new tokens differ.
+            than 1, inputs whose numbers of new tokens differ, positions past ``max_context``, a
+            mask neither past + new nor new tokens wide.
     """
     if not isinstance(given, Mapping):
         raise RunError(f"stream {sid}: feeds must be a mapping of input names to arrays")
@@ -204,4 +207,12 @@ def check_stream_feeds(sid: int, given: Any, specs: Sequence[FeedSpec]) -> tuple
                 f"stream {sid}: input '{spec.name}' has {arrays[spec.name].shape[spec.axis + 1]} positions, "
                 f"input_ids {width}"
             )
+    if past + width > max_context:
+        raise RunError(f"stream {sid}: {past} + {width} positions are over the pool's max_context of {max_context}")
+    mask = arrays.get(MASK)
+    if mask is not None and mask.shape[1] not in (width, past + width):
+        raise RunError(
+            f"stream {sid}: attention_mask has {mask.shape[1]} positions; the stream's are {past} past + "
+            f"{width} new (or the {width} new only)"
+        )
     return arrays, width

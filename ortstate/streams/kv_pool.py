@@ -28,10 +28,11 @@ import onnxruntime as ort
 
 from ..errors import OrtStateError, PoolFullError, RunError, StateError
 from ..runtime import LoadedModel
-from .kv_arena import KvArena
+from .kv_arena import KvArena, default_budget
+from .kv_batch import check_batch_feeds, split_batch, stack_outputs
 from .kv_groups import group_rows
 from .kv_model import MASK, check_stream_feeds, load_kv_model
-from .kv_probe import SINGLE, probe_batching, probe_prompts
+from .kv_probe import RAGGED, SINGLE, probe_batching, probe_prompts
 from .kv_run import KvRunner, Row
 from .kv_snapshot import read_stream, write_stream
 from .loop import PoolLoop
@@ -41,15 +42,7 @@ from .stats import PoolStats, Recorder
 __all__ = ["KvPool", "DEFAULT_MAX_CONTEXT"]
 
 DEFAULT_MAX_CONTEXT = 4096
-_DEFAULT_BUDGET_SHARE = 0.25  # of the machine's memory, for the KV arena by default
 Feeds = Mapping[str, Any]
-
-
-def _memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
 
 
 class _Stream:
@@ -92,7 +85,7 @@ class KvPool(StreamPool):
         self.slots = slots
         self.max_context = max_context
         self._arena = KvArena(self._kv.kv, heads, size, slots, max_context + 1)  # +1: a hole's junk position
-        budget = kv_cache_bytes if kv_cache_bytes is not None else int(_memory() * _DEFAULT_BUDGET_SHARE)
+        budget = kv_cache_bytes if kv_cache_bytes is not None else default_budget()
         if type(budget) is not int or budget < self._arena.token_bytes * (max_context + 1):
             raise OrtStateError(
                 f"kv_cache_bytes must hold at least one stream at max_context ({max_context} positions: "
@@ -210,9 +203,50 @@ class KvPool(StreamPool):
                     raise
                 results.update(dict.fromkeys(rows, exc))
                 return results
-            staged = self._execute(rows, results, raising, logits == "last")
+            staged = self._runner.execute(rows, group_rows(rows, self._kv), results, raising, logits == "last")
             self._commit(staged)
             return results
+
+    def decode(self, sids: Sequence[int], feeds: Feeds, *, logits: str = "all") -> dict[str, np.ndarray]:
+        """Step each stream of ``sids`` by one token, their feeds given as one batch (Hugging Face's
+        batch layout, see :mod:`.kv_batch`: row ``i`` of every input is stream ``sids[i]``'s); returns
+        each output with the streams' rows in that order. What :meth:`step` gives them, without a
+        dict per stream: one run where the model batches ragged rows, else the batch is split and
+        stepped. A failure raises and commits nothing.
+
+        Raises:
+            RunError: feeds that are not such a batch, a stream listed twice or past max_context, a
+                failed run; StateError: a stream not open; PoolFullError: as :meth:`step`.
+        """
+        if logits not in ("all", "last"):
+            raise OrtStateError(f"logits must be 'all' or 'last', not {logits!r}")
+        with self._lock:
+            try:
+                streams = [self._streams[sid] for sid in sids]
+            except (KeyError, TypeError):
+                streams = [self._get(sid) for sid in sids]  # says which
+            if not streams or len(set(sids)) != len(streams):
+                raise RunError(f"decode takes distinct open streams, got {list(sids)}")
+            slots = np.array([-1 if s.slot is None else s.slot for s in streams])
+            pasts = np.where(slots < 0, [s.length for s in streams], self._arena.lengths[slots])
+            arrays = check_batch_feeds(sids, feeds, self._kv.feeds, pasts, self.max_context)
+            mask = arrays.get(MASK)
+            batched = mask is not None and mask.shape[1] == pasts.max() + 1 and self._kv.batching == RAGGED
+            if not batched or slots.min() < 0 or self._arena.held() + len(slots) > self._budget:
+                split = split_batch(arrays, self._kv.feeds, pasts)
+                got = self.step(dict(zip(sids, split)), logits=logits)
+                return stack_outputs(self._runner.output_names, [got[sid] for sid in sids])
+            try:
+                outs, states = self._runner.decode(slots, pasts, arrays, logits == "last")
+            except OrtStateError as exc:
+                raise RunError(f"streams {', '.join(map(str, sids))}: {exc}") from None
+            self._arena.lengths[slots] = pasts + 1
+            for array, state in zip(self._fixed, states):
+                array[slots] = state
+            now = time.monotonic()
+            for stream in streams:
+                stream.last = now
+            return dict(zip(self._runner.output_names, outs))
 
     async def submit(self, sid: int, feeds: Feeds) -> dict[str, np.ndarray]:
         """Step stream ``sid`` once, batched with the other streams submitted in the same tick."""
@@ -275,18 +309,8 @@ class KvPool(StreamPool):
     def _row(self, sid: int, given: Any) -> Row:
         """Stream ``sid``'s feeds checked as a lone session of the model takes them."""
         stream = self._get(sid)
-        arrays, width = check_stream_feeds(sid, given, self._kv.feeds)
         past = int(self._arena.lengths[stream.slot]) if stream.slot is not None else stream.length
-        if past + width > self.max_context:
-            raise RunError(
-                f"stream {sid}: {past} + {width} positions are over the pool's max_context of {self.max_context}"
-            )
-        mask = arrays.get(MASK)
-        if mask is not None and mask.shape[1] not in (width, past + width):
-            raise RunError(
-                f"stream {sid}: attention_mask has {mask.shape[1]} positions; the stream's are {past} past + "
-                f"{width} new (or the {width} new only)"
-            )
+        arrays, width = check_stream_feeds(sid, given, self._kv.feeds, past, self.max_context)
         return Row(stream.slot if stream.slot is not None else -1, arrays, width, past)
 
     def _place(self, rows: dict[int, Row]) -> None:
@@ -309,27 +333,6 @@ class KvPool(StreamPool):
                     stream.held.unlink(missing_ok=True)
                 stream.held, stream.slot = None, slot
             row.slot = stream.slot
-
-    def _execute(self, rows: dict[int, Row], results: dict[int, Any], raising: bool, last: bool) -> dict[int, Row]:
-        """Run the rows; returns those that ran (their outputs in ``results``)."""
-        groups = group_rows(rows, self._kv)
-        done: dict[int, Row] = {}
-        written = self._arena.lengths.copy()  # a hole's junk goes after what this step's runs wrote
-        for ragged, part in groups:
-            try:
-                result = self._runner.run([rows[s] for s in part], ragged, written, last)
-            except OrtStateError as exc:
-                if raising:
-                    raise RunError(f"streams {', '.join(map(str, part))}: {exc}") from None
-                results.update(dict.fromkeys(part, exc))
-                continue
-            for sid in part:
-                slot = rows[sid].slot
-                written[slot] = rows[sid].past + rows[sid].width
-                results[sid] = result.outputs[slot]
-                rows[sid].fixed = result.fixed[slot]
-                done[sid] = rows[sid]
-        return done
 
     def _commit(self, done: dict[int, Row]) -> None:
         now = time.monotonic()

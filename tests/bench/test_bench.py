@@ -316,3 +316,22 @@ def test_measure_alternates_rounds_and_resets_each_round():
     assert [r.name for r in result.runners] == ["explicit", "floor"]  # the LABELS order
     assert all(r.samples_us.size == 4 for r in result.runners)
     assert result.ratio("floor", "floor") == 1.0 and result.ratio("explicit", "openvino") is None
+
+
+def test_llm_streams_has_both_pool_paths_with_medians_of_alternating_rounds(capsys, tmp_path):
+    """``--llm-streams``: one at a time, the ContinuousBatcher through stream() and through
+    generate_many, each's ratio to one at a time, tokens compared; --rounds rounds (medians)."""
+    out_json = tmp_path / "llm.json"
+    argv = ["bench", LLM / "llama", "--llm-streams", "1,3", "--prompt", 4, "--new", 3, "--rounds", 2, "--no-openvino"]
+    code, out, err = run_cli(capsys, *argv, "--json", out_json)
+    assert code == 0, err
+    assert "4 random ids, 3 new greedy tokens, 1 thread, medians of 2 rounds" in out
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [(r[0][2:], r[1]) for r in rows] == [
+        (n, runner) for n in "13" for runner in ("sequential", "pool", "pool-many")
+    ]
+    assert all(r[-1] == f"{r[0][2:]}/{r[0][2:]} |" for r in rows)  # every stream's tokens: one at a time's
+    many = [r for r in rows if r[1] == "pool-many"]
+    assert all(r[3].endswith("×") and r[4] == "— / —" for r in many)  # a ratio; no per-token times
+    document = json.loads(out_json.read_text())
+    assert document["rounds"] == 2 and {r["runner"] for r in document["rows"]} == {"sequential", "pool", "pool-many"}

@@ -1,6 +1,7 @@
 """``passes.grouped_decode``: a grouped attention's one-row step over a session's KV buffers as
-batched products. The committed LLMs are short (their contexts stay below the pass's 256-row
-threshold), so these tests lower the threshold to 0: every decode step then takes the products.
+batched products. The committed LLMs are short (their contexts stay below the pass's row
+threshold) and group 2 query heads per KV head (below its group threshold), so these tests lower
+both: every decode step then takes the products.
 
 - every committed LLM still generates OpenVINO's reference (tokens, logits and states at 1e-3);
 - on Qwen2 the products do run (ONNX Runtime's profile: two ScatterElements per layer and step)
@@ -37,6 +38,7 @@ OV_ATOL = 3e-3  # OpenVINO's CPU plugin is this far from the kernel's f32 too, o
 @pytest.fixture
 def always(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(grouped_decode, "_MIN_ROWS", 0)
+    monkeypatch.setattr(grouped_decode, "_MIN_GROUP", 2)
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
@@ -74,6 +76,7 @@ def test_the_products_run_and_match_the_kernel_and_openvino(monkeypatch: pytest.
     kernel's (a session without them) within 1e-5 and OpenVINO's within 3e-3, every step; ONNX
     Runtime's profile shows two ScatterElements per layer and decode step."""
     xml = LLM_DIR / "qwen2" / "openvino_model.xml"
+    monkeypatch.setattr(grouped_decode, "_MIN_GROUP", 2)
     monkeypatch.setattr(grouped_decode, "_MIN_ROWS", 1 << 62)
     kernel = ortstate.StatefulSession(xml).create_infer_request()
     monkeypatch.setattr(grouped_decode, "_MIN_ROWS", 0)
@@ -147,9 +150,18 @@ def _gqa_model(**attrs: object) -> tuple[onnx.ModelProto, ModelMeta]:
         ({"num_heads": 4, "kv_num_heads": 2}, False),  # the kernel's default scale: not what the converter writes
     ],
 )
-def test_only_the_kernels_the_products_compute_are_rewritten(attrs: dict, grouped: bool) -> None:
+def test_only_the_kernels_the_products_compute_are_rewritten(attrs: dict, grouped: bool, always: None) -> None:
     model, meta = _gqa_model(**attrs)
     assert grouped_decode.group_decode(model, meta) == int(grouped)
     ops = [n.op_type for n in nodes(model.graph)]
     assert ops.count("GroupQueryAttention") == 1  # the kernel's runs keep it
     assert ops.count("ScatterElements") == 2 * grouped and ops.count("If") == 1 + grouped
+
+
+@pytest.mark.parametrize(("heads", "grouped"), [(4, False), (6, False), (8, True), (14, True)])
+def test_a_kernel_of_few_query_heads_per_kv_head_keeps_its_one_if(heads: int, grouped: bool) -> None:
+    """Below ``_MIN_GROUP`` query heads per KV head (2 and 3 here) the products would not pay for the
+    condition every step runs: the kernel is left as the converter wrote it."""
+    model, meta = _gqa_model(num_heads=heads, kv_num_heads=2, scale=0.125)
+    assert grouped_decode.group_decode(model, meta) == int(grouped)
+    assert [n.op_type for n in nodes(model.graph)].count("If") == 1 + grouped

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from oracle import REPO
 
 import ortstate
-from ortstate.runtime.ort_adapter import PYOP_DTYPES, FastRun, has_fast_path, raw_binding, raw_session
+from ortstate.runtime.ort_adapter import PYOP_DTYPES, FastBinding, FastRun, has_fast_path, raw_binding, raw_session
 
 DEMO = REPO / "ortstate" / "_demo" / "char_lstm.xml"
 
@@ -122,3 +122,22 @@ def test_importing_the_runtime_leaves_the_environment_as_it_was() -> None:
     so the processes a user starts run protobuf as they would have."""
     proc = run_isolated(ENVIRONMENT, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "unset", outcome(proc)
+
+
+def test_fast_binding_binds_arrays_and_fresh_outputs_on_onnxruntimes_own_binding() -> None:
+    """``FastBinding`` reaches onnxruntime's own binding object (``bind_input(name, array)``,
+    ``bind_output(name, OrtDevice._get_c_device())``, ``get_outputs()``) where the release has it,
+    and gives what the public IOBinding gives: each run's output a fresh array, earlier ones kept."""
+    session = _adder()
+    fast = FastRun(session)
+    io = FastBinding(fast)
+    assert io.raw is not io.binding and callable(ort.OrtDevice.make("cpu", 0)._get_c_device)
+    results = []
+    for k in range(2):
+        x = np.full((2, 3), k, np.float32)
+        io.bind_array("x", x)
+        io.bind_fresh_output("y")
+        fast.run_bound(io.raw, ort.RunOptions())
+        results.append(io.outputs()[0].numpy())
+    np.testing.assert_array_equal(results[0], np.ones((2, 3), np.float32))  # not overwritten by the second run
+    np.testing.assert_array_equal(results[1], np.full((2, 3), 2, np.float32))
