@@ -37,6 +37,7 @@ from ortstate.output_files import OutputFiles, write_bytes
 ACCUMULATOR = REPO / "models" / "accumulator" / "model.xml"
 CHAR_LSTM = REPO / "ortstate" / "_demo" / "char_lstm.xml"  # weights large enough for a .data file
 LLAMA = REPO / "models" / "llm" / "llama"
+EXPORTED = ("model.onnx", "genai_config.json", "tokenizer.json", "tokenizer_config.json")  # what exporting LLAMA writes
 X = np.ones((1, 3), np.float32)
 
 
@@ -116,8 +117,8 @@ WRITERS = [
     # -o DIR writes DIR/model.onnx: the directory in the way is that file
     Writer("cli convert -o", lambda f, _: _cli("convert", ACCUMULATOR, "-o", f / "m.onnx"), ("m.onnx",),
            in_the_way="m.onnx/model.onnx"),
-    Writer("export", lambda f, _: _api(lambda: ortstate.export(LLAMA, f)), ("model.onnx", "genai_config.json"), True),
-    Writer("cli export", lambda f, _: _cli("export", LLAMA, f), ("model.onnx", "genai_config.json"), True),
+    Writer("export", lambda f, _: _api(lambda: ortstate.export(LLAMA, f)), EXPORTED, True),
+    Writer("cli export", lambda f, _: _cli("export", LLAMA, f), EXPORTED, True),
     Writer("cli bench --json", _bench("json", "b.json"), ("b.json",)),
     Writer("cli bench --markdown", _bench("markdown", "b.md"), ("b.md",)),
     Writer("cli bench --plot", _bench("plot", "b.png"), ("b.png",)),

@@ -93,7 +93,8 @@ def _http_routes(service: StreamService) -> list[Route]:
 
     async def open_stream(request: Request) -> JSONResponse:
         try:
-            return JSONResponse({"id": await service.open()}, status_code=201)
+            stream = await service.open()
+            return JSONResponse({"id": stream, "durable": service.journal is not None}, status_code=201)
         except ServeError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.code or 500)
 

@@ -157,9 +157,10 @@ class Stream:
     or fetches the reply it lost (it was): the step is made once, and its outputs come back.
     """
 
-    def __init__(self, id: str, client: Client, steps: int | None = None) -> None:  # noqa: A002
+    def __init__(self, id: str, client: Client, steps: int | None = None, durable: bool = False) -> None:  # noqa: A002
         self.id = id
         self.steps = steps  # steps made, as far as this client knows (None: not known)
+        self.durable = durable  # the server logs every step: a lost connection is resumed
         self._client = client
         self._exit = contextlib.ExitStack()
         self._connection: SyncConnection | None = None
@@ -174,7 +175,7 @@ class Stream:
         try:
             reply = self._exchange(message)
         except ServeError as error:
-            if not _lost(error):
+            if not _lost(error) or not self.durable:
                 raise
             reply = self._resume(message, error)
         outputs = _reply(reply)
@@ -270,7 +271,8 @@ class Client:
 
     def open(self) -> Stream:
         """A new stream at the model's initial state, connected."""
-        stream = Stream(self.http.call("POST", "/v1/streams")["id"], self, 0)
+        reply = self.http.call("POST", "/v1/streams")
+        stream = Stream(reply["id"], self, 0, bool(reply.get("durable")))
         stream.connect()
         return stream
 
@@ -280,7 +282,8 @@ class Client:
         Raises:
             ServeError: (404) no such stream.
         """
-        stream = Stream(id, self, self.where(id).get("steps"))
+        info = self.where(id)
+        stream = Stream(id, self, info.get("steps"), bool(info.get("durable")))
         stream.connect()
         return stream
 
@@ -294,9 +297,10 @@ class Client:
 class AsyncStream:
     """:class:`Stream`, for asyncio."""
 
-    def __init__(self, id: str, client: AsyncClient, steps: int | None = None) -> None:  # noqa: A002
+    def __init__(self, id: str, client: AsyncClient, steps: int | None = None, durable: bool = False) -> None:  # noqa: A002
         self.id = id
         self.steps = steps
+        self.durable = durable
         self._client = client
         self._connection: WireConnection | None = None
 
@@ -305,7 +309,7 @@ class AsyncStream:
         try:
             reply = await self._exchange(message)
         except ServeError as error:
-            if not _lost(error):
+            if not _lost(error) or not self.durable:
                 raise
             reply = await self._resume(message, error)
         outputs = _reply(reply)
@@ -388,12 +392,13 @@ class AsyncClient:
 
     async def open(self) -> AsyncStream:
         reply = await asyncio.to_thread(self.http.call, "POST", "/v1/streams")
-        stream = AsyncStream(reply["id"], self, 0)
+        stream = AsyncStream(reply["id"], self, 0, bool(reply.get("durable")))
         await stream.connect()
         return stream
 
     async def stream(self, id: str) -> AsyncStream:  # noqa: A002
-        stream = AsyncStream(id, self, (await self.where(id)).get("steps"))
+        info = await self.where(id)
+        stream = AsyncStream(id, self, info.get("steps"), bool(info.get("durable")))
         await stream.connect()
         return stream
 

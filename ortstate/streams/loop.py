@@ -66,6 +66,8 @@ class PoolLoop:
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._nudged = False  # the event loop has run the coroutines that queued the items
+        self._rounds = 0  # rounds run
+        self._answered = 0  # the last round whose answers an event loop has handed out
 
     async def submit(self, sid: int, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Step ``sid`` once in the next tick it fits in; its outputs, or its own error."""
@@ -100,6 +102,12 @@ class PoolLoop:
             self._nudged = True
             self._wake.notify()
 
+    def _answered_round(self, round_no: int) -> None:
+        """(On an event loop, after a round's answers and the coroutines they woke ran.)"""
+        with self._wake:
+            self._answered = max(self._answered, round_no)
+            self._wake.notify()
+
     # -- the thread -------------------------------------------------------------------------------
     def _run(self) -> None:
         busy = False
@@ -108,6 +116,7 @@ class PoolLoop:
                 if not self._wait(busy):
                     self._thread = None
                     return
+                self._rounds += 1
                 items = list(self._queue)
                 self._queue.clear()
                 self._stepping.clear()
@@ -129,6 +138,9 @@ class PoolLoop:
     def _wait(self, busy: bool) -> bool:
         """Wait (holding the condition) until the next round should run; False: idle, end."""
         if busy and self._queue:
+            # the streams just answered submit their next steps as their coroutines run: wait for
+            # that (a moment at most), so they make the next tick with the steps already queued
+            self._wake.wait_for(lambda: self._answered >= self._rounds, max(self.max_delay, 0.002))
             return True
         while not self._queue or not self._nudged:  # a nudge for items an earlier round took: wait on
             self._nudged = False
@@ -174,7 +186,7 @@ class PoolLoop:
             except Exception as exc:  # noqa: BLE001 - the caller's own error
                 done.append((item, exc))
         answers += self._commit(done, self._tick(steps, done) if steps else {})
-        _settle(answers)
+        _settle(answers, self._answered_round, self._rounds)
         return later
 
     def _commit(self, done: list[tuple[_Item, Any]], results: dict[int, Any]) -> list[tuple[_Item, Any]]:
@@ -199,19 +211,20 @@ class PoolLoop:
         return results
 
 
-def _settle(done: list[tuple[_Item, Any]]) -> None:
-    """Answer each item's future, on its own event loop: one callback per loop for the round."""
+def _settle(done: list[tuple[_Item, Any]], after: Callable[[int], None], round_no: int) -> None:
+    """Answer each item's future, on its own event loop (one callback per loop for the round); then,
+    once the coroutines the answers woke have run, ``after(round_no)``."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Item, Any]]] = {}
     for item, result in done:
         by_loop.setdefault(item.loop, []).append((item, result))
     for loop, answers in by_loop.items():
         try:
-            loop.call_soon_threadsafe(_answer, answers)
+            loop.call_soon_threadsafe(_answer, answers, after, round_no)
         except RuntimeError:  # its loop has closed: nobody waits any more
             pass
 
 
-def _answer(answers: list[tuple[_Item, Any]]) -> None:
+def _answer(answers: list[tuple[_Item, Any]], after: Callable[[int], None], round_no: int) -> None:
     for item, result in answers:
         if item.future.done():
             continue
@@ -219,3 +232,5 @@ def _answer(answers: list[tuple[_Item, Any]]) -> None:
             item.future.set_exception(result)
         else:
             item.future.set_result(result)
+    # scheduled after the wake-ups of the coroutines these answers woke: it runs once they have
+    asyncio.get_running_loop().call_soon(after, round_no)
