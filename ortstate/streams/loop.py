@@ -140,7 +140,7 @@ class PoolLoop:
         if busy and self._queue:
             # the streams just answered submit their next steps as their coroutines run: wait for
             # that (a moment at most), so they make the next tick with the steps already queued
-            self._wake.wait_for(lambda: self._answered >= self._rounds, max(self.max_delay, 0.002))
+            self._wake.wait_for(lambda: self._answered >= self._rounds, self.max_delay)
             return True
         while not self._queue or not self._nudged:  # a nudge for items an earlier round took: wait on
             self._nudged = False
