@@ -149,7 +149,8 @@ class LlmService:
         conversations are kept (``max_conversations`` at most) and, with ``state_dir``, parked there.
 
         Raises:
-            GenerationError: no decoder-only IR, no tokenizer.json, or no chat template that parses; and whatever
+            GenerationError: no decoder-only IR, no tokenizer.json, or a chat template that does not parse (a
+                base model without one is served: its chat requests are answered 400); and whatever
                 :meth:`ContinuousBatcher.from_dir` raises (all ``OrtStateError``).
         """
         files = find_model_files(folder)  # no IR: said first
@@ -157,7 +158,8 @@ class LlmService:
             part = "an encoder" if files.encoder else "a text-embeddings model"
             raise GenerationError(f"{files.folder}: has {part}: ortstate serve takes decoder-only LLMs (token ids in)")
         tokenizer = Tokenizer.from_dir(folder)
-        tokenizer.check_chat_template()
+        if tokenizer.chat_template:  # one that does not parse is refused now; none: chat requests get a 400
+            tokenizer.check_chat_template()
         batcher = ContinuousBatcher.from_dir(folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes)
         try:
             conversations = Conversations(batcher, state_dir, max_conversations)

@@ -278,3 +278,24 @@ def test_command_line_refusals(capsys: pytest.CaptureFixture[str], argv: list, c
     got, out, err = run_cli(capsys, *argv, "--port", "0")
     assert (got, out) == (code, "")
     assert_one_line_error(err, message)
+
+
+def test_a_base_model_without_a_chat_template_serves_completions_and_refuses_chat(tmp_path) -> None:
+    """No chat template (a base model): completions are served, and a chat request gets a 400 that
+    says why, in OpenAI's error body."""
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    for path in (LLM / "llama").iterdir():
+        (folder / path.name).symlink_to(path)
+    config = json.loads((LLM / "llama" / "tokenizer_config.json").read_text())
+    config.pop("chat_template")
+    (folder / "tokenizer_config.json").unlink()
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    with serve_llm_in_thread(folder, 2, slots=2) as running:
+        client = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0)
+        done = client.completions.create(model="llama", prompt=[1, 5, 7], max_tokens=3, temperature=0)
+        assert done.choices[0].finish_reason in ("stop", "length")
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "hi"}])
+        assert info.value.status_code == 400
+        assert "no chat_template" in info.value.body["message"] and info.value.body["param"] == "messages"
