@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import selectors
 import signal
@@ -53,6 +54,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    load_before = os.getloadavg()
     server, url = _start(args.model_dir, args.streams, args.threads)
     rounds = []
     try:
@@ -62,6 +64,7 @@ def main() -> int:
                 rng = np.random.default_rng(k)
                 prompts = [[int(t) for t in rng.integers(3, vocab, args.prompt)] for _ in range(args.streams)]
                 http = asyncio.run(_drive(url, args.model_dir.resolve().name, prompts, args.new))
+                tokens = http.pop("tokens")
                 start = time.perf_counter()
                 made = batcher.generate_many(prompts, args.new)
                 seconds = time.perf_counter() - start
@@ -69,7 +72,7 @@ def main() -> int:
                 rounds.append(
                     {**http, "pool_tokens_per_s": round(pool, 1), "ratio": round(http["tokens_per_s"] / pool, 3)}
                 )
-                rounds[-1]["same_tokens"] = http.pop("tokens") == made
+                rounds[-1]["same_tokens"] = tokens == made
                 history = [int(t) for t in rng.integers(3, vocab, args.history)]
                 name = args.model_dir.resolve().name
                 rounds[-1].update(asyncio.run(_second_turn(url, name, history, f"bench-{k}")))
@@ -81,7 +84,9 @@ def main() -> int:
         "schema": "ortstate.openai-serve/1",
         "started": time.strftime("%Y-%m-%d"),
         "machine": machine_info(),
-        "model": str(args.model_dir),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "model": _shown(args.model_dir),
         "streams": args.streams,
         "prompt": args.prompt,
         "new": args.new,
@@ -193,14 +198,24 @@ async def _second_turn(url: str, model: str, history: list[int], cid: str) -> di
     }
 
 
+def _shown(path: Path) -> str:
+    """``path`` as results show it: under the home folder as ``~/...`` (no machine's own paths)."""
+    resolved = path.resolve()
+    try:
+        return "~/" + str(resolved.relative_to(Path.home()))
+    except ValueError:
+        return str(path)
+
+
 def _table(document: dict) -> str:
     m = document["machine"]
     lines = [
-        f"### `ortstate serve` (OpenAI API): {document['streams']} streamed completions, prompt {document['prompt']}, "
-        f"{document['new']} new, {document['model']}",
+        f"# `ortstate serve` (OpenAI API): {document['streams']} streamed completions, prompt {document['prompt']}, "
+        f"{document['new']} new, `{document['model']}`",
         "",
-        f"{m['cpu']}, {m['cores']} cores; server and driver on the same cores, {document['threads']} threads each; "
-        f"run {document['started']}.",
+        f"{m['cpu']}, {m['cores']} cores ({m['isa']}); server and driver on the same cores, {document['threads']} "
+        f"threads each; load average {document['load_before'][0]} before, {document['load_after'][0]} after; run "
+        f"{document['started']}.",
         "",
         "| round | HTTP tokens/s | pool in process tokens/s | ratio | TTFT p50 ms | TTFT p99 ms | same tokens "
         f"| 2nd turn after {document['history']} TTFT ms | whole history TTFT ms | ratio |",
