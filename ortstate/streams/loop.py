@@ -124,7 +124,8 @@ class PoolLoop:
             try:
                 later = self._round(items)
             except BaseException as exc:  # noqa: BLE001 - a bug of ours: no caller waits forever
-                _settle([(item, OrtStateError(f"the pool's loop failed: {exc!r}")) for item in items])
+                failed = OrtStateError(f"the pool's loop failed: {exc!r}")
+                _settle([(item, failed) for item in items], self._answered_round, self._rounds)
                 later = []
             with self._wake:
                 self._queue.extendleft(reversed(later))

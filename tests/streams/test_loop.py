@@ -37,3 +37,28 @@ def test_a_lone_submit_runs_after_the_delay() -> None:
     for (took, got), fed in zip(asyncio.run(steps()), feeds):
         assert 0.04 <= took < 5, took  # it waited for the delay, then ran
         np.testing.assert_allclose(got["y"], lone.infer(fed)["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_a_failure_of_the_loop_itself_answers_every_waiting_call(monkeypatch) -> None:
+    """A bug inside a round (not a caller's error) reaches every caller of the round as an
+    OrtStateError: none waits forever, and the loop goes on."""
+    pool = ortstate.StreamPool(MODEL, slots=2, max_batch=2, max_delay=0.001)
+    loop = pool.loop
+    real = loop._round
+
+    def broken(items):
+        loop._round = real  # once
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(loop, "_round", broken)
+
+    async def calls() -> tuple:
+        first = await asyncio.gather(pool.call(pool.open), return_exceptions=True)
+        second = await asyncio.wait_for(pool.call(pool.open), 10)
+        return first[0], second
+
+    first, second = asyncio.run(calls())
+    assert isinstance(first, ortstate.OrtStateError) and "the pool's loop failed: ZeroDivisionError('a bug')" in str(
+        first
+    )
+    assert isinstance(second, int)
