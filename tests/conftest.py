@@ -22,6 +22,7 @@ OP_TESTS = TESTS / "convert" / "ops"
 # export's attention runs on: the files there that load an LLM export skip on 3.10, and only there.
 LLM_FILES = {
     TESTS / "streams" / "test_pool_kv.py",
+    TESTS / "streams" / "test_pool_kv_decode.py",
     TESTS / "serve" / "test_serve_llm.py",
     TESTS / "serve" / "test_openai.py",
     TESTS / "serve" / "test_openai_errors.py",
