@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -51,7 +51,10 @@ def create_app(
             (servers behind a router that moves streams when servers come and go).
     """
 
-    http = Starlette(routes=_http_routes(service), lifespan=_lifespan(service, idle_park))
+    http = Starlette(
+        routes=_http_routes(service),
+        lifespan=parking_lifespan(service.park_idle, service.park_all, idle_park, "streams"),
+    )
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
@@ -107,29 +110,36 @@ def _http_routes(service: StreamService) -> list[Route]:
     ]
 
 
-def _lifespan(service: StreamService, idle_park: float | None) -> Any:
-    """The app's lifespan: idle streams parked every so often while it serves, every stream parked
-    when it stops."""
+def parking_lifespan(
+    park_idle: Callable[[float], Awaitable[Any]],
+    park_all: Callable[[], Awaitable[Any]],
+    idle_park: float | None,
+    what: str,
+    errors: tuple[type[BaseException], ...] = (OrtStateError,),
+) -> Any:
+    """A server app's lifespan: ``park_idle(idle_park)`` every so often while it serves (one of
+    ``errors``, a full disk, is logged and tried again later), ``park_all()`` when it stops.
+    ``what`` names what is parked, for the log (the stream server's and the LLM server's)."""
+
+    async def parker() -> None:
+        assert idle_park is not None
+        while True:
+            await asyncio.sleep(min(max(idle_park / 2, 0.05), 1.0))
+            try:
+                await park_idle(idle_park)
+            except errors as exc:  # they stay in memory; try again later
+                logger.warning("ortstate serve: cannot park idle %s: %s", what, exc)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        parker = asyncio.create_task(_park_idle(service, idle_park)) if idle_park is not None else None
+        task = asyncio.create_task(parker()) if idle_park is not None else None
         try:
             yield
         finally:
-            if parker is not None:
-                parker.cancel()
+            if task is not None:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await parker
-            await service.park_all()
+                    await task
+            await park_all()
 
     return lifespan
-
-
-async def _park_idle(service: StreamService, seconds: float) -> None:
-    while True:
-        await asyncio.sleep(min(max(seconds / 2, 0.05), 1.0))
-        try:
-            await service.park_idle(seconds)
-        except OrtStateError as exc:  # a full disk: the streams stay in memory; try again later
-            logger.warning("ortstate serve: cannot park idle streams: %s", exc)

@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..errors import OrtStateError
+from .app import parking_lifespan
 from .auth import BearerAuth
 from .conversations import HEADER
 from .llm_service import Generation, LlmService
@@ -93,30 +94,13 @@ def create_llm_app(
         HTTPException: http_error,
     }
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        parker = asyncio.create_task(_park_idle(service, idle_park)) if idle_park is not None else None
-        try:
-            yield
-        finally:
-            if parker is not None:
-                parker.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await parker
-            await service.park_all()  # every conversation, when the server stops (with a state directory)
+    async def park_idle(seconds: float) -> None:
+        service.conversations.park_idle(seconds)
 
+    lifespan = parking_lifespan(park_idle, service.park_all, idle_park, "conversations", (OrtStateError, OSError))
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     body = json.dumps(UNAUTHORIZED.body()).encode()
     return app if token is None else BearerAuth(app, token, error_body=body)
-
-
-async def _park_idle(service: LlmService, seconds: float) -> None:
-    while True:
-        await asyncio.sleep(min(max(seconds / 2, 0.05), 1.0))
-        try:
-            service.conversations.park_idle(seconds)
-        except (OrtStateError, OSError) as exc:  # a full disk: they stay in memory; try again later
-            logger.warning("ortstate serve: cannot park idle conversations: %s", exc)
 
 
 async def _body(request: Request, limit: int) -> Any:
