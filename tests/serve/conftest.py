@@ -9,6 +9,8 @@ import re
 import selectors
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +19,7 @@ import pytest
 from oracle import REPO
 
 import ortstate
+from ortstate.errors import ServeError
 from ortstate.serve import serve_in_thread
 
 MODEL = REPO / "models" / "lstm_2l_dynbatch" / "model.xml"
@@ -98,3 +101,56 @@ def raw_npy(header: str, version: bytes = b"\x01\x00") -> bytes:
     text = header.encode("latin1")
     text += b" " * (-(10 + len(text) + 1) % 64) + b"\n"
     return b"\x93NUMPY" + version + len(text).to_bytes(2, "little") + text
+
+
+def durable_streams_survive(client: Any, seed: int, lose: Any, count: int = 12) -> tuple[dict, dict]:
+    """``count`` streams of ``client``'s durable servers, spread over two of them, step without pause
+    while ``lose(held)`` (``held``: each stream's server) takes a server away; every stream steps at
+    least 5 more times after it, every reply of every stream is a lone session's (none lost, none
+    made twice) and each server's step count is its client's. Returns the streams' servers before
+    and after."""
+    rng = np.random.default_rng(seed)
+    streams = [client.open() for _ in range(count)]
+    lones = [Lone() for _ in streams]
+    plans: list[list] = [[] for _ in streams]
+    got: list[list] = [[] for _ in streams]
+
+    def step(k: int) -> None:
+        plans[k].append(feeds(rng))
+        got[k].append(streams[k].step(plans[k][-1]))
+
+    for k in range(count):
+        step(k)
+    held = {s.id: client.where(s.id)["server"] for s in streams}
+    assert len(set(held.values())) == 2, "the streams did not spread over both servers"
+    stop, failed = threading.Event(), []
+
+    def drive(k: int) -> None:
+        try:
+            while not stop.is_set():
+                step(k)
+                time.sleep(0.01)
+        except ServeError as exc:
+            failed.append(f"stream {k}: {exc}")
+
+    threads = [threading.Thread(target=drive, args=(k,), daemon=True) for k in range(count)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    marks = [len(g) for g in got]
+    lose(held)
+    deadline = time.monotonic() + 120
+    while any(len(got[k]) < marks[k] + 5 for k in range(count)) and not failed:
+        assert time.monotonic() < deadline, "the streams did not continue"
+        time.sleep(0.2)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert failed == []
+    after = {s.id: client.where(s.id)["server"] for s in streams}
+    for k in range(count):
+        for n, outputs in enumerate(got[k]):
+            assert_same(outputs, lones[k].step(plans[k][n]), f"stream {k}, step {n}")
+        assert client.where(streams[k].id)["steps"] == len(got[k])
+        streams[k].close()
+    return held, after

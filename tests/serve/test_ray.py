@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 import ray
-from conftest import MODEL, Lone, assert_same, feeds
+from conftest import MODEL, Lone, assert_same, durable_streams_survive, feeds
 from oracle import REPO
 from ray import serve
 
@@ -176,51 +176,13 @@ def test_a_killed_durable_replicas_streams_continue_on_another(local_ray, tmp_pa
     clients step; its streams continue on a replica that is left, at their last acknowledged step,
     and every reply of every stream is a lone session's (none lost, none made twice)."""
     serve.run(make_app(MODEL, tmp_path, replicas=2, handoff=30, durable=True), name="ortstate", route_prefix="/")
-    rng, client = np.random.default_rng(23), Client(local_ray)
-    streams = [client.open() for _ in range(STREAMS)]
-    lones = [Lone() for _ in streams]
-    plans: list[list] = [[] for _ in streams]
-    got: list[list] = [[] for _ in streams]
+    victims = []
 
-    def step(k: int) -> None:
-        plans[k].append(feeds(rng))
-        got[k].append(streams[k].step(plans[k][-1]))
+    def kill(held: dict) -> None:
+        victims.append(sorted(set(held.values()))[0])
+        os.kill(int(victims[0].rsplit(":", 1)[1]), signal.SIGKILL)
 
-    for k in range(STREAMS):
-        step(k)
-    held = {s.id: client.where(s.id)["server"] for s in streams}
-    assert len(set(held.values())) == 2, "the streams did not spread over both replicas"
-    victim = sorted(set(held.values()))[0]
-    stop, failed = threading.Event(), []
-
-    def drive(k: int) -> None:
-        try:
-            while not stop.is_set():
-                step(k)
-                time.sleep(0.01)
-        except ServeError as exc:
-            failed.append(f"stream {k}: {exc}")
-
-    threads = [threading.Thread(target=drive, args=(k,), daemon=True) for k in range(STREAMS)]
-    for t in threads:
-        t.start()
-    time.sleep(1.0)
-    os.kill(int(victim.rsplit(":", 1)[1]), signal.SIGKILL)
-    moved = [k for k, s in enumerate(streams) if held[s.id] == victim]
-    deadline = time.monotonic() + 90
-    marks = [len(got[k]) for k in range(STREAMS)]
-    while any(len(got[k]) < marks[k] + 5 for k in moved) and not failed:  # they step again after the kill
-        assert time.monotonic() < deadline, "the killed replica's streams did not continue"
-        time.sleep(0.2)
-    stop.set()
-    for t in threads:
-        t.join(60)
-    assert failed == []
-    for k in moved:
-        assert client.where(streams[k].id)["server"] != victim
-    for k in range(STREAMS):
-        for n, outputs in enumerate(got[k]):
-            assert_same(outputs, lones[k].step(plans[k][n]), f"stream {k}, step {n}")
-        assert client.where(streams[k].id)["steps"] == len(got[k])
-        streams[k].close()
+    held, after = durable_streams_survive(Client(local_ray), 23, kill, STREAMS)
+    moved = [s for s, server in held.items() if server == victims[0]]
+    assert moved and all(after[s] != victims[0] for s in moved)
     serve.delete("ortstate")
