@@ -4,9 +4,11 @@ vLLM's split: requests come in through a queue; each tick, :func:`~.schedule.sch
 from the requests' progress alone what runs; the pool runs it (one batched run for every request
 decoding, a run per prompt chunk); then each request whose run ended its prompt or decoded picks
 its next token (its own search options and random generator, as a lone
-:class:`~ortstate.generate.Generator` picks it) and hands it to the request's sink. The loop runs
-in a thread of its own: nothing that waits on an event loop holds a lock across an ONNX Runtime
-run.
+:class:`~ortstate.generate.Generator` picks it) and hands it to the request's sink. The engine
+runs in the thread that owns the pool (:class:`~ortstate.streams.loop.PoolLoop`, whose worker it
+is), one tick at a time while it has requests: the pool's other work (``pool.call`` commands such as
+opening, saving or loading a kept stream; ``pool.submit`` steps) runs between two ticks, so nothing
+that waits on an event loop holds a lock across an ONNX Runtime run.
 
 A request is admitted when the pool has a row for it and the positions it can reach (prompt plus
 ``max_new_tokens``) fit beside those of the requests already running, so a step never needs more
@@ -93,62 +95,75 @@ class Engine:
         self._running: dict[int, Request] = {}
         self._cancelled: set[int] = set()
         self._next = 0
-        self._wake = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # the queues the callers' threads touch
         self._stop = False
+        self._closed = threading.Event()
         self._outgoing: list[tuple[Request, Any]] = []  # (request, item) for the sinks, see _flush
         self.ticks = 0
+        self.loop = pool.loop
+        self.loop.attach(self)
 
     def submit(self, request: Request) -> int:
         """Queue ``request``; returns its id."""
-        with self._wake:
+        with self._lock:
             if self._stop:
                 raise OrtStateError("the batcher is closed")
             request.rid, self._next = self._next, self._next + 1
             self._waiting.append(request)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="ortstate-batcher", daemon=True)
-                self._thread.start()
-            self._wake.notify()
-            return request.rid
+        self.loop.wake()
+        return request.rid
 
     def cancel(self, rid: int) -> None:
         """End request ``rid`` at the next tick (its sink gets :data:`END`)."""
-        with self._wake:
+        with self._lock:
             self._cancelled.add(rid)
-            self._wake.notify()
+        self.loop.wake()
 
     def close(self) -> None:
-        """Stop the loop; requests still running end with an error."""
-        with self._wake:
+        """Stop generating; requests still running or waiting end with an error."""
+        with self._lock:
             self._stop = True
-            self._wake.notify()
-        if self._thread is not None:
-            self._thread.join()
+        if self.loop.in_thread():  # from a sink or a command: at once
+            self._shutdown()
+        else:
+            self.loop.wake()
+            self._closed.wait()
+        self.loop.detach(self)
 
-    # -- the loop ---------------------------------------------------------------------------------
-    def _loop(self) -> None:
-        while True:
-            if not self._running:
-                self._flush()  # nothing runs next: hand over what the last tick made now
-            with self._wake:
-                while not self._stop and not self._waiting and not self._running:
-                    self._wake.wait()
-                if self._stop:
-                    break
-                cancelled, self._cancelled = self._cancelled, set()
-            try:
-                self._drop(cancelled)
-                self._admit()
-                self._tick()
-            except Exception as exc:  # noqa: BLE001 - every running request gets it; the loop goes on
-                for request in list(self._running.values()):
-                    self._end(request, exc if isinstance(exc, OrtStateError) else RunError(f"generation failed: {exc}"))
+    # -- the worker (PoolLoop's thread) -----------------------------------------------------------
+    def pending(self) -> bool:
+        return bool(self._waiting or self._running or self._cancelled or self._outgoing) or (
+            self._stop and not self._closed.is_set()
+        )
+
+    def run(self) -> None:
+        """One tick: drop what was cancelled, admit what fits, run the tick's runs; the last tick's
+        tokens go to their sinks before the runs (see :meth:`_flush`), or now when nothing runs."""
+        if self._stop:
+            self._shutdown()
+            return
+        with self._lock:
+            cancelled, self._cancelled = self._cancelled, set()
+        try:
+            self._drop(cancelled)
+            self._admit()
+            self._tick()
+        except Exception as exc:  # noqa: BLE001 - every running request gets it; the loop goes on
+            for request in list(self._running.values()):
+                self._end(request, exc if isinstance(exc, OrtStateError) else RunError(f"generation failed: {exc}"))
+        if not self._running:
+            self._flush()  # nothing runs next: hand over what the last tick made now
+
+    def _shutdown(self) -> None:
+        if self._closed.is_set():
+            return
         error = OrtStateError("the batcher was closed")
-        for request in [*self._running.values(), *self._waiting]:
+        with self._lock:
+            waiting, self._waiting = list(self._waiting), deque()
+        for request in [*self._running.values(), *waiting]:
             self._end(request, error)
-        self._waiting.clear()
         self._flush()
+        self._closed.set()
 
     def _flush(self) -> None:
         """Hand the items of the last tick to their sinks. Called just before the next tick's runs
@@ -178,7 +193,7 @@ class Engine:
             return
         for request in [r for r in self._running.values() if r.rid in cancelled]:
             self._end(request, END)
-        with self._wake:
+        with self._lock:
             gone = [r for r in self._waiting if r.rid in cancelled]
             self._waiting = deque(r for r in self._waiting if r.rid not in cancelled)
         for request in gone:
@@ -189,7 +204,7 @@ class Engine:
             return
         reach = sum(r.reach for r in self._running.values())
         while True:
-            with self._wake:
+            with self._lock:
                 if not self._waiting:
                     return
                 request = self._waiting[0]

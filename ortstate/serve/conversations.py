@@ -103,17 +103,21 @@ class Conversations:
             if time.monotonic() > deadline:
                 raise ApiError(f"conversation {cid} has a request running", 409, param=HEADER, error_code="busy")
             await asyncio.sleep(0.005)
-        conversation = self._kept.get(cid)
-        if conversation is None:
-            self._make_room()
-            conversation = self._restore(cid) if cid in self._parked else None
-            try:
-                conversation = conversation or Conversation(self.batcher.keep())
-            except PoolFullError as exc:
-                raise ApiError(str(exc), 503, kind="server_error", error_code="server_full") from None
-            self._kept[cid] = conversation
-        self._kept.move_to_end(cid)
-        self._claimed.add(cid)
+        self._claimed.add(cid)  # while this awaits the pool's thread, no other request takes it
+        try:
+            conversation = self._kept.get(cid)
+            if conversation is None:
+                await self._make_room()
+                conversation = await self._restore(cid) if cid in self._parked else None
+                try:
+                    conversation = conversation or Conversation(await self.batcher.pool.call(self.batcher.keep))
+                except PoolFullError as exc:
+                    raise ApiError(str(exc), 503, kind="server_error", error_code="server_full") from None
+                self._kept[cid] = conversation
+            self._kept.move_to_end(cid)
+        except BaseException:
+            self._claimed.discard(cid)
+            raise
         return conversation
 
     def done(self, cid: str) -> None:
@@ -121,7 +125,7 @@ class Conversations:
         self._claimed.discard(cid)
         self._last[cid] = time.monotonic()
 
-    def park_idle(self, seconds: float) -> int:
+    async def park_idle(self, seconds: float) -> int:
         """Park every conversation idle for ``seconds`` in the state directory; how many were.
 
         Raises:
@@ -131,9 +135,11 @@ class Conversations:
             return 0
         since, count = time.monotonic() - seconds, 0
         for cid in list(self._kept):
-            conversation = self._kept[cid]
-            if not conversation.kept.busy and cid not in self._claimed and self._last.get(cid, 0.0) <= since:
-                self._park(cid, conversation)
+            conversation = self._kept.get(cid)  # (gone meanwhile: parked by another)
+            idle = conversation is not None and not conversation.kept.busy and cid not in self._claimed
+            if idle and self._last.get(cid, 0.0) <= since:
+                assert conversation is not None
+                await self._park(cid, conversation)
                 count += 1
         return count
 
@@ -143,13 +149,15 @@ class Conversations:
             return 0
         count = 0
         for cid in list(self._kept):
-            conversation = self._kept[cid]
+            conversation = self._kept.get(cid)
+            if conversation is None:
+                continue
             if conversation.kept.busy or cid in self._claimed:
                 self.lost[cid] = "a request was still running on it"
                 logger.error("ortstate serve: conversation %s cannot be parked: a request was still running", cid)
                 continue
             try:
-                self._park(cid, conversation)
+                await self._park(cid, conversation)
                 count += 1
             except (OrtStateError, OSError) as exc:
                 self.lost[cid] = str(exc)
@@ -162,35 +170,43 @@ class Conversations:
             self._dir_lock.release()
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _make_room(self) -> None:
-        idle = [c for c, k in self._kept.items() if not k.kept.busy and c not in self._claimed]
-        while len(self._kept) >= self.limit and idle:
-            cid = idle.pop(0)
+    # The pool's work (opening, saving, loading, closing a kept stream) runs in the pool's thread
+    # between two of the batcher's ticks (``pool.call``): the event loop never waits on a run.
+    async def _make_room(self) -> None:
+        while len(self._kept) >= self.limit:
+            idle = [c for c, k in self._kept.items() if not k.kept.busy and c not in self._claimed]
+            if not idle:
+                return
+            cid = idle[0]
             conversation = self._kept[cid]
             try:
                 if self.state_dir is not None:
-                    self._park(cid, conversation)
+                    await self._park(cid, conversation)
                     continue
             except (OrtStateError, OSError) as exc:
                 logger.warning("ortstate serve: conversation %s cannot be parked, it is forgotten: %s", cid, exc)
             del self._kept[cid]
-            self.batcher.forget(conversation.kept)
+            await self.batcher.pool.call(self.batcher.forget, conversation.kept)
 
-    def _park(self, cid: str, conversation: Conversation) -> None:
+    async def _park(self, cid: str, conversation: Conversation) -> None:
         assert self.state_dir is not None
         npz, meta = self.state_dir / f"{cid}.npz", self.state_dir / f"{cid}.json"
         partial, partial_meta = self.state_dir / f"{cid}.partial.npz", self.state_dir / f"{cid}.partial"
-        self.batcher.save_kept(conversation.kept, partial)
-        held = {"tokens": conversation.kept.tokens, "text": conversation.text, "ids": conversation.ids}
-        partial_meta.write_text(json.dumps(held))
-        os.replace(partial, npz)
-        os.replace(partial_meta, meta)
-        del self._kept[cid]
-        self._last.pop(cid, None)
-        self.batcher.forget(conversation.kept)
-        self._parked.add(cid)
+        self._claimed.add(cid)  # a request for it waits until it is parked, then restores it
+        try:
+            await self.batcher.pool.call(self.batcher.save_kept, conversation.kept, partial)
+            held = {"tokens": conversation.kept.tokens, "text": conversation.text, "ids": conversation.ids}
+            partial_meta.write_text(json.dumps(held))
+            os.replace(partial, npz)
+            os.replace(partial_meta, meta)
+            del self._kept[cid]
+            self._last.pop(cid, None)
+            await self.batcher.pool.call(self.batcher.forget, conversation.kept)
+            self._parked.add(cid)
+        finally:
+            self._claimed.discard(cid)
 
-    def _restore(self, cid: str) -> Conversation | None:
+    async def _restore(self, cid: str) -> Conversation | None:
         assert self.state_dir is not None
         npz, meta = self.state_dir / f"{cid}.npz", self.state_dir / f"{cid}.json"
         self._parked.discard(cid)
@@ -199,7 +215,8 @@ class Conversations:
             text, ids = held["text"], [int(t) for t in held["ids"]]
             if text is not None and not isinstance(text, str):
                 raise ValueError(f"text: expected a string, got {type(text).__name__}")
-            return Conversation(self.batcher.load_kept(npz, held["tokens"]), text, ids)
+            kept = await self.batcher.pool.call(self.batcher.load_kept, npz, held["tokens"])
+            return Conversation(kept, text, ids)
         except (OrtStateError, OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning("ortstate serve: conversation %s cannot be restored, it starts over: %s", cid, exc)
             return None

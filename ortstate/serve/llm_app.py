@@ -95,7 +95,7 @@ def create_llm_app(
     }
 
     async def park_idle(seconds: float) -> None:
-        service.conversations.park_idle(seconds)
+        await service.conversations.park_idle(seconds)
 
     lifespan = parking_lifespan(park_idle, service.park_all, idle_park, "conversations", (OrtStateError, OSError))
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)

@@ -13,6 +13,11 @@ them at once (continuous batching). A command that names a stream stepping in th
 gathered runs after that tick; one that concerns every stream (``sid=ALL``) after every step queued
 before it.
 
+A pool may have one *worker* besides (:meth:`PoolLoop.attach`): ``ortstate.generate``'s engine of
+continuous batching, which owns its requests and decides its own ticks. The thread runs it between
+rounds, one tick at a time while it has work, so steps, commands and generation share one owner of
+the pool: a command (``call``) runs between two of the engine's ticks, never beside one.
+
 ``on_commit`` (the durable log of :mod:`ortstate.serve.journal`) is called in the loop's thread once
 per round, after its commands and its tick ran and before any of their futures is answered (and
 once more before a command that follows a tick of its stream): a reply is sent only once what it
@@ -26,18 +31,30 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import OrtStateError
 
 if TYPE_CHECKING:
     from .pool import StreamPool
 
-__all__ = ["ALL", "PoolLoop"]
+__all__ = ["ALL", "PoolLoop", "Worker"]
 
 ALL = object()  # a command's ``sid`` when it concerns every stream
 _KEPT = 4096
 _IDLE = 2.0  # seconds without work after which the thread ends (the next item starts it again)
+
+
+class Worker(Protocol):
+    """Work a pool's thread runs besides its queue (see :meth:`PoolLoop.attach`)."""
+
+    def pending(self) -> bool:
+        """Something to run (read without a lock: :meth:`PoolLoop.wake` follows every change)."""
+        ...
+
+    def run(self) -> None:
+        """One tick, in the pool's thread; it handles its own errors."""
+        ...
 
 
 class _Item:
@@ -68,6 +85,43 @@ class PoolLoop:
         self._nudged = False  # the event loop has run the coroutines that queued the items
         self._rounds = 0  # rounds run
         self._answered = 0  # the last round whose answers an event loop has handed out
+        self._worker: Worker | None = None
+
+    def attach(self, worker: Worker) -> None:
+        """Run ``worker`` in this loop's thread whenever it is :meth:`~Worker.pending` (one per pool).
+
+        Raises:
+            OrtStateError: the pool has a worker already.
+        """
+        with self._wake:
+            if self._worker is not None:
+                raise OrtStateError("the pool already has a batcher: one ContinuousBatcher a pool")
+            self._worker = worker
+
+    def detach(self, worker: Worker) -> None:
+        """Stop running ``worker`` (another may be attached after)."""
+        with self._wake:
+            if self._worker is worker:
+                self._worker = None
+
+    def wake(self) -> None:
+        """The worker has work: run it (starting the thread if it has ended)."""
+        with self._wake:
+            self._start()
+            self._nudged = True
+            self._wake.notify()
+
+    def in_thread(self) -> bool:
+        """Whether the caller is this loop's thread."""
+        return threading.current_thread() is self._thread
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ortstate-pool", daemon=True)
+            self._thread.start()
+
+    def _working(self) -> bool:
+        return self._worker is not None and self._worker.pending()
 
     async def submit(self, sid: int, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Step ``sid`` once in the next tick it fits in; its outputs, or its own error."""
@@ -89,9 +143,7 @@ class PoolLoop:
                 self._stepping.add(item.sid)
             else:
                 self._calls += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ortstate-pool", daemon=True)
-                self._thread.start()
+            self._start()
             if item.fn is not None or len(self._stepping) >= self.max_batch or len(self._queue) == 1:
                 # once the coroutines ready now have run: what they submit together goes in one tick
                 item.loop.call_soon(self._nudge)
@@ -116,17 +168,22 @@ class PoolLoop:
                 if not self._wait(busy):
                     self._thread = None
                     return
-                self._rounds += 1
                 items = list(self._queue)
+                if items:
+                    self._rounds += 1
                 self._queue.clear()
                 self._stepping.clear()
                 self._calls = 0
-            try:
-                later = self._round(items)
-            except BaseException as exc:  # noqa: BLE001 - a bug of ours: no caller waits forever
-                failed = OrtStateError(f"the pool's loop failed: {exc!r}")
-                _settle([(item, failed) for item in items], self._answered_round, self._rounds)
-                later = []
+            later: list[_Item] = []
+            if items:
+                try:
+                    later = self._round(items)
+                except BaseException as exc:  # noqa: BLE001 - a bug of ours: no caller waits forever
+                    failed = OrtStateError(f"the pool's loop failed: {exc!r}")
+                    _settle([(item, failed) for item in items], self._answered_round, self._rounds)
+            if self._working():
+                assert self._worker is not None
+                self._worker.run()
             with self._wake:
                 self._queue.extendleft(reversed(later))
                 for item in later:
@@ -138,18 +195,23 @@ class PoolLoop:
 
     def _wait(self, busy: bool) -> bool:
         """Wait (holding the condition) until the next round should run; False: idle, end."""
+        if self._working():  # generation goes on tick after tick: steps queued meanwhile join at once
+            return True
         if busy and self._queue:
             # the streams just answered submit their next steps as their coroutines run: wait for
             # that (a moment at most), so they make the next tick with the steps already queued
-            self._wake.wait_for(lambda: self._answered >= self._rounds, self.max_delay)
+            self._wake.wait_for(lambda: self._answered >= self._rounds or self._working(), self.max_delay)
             return True
         while not self._queue or not self._nudged:  # a nudge for items an earlier round took: wait on
             self._nudged = False
             if not self._wake.wait_for(lambda: self._nudged, _IDLE):
-                return False
+                return self._working()
+            if self._working():
+                self._nudged = False
+                return True
         self._nudged = False
         deadline = self._queue[0].since + self.max_delay
-        while not self._calls and len(self._stepping) < self.max_batch:
+        while not self._calls and len(self._stepping) < self.max_batch and not self._working():
             left = deadline - time.perf_counter()
             if left <= 0:
                 break
