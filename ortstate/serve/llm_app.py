@@ -6,7 +6,8 @@ is server-sent events: a chunk per generated token (``data: {...}``, then ``data
 error after the first chunk is sent as a last ``data: {"error": ...}`` event. A client that goes
 away (closes the stream, or its connection while waiting for a whole response) cancels its request.
 Every error, routing ones and 401 included, has OpenAI's body. A request with the header
-``X-Ortstate-Conversation`` continues that conversation's cache (:mod:`.conversations`).
+``X-Ortstate-Conversation`` continues that conversation's cache (:mod:`.conversations`); its answer
+names the server that held it in ``X-Ortstate-Server``.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from .conversations import HEADER
 from .llm_service import Generation, LlmService
 from .openai_api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "UNAUTHORIZED", "create_llm_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_HEADER", "UNAUTHORIZED", "create_llm_app"]
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+SERVER_HEADER = "x-ortstate-server"  # on a conversation's answers: the server (host-pid) that held it
 UNAUTHORIZED = ApiError(
     "missing or wrong API key (send Authorization: Bearer TOKEN)", 401, error_code="invalid_api_key"
 )
@@ -145,7 +147,7 @@ async def _answer(
     except BaseException:
         release()
         raise
-    headers = {} if cid is None else {HEADER: cid}
+    headers = {} if cid is None else {HEADER: cid, SERVER_HEADER: service.conversations.name}
 
     rid = new_id(chat)
     if generation.sampling.stream:
@@ -223,6 +225,7 @@ async def _events(generation: Generation, rid: str, chat: bool, release: Callabl
         yield _event(chunk(rid, model, chat, "", generation.finish, **extra))
         if sampling.include_usage:
             yield _event(chunk(rid, model, chat, used=_usage(generation)))
+        release()  # before the last event: a next turn sent once it arrives finds its conversation parked
         yield b"data: [DONE]\n\n"
     finally:
         release()

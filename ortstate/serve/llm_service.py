@@ -144,9 +144,11 @@ class LlmService:
         kv_cache_bytes: int | None = None,
         state_dir: str | os.PathLike[str] | None = None,
         max_conversations: int = 1024,
+        shared: bool = False,
     ) -> LlmService:
         """Load an optimum-intel folder's decoder into a batcher of ``slots`` rows, and its tokenizer;
-        conversations are kept (``max_conversations`` at most) and, with ``state_dir``, parked there.
+        conversations are kept (``max_conversations`` at most) and, with ``state_dir``, parked there
+        (``shared``: a directory servers behind one router share, see :mod:`.conversations`).
 
         Raises:
             GenerationError: no decoder-only IR, no tokenizer.json, or a chat template that does not parse (a
@@ -162,7 +164,7 @@ class LlmService:
             tokenizer.check_chat_template()
         batcher = ContinuousBatcher.from_dir(folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes)
         try:
-            conversations = Conversations(batcher, state_dir, max_conversations)
+            conversations = Conversations(batcher, state_dir, max_conversations, shared=shared)
         except BaseException:
             batcher.close()
             raise
