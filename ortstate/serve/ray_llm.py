@@ -78,7 +78,7 @@ def make_llm_app(
     unknown = sorted(set(settings) - set(_SETTINGS))
     if unknown:
         raise ServeError(f"unknown settings of an LLM deployment: {', '.join(unknown)}")
-    given = {"max_requests": max_requests, "slots": slots, **settings}
+    given = {"max_requests": max_requests, "slots": slots, "token": None, **settings}
     deployment = serve.deployment(
         OrtStateLlm,
         name="ortstate",
