@@ -32,6 +32,7 @@ from .auth import BearerAuth
 from .conversations import HEADER
 from .llm_service import Generation, LlmService
 from .openai_api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
+from .openai_logprobs import LogprobsShaper
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_HEADER", "UNAUTHORIZED", "create_llm_app"]
 
@@ -88,6 +89,7 @@ def create_llm_app(
         Route("/v1/models", models),
         Route("/v1/models/{id:path}", model),
         Route("/v1/health", health),
+        Route("/health", health),  # where vLLM's is: load tools (guidellm) check it first
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
     ]
@@ -162,7 +164,11 @@ async def _answer(
     finally:
         release()
     ids = (generation.prompt, generation.tokens) if generation.sampling.token_ids else None
-    body = completion(rid, service.model_id, chat, generation.text, str(generation.finish), _usage(generation), ids)
+    scored = None if generation.sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat)
+    logprobs = None if scored is None else scored.shape(generation.scored)
+    body = completion(
+        rid, service.model_id, chat, generation.text, str(generation.finish), _usage(generation), ids, logprobs
+    )
     return JSONResponse(body, headers=headers)
 
 
@@ -212,13 +218,18 @@ async def _events(generation: Generation, rid: str, chat: bool, release: Callabl
     """The server-sent events of a streamed answer (cancelled by Starlette when the client goes)."""
     model, sampling = generation.service.model_id, generation.sampling
     extra = {"with_usage": sampling.include_usage}
+    scored = None if sampling.logprobs is None else LogprobsShaper(generation.service.tokenizer, chat)
+    shaped = 0  # tokens whose logprobs went out
     try:
         if chat:
             yield _event(chunk(rid, model, chat, role=True, **extra))
         try:
             async for text, ids in generation.pieces():
                 pieces = ids if sampling.token_ids else None
-                yield _event(chunk(rid, model, chat, text, ids=pieces, **extra))
+                logprobs = None
+                if scored is not None:
+                    logprobs, shaped = scored.shape(generation.scored[shaped : shaped + len(ids)]), shaped + len(ids)
+                yield _event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, **extra))
         except OrtStateError as exc:
             yield _event(_failed(exc).body())
             return
