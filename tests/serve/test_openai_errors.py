@@ -100,9 +100,9 @@ def test_requests_the_server_cannot_take(server: Any) -> None:
             error("n must be 1 (one choice per request), got 2", "n"),
         ),
         (
-            lambda: chat(model="llama", messages=[{"role": "user", "content": "hi"}], logprobs=True),
+            lambda: chat(model="llama", messages=[{"role": "user", "content": "hi"}], logit_bias={"5": 1}),
             400,
-            error("logprobs are not supported", "logprobs"),
+            error("logit_bias is not supported", "logit_bias"),
         ),
         (
             lambda: chat(model="llama", messages=[{"role": "tool", "content": "hi"}]),
