@@ -24,8 +24,9 @@ ContinuousBatcher (--max-batch requests decoding in one run per tick, default 64
   POST /v1/chat/completions        messages through the folder's chat template
 each with "stream": true (server-sent events, a chunk per token, then [DONE]; "stream_options":
 {"include_usage": true} adds a usage chunk) or without; max_tokens / max_completion_tokens,
-temperature (0: greedy), top_p, seed, stop (strings, left out of the text); n must be 1; no
-logprobs, tools or penalties. Errors have OpenAI's body {"error": {"message", "type", "param",
+temperature (0: greedy), top_p, seed, stop (strings, left out of the text), logprobs (completions
+0-5; chat: true, with top_logprobs 0-20: log-softmax of the raw logits); n must be 1; no tools or
+penalties. Errors have OpenAI's body {"error": {"message", "type", "param",
 "code"}}: 400 a bad request (malformed JSON, a bad field, a prompt over the context length), 401
 no or a wrong token, 404 another model, 503 full. A client that goes away cancels its request.
 The same --token and loopback rules.
