@@ -24,8 +24,9 @@ ContinuousBatcher (--max-batch requests decoding in one run per tick, default 64
   POST /v1/chat/completions        messages through the folder's chat template
 each with "stream": true (server-sent events, a chunk per token, then [DONE]; "stream_options":
 {"include_usage": true} adds a usage chunk) or without; max_tokens / max_completion_tokens,
-temperature (0: greedy), top_p, seed, stop (strings, left out of the text); n must be 1; no
-logprobs, tools or penalties. Errors have OpenAI's body {"error": {"message", "type", "param",
+temperature (0: greedy), top_p, seed, stop (strings, left out of the text), logprobs (completions
+0-5; chat: true, with top_logprobs 0-20: log-softmax of the raw logits); n must be 1; no tools or
+penalties. Errors have OpenAI's body {"error": {"message", "type", "param",
 "code"}}: 400 a bad request (malformed JSON, a bad field, a prompt over the context length), 401
 no or a wrong token, 404 another model, 503 full. A client that goes away cancels its request.
 The same --token and loopback rules.
@@ -35,13 +36,17 @@ keeps conversation ID's KV cache between turns, so the next turn prefills only w
 (usage.prompt_tokens_details.cached_tokens says how many were reused); a prompt that does not start
 with what the cache holds is prefilled whole. --max-conversations are kept; with --state-dir, all
 are parked there on SIGTERM or Ctrl-C (exit 3 if one cannot be), and those idle for --idle-park
-seconds, and a server started again on it continues them. --ray is for stream models only."""
+seconds, and a server started again on it continues them.
+
+With --ray: --replicas replicas on Ray Serve, each with a batcher of its own, routed by the
+conversation header (Ray Serve's consistent-hash router; a request without one goes to any
+replica); they share --state-dir (required): each turn's conversation is parked there as it ends
+and continued by whichever replica the next turn reaches, so a conversation survives its replica
+being removed, replaced or killed. Streamed answers go through Ray's HTTP proxy."""
 
 
 def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     """Serve an optimum-intel LLM folder with OpenAI's API until SIGTERM or Ctrl-C."""
-    if args.ray:
-        raise UsageError("--ray applies to stream models, not to an LLM folder yet")
     if args.durable:
         raise UsageError(
             "--durable logs each stream's whole state at every step, and an LLM's KV cache grows with every "
@@ -49,6 +54,8 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
         )
     if args.max_conversations < 1:
         raise UsageError(f"--max-conversations must be positive, got {args.max_conversations}")
+    if args.ray:
+        return _ray(args, folder)
     from ..serve import server
     from ..serve.app import DEFAULT_MAX_MESSAGE_BYTES
     from ..serve.auth import check_exposure
@@ -104,4 +111,54 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     if service.lost:  # each named in the log already
         print(f"ortstate: error: {len(service.lost)} conversations could not be parked: lost", file=sys.stderr)
         return EXIT_STREAMS_LOST
+    return EXIT_OK
+
+
+def _ray(args: argparse.Namespace, folder: Path) -> int:
+    """Serve the folder on Ray Serve, routed by conversation id, until SIGTERM or Ctrl-C."""
+    import importlib.util
+
+    from ..extras import install_hint
+
+    if args.state_dir is None:
+        raise UsageError("--ray needs --state-dir: a folder every replica reaches, where conversations move")
+    if not args.replicas > 0:
+        raise UsageError(f"--replicas must be positive, got {args.replicas}")
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError(f"ortstate serve --ray needs Ray Serve: {install_hint('ray')}")
+    from ..serve.auth import check_exposure
+    from ..serve.ray_deployment import serve_on_ray
+    from ..serve.ray_llm import make_llm_app, route_by_conversation
+
+    try:
+        check_exposure(args.host, args.token)
+        Path(args.state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    except (ServeError, OSError) as exc:
+        why = str(exc) if isinstance(exc, ServeError) else f"--state-dir {args.state_dir}: {exc.strerror}"
+        raise UsageError(why) from None
+    slots = args.max_batch or min(64, args.max_streams)
+    app = make_llm_app(
+        folder,
+        args.state_dir,
+        replicas=args.replicas,
+        max_requests=args.max_streams,
+        slots=slots,
+        token=args.token,
+        model_name=args.model_name,
+        threads=args.threads,
+        max_body_bytes=args.max_message_bytes,
+        max_conversations=args.max_conversations,
+        idle_park=args.idle_park,
+    )
+
+    def ready(url: str) -> None:
+        print(
+            f"ortstate serve: {folder} on {url} (OpenAI API at /v1, Ray Serve, {args.replicas} replicas, "
+            f"conversations parked in {args.state_dir}; SIGTERM or Ctrl-C stops it)",
+            flush=True,
+        )
+
+    route_by_conversation()  # before Ray starts: its proxy reads it
+    serve_on_ray(app, args.host, args.port, ready, args.replicas)
+    print(f"ortstate serve: stopped; conversations parked in {args.state_dir}", flush=True)
     return EXIT_OK

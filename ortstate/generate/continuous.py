@@ -30,7 +30,7 @@ from ..ir import read_ir
 from ..runtime.options import quiet_session_options
 from ..runtime.source import Source
 from ..streams.kv_pool import DEFAULT_MAX_CONTEXT, KvPool
-from .engine import END, Engine, Request
+from .engine import END, Engine, Request, Scored
 from .options import SearchOptions, file_defaults
 from .prompts import check_prompts
 from .session_inputs import input_specs
@@ -203,20 +203,23 @@ class ContinuousBatcher:
         *,
         stop_at_eos: bool = True,
         kept: KeptStream | None = None,
+        logprobs: int | None = None,
         **search: Any,
-    ) -> AsyncIterator[int]:
+    ) -> AsyncIterator[int | Scored]:
         """Each new token of one generation as it is picked (batched with every other request).
 
         Args:
             kept: continue this kept stream (:meth:`keep`): only what its cache does not hold yet
                 is fed (all of the prompt, from an empty cache, when the cache is not its start:
                 see :meth:`KeptStream.reuses`); afterwards its ``tokens`` say what it holds.
+            logprobs: each token comes as a :class:`~.engine.Scored` with that many top tokens.
 
         Raises:
             GenerationError: a bad prompt or option, or ``kept`` busy with another generation.
         """
         (row,) = check_prompts([prompt], max_new_tokens, vocab_size=self.vocab_size)
         request = self._request(row, max_new_tokens, stop_at_eos, search)
+        request.logprobs, request.plain = logprobs, request.plain and logprobs is None
         if kept is not None:
             if kept.busy:
                 raise GenerationError(f"kept stream {kept.sid} is busy with another generation")

@@ -36,9 +36,29 @@ from .options import SearchOptions
 from .schedule import Progress, schedule
 from .stopping import StopCriteria
 
-__all__ = ["END", "Engine", "Request"]
+__all__ = ["END", "Engine", "Request", "Scored"]
 
 END = object()  # a sink's last item: the request ended
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A picked token with its log-probability, the log-softmax of the model's raw logits (before
+    temperature, top-p or penalties, as vLLM's default), and the ``top`` most likely tokens'
+    ``(id, logprob)``, most likely first (ties: the lower id first)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+    @classmethod
+    def of(cls, logits: np.ndarray, token: int, top: int) -> Scored:
+        x = logits.astype(np.float64).ravel()
+        x -= x.max()
+        logprobs = x - np.log(np.exp(x).sum())
+        ids = np.argpartition(-logprobs, top - 1)[:top] if 0 < top < len(x) else np.arange(len(x))[:top]
+        ids = ids[np.lexsort((ids, -logprobs[ids]))]
+        return cls(token, float(logprobs[token]), tuple((int(i), float(logprobs[i])) for i in ids))
 
 
 @dataclass
@@ -63,14 +83,16 @@ class Request:
     keep: bool = False  # the stream ``sid`` stays open when the request ends
     reset_first: bool = False  # the kept stream is emptied before the prompt is fed
     on_end: Callable[[Request], None] | None = None  # called from the engine's thread as it ends
+    logprobs: int | None = None  # given: each token goes to the sink as a Scored with that many top tokens
+    scored: Scored | None = None  # the last token picked, scored (with ``logprobs``)
     progress: Progress | None = None  # what schedule() reads; None: it moved since (made again)
     stops: frozenset[int] | None = field(init=False)  # the tokens that stop it (None: stop strings)
 
-    plain: bool = field(init=False)  # greedy, no penalty: its token is its logits' argmax
+    plain: bool = field(init=False)  # greedy, no penalty, no logprobs: its token is its logits' argmax
 
     def __post_init__(self) -> None:
         self.stops = None if self.criteria.strings else self.criteria.token_ids
-        self.plain = not self.options.do_sample and self.options.repetition_penalty == 1.0
+        self.plain = not self.options.do_sample and self.options.repetition_penalty == 1.0 and self.logprobs is None
 
     @property
     def reach(self) -> int:
@@ -295,12 +317,15 @@ class Engine:
         if r.plain:  # greedy, no penalty: process() would hand the scores back as they are
             return int(logits.argmax())
         scores = process(logits, [r.prompt + r.tokens], r.options)
-        return int(sample(scores, r.rng)[0] if r.rng is not None else np.argmax(scores, axis=-1)[0])
+        token = int(sample(scores, r.rng)[0] if r.rng is not None else np.argmax(scores, axis=-1)[0])
+        if r.logprobs is not None:
+            r.scored = Scored.of(logits, token, r.logprobs)
+        return token
 
     def _accept(self, r: Request, token: int) -> None:
         r.tokens.append(token)
         if r.streamed:
-            self._outgoing.append((r, token))  # see _send
+            self._outgoing.append((r, token if r.scored is None else r.scored))  # see _send
         stopped = token in r.stops if r.stops is not None else r.criteria.reason(r.tokens) is not None
         if stopped or len(r.tokens) >= r.max_new_tokens:
             self._end(r, END)

@@ -18,6 +18,11 @@ whole. With a state directory, every conversation is parked there when the serve
 ``ID.npz`` (its caches, the pool's snapshot of the model) and ``ID.json`` (the tokens they hold,
 the last turn's text and ids); a server started again on the directory continues it. A parked
 file that cannot be read back is dropped (logged): the turn is prefilled whole.
+
+Servers that share the directory (``shared=True``: Ray Serve's replicas) take no lock on it: each
+turn's conversation is parked there as the turn ends, and the server the next turn is routed to
+claims its files by renaming them (another finds them gone), so any of them continues it, and a
+server killed between turns loses none.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import OrtStateError, PoolFullError
+from ..errors import OrtStateError, PoolFullError, ServeError
 from ..generate import ContinuousBatcher, KeptStream
 from .openai_api import ApiError
 from .state_dir import DirLock, open_state_dir
@@ -70,23 +75,37 @@ class Conversation:
 class Conversations:
     """The conversations of one server (``state_dir``: parked there, found there again)."""
 
-    def __init__(self, batcher: ContinuousBatcher, state_dir: str | os.PathLike[str] | None, limit: int = 1024) -> None:
+    def __init__(
+        self,
+        batcher: ContinuousBatcher,
+        state_dir: str | os.PathLike[str] | None,
+        limit: int = 1024,
+        *,
+        shared: bool = False,
+    ) -> None:
+        if shared and state_dir is None:
+            raise ServeError("conversations shared between servers need a state directory")
         self.batcher = batcher
         self.state_dir = None if state_dir is None else Path(state_dir)
         self.limit = limit
+        self.shared = shared
+        self.name = f"{socket.gethostname()}-{os.getpid()}"  # which server holds a conversation
         self._kept: OrderedDict[str, Conversation] = OrderedDict()  # least recently used first
         self._claimed: set[str] = set()  # a request runs on these
         self._last: dict[str, float] = {}  # when a request on each last ended
         self._parked: set[str] = set()
         self.lost: dict[str, str] = {}  # conversations park_all could not park: why
         self._dir_lock: DirLock | None = None
+        self._parking: set[asyncio.Task[None]] = set()  # shared: parks waiting for a cancelled turn's end
         if self.state_dir is not None:
-            name = f"{socket.gethostname()}-{os.getpid()}"
-            self._dir_lock, found = open_state_dir(self.state_dir, name, shared=False)
+            self._dir_lock, found = open_state_dir(self.state_dir, self.name, shared=shared)
             self._parked = {c for c in found if ID_PATTERN.fullmatch(c) and (self.state_dir / f"{c}.json").is_file()}
 
     @property
     def parked(self) -> int:
+        if self.shared:  # the other servers park there too
+            assert self.state_dir is not None
+            return sum(1 for p in self.state_dir.glob("*.json") if ID_PATTERN.fullmatch(p.stem))
         return len(self._parked)
 
     async def take(self, cid: str) -> Conversation:
@@ -108,7 +127,7 @@ class Conversations:
             conversation = self._kept.get(cid)
             if conversation is None:
                 await self._make_room()
-                conversation = await self._restore(cid) if cid in self._parked else None
+                conversation = await self._restore(cid) if cid in self._parked or self.shared else None
                 try:
                     conversation = conversation or Conversation(await self.batcher.pool.call(self.batcher.keep))
                 except PoolFullError as exc:
@@ -120,10 +139,31 @@ class Conversations:
             raise
         return conversation
 
-    def done(self, cid: str) -> None:
-        """The request on ``cid`` ended (its stream turns idle once the batcher lets go of it)."""
+    def done(self, cid: str) -> asyncio.Task[None] | None:
+        """The request on ``cid`` ended (its stream turns idle once the batcher lets go of it).
+        Shared: the conversation is parked as soon as the batcher lets go of it, by the task
+        returned (await it to know it is written; it logs what fails)."""
         self._claimed.discard(cid)
         self._last[cid] = time.monotonic()
+        if not (self.shared and cid in self._kept):
+            return None
+        task = asyncio.get_running_loop().create_task(self._park_when_idle(cid, self._kept[cid]))
+        self._parking.add(task)
+        task.add_done_callback(self._parking.discard)
+        return task
+
+    async def _park_when_idle(self, cid: str, conversation: Conversation) -> None:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while conversation.kept.busy and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        if self._kept.get(cid) is conversation and cid not in self._claimed and not conversation.kept.busy:
+            await self._park_or_log(cid)
+
+    async def _park_or_log(self, cid: str) -> None:
+        try:
+            await self._park(cid, self._kept[cid])
+        except (OrtStateError, OSError) as exc:  # it stays here: the next turn routed here continues it
+            logger.warning("ortstate serve: conversation %s cannot be parked, it stays in memory: %s", cid, exc)
 
     async def park_idle(self, seconds: float) -> int:
         """Park every conversation idle for ``seconds`` in the state directory; how many were.
@@ -192,6 +232,7 @@ class Conversations:
         assert self.state_dir is not None
         npz, meta = self.state_dir / f"{cid}.npz", self.state_dir / f"{cid}.json"
         partial, partial_meta = self.state_dir / f"{cid}.partial.npz", self.state_dir / f"{cid}.partial"
+        claimed = cid in self._claimed
         self._claimed.add(cid)  # a request for it waits until it is parked, then restores it
         try:
             await self.batcher.pool.call(self.batcher.save_kept, conversation.kept, partial)
@@ -204,12 +245,20 @@ class Conversations:
             await self.batcher.pool.call(self.batcher.forget, conversation.kept)
             self._parked.add(cid)
         finally:
-            self._claimed.discard(cid)
+            if not claimed:
+                self._claimed.discard(cid)
 
     async def _restore(self, cid: str) -> Conversation | None:
         assert self.state_dir is not None
         npz, meta = self.state_dir / f"{cid}.npz", self.state_dir / f"{cid}.json"
         self._parked.discard(cid)
+        if self.shared:  # claimed for this server by renaming its .json, which parking writes last
+            claimed = meta.with_name(f"{meta.name}.claimed-{self.name}")
+            try:
+                meta.rename(claimed)
+            except FileNotFoundError:
+                return None
+            meta = claimed
         try:
             held = json.loads(meta.read_text())
             text, ids = held["text"], [int(t) for t in held["ids"]]

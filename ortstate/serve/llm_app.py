@@ -6,7 +6,8 @@ is server-sent events: a chunk per generated token (``data: {...}``, then ``data
 error after the first chunk is sent as a last ``data: {"error": ...}`` event. A client that goes
 away (closes the stream, or its connection while waiting for a whole response) cancels its request.
 Every error, routing ones and 401 included, has OpenAI's body. A request with the header
-``X-Ortstate-Conversation`` continues that conversation's cache (:mod:`.conversations`).
+``X-Ortstate-Conversation`` continues that conversation's cache (:mod:`.conversations`); its answer
+names the server that held it in ``X-Ortstate-Server``.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from .auth import BearerAuth
 from .conversations import HEADER
 from .llm_service import Generation, LlmService
 from .openai_api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
+from .openai_logprobs import LogprobsShaper
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "UNAUTHORIZED", "create_llm_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_HEADER", "UNAUTHORIZED", "create_llm_app"]
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+SERVER_HEADER = "x-ortstate-server"  # on a conversation's answers: the server (host-pid) that held it
 UNAUTHORIZED = ApiError(
     "missing or wrong API key (send Authorization: Bearer TOKEN)", 401, error_code="invalid_api_key"
 )
@@ -86,6 +89,7 @@ def create_llm_app(
         Route("/v1/models", models),
         Route("/v1/models/{id:path}", model),
         Route("/v1/health", health),
+        Route("/health", health),  # where vLLM's is: load tools (guidellm) check it first
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
     ]
@@ -130,14 +134,17 @@ async def _answer(
 
     conversation = None
     released = False
+    parking: list[asyncio.Task[None]] = []  # a shared conversation being written (see Conversations.done)
 
-    def release() -> None:  # once the answer ends, however it ends (more calls do nothing)
+    def release() -> asyncio.Task[None] | None:  # once the answer ends, however it ends (more calls do nothing)
         nonlocal released
         if not released:
             released = True
             if cid is not None and conversation is not None:
-                service.conversations.done(cid)
+                task = service.conversations.done(cid)
+                parking.extend([task] if task is not None else [])
             admitted()
+        return parking[0] if parking else None
 
     try:
         conversation = None if cid is None else await service.conversations.take(cid)
@@ -145,7 +152,7 @@ async def _answer(
     except BaseException:
         release()
         raise
-    headers = {} if cid is None else {HEADER: cid}
+    headers = {} if cid is None else {HEADER: cid, SERVER_HEADER: service.conversations.name}
 
     rid = new_id(chat)
     if generation.sampling.stream:
@@ -153,15 +160,27 @@ async def _answer(
             _events(generation, rid, chat, release),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no", **headers},
-            background=BackgroundTask(release),  # also when the events never started (a client gone at once)
+            background=BackgroundTask(_on_loop, release),  # also when the events never started (a client gone at once)
         )
     try:
         await _unless_gone(request, _run(generation))
     finally:
-        release()
+        parked = release()
+    if parked is not None:
+        await parked  # the answer goes once the conversation is written: a next turn anywhere finds it
     ids = (generation.prompt, generation.tokens) if generation.sampling.token_ids else None
-    body = completion(rid, service.model_id, chat, generation.text, str(generation.finish), _usage(generation), ids)
+    scored = None if generation.sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat)
+    logprobs = None if scored is None else scored.shape(generation.scored)
+    body = completion(
+        rid, service.model_id, chat, generation.text, str(generation.finish), _usage(generation), ids, logprobs
+    )
     return JSONResponse(body, headers=headers)
+
+
+async def _on_loop(release: Callable[[], Any]) -> None:
+    """``release()`` on the event loop (Starlette runs a plain function's background task in a
+    thread, where the conversations' tasks cannot be made)."""
+    release()
 
 
 def _usage(generation: Generation) -> dict[str, Any]:
@@ -206,23 +225,33 @@ async def _unless_gone(request: Request, work: Awaitable[None]) -> None:
     task.result()
 
 
-async def _events(generation: Generation, rid: str, chat: bool, release: Callable[[], None]) -> AsyncIterator[bytes]:
+async def _events(
+    generation: Generation, rid: str, chat: bool, release: Callable[[], Awaitable[None] | None]
+) -> AsyncIterator[bytes]:
     """The server-sent events of a streamed answer (cancelled by Starlette when the client goes)."""
     model, sampling = generation.service.model_id, generation.sampling
     extra = {"with_usage": sampling.include_usage}
+    scored = None if sampling.logprobs is None else LogprobsShaper(generation.service.tokenizer, chat)
+    shaped = 0  # tokens whose logprobs went out
     try:
         if chat:
             yield _event(chunk(rid, model, chat, role=True, **extra))
         try:
             async for text, ids in generation.pieces():
                 pieces = ids if sampling.token_ids else None
-                yield _event(chunk(rid, model, chat, text, ids=pieces, **extra))
+                logprobs = None
+                if scored is not None:
+                    logprobs, shaped = scored.shape(generation.scored[shaped : shaped + len(ids)]), shaped + len(ids)
+                yield _event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, **extra))
         except OrtStateError as exc:
             yield _event(_failed(exc).body())
             return
         yield _event(chunk(rid, model, chat, "", generation.finish, **extra))
         if sampling.include_usage:
             yield _event(chunk(rid, model, chat, used=_usage(generation)))
+        parked = release()
+        if parked is not None:  # before the last event: a next turn sent once it arrives finds it parked
+            await parked
         yield b"data: [DONE]\n\n"
     finally:
         release()

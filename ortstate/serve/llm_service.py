@@ -28,6 +28,7 @@ from ..generate import (
     Tokenizer,
     find_model_files,
 )
+from ..generate.engine import Scored
 from ..generate.prompts import check_prompts
 from .conversations import Conversation, Conversations
 from .openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
@@ -53,6 +54,7 @@ class Generation:
     kept: KeptStream | None = None  # the conversation's cache, continued
     cached: int = 0  # prompt tokens the conversation's cache held already
     tokens: list[int] = field(default_factory=list)
+    scored: list[Scored] = field(default_factory=list)  # each token's logprobs, when asked for
     text: str = ""
     finish: str | None = None
 
@@ -62,9 +64,13 @@ class Generation:
         hold = max((len(s) for s in stops), default=1) - 1
         decoder = IncrementalDecoder(self.service.tokenizer)
         full, sent, pending = "", 0, []
-        stream = batcher.stream(self.prompt, self.max_tokens, kept=self.kept, **self.search)
+        logprobs = self.sampling.logprobs
+        stream = batcher.stream(self.prompt, self.max_tokens, kept=self.kept, logprobs=logprobs, **self.search)
         async with contextlib.aclosing(stream):
-            async for token in stream:
+            async for item in stream:
+                if isinstance(item, Scored):
+                    self.scored.append(item)
+                token = item.token if isinstance(item, Scored) else item
                 self.tokens.append(token)
                 pending.append(token)
                 full += decoder.push(token)
@@ -144,9 +150,11 @@ class LlmService:
         kv_cache_bytes: int | None = None,
         state_dir: str | os.PathLike[str] | None = None,
         max_conversations: int = 1024,
+        shared: bool = False,
     ) -> LlmService:
         """Load an optimum-intel folder's decoder into a batcher of ``slots`` rows, and its tokenizer;
-        conversations are kept (``max_conversations`` at most) and, with ``state_dir``, parked there.
+        conversations are kept (``max_conversations`` at most) and, with ``state_dir``, parked there
+        (``shared``: a directory servers behind one router share, see :mod:`.conversations`).
 
         Raises:
             GenerationError: no decoder-only IR, no tokenizer.json, or a chat template that does not parse (a
@@ -162,7 +170,7 @@ class LlmService:
             tokenizer.check_chat_template()
         batcher = ContinuousBatcher.from_dir(folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes)
         try:
-            conversations = Conversations(batcher, state_dir, max_conversations)
+            conversations = Conversations(batcher, state_dir, max_conversations, shared=shared)
         except BaseException:
             batcher.close()
             raise

@@ -1,7 +1,7 @@
 """The OpenAI API's request and response shapes, as ``ortstate serve`` speaks them for an LLM folder.
 
 A request body is checked whole before anything runs: a field of the wrong type or out of range,
-a feature this server does not have (``n`` > 1, ``logprobs``, tools, penalties, ``echo``, ...) is
+a feature this server does not have (``n`` > 1, tools, penalties, ``echo``, ...) is
 an :class:`ApiError` naming the field, answered in OpenAI's error body
 ``{"error": {"message", "type", "param", "code"}}`` with its HTTP status. Fields no check names
 (``user``, ``metadata``, ...) are ignored, as OpenAI's clients send them freely.
@@ -71,6 +71,7 @@ class Sampling:
     stream: bool
     include_usage: bool
     token_ids: bool
+    logprobs: int | None = None  # asked for: the top tokens per token (None: no logprobs)
 
     def search(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
         """The :class:`~ortstate.generate.SearchOptions` keywords: greedy at temperature 0, else
@@ -103,8 +104,6 @@ class ChatRequest:
 
 # -- parsing ----------------------------------------------------------------------------------------
 _REFUSED = {  # field -> what it would need; refused unless absent, null or its neutral value
-    "logprobs": ("logprobs are not supported", (None, False, 0)),
-    "top_logprobs": ("top_logprobs are not supported", (None, 0)),
     "echo": ("echo is not supported", (None, False)),
     "best_of": ("best_of is not supported (one choice per request)", (None, 1)),
     "suffix": ("suffix is not supported", (None, "")),
@@ -137,6 +136,21 @@ def _integer(body: Mapping[str, Any], key: str, lo: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise ApiError(f"{key} must be an integer >= {lo}, got {value!r}", param=key)
     return value
+
+
+def _logprobs(body: Mapping[str, Any], chat: bool) -> int | None:
+    """Top tokens wanted beside each token's logprob (None: no logprobs; chat: 0-20, completion: 0-5)."""
+    asked, top = body.get("logprobs"), body.get("top_logprobs")
+    key, value, most = ("top_logprobs", top, 20) if chat else ("logprobs", asked, 5)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most):
+        raise ApiError(f"{key} must be an integer from 0 to {most}, got {value!r}", param=key)
+    if not chat and top is not None:
+        raise ApiError("top_logprobs is a chat field: a completion takes logprobs (0 to 5)", param="top_logprobs")
+    if chat and asked not in (None, True, False):
+        raise ApiError(f"logprobs must be true or false, got {asked!r}", param="logprobs")
+    if chat and top is not None and not asked:
+        raise ApiError("top_logprobs needs logprobs set to true", param="top_logprobs")
+    return ((top or 0) if asked else None) if chat else asked
 
 
 def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...]) -> Sampling:
@@ -185,6 +199,7 @@ def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...]) -> Sampling:
         stream=bool(stream),
         include_usage=bool(options and options.get("include_usage")),
         token_ids=bool(token_ids),
+        logprobs=_logprobs(body, chat="max_completion_tokens" in max_keys),
     )
 
 
@@ -285,9 +300,11 @@ def completion(
     finish: str,
     used: dict[str, Any],
     ids: tuple[list[int], list[int]] | None,
+    logprobs: Any = None,
 ) -> dict[str, Any]:
-    """A whole (not streamed) response; ``ids``: (prompt, generated) token ids when asked for."""
+    """A whole response; ``ids``: (prompt, generated) token ids, ``logprobs``: the choice's, when asked for."""
     choice = _choice(chat, text, finish, delta=False)
+    choice["logprobs"] = logprobs
     if ids is not None:
         choice["prompt_token_ids"], choice["token_ids"] = ids
     return {
@@ -311,6 +328,7 @@ def chunk(
     ids: list[int] | None = None,
     used: dict[str, Any] | None = None,
     with_usage: bool = False,
+    logprobs: Any = None,
 ) -> dict[str, Any]:
     """A streamed chunk: a piece of text (``role``: the first of a chat), the finish, or (``used``
     given) the usage chunk with no choice; ``with_usage``: the others carry ``"usage": null``."""
@@ -323,6 +341,7 @@ def chunk(
     }
     if used is None:
         choice = _choice(chat, text, finish, delta=True, role=role)
+        choice["logprobs"] = logprobs
         if ids is not None:
             choice["token_ids"] = ids
         body["choices"] = [choice]

@@ -204,9 +204,11 @@ def build_llm(
     state_dir: str | Path | None = None,
     max_conversations: int = 1024,
     idle_park: float | None = None,
+    shared: bool = False,
 ) -> tuple[LlmService, Any]:
     """An optimum-intel LLM folder's batcher (``slots`` requests generating at once, ``max_requests``
-    taken at once) and the app serving it with OpenAI's API; conversations parked in ``state_dir``."""
+    taken at once) and the app serving it with OpenAI's API; conversations parked in ``state_dir``
+    (``shared``: by every turn, for the servers sharing it, Ray Serve's replicas)."""
     service = LlmService.from_dir(
         folder,
         model_name=model_name,
@@ -216,6 +218,7 @@ def build_llm(
         kv_cache_bytes=kv_cache_bytes,
         state_dir=state_dir,
         max_conversations=max_conversations,
+        shared=shared,
     )
     return service, create_llm_app(service, token=token, max_body_bytes=max_body_bytes, idle_park=idle_park)
 

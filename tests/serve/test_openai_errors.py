@@ -100,9 +100,9 @@ def test_requests_the_server_cannot_take(server: Any) -> None:
             error("n must be 1 (one choice per request), got 2", "n"),
         ),
         (
-            lambda: chat(model="llama", messages=[{"role": "user", "content": "hi"}], logprobs=True),
+            lambda: chat(model="llama", messages=[{"role": "user", "content": "hi"}], logit_bias={"5": 1}),
             400,
-            error("logprobs are not supported", "logprobs"),
+            error("logit_bias is not supported", "logit_bias"),
         ),
         (
             lambda: chat(model="llama", messages=[{"role": "tool", "content": "hi"}]),
@@ -264,7 +264,22 @@ def test_the_docs_curl_example() -> None:
             f"{LLM / 'mamba' / 'openvino_model.xml'}: cannot pool its streams: the model has no KV cache read by a "
             "fused attention",
         ),
-        (["serve", LLM / "llama", "--ray"], 2, "--ray applies to stream models, not to an LLM folder yet"),
+        (
+            ["serve", LLM / "llama", "--ray"],
+            2,
+            "--ray needs --state-dir: a folder every replica reaches, where conversations move",
+        ),
+        (
+            ["serve", LLM / "llama", "--ray", "--state-dir", "unused", "--host", "0.0.0.0"],
+            2,
+            "refusing to listen on 0.0.0.0 without a token: anyone who reaches it could use the model; give "
+            "--token (or ORTSTATE_SERVE_TOKEN), or listen on 127.0.0.1",
+        ),
+        (
+            ["serve", LLM / "llama", "--ray", "--state-dir", "unused", "--replicas", "0"],
+            2,
+            "--replicas must be positive, got 0",
+        ),
         (["serve", LLM / "llama", "--max-conversations", "0"], 2, "--max-conversations must be positive, got 0"),
         (
             ["serve", REPO / "models" / "lstm_1l" / "model.xml", "--model-name", "x"],
@@ -272,7 +287,7 @@ def test_the_docs_curl_example() -> None:
             "--model-name and --max-conversations apply to an LLM folder",
         ),
     ],
-    ids=["encoder-decoder", "no-kv-cache", "ray", "max-conversations", "model-name"],
+    ids=["encoder-decoder", "no-kv-cache", "ray", "ray-exposed", "ray-replicas", "max-conversations", "model-name"],
 )
 def test_command_line_refusals(capsys: pytest.CaptureFixture[str], argv: list, code: int, message: str) -> None:
     got, out, err = run_cli(capsys, *argv, "--port", "0")
