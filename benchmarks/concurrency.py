@@ -30,7 +30,7 @@ import onnxruntime as ort
 
 import ortstate
 from ortstate.bench import model_workload, session_options
-from ortstate.model_meta import read_meta
+from ortstate.meta import read_meta
 
 FORMS = ("custom-op", "explicit", "bare", "bare-processes")
 PROCESS_REQUESTS = 16  # the only request count the process control runs at

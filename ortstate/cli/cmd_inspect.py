@@ -12,7 +12,7 @@ import onnx
 from ..convert import build, collect_variables, read_attention_report, read_report, unsupported_ops
 from ..errors import OrtStateError, StateError
 from ..ir import Graph, read_ir
-from ..model_meta import EXPLICIT, read_meta
+from ..meta import EXPLICIT, read_meta
 from ..passes.walk import nodes
 from .args import existing_file, model_path
 from .command import EXIT_OK, Command

@@ -16,7 +16,7 @@ from onnx import TensorProto
 from ..errors import StateError
 from ..ir import ElementType, Graph, Layer, PartialShape, element_type, parse_partial_shape
 from ..ir.walk import producers_of, upstream
-from ..model_meta import MAX_INIT_BYTES, MAX_STATE_ELEMENTS, spanned_elements
+from ..meta import MAX_INIT_BYTES, MAX_STATE_ELEMENTS, spanned_elements
 from .dtypes import numpy_type, onnx_type
 from .folding import constant_value
 from .init_dims import InitDim, zeros_from_input_dims

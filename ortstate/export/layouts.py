@@ -29,7 +29,7 @@ from ..convert.context import ConvertOptions
 from ..decoders import DecoderError, ModelFiles, find_model_files, read_json_object
 from ..errors import ExportError, PassError
 from ..ir import Graph, read_ir
-from ..model_meta import read_meta
+from ..meta import read_meta
 from ..output_files import OutputFiles, check_folder, make_folder, remove_folders
 from ..passes.kv_layout import KvCache, kv_layout
 from . import configs

@@ -20,7 +20,7 @@ from collections import Counter
 import onnx
 
 from ..errors import OrtStateError
-from ..model_meta import ASSIGN, CONTRIB_DOMAIN, EXPLICIT, FUSED_OP, READ_VALUE, VARIABLE_ID, ModelMeta
+from ..meta import ASSIGN, CONTRIB_DOMAIN, EXPLICIT, FUSED_OP, READ_VALUE, VARIABLE_ID, ModelMeta
 from ..passes.walk import nodes
 
 __all__ = ["check_model"]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..model_meta import (
+from ..meta import (
     ASSIGN,
     FUSED_ASSIGN,
     FUSED_READ,

@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 
 from ..errors import StateError
-from ..model_meta import MAX_STATE_ELEMENTS, ModelMeta, VariableMeta, spanned_elements
+from ..meta import MAX_STATE_ELEMENTS, ModelMeta, VariableMeta, spanned_elements
 from ..output_files import write_file
 from .store import ShapeRule, StateStore
 

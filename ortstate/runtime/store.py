@@ -10,7 +10,7 @@ import ml_dtypes  # noqa: F401  (makes np.dtype("bfloat16") resolvable)
 import numpy as np
 
 from ..errors import RunError, StateError
-from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, initial_shape, spanned_elements
+from ..meta import MAX_STATE_ELEMENTS, VariableMeta, initial_shape, spanned_elements
 from .reorder import reorder_indices, reordered
 
 __all__ = ["ShapeRule", "StateStore", "VariableGroup"]

@@ -2,10 +2,10 @@
 metadata carried in the ONNX model.
 
 The metadata is stored as JSON under the ``ortstate`` key of ``ModelProto.metadata_props``; its
-schema (every field's type and range, checked when a model is loaded) is :mod:`.meta_schema`.
+schema (every field's type and range, checked when a model is loaded) is :mod:`.schema`.
 Every name the two ONNX forms give their state (op types, domain, attributes, graph inputs and
-outputs) is spelled in :mod:`.state_format` and nowhere else; this module re-exports them, and the
-converter, the passes and the runtime import them from here.
+outputs) is spelled in :mod:`.names` and nowhere else; this module re-exports them, and the
+converter, the passes and the runtime import all of it from the package, :mod:`ortstate.meta`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .meta_schema import fail, fields_of, init_dim, integer, items, state_dim, text
-from .state_format import (  # the state format's names, spelled there; imported from here too
+from .names import (  # the state format's names, spelled there; imported from here too
     ASSIGN,
     CONTRIB_DOMAIN,
     FUSED_ASSIGN,
@@ -41,6 +40,7 @@ from .state_format import (  # the state format's names, spelled there; imported
     state_input_name,
     state_output_name,
 )
+from .schema import fail, fields_of, init_dim, integer, items, state_dim, text
 
 __all__ = [
     "ASSIGN",

@@ -1,8 +1,8 @@
 """The state format's names: every name the two ONNX forms give their state (op types, domain,
 attributes, graph inputs and outputs), spelled here and nowhere else, and the rule by which a name
-ortstate makes steps aside from one the model has. :mod:`ortstate.model_meta` (the metadata that
-lists a model's variables) re-exports them: the converter, the passes and the runtime import them
-from either.
+ortstate makes steps aside from one the model has. :mod:`ortstate.meta.model` (the metadata that
+lists a model's variables) and the package, :mod:`ortstate.meta`, re-export them: the converter,
+the passes and the runtime import them from the package.
 """
 
 from __future__ import annotations

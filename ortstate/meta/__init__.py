@@ -1,0 +1,80 @@
+"""The state format: the contract between the converter and the runtime.
+
+- :mod:`~ortstate.meta.names`: every name the two ONNX forms give their state (op types, domain,
+  attributes, graph inputs and outputs), and the rule for a name ortstate makes;
+- :mod:`~ortstate.meta.model`: the variables' metadata carried in the ONNX model
+  (:class:`ModelMeta`, :func:`read_meta`, :func:`write_meta`);
+- :mod:`~ortstate.meta.schema`: its JSON schema, checked when a model is loaded.
+
+The converter, the passes and the runtime import all of it from here.
+"""
+
+from .model import (
+    ASSIGN,
+    CONTRIB_DOMAIN,
+    CUSTOM_OP,
+    DTYPES,
+    EXPLICIT,
+    FORMAT_VERSION,
+    FUSED_ASSIGN,
+    FUSED_OP,
+    FUSED_READ,
+    FUSED_READ_STATES,
+    MAX_FUSED,
+    MAX_INIT_BYTES,
+    MAX_STATE_ELEMENTS,
+    META_KEY,
+    READ_VALUE,
+    REQUEST_INPUT,
+    VARIABLE_ID,
+    VARIABLE_IDS,
+    ModelMeta,
+    VariableMeta,
+    fresh_name,
+    fused_op,
+    init_flag_name,
+    initial_shape,
+    length_input_name,
+    length_output_name,
+    read_meta,
+    spanned_elements,
+    state_dims,
+    state_input_name,
+    state_output_name,
+    write_meta,
+)
+
+__all__ = [
+    "ASSIGN",
+    "CONTRIB_DOMAIN",
+    "CUSTOM_OP",
+    "DTYPES",
+    "EXPLICIT",
+    "FUSED_ASSIGN",
+    "FUSED_OP",
+    "FUSED_READ",
+    "FUSED_READ_STATES",
+    "MAX_FUSED",
+    "READ_VALUE",
+    "REQUEST_INPUT",
+    "VARIABLE_ID",
+    "VARIABLE_IDS",
+    "FORMAT_VERSION",
+    "MAX_INIT_BYTES",
+    "MAX_STATE_ELEMENTS",
+    "META_KEY",
+    "ModelMeta",
+    "VariableMeta",
+    "fresh_name",
+    "fused_op",
+    "initial_shape",
+    "init_flag_name",
+    "length_input_name",
+    "length_output_name",
+    "read_meta",
+    "spanned_elements",
+    "state_dims",
+    "state_input_name",
+    "state_output_name",
+    "write_meta",
+]
