@@ -542,7 +542,7 @@ def test_unexpected_exception_is_one_line(capsys, monkeypatch):
 
 
 def test_verify_without_openvino(capsys, monkeypatch):
-    import ortstate.verify as verify_module
+    import ortstate.verify.run as verify_module
 
     real = verify_module.importlib.import_module
 
