@@ -36,6 +36,8 @@ from .names import (  # the state format's names, spelled there; imported from h
     init_flag_name,
     length_input_name,
     length_output_name,
+    shown_id,
+    split_id,
     state_dims,
     state_input_name,
     state_output_name,
@@ -70,6 +72,8 @@ __all__ = [
     "length_input_name",
     "length_output_name",
     "read_meta",
+    "shown_id",
+    "split_id",
     "spanned_elements",
     "state_dims",
     "state_input_name",
@@ -114,7 +118,8 @@ def initial_shape(var: VariableMeta, feeds: Mapping[str, Any]) -> list[int]:
         if given is None or axis >= len(given):
             got = "lacks" if given is None else f"gives with shape {list(given)}"
             raise ValueError(
-                f"variable '{var.id}': its initial value takes dim {axis} of input '{name}', which the run {got}"
+                f"variable {shown_id(var.id)}: its initial value takes dim {axis} of input '{name}', "
+                f"which the run {got}"
             )
         shape.append(given[axis])
     return shape
@@ -284,10 +289,12 @@ def _variable(value: Any, where: str) -> VariableMeta:
     var = VariableMeta(**{**data, **checked})  # a field without a rule here passes through as it is
     lows = [d if isinstance(d, int) else d[0] for d in shape or []]
     if max(spanned_elements(s) for s in (lows, init_shape, var.uninitialised_shape)) > MAX_STATE_ELEMENTS:
-        raise ValueError(f"{where}: variable '{var.id}' spans more than {MAX_STATE_ELEMENTS} elements")
+        raise ValueError(f"{where}: variable {shown_id(var.id)} spans more than {MAX_STATE_ELEMENTS} elements")
     init_bytes = math.prod(init_shape) * DTYPES[var.carrier or var.dtype]
     if init_bytes > MAX_INIT_BYTES:
-        raise ValueError(f"{where}: variable '{var.id}' starts at {init_bytes} bytes, the limit is {MAX_INIT_BYTES}")
+        raise ValueError(
+            f"{where}: variable {shown_id(var.id)} starts at {init_bytes} bytes, the limit is {MAX_INIT_BYTES}"
+        )
     return var
 
 
