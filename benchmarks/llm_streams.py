@@ -36,9 +36,9 @@ progress goes to stderr; the exit code is 0 whatever the timings say. An engine 
 fails (e.g. an ortstate without ContinuousBatcher) gets a "not available: <reason>" row and the rest
 still runs.
 
-    python benchmarks/llm_streams.py                       # int4 real-size IR, 1,8,32,64 streams
-    python benchmarks/llm_streams.py --precision fp32
-    python benchmarks/llm_streams.py --quick --out /tmp/x  # tiny models/llm/llama, a smoke test
+    python -m benchmarks llm-streams                       # int4 real-size IR, 1,8,32,64 streams
+    python -m benchmarks llm-streams --precision fp32
+    python -m benchmarks llm-streams --quick --out /tmp/x  # tiny models/llm/llama, a smoke test
 
 The real-size IRs (Qwen2-0.5B-shaped, random weights) are built once into
 ~/.cache/ortstate/realsize/ir/PRECISION by ``OPTIMUM_PYTHON benchmarks/realsize_build.py int4 fp32``,

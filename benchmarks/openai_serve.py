@@ -12,8 +12,8 @@ at most 0.25). Writes ``openai-serve.json`` and ``openai-serve.md``.
 
 Run it on a quiet machine (the server and the driver share its cores), on the real-size model::
 
-    python benchmarks/openai_serve.py PATH/TO/qwen2-0.5b-int4 --streams 32 --prompt 128 --new 64
-    python benchmarks/openai_serve.py models/llm/llama --streams 8 --prompt 16 --new 8 --history 96 --out /tmp/x
+    python -m benchmarks openai-serve PATH/TO/qwen2-0.5b-int4 --streams 32 --prompt 128 --new 64
+    python -m benchmarks openai-serve models/llm/llama --streams 8 --prompt 16 --new 8 --history 96 --out /tmp/x
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ Everything runs on ortstate's public API (``ortstate.convert``, ``StatefulSessio
 
 Real-size runs need GBs of RAM: on a shared machine, hold a lock around the whole run::
 
-    flock /tmp/realsize.lock python benchmarks/realsize.py --cache DIR --optimum-python ~/venvs/optimum/bin/python
+    flock /tmp/realsize.lock python -m benchmarks real-size --cache DIR --optimum-python ~/venvs/optimum/bin/python
 
 Writes ``benchmarks/results/NAME.json``, ``NAME.md`` and ``NAME.png`` (``--name``, default ``realsize``,
 ``realsize-context`` with ``--contexts``)

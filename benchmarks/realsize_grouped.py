@@ -6,9 +6,9 @@ prefilled to the same context with the same prompt, then decode steps alternatin
 context, the largest logit difference between them, the machine and the load average. The session
 made first runs a few per cent faster or slower (memory placement): run it both ways (``--first``).
 
-    python benchmarks/realsize_grouped.py                      # contexts 32,1024,2048,4000, 40 steps
-    python benchmarks/realsize_grouped.py --first grouped      # the same, the other session made first
-    python benchmarks/realsize_grouped.py --contexts 32,300 --steps 6 --out /tmp/g   # a smoke run
+    python -m benchmarks grouped                      # contexts 32,1024,2048,4000, 40 steps
+    python -m benchmarks grouped --first grouped      # the same, the other session made first
+    python -m benchmarks grouped --contexts 32,300 --steps 6 --out /tmp/g   # a smoke run
 
 Run it on a quiet machine; it needs ~6 GB of memory (two sessions).
 """
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ir = args.cache / "ir" / "int4" / "openvino_model.xml"
     if not ir.is_file():
-        raise SystemExit(f"realsize_grouped: {ir}: no such file (build it: python -m benchmarks realsize-build int4)")
+        raise SystemExit(f"realsize_grouped: {ir}: no such file (build it: python -m benchmarks real-size-build int4)")
     before = loadavg()
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = Path(tmp) / "model.onnx"

@@ -15,8 +15,8 @@ session is dropped (ONNX Runtime does that itself), so only ortstate's public AP
 
 Usage::
 
-    flock /tmp/realsize.lock python benchmarks/realsize_profile.py int4 fp32 --cache DIR
-    flock /tmp/realsize.lock python benchmarks/realsize_profile.py int4 --context 32,4000 --steps 16
+    flock /tmp/realsize.lock python -m benchmarks real-size-profile int4 fp32 --cache DIR
+    flock /tmp/realsize.lock python -m benchmarks real-size-profile int4 --context 32,4000 --steps 16
 
 Writes ``benchmarks/results/realsize-profile.json`` and ``.md`` (``--name``).
 """

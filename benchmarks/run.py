@@ -1,6 +1,6 @@
 """Run the ortstate benchmark suite; write benchmarks/results/latest.{md,json}, plots and the README's results.
 
-Usage: ``python benchmarks/run.py [--quick] [--no-readme]``. Progress goes to stderr; the targets'
+Usage: ``python -m benchmarks per-step [--quick] [--no-readme]``. Progress goes to stderr; the targets'
 PASS/MISS lines to stdout. Timings are informative: the exit code is 0 whatever they say.
 """
 

@@ -7,9 +7,9 @@ and p99 as the client sees it, the server's mean batch and its CPU seconds per 1
 machine, and the load average before and after) and prints one PASS/MISS line per target of issue
 21. Run it on a quiet machine (server and client share its cores):
 
-    python benchmarks/serve.py                           # 5 rounds of 256 streams x 400 steps
-    python benchmarks/serve.py --rounds 1 --steps 20 --out /tmp/serve   # a smoke run
-    python benchmarks/serve.py --durable    # plain vs --durable servers, alternating rounds
+    python -m benchmarks serve                           # 5 rounds of 256 streams x 400 steps
+    python -m benchmarks serve --rounds 1 --steps 20 --out /tmp/serve   # a smoke run
+    python -m benchmarks serve --durable    # plain vs --durable servers, alternating rounds
 
 With ``--durable`` it runs a plain server and a ``--durable`` one (its log in a temporary
 directory on the same disk as the results) side by side, rounds alternating between them, and

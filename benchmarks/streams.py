@@ -5,8 +5,8 @@ with OpenVINO's opset API, as MakeStateful leaves them), 1 thread.
 Writes ``benchmarks/results/streams.json``, ``streams.md`` and ``streams.png`` (aggregate steps/s
 against streams) and prints one PASS/MISS line per target of issue 20. Run it on a quiet machine:
 
-    python benchmarks/streams.py                         # 1, 64, 1024 streams, 100 steps each
-    python benchmarks/streams.py --counts 1,4 --steps 2 --out /tmp/streams   # a smoke run
+    python -m benchmarks streams                         # 1, 64, 1024 streams, 100 steps each
+    python -m benchmarks streams --counts 1,4 --steps 2 --out /tmp/streams   # a smoke run
 """
 
 from __future__ import annotations

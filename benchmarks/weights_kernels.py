@@ -1,6 +1,6 @@
 """Which ONNX Runtime kernel should carry a compressed weight? (the converter's choice, measured)
 
-    python benchmarks/weights_kernels.py [--threads 2] [--rounds 20] [--json OUT]
+    python -m benchmarks weights-kernels [--threads 2] [--rounds 20] [--json OUT]
 
 ONNX Runtime 1.31, CPU provider, the linear shapes of a Qwen2-0.5B-sized decoder (hidden 896,
 intermediate 4864, 2 KV heads of 64, vocab 151936): each variant is one model holding 24 distinct
