@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import subprocess
 import sys
 import threading
@@ -29,8 +28,9 @@ import numpy as np
 import onnxruntime as ort
 
 import ortstate
+from benchmarks.common import child_command, child_env
 from ortstate.bench import model_workload, session_options
-from ortstate.model_meta import read_meta
+from ortstate.meta import read_meta
 
 FORMS = ("custom-op", "explicit", "bare", "bare-processes")
 PROCESS_REQUESTS = 16  # the only request count the process control runs at
@@ -197,10 +197,8 @@ def _memory_child(xml: str, requests: int, explicit: bool, position: int) -> dic
 
 def memory(xml: Path, requests: int, explicit: bool, position: int = 16) -> dict[str, Any]:
     """RSS growth per request in a fresh process, and the bytes its variables hold (KiB)."""
-    args = [sys.executable, __file__, "--memory", str(xml), str(requests), str(int(explicit)), str(position)]
-    root = str(Path(__file__).resolve().parent.parent)  # the child imports this checkout's ortstate
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    child = subprocess.run(args, capture_output=True, text=True, check=True, env=env)
+    args = child_command("concurrency", "--memory", str(xml), str(requests), str(int(explicit)), str(position))
+    child = subprocess.run(args, capture_output=True, text=True, check=True, env=child_env())
     row = json.loads(child.stdout.strip().splitlines()[-1])
     form = "explicit" if explicit else "custom-op"
     return {"model": xml.stem, "form": form, "requests": requests, "position": position} | row

@@ -36,9 +36,9 @@ progress goes to stderr; the exit code is 0 whatever the timings say. An engine 
 fails (e.g. an ortstate without ContinuousBatcher) gets a "not available: <reason>" row and the rest
 still runs.
 
-    python benchmarks/llm_streams.py                       # int4 real-size IR, 1,8,32,64 streams
-    python benchmarks/llm_streams.py --precision fp32
-    python benchmarks/llm_streams.py --quick --out /tmp/x  # tiny models/llm/llama, a smoke test
+    python -m benchmarks llm-streams                       # int4 real-size IR, 1,8,32,64 streams
+    python -m benchmarks llm-streams --precision fp32
+    python -m benchmarks llm-streams --quick --out /tmp/x  # tiny models/llm/llama, a smoke test
 
 The real-size IRs (Qwen2-0.5B-shaped, random weights) are built once into
 ~/.cache/ortstate/realsize/ir/PRECISION by ``OPTIMUM_PYTHON benchmarks/realsize_build.py int4 fp32``,
@@ -53,7 +53,6 @@ import argparse
 import datetime
 import json
 import math
-import os
 import shutil
 import sys
 import tempfile
@@ -62,21 +61,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from benchmarks import llm_streams_report as report
+from benchmarks.common import RESULTS, ROOT, loadavg, machine, ortstate_source
+from benchmarks.realsize_build import DEFAULT_CACHE, ir_dir
+from benchmarks.realsize_runs import run_child
+from benchmarks.report import rewrite_readme
+from ortstate.bench import plot_unavailable
 
-# first: it takes the environment of the measured processes before anything imports ortstate
-from realsize_runs import run_child  # noqa: E402, I001
-
-import llm_streams_report as report  # noqa: E402
-from realsize import cpu_flags, ortstate_source  # noqa: E402
-from report import rewrite_readme  # noqa: E402
-from realsize_build import DEFAULT_CACHE, ir_dir  # noqa: E402
-
-from ortstate.bench import machine_info, plot_unavailable  # noqa: E402
-
-CHILD = HERE / "llm_streams_child.py"
-RESULTS = HERE / "results"
+CHILD = "llm_streams_child"
 TINY = ROOT / "models" / "llm" / "llama"
 DEFAULT_ENGINES = ("ov-exact", "ov-default", "sequential", "pool", "pool-int8")
 SEED = 20240607
@@ -204,7 +196,7 @@ def _measure(
     engine: str, n: int, k: int, a: argparse.Namespace, files: dict[str, tuple[Path | None, str | None]]
 ) -> dict[str, Any]:
     """One engine at ``n`` streams in a fresh process, with the load average before and after."""
-    before = os.getloadavg()
+    before = loadavg()
     progress(f"{n} streams, round {k + 1}/{a.rounds}: {engine} (load average {before[0]:.2f})")
     onnx, why = files.get("int8" if engine == "pool-int8" else "exact", (None, None))
     if engine == "sequential" and onnx is None:
@@ -219,7 +211,7 @@ def _measure(
         elif engine.startswith("pool") and onnx is not None:
             args += ["--onnx", str(onnx)]
         result = run_child(args, a.timeout, CHILD)
-    after = os.getloadavg()
+    after = loadavg()
     if "error" in result:
         progress(f"  {engine}: not available: {result['error']}")
     else:
@@ -280,8 +272,8 @@ def _shown(path: Path) -> str:
 def _rewrite_docs(doc: dict[str, Any], name: str) -> None:
     """docs/streams.md's ``<!-- NAME-results:start/end -->`` block, from this run's report."""
     image = f"../benchmarks/results/{name}.png" if (RESULTS / f"{name}.png").is_file() else None
-    body = f"Measured by `python benchmarks/llm_streams.py` ({name}):\n\n" + report.markdown(doc, image)
-    if not rewrite_readme(HERE.parent / "docs" / "streams.md", body, f"{name}-results"):
+    body = f"Measured by `python -m benchmarks llm-streams` ({name}):\n\n" + report.markdown(doc, image)
+    if not rewrite_readme(ROOT / "docs" / "streams.md", body, f"{name}-results"):
         progress(f"docs/streams.md has no {name}-results markers: not rewritten")
 
 
@@ -297,10 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {
         "schema": report.SCHEMA,
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": machine_info() | {"cpu_flags": cpu_flags()},
+        "machine": machine(),
         "versions": versions(),
         "config": config,
-        "loadavg_start": list(os.getloadavg()),
+        "loadavg_start": loadavg(),
         "runs": [],
         "summary": {},
         "tokens": {},
@@ -309,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
 
     def write(d: dict[str, Any]) -> None:
-        d["seconds"], d["loadavg_end"] = time.time() - started, list(os.getloadavg())
+        d["seconds"], d["loadavg_end"] = time.time() - started, loadavg()
         write_results(d, a.out, a.name)
 
     run(a, doc, write)

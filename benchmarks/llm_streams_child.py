@@ -42,13 +42,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from llm_streams_report import queue_times, stream_metrics  # noqa: E402
-from realsize_engines import OV_EXACT, Engine, load_engine, peak_rss_mib, rss_mib  # noqa: E402
-
-from ortstate.bench.llm_streams import Streams, openvino_genai_pipeline, prompts, run_openvino_genai  # noqa: E402
+from benchmarks.llm_streams_report import queue_times, stream_metrics
+from benchmarks.realsize_engines import OV_EXACT, Engine, load_engine, peak_rss_mib, rss_mib
+from ortstate.bench.llm_streams import Streams, openvino_genai_pipeline, prompts, run_openvino_genai
 
 OV_ENGINES = {"ov-exact": OV_EXACT, "ov-default": {}}
 POOL_ENGINES = {"pool": False, "pool-int8": True}  # name -> int8_activations

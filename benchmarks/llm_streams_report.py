@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from report import ratio_text, target, targets_table
 
+from benchmarks.report import ratio_text, target, targets_table
 from ortstate.bench.llm_streams import stream_metrics
 
 __all__ = [

@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 import ortstate
 from ortstate.bench import model_workload
 from ortstate.bench.runners import Floor
-from ortstate.model_meta import read_meta, write_meta
+from ortstate.meta import read_meta, write_meta
 
 __all__ = ["compare", "native_export"]
 

@@ -12,16 +12,14 @@ at most 0.25). Writes ``openai-serve.json`` and ``openai-serve.md``.
 
 Run it on a quiet machine (the server and the driver share its cores), on the real-size model::
 
-    python benchmarks/openai_serve.py PATH/TO/qwen2-0.5b-int4 --streams 32 --prompt 128 --new 64
-    python benchmarks/openai_serve.py models/llm/llama --streams 8 --prompt 16 --new 8 --history 96 --out /tmp/x
+    python -m benchmarks openai-serve PATH/TO/qwen2-0.5b-int4 --streams 32 --prompt 128 --new 64
+    python -m benchmarks openai-serve models/llm/llama --streams 8 --prompt 16 --new 8 --history 96 --out /tmp/x
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import re
 import selectors
 import signal
@@ -34,16 +32,14 @@ from statistics import median
 import numpy as np
 from openai import AsyncOpenAI
 
-from ortstate.bench.report import machine_info
+from benchmarks.common import RESULTS, ROOT, loadavg, machine, write_results
 from ortstate.generate import ContinuousBatcher
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 TARGET_RATIO = 0.9  # HTTP output tokens/s over the pool's own, issue 30
 TARGET_SECOND_TURN = 0.25  # a conversation's second turn's time to first token over a whole prefill's
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("--streams", type=int, default=32)
@@ -53,8 +49,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    load_before = os.getloadavg()
+    args = parser.parse_args(argv)
+    load_before = loadavg()
     server, url = _start(args.model_dir, args.streams, args.threads)
     rounds = []
     try:
@@ -83,9 +79,9 @@ def main() -> int:
     document = {
         "schema": "ortstate.openai-serve/1",
         "started": time.strftime("%Y-%m-%d"),
-        "machine": machine_info(),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "machine": machine(),
+        "load_before": load_before,
+        "load_after": loadavg(),
         "model": _shown(args.model_dir),
         "streams": args.streams,
         "prompt": args.prompt,
@@ -94,10 +90,8 @@ def main() -> int:
         "threads": args.threads,
         "rounds": rounds,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "openai-serve.json").write_text(json.dumps(document, indent=1) + "\n")
     table = _table(document)
-    (args.out / "openai-serve.md").write_text(table)
+    write_results(args.out, "openai-serve", document, table)
     print(table)
     ratio = median(r["ratio"] for r in rounds)
     print(f"{'PASS' if ratio >= TARGET_RATIO else 'MISS'} ratio: median {ratio:.3f} (target at least {TARGET_RATIO})")

@@ -31,7 +31,7 @@ from onnxruntime_extensions import get_library_path
 import ortstate
 from ortstate.bench import model_workload, session_options
 from ortstate.bench.runners import Floor
-from ortstate.model_meta import CONTRIB_DOMAIN, read_meta
+from ortstate.meta import CONTRIB_DOMAIN, read_meta
 from ortstate.passes import fusable, fuse_state_ops
 from ortstate.runtime import pyops
 from ortstate.runtime.store import StateStore

@@ -26,7 +26,7 @@ Everything runs on ortstate's public API (``ortstate.convert``, ``StatefulSessio
 
 Real-size runs need GBs of RAM: on a shared machine, hold a lock around the whole run::
 
-    flock /tmp/realsize.lock python benchmarks/realsize.py --cache DIR --optimum-python ~/venvs/optimum/bin/python
+    flock /tmp/realsize.lock python -m benchmarks real-size --cache DIR --optimum-python ~/venvs/optimum/bin/python
 
 Writes ``benchmarks/results/NAME.json``, ``NAME.md`` and ``NAME.png`` (``--name``, default ``realsize``,
 ``realsize-context`` with ``--contexts``)
@@ -39,59 +39,20 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-
 # first: it takes the environment of the measured processes before anything imports ortstate
-from realsize_runs import build_ir, progress, run_child, run_contexts, run_precision  # noqa: E402, F401, I001
+from benchmarks import realsize_context_report, realsize_report, report
+from benchmarks.common import RESULTS, ROOT, machine, ortstate_source
+from benchmarks.realsize_build import DEFAULT_CACHE, DEFAULT_VARIANT, PRECISIONS, VARIANTS
+from benchmarks.realsize_engines import CONTEXT_ENGINES, DEFAULT_ENGINES, parse_engine
+from benchmarks.realsize_runs import build_ir, progress, run_contexts, run_precision
+from ortstate.bench import plot_unavailable
 
-import realsize_context_report  # noqa: E402
-import realsize_report  # noqa: E402
-import report  # noqa: E402
-from realsize_build import DEFAULT_CACHE, DEFAULT_VARIANT, PRECISIONS, VARIANTS  # noqa: E402
-from realsize_engines import CONTEXT_ENGINES, DEFAULT_ENGINES, parse_engine  # noqa: E402
-
-from ortstate.bench import machine_info, plot_unavailable  # noqa: E402
-
-RESULTS = HERE / "results"
 SCHEMA = "ortstate.realsize/1"
 CONTEXT_SCHEMA = realsize_context_report.SCHEMA
-# the CPU features that move the engines' ratios (int8 dot products, wide vectors, bf16/AMX tiles)
-FLAG_PATTERN = re.compile(r"^(avx2|fma|f16c|avx512.*|.*vnni.*|.*bf16.*|amx.*)$")
-
-
-def cpu_flags() -> list[str]:
-    """The CPU flags of :data:`FLAG_PATTERN` this machine has (``/proc/cpuinfo``; empty elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("flags"):
-                return sorted(f for f in line.split(":", 1)[1].split() if FLAG_PATTERN.match(f))
-    except OSError:
-        pass
-    return []
-
-
-def ortstate_source(module: Any) -> str:
-    """ortstate's version, and the git branch and commit of its checkout when it is one."""
-    where = Path(module.__file__).parent.parent
-    text = module.__version__
-    try:
-        git = ["git", "-C", str(where)]
-        branch = subprocess.run([*git, "rev-parse", "--abbrev-ref", "HEAD"], capture_output=True, text=True, check=True)
-        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
-        text += f" ({branch.stdout.strip()} {commit.stdout.strip()}{', modified' if dirty.stdout.strip() else ''})"
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return text
 
 
 def _reporter(doc: dict[str, Any]) -> Any:
@@ -109,7 +70,7 @@ def write(doc: dict[str, Any], out: Path, name: str, readme: bool) -> None:
     (out / f"{name}.md").write_text(f"# Real-size benchmark: {name}\n\n" + reporter.markdown(doc, image) + "\n")
     if readme:
         body = reporter.markdown(doc, f"results/{image}" if image else None)
-        readme_path = HERE / "README.md"
+        readme_path = ROOT / "benchmarks" / "README.md"
         if not report.rewrite_readme(readme_path, body, name):  # a new result name: a section of its own
             section = f"\n### Real-size results: `{name}`\n\n<!-- {name}:start -->\n{body}\n<!-- {name}:end -->\n"
             readme_path.write_text(readme_path.read_text(encoding="utf-8") + section, encoding="utf-8")
@@ -224,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         "schema": CONTEXT_SCHEMA if a.contexts else SCHEMA,
         "model": "; ".join(f"{VARIANTS[v].model} ({VARIANTS[v].description})" for v in a.variant),
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": machine_info() | {"cpu_flags": cpu_flags()},
+        "machine": machine(),
         "ortstate": ortstate_source(ortstate),
         "config": config,
         "engines": [e.to_dict() for e in engines],

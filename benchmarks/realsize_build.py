@@ -21,7 +21,7 @@ venv (see ``benchmarks/requirements-realsize.txt``)::
     python3 -m venv ~/venvs/optimum
     ~/venvs/optimum/bin/pip install -r benchmarks/requirements-realsize.txt
     ~/venvs/optimum/bin/pip uninstall -y torchvision   # built for another torch; breaks transformers
-    flock /tmp/realsize.lock ~/venvs/optimum/bin/python benchmarks/realsize_build.py [--cache DIR] \
+    flock /tmp/realsize.lock ~/venvs/optimum/bin/python -m benchmarks real-size-build [--cache DIR] \
         [--variant wide] [int4 ...]
 
 Each export takes a few minutes and several GB of RAM on 2 cores (the model is 0.5B parameters in f32).

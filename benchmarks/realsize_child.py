@@ -30,10 +30,7 @@ from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from realsize_engines import REFERENCE, Engine, greedy, load_engine, peak_rss_mib, prompt_ids, rss_mib  # noqa: E402
+from benchmarks.realsize_engines import REFERENCE, Engine, greedy, load_engine, peak_rss_mib, prompt_ids, rss_mib
 
 
 def _engine(text: str) -> Engine:

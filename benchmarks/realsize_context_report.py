@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from report import target, targets_table
+from benchmarks.report import target, targets_table
 
 __all__ = ["SCHEMA", "TARGETS", "context_table", "growth", "markdown", "memory_table", "plot", "targets"]
 

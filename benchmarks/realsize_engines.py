@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from concurrency import rss_bytes
+
+from benchmarks.concurrency import rss_bytes
 
 __all__ = [
     "CONTEXT_ENGINES",

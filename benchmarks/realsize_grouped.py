@@ -6,9 +6,9 @@ prefilled to the same context with the same prompt, then decode steps alternatin
 context, the largest logit difference between them, the machine and the load average. The session
 made first runs a few per cent faster or slower (memory placement): run it both ways (``--first``).
 
-    python benchmarks/realsize_grouped.py                      # contexts 32,1024,2048,4000, 40 steps
-    python benchmarks/realsize_grouped.py --first grouped      # the same, the other session made first
-    python benchmarks/realsize_grouped.py --contexts 32,300 --steps 6 --out /tmp/g   # a smoke run
+    python -m benchmarks grouped                      # contexts 32,1024,2048,4000, 40 steps
+    python -m benchmarks grouped --first grouped      # the same, the other session made first
+    python -m benchmarks grouped --contexts 32,300 --steps 6 --out /tmp/g   # a smoke run
 
 Run it on a quiet machine; it needs ~6 GB of memory (two sessions).
 """
@@ -16,8 +16,6 @@ Run it on a quiet machine; it needs ~6 GB of memory (two sessions).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import time
@@ -25,14 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from realsize_build import DEFAULT_CACHE
 
 import ortstate
 import ortstate.runtime.loaded as loaded
+from benchmarks.common import RESULTS, loadavg, machine, write_results
+from benchmarks.realsize_build import DEFAULT_CACHE
 from ortstate.bench import session_options
-from ortstate.bench.report import machine_info
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _session(onnx_path: Path, grouped: bool, threads: int) -> ortstate.StatefulSession:
@@ -87,7 +83,7 @@ def measure(onnx_path: Path, contexts: list[int], steps: int, threads: int, firs
     return rows
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--contexts", default="32,1024,2048,4000")
     parser.add_argument("--steps", type=int, default=40)
@@ -100,18 +96,18 @@ def main() -> int:
     )
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     ir = args.cache / "ir" / "int4" / "openvino_model.xml"
     if not ir.is_file():
-        raise SystemExit(f"realsize_grouped: {ir}: no such file (build it: python benchmarks/realsize_build.py int4)")
-    before = os.getloadavg()
+        raise SystemExit(f"realsize_grouped: {ir}: no such file (build it: python -m benchmarks real-size-build int4)")
+    before = loadavg()
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = Path(tmp) / "model.onnx"
         ortstate.convert(ir, onnx_path)
         rows = measure(onnx_path, [int(c) for c in args.contexts.split(",")], args.steps, args.threads, args.first)
-    after = os.getloadavg()
+    after = loadavg()
     document = {
-        "machine": machine_info(),
+        "machine": machine(),
         "load_before": before,
         "load_after": after,
         "steps": args.steps,
@@ -131,10 +127,7 @@ def main() -> int:
         lines.append(
             f"| {r['context']} | {r['kernel_ms']:.2f} | {r['grouped_ms']:.2f} | {ratio:.3f}× | {r['max_dlogits']:.1e} |"
         )
-    args.out.mkdir(parents=True, exist_ok=True)
-    name = f"realsize-grouped-{args.first}-first"
-    (args.out / f"{name}.json").write_text(json.dumps(document, indent=1) + "\n")
-    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    write_results(args.out, f"realsize-grouped-{args.first}-first", document, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -15,8 +15,8 @@ session is dropped (ONNX Runtime does that itself), so only ortstate's public AP
 
 Usage::
 
-    flock /tmp/realsize.lock python benchmarks/realsize_profile.py int4 fp32 --cache DIR
-    flock /tmp/realsize.lock python benchmarks/realsize_profile.py int4 --context 32,4000 --steps 16
+    flock /tmp/realsize.lock python -m benchmarks real-size-profile int4 fp32 --cache DIR
+    flock /tmp/realsize.lock python -m benchmarks real-size-profile int4 --context 32,4000 --steps 16
 
 Writes ``benchmarks/results/realsize-profile.json`` and ``.md`` (``--name``).
 """
@@ -27,24 +27,18 @@ import argparse
 import datetime
 import gc
 import json
-import os
 import re
-import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+from benchmarks.common import RESULTS, loadavg, machine, ortstate_source, write_results
+from benchmarks.realsize_build import DEFAULT_CACHE, DEFAULT_VARIANT, PRECISIONS, VARIANTS, ir_dir, ir_ready, model_dir
+from benchmarks.realsize_engines import greedy, parse_engine, prompt_ids
+from benchmarks.realsize_runs import progress, run_child
 
-from realsize import cpu_flags, ortstate_source, progress, run_child  # noqa: E402
-from realsize_build import DEFAULT_CACHE, DEFAULT_VARIANT, PRECISIONS, VARIANTS, ir_dir, ir_ready, model_dir  # noqa: E402
-from realsize_engines import greedy, parse_engine, prompt_ids  # noqa: E402
-
-RESULTS = HERE / "results"
 # (part, pattern on the node name), first match wins; KV-cache nodes are found from the graph first
 PARTS = (
     ("LM head", r"lm_head"),
@@ -303,23 +297,19 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"no built IR for {', '.join(unknown)} in {a.cache}: run realsize_build.py first")
     import ortstate
-    from ortstate.bench import machine_info
 
-    load = os.getloadavg()
+    load = loadavg()
     doc: dict[str, Any] = {
         "schema": "ortstate.realsize-profile/1",
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": machine_info() | {"cpu_flags": cpu_flags()},
+        "machine": machine(),
         "ortstate": ortstate_source(ortstate),
         "config": {"threads": a.threads, "prompt": a.prompt, "steps": a.steps, "contexts": a.context},
         "precisions": [e for q in precisions for e in profile(q, a)],
     }
-    doc["loadavg_1_5_15"] = [[round(x, 2) for x in one] for one in (load, os.getloadavg())]
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / f"{a.name}.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    (a.out / f"{a.name}.md").write_text(
-        f"# Where ortstate's decode time goes (real-size model): {a.name}\n\n" + markdown(doc) + "\n"
-    )
+    doc["loadavg_1_5_15"] = [load, loadavg()]
+    title = f"# Where ortstate's decode time goes (real-size model): {a.name}\n\n"
+    write_results(a.out, a.name, doc, title + markdown(doc) + "\n")
     print(markdown(doc))
     return 0
 

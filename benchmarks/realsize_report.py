@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from report import target, targets_table
+from benchmarks.report import target, targets_table
 
 __all__ = ["TARGETS", "issue_table", "markdown", "memory_table", "plot", "speed_table", "targets", "targets_table"]
 

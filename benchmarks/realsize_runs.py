@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -25,14 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-CHILD_ENV = dict(os.environ)
-HERE = Path(__file__).resolve().parent
-CHILD = HERE / "realsize_child.py"
+from benchmarks.common import child_command, child_env, loadavg
+from benchmarks.realsize_build import VARIANTS, ir_dir, ir_ready, model_dir
+from benchmarks.realsize_engines import Engine
 
-from realsize_build import VARIANTS, ir_dir, ir_ready, model_dir  # noqa: E402
-from realsize_engines import Engine  # noqa: E402
+CHILD = "realsize_child"
 
-__all__ = ["CHILD_ENV", "build_ir", "progress", "run_child", "run_contexts", "run_precision"]
+__all__ = ["build_ir", "progress", "run_child", "run_contexts", "run_precision"]
 
 
 def progress(msg: str) -> None:
@@ -43,12 +41,12 @@ def _dir_mib(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 2**20
 
 
-def run_child(args: list[str], timeout: float, child: Path = CHILD) -> dict[str, Any]:
-    """Run a measuring process (the script ``child``), its progress (stderr) shown as it comes; its JSON
-    result (the last line of its stdout), or ``{"error": ...}`` when it failed (OOM kills too)."""
-    cmd = [sys.executable, str(child), *args]
+def run_child(args: list[str], timeout: float, child: str = CHILD) -> dict[str, Any]:
+    """Run a measuring process (the module ``benchmarks.CHILD``), its progress (stderr) shown as it comes;
+    its JSON result (the last line of its stdout), or ``{"error": ...}`` when it failed (OOM kills too)."""
+    cmd = child_command(child, *args)
     with tempfile.TemporaryFile(mode="w+") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=CHILD_ENV)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=child_env())
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         tail: list[str] = []
@@ -79,8 +77,9 @@ def build_ir(precision: str, variant: str, a: argparse.Namespace) -> str | None:
     if not a.optimum_python:
         return f"IR not built in {where}: run realsize_build.py --variant {variant}, or pass --optimum-python"
     progress(f"{precision} {variant}: building the IR with {a.optimum_python}")
-    cmd = [a.optimum_python, str(HERE / "realsize_build.py"), "--cache", str(a.cache), "--variant", variant, precision]
-    done = subprocess.run(cmd, env=CHILD_ENV)
+    args = ["--cache", str(a.cache), "--variant", variant, precision]
+    cmd = child_command("realsize_build", *args, python=a.optimum_python)
+    done = subprocess.run(cmd, env=child_env())
     ok = done.returncode == 0 and ir_ready(a.cache, precision, variant)
     return None if ok else f"IR build failed ({done.returncode})"
 
@@ -154,7 +153,7 @@ def _start(precision: str, variant: str, engines: list[Engine], a: Any) -> tuple
     config = json.loads((ir / "config.json").read_text())
     entry: dict[str, Any] = {"precision": precision, "variant": variant, "model": VARIANTS[variant].model}
     entry |= {"heads": config.get("num_attention_heads"), "kv_heads": config.get("num_key_value_heads")}
-    entry |= {"engines": [e.to_dict() for e in engines], "errors": [], "loadavg_1_5_15": [os.getloadavg()]}
+    entry |= {"engines": [e.to_dict() for e in engines], "errors": [], "loadavg_1_5_15": [loadavg()]}
     entry["ir_bin_mib"] = (ir / "openvino_model.bin").stat().st_size / 2**20
     return entry, ir
 
@@ -162,7 +161,7 @@ def _start(precision: str, variant: str, engines: list[Engine], a: Any) -> tuple
 def _finish(entry: dict[str, Any], work: Path, a: Any) -> dict[str, Any]:
     if not a.keep_onnx:
         shutil.rmtree(work, ignore_errors=True)
-    entry["loadavg_1_5_15"] = [[round(x, 2) for x in load] for load in (entry["loadavg_1_5_15"][0], os.getloadavg())]
+    entry["loadavg_1_5_15"] = [entry["loadavg_1_5_15"][0], loadavg()]
     entry["loadavg"] = [load[0] for load in entry["loadavg_1_5_15"]]  # 1 min, start and end
     return entry
 

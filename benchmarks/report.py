@@ -7,8 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import concurrency
-
+from benchmarks import concurrency
 from ortstate.bench import LABELS, BenchResult, markdown_table, plot_results
 
 COLUMNS = ["openvino", "openvino-shared", "custom-op", "auto", "explicit", "floor", "torch"]

@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from report import RUNNER_TARGET, ratio_text, target
-
+from benchmarks.report import RUNNER_TARGET, ratio_text, target
 from ortstate.bench import BenchResult, markdown_table
 
 __all__ = ["LSTM2_LIMIT", "NATIVE_LIMIT", "issue22_targets", "lstm2_text", "native_text"]

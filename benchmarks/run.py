@@ -1,6 +1,6 @@
 """Run the ortstate benchmark suite; write benchmarks/results/latest.{md,json}, plots and the README's results.
 
-Usage: ``python benchmarks/run.py [--quick] [--no-readme]``. Progress goes to stderr; the targets'
+Usage: ``python -m benchmarks per-step [--quick] [--no-readme]``. Progress goes to stderr; the targets'
 PASS/MISS lines to stdout. Timings are informative: the exit code is 0 whatever they say.
 """
 
@@ -9,24 +9,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-
-import report  # noqa: E402
-import report_recurrent  # noqa: E402
-import suite  # noqa: E402
-
-from ortstate.bench import BenchResult, machine_info, markdown_table, plot_unavailable  # noqa: E402
-
-RESULTS = HERE / "results"
+from benchmarks import report, report_recurrent, suite
+from benchmarks.common import RESULTS, ROOT, loadavg, machine
+from ortstate.bench import BenchResult, markdown_table, plot_unavailable
 
 
 def _jsonable(value: Any) -> Any:
@@ -43,8 +33,8 @@ def _repo_relative(row: dict[str, Any]) -> dict[str, Any]:
     """A result whose model lies in this checkout names it as the checkout does (the results are
     committed and read on other machines, where this one's absolute paths mean nothing)."""
     model = Path(row["model"])
-    if model.is_absolute() and model.is_relative_to(HERE.parent):
-        row["model"] = model.relative_to(HERE.parent).as_posix()
+    if model.is_absolute() and model.is_relative_to(ROOT):
+        row["model"] = model.relative_to(ROOT).as_posix()
     return row
 
 
@@ -116,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = suite.QUICK if args.quick else suite.FULL
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    load_start = os.getloadavg()[0]
+    load_start = loadavg()[0]
     data: dict[str, Any] = {
         "schema": "ortstate.bench-suite/1",
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
         "quick": args.quick,
-        "machine": machine_info(),
+        "machine": machine(),
         "config": cfg.__dict__,
     }
     with tempfile.TemporaryDirectory(prefix="ortstate-bench-") as tmp:
@@ -136,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     data["targets"] = report.targets(data["demo"], data["llm"], data["concurrency"])
     data["targets"] += report_recurrent.issue22_targets(data["lstm2"], data["native"])
     data["seconds"] = time.time() - started
-    data["load"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
+    data["load"] = [load_start, loadavg()[0]]
     missing = plot_unavailable()
     images = [] if missing else report.plots(args.out, data["demo"], data["sweeps"], data["llm"], data["concurrency"])
     if missing:
@@ -144,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "latest.json").write_text(json.dumps(_jsonable(data), indent=1) + "\n", encoding="utf-8")
     (args.out / "latest.md").write_text("# ortstate benchmarks: latest run\n\n" + _markdown(data, images, "") + "\n")
     if not args.no_readme and args.out.resolve() == RESULTS.resolve():
-        report.rewrite_readme(HERE / "README.md", _markdown(data, images, "results/"))
+        report.rewrite_readme(ROOT / "benchmarks" / "README.md", _markdown(data, images, "results/"))
     for t in data["targets"]:
         print(f"{t['status']:4}  {t['target']}: {t['detail']}")
     suite.progress(f"done in {data['seconds']:.0f} s; wrote {args.out / 'latest.md'}")

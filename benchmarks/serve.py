@@ -7,9 +7,9 @@ and p99 as the client sees it, the server's mean batch and its CPU seconds per 1
 machine, and the load average before and after) and prints one PASS/MISS line per target of issue
 21. Run it on a quiet machine (server and client share its cores):
 
-    python benchmarks/serve.py                           # 5 rounds of 256 streams x 400 steps
-    python benchmarks/serve.py --rounds 1 --steps 20 --out /tmp/serve   # a smoke run
-    python benchmarks/serve.py --durable    # plain vs --durable servers, alternating rounds
+    python -m benchmarks serve                           # 5 rounds of 256 streams x 400 steps
+    python -m benchmarks serve --rounds 1 --steps 20 --out /tmp/serve   # a smoke run
+    python -m benchmarks serve --durable    # plain vs --durable servers, alternating rounds
 
 With ``--durable`` it runs a plain server and a ``--durable`` one (its log in a temporary
 directory on the same disk as the results) side by side, rounds alternating between them, and
@@ -33,10 +33,8 @@ import urllib.request
 from pathlib import Path
 from statistics import median
 
-from ortstate.bench.report import machine_info
+from benchmarks.common import RESULTS, ROOT, loadavg, machine, write_results
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 MODEL = ROOT / "models" / "lstm_2l_dynbatch" / "model.xml"
 # issue 21, 256 streams on 2 cores: aggregate steps/s, client p99 (ms), the server's mean batch
 TARGETS = {"steps_per_s": 10_000, "p99_ms": 20.0, "mean_batch": 32}
@@ -45,17 +43,17 @@ _SUMMARY = re.compile(
 )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--streams", type=int, default=256)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--durable", action="store_true", help="compare a plain server with a --durable one")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.durable:
         return _durable(args)
-    load_before = os.getloadavg()
+    load_before = loadavg()
     server, url = _start_server()
     rounds = []
     try:
@@ -70,21 +68,19 @@ def main() -> int:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
-    load_after = os.getloadavg()
+    load_after = loadavg()
     document = {
-        "machine": machine_info(),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in load_after],
+        "machine": machine(),
+        "load_before": load_before,
+        "load_after": load_after,
         "model": str(MODEL.relative_to(ROOT)),
         "streams": args.streams,
         "steps": args.steps,
         "rounds": rounds,
         "server_stats": {k: stats[k] for k in ("step_p50_ms", "step_p99_ms", "run_p50_ms", "mean_batch", "steps")},
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "serve.json").write_text(json.dumps(document, indent=1) + "\n")
     table = _table(document)
-    (args.out / "serve.md").write_text(table)
+    write_results(args.out, "serve", document, table)
     print(table)
     print("\n".join(_targets(rounds)))
     return 0
@@ -92,7 +88,7 @@ def main() -> int:
 
 def _durable(args: argparse.Namespace) -> int:
     """Plain and ``--durable`` servers, rounds alternating; their steps/s side by side."""
-    load_before = os.getloadavg()
+    load_before = loadavg()
     rounds: dict[str, list[dict]] = {"plain": [], "durable": []}
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.out) as state:
@@ -108,9 +104,9 @@ def _durable(args: argparse.Namespace) -> int:
                 server.wait(60)
     ratio = median(d["steps_per_s"] / p["steps_per_s"] for p, d in zip(rounds["plain"], rounds["durable"]))
     document = {
-        "machine": machine_info(),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "machine": machine(),
+        "load_before": load_before,
+        "load_after": loadavg(),
         "model": str(MODEL.relative_to(ROOT)),
         "streams": args.streams,
         "steps": args.steps,
@@ -134,9 +130,7 @@ def _durable(args: argparse.Namespace) -> int:
             f"{median(r['p99_ms'] for r in done):.2f} | {median(r['mean_batch'] for r in done):.1f} |"
         )
     lines += ["", f"durable / plain steps/s: **{ratio:.2f}×** (median of the rounds' ratios; target ≥ 0.5×).", ""]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "serve-durable.json").write_text(json.dumps(document, indent=1) + "\n")
-    (args.out / "serve-durable.md").write_text("\n".join(lines))
+    write_results(args.out, "serve-durable", document, "\n".join(lines))
     print("\n".join(lines))
     print(f"{'PASS' if ratio >= 0.5 else 'MISS'} durable_over_plain: {ratio:.2f} (target at least 0.5)")
     return 0

@@ -5,38 +5,37 @@ with OpenVINO's opset API, as MakeStateful leaves them), 1 thread.
 Writes ``benchmarks/results/streams.json``, ``streams.md`` and ``streams.png`` (aggregate steps/s
 against streams) and prints one PASS/MISS line per target of issue 20. Run it on a quiet machine:
 
-    python benchmarks/streams.py                         # 1, 64, 1024 streams, 100 steps each
-    python benchmarks/streams.py --counts 1,4 --steps 2 --out /tmp/streams   # a smoke run
+    python -m benchmarks streams                         # 1, 64, 1024 streams, 100 steps each
+    python -m benchmarks streams --counts 1,4 --steps 2 --out /tmp/streams   # a smoke run
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 
-from irs import lstm_ir
-
+from benchmarks.common import RESULTS, loadavg, machine, write_results
+from benchmarks.irs import lstm_ir
 from ortstate.bench.streams import measure_streams, plot_streams, streams_document, streams_table
 
-RESULTS = Path(__file__).resolve().parent / "results"
 # issue 20: at the most streams, the pool's steps/s over each one-request-per-stream way
 TARGETS = {16: 20.0, 256: 4.0}
 SINGLE = 1.3  # at 1 stream: the pool's step at most this many times a lone session's
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--counts", default="1,64,1024")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     counts = [int(n) for n in args.counts.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     document, tables, lines = {}, [], []
+    load_before = loadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for hidden in TARGETS:
             xml = lstm_ir(Path(tmp) / f"h{hidden}" / "model.xml", hidden, layers=2, input_size=16)
@@ -46,10 +45,9 @@ def main() -> int:
             tables.append(f"### 2-layer LSTM, hidden {hidden}\n\n{streams_table(rows)}\n")
             plot_streams(rows, args.out / f"streams_h{hidden}.png", f"2-layer LSTM, hidden {hidden}")
             lines += _targets(hidden, rows, max(counts))
-    (args.out / "streams.json").write_text(
-        json.dumps({"steps": args.steps, "threads": args.threads, **document}, indent=1) + "\n"
-    )
-    (args.out / "streams.md").write_text("\n".join(tables))
+    recorded = {"machine": machine(), "load_before": load_before, "load_after": loadavg()}
+    document = {"steps": args.steps, "threads": args.threads, **document} | recorded
+    write_results(args.out, "streams", document, "\n".join(tables))
     print("\n".join(tables))
     print("\n".join(lines))
     return 0

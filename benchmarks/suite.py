@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import concurrency
-import irs
-import native
-import profile_step
-import torch_runner
-
 import ortstate
+from benchmarks import concurrency, irs, native, profile_step, torch_runner
 from ortstate.bench import BenchResult, make_runners, max_positions, measure, model_workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,3 +176,30 @@ def profile(cfg: Config) -> dict[str, Any]:
         "cprofile": profile_step.cprofile(DEMO, cfg.profile_steps),
         "ort_nodes": profile_step.ort_nodes(DEMO, cfg.profile_steps // 3),
     }
+
+
+def _section_args(argv: list[str] | None, what: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m benchmarks {what}", description=f"The per-step suite's {what} section alone: prints its table."
+    )
+    parser.add_argument("--quick", action="store_true", help="the short version")
+    return parser.parse_args(argv)
+
+
+def native_main(argv: list[str] | None = None) -> int:
+    """The converted recurrent models against their native exports, as the per-step suite measures them."""
+    from benchmarks import report_recurrent
+
+    cfg = QUICK if _section_args(argv, "native").quick else FULL
+    print(report_recurrent.native_text(natives(cfg)))
+    return 0
+
+
+def concurrency_main(argv: list[str] | None = None) -> int:
+    """Concurrent requests on one session, as the per-step suite measures them."""
+    from benchmarks import report
+
+    cfg = QUICK if _section_args(argv, "concurrency").quick else FULL
+    with tempfile.TemporaryDirectory() as tmp:
+        print(report.concurrency_table(concurrent(cfg, Path(tmp))))
+    return 0

@@ -1,6 +1,6 @@
 """Which ONNX Runtime kernel should carry a compressed weight? (the converter's choice, measured)
 
-    python benchmarks/weights_kernels.py [--threads 2] [--rounds 20] [--json OUT]
+    python -m benchmarks weights-kernels [--threads 2] [--rounds 20] [--json OUT]
 
 ONNX Runtime 1.31, CPU provider, the linear shapes of a Qwen2-0.5B-sized decoder (hidden 896,
 intermediate 4864, 2 KV heads of 64, vocab 151936): each variant is one model holding 24 distinct
@@ -236,7 +236,7 @@ def measure(variant: str, shape: str, threads: int, rounds: int, copies: int) ->
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=20)
@@ -244,7 +244,7 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS))
     parser.add_argument("--json", help="write the rows here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"onnxruntime {ort.__version__}, {args.threads} threads; ms per linear (median), max |error| vs float64")
     print(f"{'shape':20} {'variant':34} {'M=1 ms':>8} {'M=32 ms':>8} {'err M=1':>9} {'load s':>7}")
     rows = []
@@ -260,7 +260,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"onnxruntime": ort.__version__, "threads": args.threads, "rows": rows}, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

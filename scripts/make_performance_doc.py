@@ -46,11 +46,11 @@ HEADER = """\
 
 How long a stateful model's step takes in ortstate's two forms, next to OpenVINO's own stateful
 `InferRequest` and the **floor**: the same ONNX graph in bare ONNX Runtime with the states as plain
-inputs and outputs and no state management at all (`benchmarks/run.py`, `ortstate bench MODEL`);
+inputs and outputs and no state management at all (`python -m benchmarks per-step`, `ortstate bench MODEL`);
 and, on a real-size LLM (the shape of Qwen2-0.5B, random weights, exported by optimum-intel in
 fp32/fp16/int8/int4), file size, conversion and load memory, prefill and decode speed against
-OpenVINO, whether the tokens match, and where decode time goes (`benchmarks/realsize.py`,
-`benchmarks/realsize_profile.py`). Every number below comes from a results file in
+OpenVINO, whether the tokens match, and where decode time goes (`python -m benchmarks
+real-size`, `real-size-profile`). Every number below comes from a results file in
 `benchmarks/results`, rendered by the benchmark that wrote it; [the benchmarks'
 README](../benchmarks/README.md) says how each is measured and how to rerun them.
 

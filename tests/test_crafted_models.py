@@ -17,7 +17,7 @@ from isolated import outcome, run_isolated
 from onnx import TensorProto, helper, numpy_helper
 
 import ortstate
-from ortstate.model_meta import META_KEY
+from ortstate.meta import META_KEY
 from ortstate.runtime import pyops
 from ortstate.runtime.store import StateStore
 

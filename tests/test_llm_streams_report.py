@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+if str(ROOT) not in sys.path:  # the benchmarks package, as `python -m benchmarks` imports it
+    sys.path.append(str(ROOT))
 
-import llm_streams_child as child  # noqa: E402
-import llm_streams_report as report  # noqa: E402
+from benchmarks import llm_streams_child as child  # noqa: E402
+from benchmarks import llm_streams_report as report  # noqa: E402
 
 
 def test_stream_metrics_pool_every_gap_and_time_from_the_first_request():
@@ -129,7 +130,7 @@ def test_the_concurrent_driver_gets_every_token_of_a_lone_generator():
 
 
 def test_ov_genai_cache_size_fits_every_stream_in_f32(tmp_path):
-    import llm_streams
+    from benchmarks import llm_streams
 
     assert llm_streams.kv_bytes_per_token(ROOT / "models" / "llm" / "llama") == 2 * 2 * 2 * 16 * 4
     qwen = {"num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "hidden_size": 896}

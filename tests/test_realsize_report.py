@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # the benchmarks package, as `python -m benchmarks` imports it
+    sys.path.append(str(ROOT))
 
-import realsize_context_report  # noqa: E402
-import realsize_report  # noqa: E402
-from realsize_engines import BUILTIN, parse_engine  # noqa: E402
+from benchmarks import realsize_context_report, realsize_report  # noqa: E402
+from benchmarks.realsize_engines import BUILTIN, parse_engine  # noqa: E402
 
 
 def _entry() -> dict:
@@ -144,7 +145,7 @@ def test_context_markdown_rows():
 
 
 def test_contexts_beyond_the_models_positions_are_refused(capsys):
-    import realsize
+    from benchmarks import realsize
 
     with pytest.raises(SystemExit):
         realsize.main(["int4", "--contexts", "32,4000", "--steps", "64"])  # 4000 + 4 + 5 × 64 > 4096

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..verify_reference import OV_CONFIG  # OpenVINO's exact config, as verify compares with it
+from ..verify.reference import OV_CONFIG  # OpenVINO's exact config, as verify compares with it
 
 __all__ = [
     "LLM_RUNNERS",

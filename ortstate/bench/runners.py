@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 from ..convert import convert
 from ..errors import OrtStateError, RunError
-from ..model_meta import EXPLICIT, VariableMeta, initial_shape, read_meta
+from ..meta import EXPLICIT, VariableMeta, initial_shape, read_meta
 from ..runtime import StatefulSession
 from ..runtime.options import quiet_session_options, tune_session_options
 from ..runtime.ort_adapter import FastRun

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..convert import convert
-from ..model_meta import read_meta
+from ..meta import read_meta
 from ..runtime import StatefulSession
 from ..runtime.options import default_session_options
 

@@ -10,7 +10,7 @@ from ..convert import build, save_model
 from ..convert.context import ConvertOptions
 from ..errors import UsageError
 from ..ir import read_ir
-from ..model_meta import read_meta
+from ..meta import read_meta
 from ..output_files import check_writable
 from .args import existing_file, model_path
 from .command import EXIT_OK, Command

@@ -12,7 +12,7 @@ import onnx
 from ..convert import build, collect_variables, read_attention_report, read_report, unsupported_ops
 from ..errors import OrtStateError, StateError
 from ..ir import Graph, read_ir
-from ..model_meta import EXPLICIT, read_meta
+from ..meta import EXPLICIT, read_meta, split_id
 from ..passes.walk import nodes
 from .args import existing_file, model_path
 from .command import EXIT_OK, Command
@@ -25,7 +25,8 @@ cannot convert yet, without failing. For an ONNX model converted by ortstate it 
 (custom-op or explicit) and, for the explicit form, the graph inputs/outputs carrying each variable
 and the init flag input telling the model to compute a variable's initial value: the names needed
 to drive the explicit form by hand, without ortstate. Variables are listed by name (numbers in
-names read as numbers), as every ortstate command lists them. Both say which compressed weights
+names read as numbers), as every ortstate command lists them; an id OpenVINO glued from the input
+and output it replaced is shown split (past_key_values.0.key -> present.0.key). Both say which compressed weights
 (f16/bf16, NNCF int8/int4) the conversion keeps compressed and as what (MatMulNBits,
 GatherBlockQuantized, f16 + Cast), and which it expands to f32, with counts and bytes.
 
@@ -71,9 +72,11 @@ def _inspect_ir(graph: Graph) -> str:
     out.append(_section("outputs", ["name", "dtype", "shape"], outputs))
     try:
         found = sorted(collect_variables(graph), key=lambda v: natural_key(v.id))
-        variables = [[v.id, v.etype.name, str(v.shape), v.init] for v in found]
+        variables = [[_shown(v.id), v.etype.name, str(v.shape), v.init] for v in found]
     except StateError as exc:
-        variables = [[layer.attrs.get("variable_id", "?"), "?", "?", "?"] for layer in graph.of_type("ReadValue")]
+        variables = [
+            [_shown(layer.attrs.get("variable_id", "?")), "?", "?", "?"] for layer in graph.of_type("ReadValue")
+        ]
         out.append(f"\nproblem: {exc}")
     out.append(_section("variables", ["id", "type", "shape", "init"], variables))
     counts = Counter(layer.op_name for layer in layers)
@@ -121,7 +124,7 @@ def _inspect_onnx(path: Path) -> str:
     explicit = meta is not None and meta.form == EXPLICIT
     for v in sorted(meta.variables, key=lambda v: natural_key(v.id)) if meta else ():
         shape = None if v.shape is None else [d if isinstance(d, int) else _range(d) for d in v.shape]
-        row = [v.id, v.element_type, format_dims(shape).replace("'", ""), v.init]
+        row = [_shown(v.id), v.element_type, format_dims(shape).replace("'", ""), v.init]
         if explicit:
             row += [f"{v.state_input} -> {v.state_output}", v.init_flag or "-"]
         variables.append(row)
@@ -133,6 +136,12 @@ def _inspect_onnx(path: Path) -> str:
         out.append(_weights_section(read_report(model)))
         out.append(_attention_section(read_attention_report(model)))
     return "\n".join(out)
+
+
+def _shown(var_id: str) -> str:
+    """A variable id as the table shows it: a pair OpenVINO glued split, ``past -> present``."""
+    pair = split_id(var_id)
+    return f"{pair[0]} -> {pair[1]}" if pair else var_id
 
 
 def _size(nbytes: int) -> str:

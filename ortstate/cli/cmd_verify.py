@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import onnx
 
 from ..errors import OrtStateError, UsageError
-from ..model_meta import CUSTOM_OP, EXPLICIT
+from ..meta import CUSTOM_OP, EXPLICIT
 from ..verify import DEFAULT_ATOL, DEFAULT_RTOL, Check, FormResult, VerifyResult, verify
 from .args import add_verbose_option, existing_file, model_path, parse_inputs, parse_shapes
 from .command import EXIT_FAILURE, EXIT_OK, Command

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..model_meta import fresh_name
+from ..meta import fresh_name
 from ..passes.walk import rename_in_nodes
 from ..protosize import tensor_bytes
 from .external import LARGE_BYTES, Array, Lazy, stub
@@ -41,7 +41,7 @@ class Names:
         return name in self._used
 
     def fresh(self, hint: str) -> str:
-        """``hint``, or ``hint_N`` where taken (:func:`~ortstate.model_meta.fresh_name`'s rule)."""
+        """``hint``, or ``hint_N`` where taken (:func:`~ortstate.meta.fresh_name`'s rule)."""
         base = hint or "v"
         name = fresh_name(base, self._used, self._next.get(base, 1))
         if name != base:  # a layer may make thousands of one hint: start the next search past this one

@@ -12,7 +12,7 @@ from onnx import helper
 
 from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Graph, Layer, parse_partial_shape, read_ir
-from ..model_meta import CONTRIB_DOMAIN, CUSTOM_OP, ModelMeta, write_meta
+from ..meta import CONTRIB_DOMAIN, CUSTOM_OP, ModelMeta, write_meta
 from ..output_files import check_writable
 from ..passes import cancel_transposes, fold_static, guard_inits, prune, to_explicit
 from ..passes.walk import rename_reads, sorted_nodes

@@ -1,7 +1,7 @@
 """ReadValue/Assign: the ONNX form of each variable, written as the driver reaches its layers.
 
 The converter writes the custom-op form only: ``ReadValue(init, request) -> value`` and
-``Assign(value, request)`` in the contrib domain (names: :mod:`ortstate.model_meta`); the
+``Assign(value, request)`` in the contrib domain (names: :mod:`ortstate.meta`); the
 runtime's Python ops read committed values and stage writes. The explicit form is made from it by
 :func:`ortstate.passes.to_explicit`.
 
@@ -17,7 +17,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ..ir import Layer, PartialShape
-from ..model_meta import ASSIGN, CONTRIB_DOMAIN, READ_VALUE, REQUEST_INPUT, VARIABLE_ID, VariableMeta, init_flag_name
+from ..meta import ASSIGN, CONTRIB_DOMAIN, READ_VALUE, REQUEST_INPUT, VARIABLE_ID, VariableMeta, init_flag_name
 from .builder import GraphBuilder
 from .dtypes import numpy_type, onnx_type
 from .variables import Variable

@@ -16,7 +16,7 @@ from onnx import TensorProto
 from ..errors import StateError
 from ..ir import ElementType, Graph, Layer, PartialShape, element_type, parse_partial_shape
 from ..ir.walk import producers_of, upstream
-from ..model_meta import MAX_INIT_BYTES, MAX_STATE_ELEMENTS, spanned_elements
+from ..meta import MAX_INIT_BYTES, MAX_STATE_ELEMENTS, shown_id, spanned_elements
 from .dtypes import numpy_type, onnx_type
 from .folding import constant_value
 from .init_dims import InitDim, zeros_from_input_dims
@@ -110,21 +110,21 @@ def collect_variables(graph: Graph) -> list[Variable]:
         if vid in table:
             first = table[vid][1]
             raise StateError(
-                f"{where}: variable '{vid}' has two {layer.type} layers "
+                f"{where}: variable {shown_id(vid)} has two {layer.type} layers "
                 f"('{first.name}' id {first.id} and '{layer.name}' id {layer.id})"
             )
         table[vid] = (g, layer, where)
     for vid, (_, _, where) in assigns.items():
         if vid not in reads:
-            raise StateError(f"{where}: variable '{vid}' is assigned but never read (no ReadValue)")
+            raise StateError(f"{where}: variable {shown_id(vid)} is assigned but never read (no ReadValue)")
     variables = []
     for vid, (g, read, where) in reads.items():
         if vid not in assigns:
-            raise StateError(f"{where}: variable '{vid}' is read but never assigned (no Assign)")
+            raise StateError(f"{where}: variable {shown_id(vid)} is read but never assigned (no Assign)")
         assign_graph, assign, assign_where = assigns[vid]
         if assign_graph is not g:
             raise StateError(
-                f"{where}: variable '{vid}' is assigned by {assign_where.split(': ', 1)[1]}: a ReadValue and "
+                f"{where}: variable {shown_id(vid)} is assigned by {assign_where.split(': ', 1)[1]}: a ReadValue and "
                 "its Assign in different graphs (a loop body and the graph around it) are not supported"
             )
         variables.append(replace(_make_variable(g, vid, read, assign), body=None if g is graph else g))
@@ -143,7 +143,7 @@ def _state_layers(graph: Graph, source: str, inside: str = "") -> list[tuple[Gra
 
 
 def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variable:
-    where = f"{_where(graph, read)}: variable '{vid}'"
+    where = f"{_where(graph, read)}: variable {shown_id(vid)}"
     has_init = bool(read.inputs)
     init_type = None
     init_shape = PartialShape(None)
@@ -162,7 +162,7 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
         raise StateError(f"{where}: cannot tell the variable's element type")
     shape = declared_shape if declared_shape.dims is not None else init_shape
 
-    assign_where = f"{_where(graph, assign)}: variable '{vid}'"
+    assign_where = f"{_where(graph, assign)}: variable {shown_id(vid)}"
     for assign_type in _types_of_value(graph, assign, 0):
         if assign_type != etype:
             raise StateError(f"{assign_where}: Assign writes {assign_type.name} but the variable is {etype.name}")

@@ -29,7 +29,7 @@ from ..convert.context import ConvertOptions
 from ..decoders import DecoderError, ModelFiles, find_model_files, read_json_object
 from ..errors import ExportError, PassError
 from ..ir import Graph, read_ir
-from ..model_meta import read_meta
+from ..meta import read_meta, shown_id
 from ..output_files import OutputFiles, check_folder, make_folder, remove_folders
 from ..passes.kv_layout import KvCache, kv_layout
 from . import configs
@@ -246,9 +246,10 @@ def _check_empty_inits(graph: Graph, source: Path, named: str, layout: str) -> N
         _, port = graph.producer(layer, 0)
         dims = port.shape.dims
         if dims is None or len(dims) != 4 or (dims[2].lo, dims[2].hi) != (0, 0):
+            variable = shown_id(layer.attrs.get("variable_id", ""))
             raise ExportError(
-                f"{source}: {named} cannot be exported for {layout}: variable '{layer.attrs.get('variable_id')}' "
-                f"starts as {port.shape}, not as an empty past [batch, heads, 0, head_size]"
+                f"{source}: {named} cannot be exported for {layout}: variable {variable} starts as {port.shape}, "
+                "not as an empty past [batch, heads, 0, head_size]"
             )
 
 

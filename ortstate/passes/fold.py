@@ -26,7 +26,7 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-from ..model_meta import CONTRIB_DOMAIN
+from ..meta import CONTRIB_DOMAIN
 from .dims import Known
 from .prune import prune
 from .sequence_lens import RECURRENT, Lengths

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..model_meta import (
+from ..meta import (
     ASSIGN,
     CONTRIB_DOMAIN,
     FUSED_ASSIGN,

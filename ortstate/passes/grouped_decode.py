@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..model_meta import ModelMeta, fresh_name
+from ..meta import ModelMeta, fresh_name
 from .walk import all_names, graphs, rename_in_nodes
 
 __all__ = ["group_decode"]

@@ -22,7 +22,7 @@ import onnx
 from onnx import helper
 
 from ..errors import PassError
-from ..model_meta import (
+from ..meta import (
     CONTRIB_DOMAIN,
     READ_VALUE,
     VARIABLE_ID,

@@ -38,7 +38,7 @@ import onnx
 from onnx import helper
 
 from ..errors import PassError
-from ..model_meta import EXPLICIT, META_KEY, ModelMeta, VariableMeta, fresh_name
+from ..meta import EXPLICIT, META_KEY, ModelMeta, VariableMeta, fresh_name
 from .beam_reorder import beam_reorder, constant_values
 from .kv_share import share_kv, shares_all
 from .prune import prune

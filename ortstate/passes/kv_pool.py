@@ -29,7 +29,7 @@ import onnx
 from onnx import helper
 
 from ..errors import PassError
-from ..model_meta import ModelMeta
+from ..meta import ModelMeta
 from .walk import graphs, namer
 
 __all__ = ["KEY_INDEX", "SEQLENS", "PoolKv", "pool_kv"]

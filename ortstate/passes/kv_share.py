@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..model_meta import ModelMeta, VariableMeta, length_input_name, length_output_name
+from ..meta import ModelMeta, VariableMeta, length_input_name, length_output_name
 from .walk import consumers, namer, producers, rename_reads, sorted_nodes, subgraphs
 
 __all__ = ["share_kv", "shares_all", "shares_any"]

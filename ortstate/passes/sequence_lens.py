@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..model_meta import fresh_name
+from ..meta import fresh_name
 from .dims import Dim, Known, Sym
 
 __all__ = ["RECURRENT", "Lengths", "whole_sequence"]

@@ -46,7 +46,7 @@ import onnx
 from onnx import helper
 
 from ..errors import PassError
-from ..model_meta import (
+from ..meta import (
     ASSIGN,
     CONTRIB_DOMAIN,
     EXPLICIT,

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..model_meta import fresh_name
+from ..meta import fresh_name
 from .walk import all_names, consumers, producers, rename_uses, subgraphs, topological_order
 
 __all__ = ["cancel_transposes"]

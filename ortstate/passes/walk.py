@@ -16,7 +16,7 @@ from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 
 import onnx
 
-from ..model_meta import fresh_name
+from ..meta import fresh_name
 
 __all__ = [
     "all_names",

@@ -20,7 +20,7 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import OrtStateError, PassError, RunError
-from ..model_meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
+from ..meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
 from ..passes import fusable, fuse_state_ops, group_decode, share_kv, shares_any, to_explicit
 from ..passes.walk import nodes
 from . import pyops, snapshot

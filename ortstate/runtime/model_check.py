@@ -20,7 +20,7 @@ from collections import Counter
 import onnx
 
 from ..errors import OrtStateError
-from ..model_meta import ASSIGN, CONTRIB_DOMAIN, EXPLICIT, FUSED_OP, READ_VALUE, VARIABLE_ID, ModelMeta
+from ..meta import ASSIGN, CONTRIB_DOMAIN, EXPLICIT, FUSED_OP, READ_VALUE, VARIABLE_ID, ModelMeta, shown_id
 from ..passes.walk import nodes
 
 __all__ = ["check_model"]
@@ -48,16 +48,16 @@ def check_model(model: onnx.ModelProto, meta: ModelMeta, origin: str) -> None:
 
     for var in meta.variables:
         if var.init_flag is not None:
-            scalar_input(var.init_flag, onnx.TensorProto.BOOL, f"variable '{var.id}': init flag")
+            scalar_input(var.init_flag, onnx.TensorProto.BOOL, f"variable {shown_id(var.id)}: init flag")
     if meta.form == EXPLICIT:
         for var in meta.variables:
             if var.state_input not in inputs:
                 raise OrtStateError(
-                    f"{origin}: variable '{var.id}': state input '{var.state_input}' is not a graph input"
+                    f"{origin}: variable {shown_id(var.id)}: state input '{var.state_input}' is not a graph input"
                 )
             if var.state_output not in outputs:
                 raise OrtStateError(
-                    f"{origin}: variable '{var.id}': state output '{var.state_output}' is not a graph output"
+                    f"{origin}: variable {shown_id(var.id)}: state output '{var.state_output}' is not a graph output"
                 )
             fed.append(var.state_input or "")
         outs = [v.state_output for v in meta.variables]
@@ -97,8 +97,10 @@ def _check_state_nodes(graph: onnx.GraphProto, meta: ModelMeta, origin: str) -> 
         except UnicodeDecodeError:
             raise OrtStateError(f"{where}: variable_id is not UTF-8") from None
         if var_id not in known:
-            raise OrtStateError(f"{where}: variable '{var_id}' is not in the model's ortstate metadata")
+            raise OrtStateError(f"{where}: variable {shown_id(var_id)} is not in the model's ortstate metadata")
         count[(var_id, node.op_type)] += 1
     for var_id in sorted(known):  # reads may repeat (they give one value); two writes would race
         if count[(var_id, ASSIGN)] != 1:
-            raise OrtStateError(f"{origin}: variable '{var_id}' has {count[(var_id, ASSIGN)]} Assign nodes, expected 1")
+            raise OrtStateError(
+                f"{origin}: variable {shown_id(var_id)} has {count[(var_id, ASSIGN)]} Assign nodes, expected 1"
+            )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import onnxruntime as ort
 
-from ..model_meta import ModelMeta
+from ..meta import ModelMeta
 
 __all__ = [
     "copy_session_options",

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ..model_meta import VariableMeta
+from ..meta import VariableMeta
 from .interrupts import checkpoint as _checkpoint
 from .loaded import LoadedModel
 from .store import StateStore

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..model_meta import (
+from ..meta import (
     ASSIGN,
     FUSED_ASSIGN,
     FUSED_READ,
@@ -26,6 +26,7 @@ from ..model_meta import (
     VARIABLE_ID,
     VARIABLE_IDS,
     fused_op,
+    shown_id,
 )
 from .ort_adapter import PYOP_DTYPES, custom_op_library, register_pyop
 from .store import StateStore, VariableGroup
@@ -89,7 +90,7 @@ def _read_value(feed: list[np.ndarray], variable_id: str) -> np.ndarray:
     try:
         return store.read(variable_id, init)
     except Exception as exc:  # noqa: BLE001 - raising here would abort the process
-        store.fail(f"ReadValue '{variable_id}': {exc}")
+        store.fail(f"ReadValue {shown_id(variable_id)}: {exc}")
         return init
 
 
@@ -100,7 +101,7 @@ def _assign(feed: list[np.ndarray], variable_id: str) -> np.ndarray:
         try:
             store.stage(variable_id, value)
         except Exception as exc:  # noqa: BLE001 - raising here would abort the process
-            store.fail(f"Assign '{variable_id}': {exc}")
+            store.fail(f"Assign {shown_id(variable_id)}: {exc}")
     return _TOKEN
 
 

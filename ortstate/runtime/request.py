@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RunError, StateError
-from ..model_meta import EXPLICIT, initial_shape
+from ..meta import EXPLICIT, initial_shape
 from . import snapshot
 from .loaded import LoadedModel
 from .pyop_runner import PyOpRunner

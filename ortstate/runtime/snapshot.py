@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 
 from ..errors import StateError
-from ..model_meta import MAX_STATE_ELEMENTS, ModelMeta, VariableMeta, spanned_elements
+from ..meta import MAX_STATE_ELEMENTS, ModelMeta, VariableMeta, shown_id, spanned_elements
 from ..output_files import write_file
 from .store import ShapeRule, StateStore
 
@@ -214,7 +214,7 @@ def _check_header(
         raise StateError(f"{where}: snapshot variable list is corrupted")
     expected = {}
     for index, (entry, var) in enumerate(zip(entries, variables)):
-        bad = f"{where}: snapshot entry of variable '{var.id}' is corrupted"
+        bad = f"{where}: snapshot entry of variable {shown_id(var.id)} is corrupted"
         if not isinstance(entry, dict) or entry.get("id") != var.id or type(entry.get("initialized")) is not bool:
             raise StateError(bad)
         if not entry["initialized"]:
@@ -225,7 +225,9 @@ def _check_header(
         if not all(type(d) is int and d >= 0 for d in shape) or spanned_elements(shape) > MAX_STATE_ELEMENTS:
             raise StateError(bad)
         if not ShapeRule(var.shape).admits(tuple(shape)):
-            raise StateError(f"{where}: snapshot value of variable '{var.id}' has shape {shape}, which it cannot hold")
+            raise StateError(
+                f"{where}: snapshot value of variable {shown_id(var.id)} has shape {shape}, which it cannot hold"
+            )
         expected[index] = (var.id, np.dtype(var.dtype), tuple(shape))
     return expected
 

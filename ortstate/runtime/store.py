@@ -10,7 +10,7 @@ import ml_dtypes  # noqa: F401  (makes np.dtype("bfloat16") resolvable)
 import numpy as np
 
 from ..errors import RunError, StateError
-from ..model_meta import MAX_STATE_ELEMENTS, VariableMeta, initial_shape, spanned_elements
+from ..meta import MAX_STATE_ELEMENTS, VariableMeta, initial_shape, shown_id, spanned_elements
 from .reorder import reorder_indices, reordered
 
 __all__ = ["ShapeRule", "StateStore", "VariableGroup"]
@@ -274,14 +274,14 @@ class StateStore:
         try:
             arr = np.asarray(value)
         except (TypeError, ValueError) as exc:  # ragged lists, objects numpy cannot convert
-            raise StateError(f"variable '{var_id}': cannot set state: not an array ({exc})") from None
+            raise StateError(f"variable {shown_id(var_id)}: cannot set state: not an array ({exc})") from None
         if not arr.dtype.isnative:  # ``>f4`` is float32 too: the model gets this machine's byte order
             arr = arr.astype(arr.dtype.newbyteorder("="))
         self._check(var_id, arr, self._dtype[var_id], "cannot set state:")
         if spanned_elements(arr.shape) > MAX_STATE_ELEMENTS:
             # only an empty value gets here: its other dims would abort the custom-op form
             raise StateError(
-                f"variable '{var_id}': cannot set state: shape {list(arr.shape)} spans more than "
+                f"variable {shown_id(var_id)}: cannot set state: shape {list(arr.shape)} spans more than "
                 f"{MAX_STATE_ELEMENTS} elements"
             )
         # np.array, not np.ascontiguousarray: that one makes a 0-d value (a scalar variable) 1-d.
@@ -311,6 +311,8 @@ class StateStore:
         # Every RunError says that the run changed nothing; the caller checks before it changes anything.
         tail = "; no variable was changed" if run else ""
         if arr.dtype != dtype:
-            raise error(f"variable '{var_id}': {what} dtype {arr.dtype}, expected {dtype}{tail}")
+            raise error(f"variable {shown_id(var_id)}: {what} dtype {arr.dtype}, expected {dtype}{tail}")
         if not self._rules[var_id].admits(arr.shape):
-            raise error(f"variable '{var_id}': {what} shape {list(arr.shape)}, expected {_show(meta.shape)}{tail}")
+            raise error(
+                f"variable {shown_id(var_id)}: {what} shape {list(arr.shape)}, expected {_show(meta.shape)}{tail}"
+            )

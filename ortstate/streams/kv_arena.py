@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..model_meta import VariableMeta
+from ..meta import VariableMeta
 
 __all__ = ["KvArena", "default_budget"]
 

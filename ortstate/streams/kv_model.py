@@ -22,7 +22,7 @@ import onnxruntime as ort
 
 from ..decoders.feeds import KNOWN_INPUTS
 from ..errors import OrtStateError, PassError, RunError
-from ..model_meta import CUSTOM_OP, VariableMeta, read_meta, write_meta
+from ..meta import CUSTOM_OP, VariableMeta, read_meta, write_meta
 from ..passes import prune, share_kv, to_explicit
 from ..passes.kv_pool import pool_kv
 from ..passes.last_logits import slice_last_logits

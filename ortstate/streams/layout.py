@@ -20,7 +20,7 @@ import onnxruntime as ort
 from onnx import helper
 
 from ..errors import OrtStateError, PassError
-from ..model_meta import CUSTOM_OP, ModelMeta, VariableMeta, fresh_name, read_meta, write_meta
+from ..meta import CUSTOM_OP, ModelMeta, VariableMeta, fresh_name, read_meta, write_meta
 from ..passes import to_explicit
 from ..runtime import LoadedModel, numpy_dtype, snapshot
 from ..runtime.loaded import layer_behind, load_model

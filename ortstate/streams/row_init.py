@@ -18,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import OrtStateError
-from ..model_meta import ModelMeta, VariableMeta, fresh_name
+from ..meta import ModelMeta, VariableMeta, fresh_name
 from ..passes.walk import all_names, consumers
 
 __all__ = ["BATCH_PARAM", "rows_init"]

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..model_meta import fresh_name
+from ..meta import fresh_name
 from ..passes.walk import graphs, nodes
 from .batch_axes import Dims, infer_dims, light_copy
 

@@ -53,7 +53,10 @@ def test_run_takes_the_states_to_start_from(capsys, tmp_path):
     ("state", "message"),
     [
         ("h={npy}", "--state h: no such variable (the model's: c_inc_out, h_inh_out)"),
-        ("h_inh_out={npy}", "--state h_inh_out: variable 'h_inh_out': cannot set state: shape [1, 1, 8], expected"),
+        (
+            "h_inh_out={npy}",
+            "--state h_inh_out: variable 'h_in' -> 'h_out': cannot set state: shape [1, 1, 8], expected",
+        ),
     ],
 )
 def test_a_bad_state_is_named(capsys, tmp_path, state, message):

@@ -76,7 +76,7 @@ def test_attention_runs_as_the_graph_allows_and_matches_openvino(tmp_path, name:
 def test_beam_reorder_is_left_to_the_runtime(tmp_path) -> None:
     """The fused layer's graph gathers no cache by beam_idx: the variables say the runtime does."""
     model = ortstate.convert(save_layer(tmp_path, Spec()), explicit_state=True)
-    meta = ortstate.model_meta.read_meta(model)
+    meta = ortstate.meta.read_meta(model)
     assert meta is not None and {v.reorder for v in meta.variables} == {"beam_idx"}
     readers = [n.op_type for n in nodes(model.graph) if "beam_idx" in n.input]
     assert readers == []

@@ -303,7 +303,7 @@ def test_metadata_describes_variables(tmp_path):
     xml = model(tmp_path, [add], [opset6.assign(add, var)], [x])
     m = ortstate.convert(xml)
     onnx.checker.check_model(m)
-    from ortstate.model_meta import read_meta
+    from ortstate.meta import read_meta
 
     (v,) = read_meta(m).variables
     assert (v.id, v.element_type, v.dtype, v.shape, v.init, v.carrier) == (

@@ -32,7 +32,7 @@ from oracle import (
 )
 
 import ortstate
-from ortstate.model_meta import META_KEY
+from ortstate.meta import META_KEY
 
 X = np.arange(4, dtype=np.float32).reshape(1, 4) + 1
 Init = Callable[[Any, Any, Any], Any]  # (x: [?,4], s: static [1,4], dtype) -> the init value

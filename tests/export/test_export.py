@@ -343,8 +343,8 @@ def test_refuses_a_cache_that_does_not_start_empty(tmp_path: Path) -> None:
         (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
     assert ortstate.export(tmp_path / "empty", tmp_path / "out").cache.beam_input == "beam_idx"
     message = (
-        "toy cannot be exported for genai: variable 'past_key_values.0.valuepresent.0.value' starts as [?,2,1,4], "
-        "not as an empty past [batch, heads, 0, head_size]"
+        "toy cannot be exported for genai: variable 'past_key_values.0.value' -> 'present.0.value' starts as "
+        "[?,2,1,4], not as an empty past [batch, heads, 0, head_size]"
     )
     with pytest.raises(ortstate.ExportError, match=re.escape(message)):
         ortstate.export(tmp_path / "one", tmp_path / "out1")

@@ -155,7 +155,7 @@ def test_the_models_own_names_win_over_internal_ones(tmp_path: Path) -> None:
 
     check_steps(xml, [feed(), feed(), RESET, feed()])
     for explicit in (False, True):
-        meta = ortstate.model_meta.read_meta(ortstate.convert(xml, explicit_state=explicit))
+        meta = ortstate.meta.read_meta(ortstate.convert(xml, explicit_state=explicit))
         assert meta is not None
         names = [meta.request_input, *(n for v in meta.variables for n in (v.init_flag, v.state_input, v.state_output))]
         assert [n for n in names if n] == (

@@ -12,7 +12,7 @@ from openvino import opset6
 from oracle import RESET, check_steps, save_ir, set_state, variable
 
 import ortstate
-from ortstate.model_meta import read_meta
+from ortstate.meta import read_meta
 from ortstate.passes import fuse_state_ops
 
 RNG = np.random.default_rng(5)

@@ -25,7 +25,7 @@ from onnx import helper as h
 
 import ortstate
 from ortstate.generate import Generator
-from ortstate.model_meta import ModelMeta, VariableMeta
+from ortstate.meta import ModelMeta, VariableMeta
 from ortstate.passes import grouped_decode
 from ortstate.passes.walk import nodes
 

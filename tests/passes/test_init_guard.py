@@ -10,7 +10,7 @@ from graphs import F32, const, value
 from onnx import TensorProto, helper
 
 from ortstate.errors import PassError
-from ortstate.model_meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, READ_VALUE, VARIABLE_ID, ModelMeta, VariableMeta
+from ortstate.meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, READ_VALUE, VARIABLE_ID, ModelMeta, VariableMeta
 from ortstate.passes import guard_inits
 from ortstate.passes.init_guard import only_for
 

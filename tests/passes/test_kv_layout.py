@@ -17,7 +17,7 @@ from oracle import ov_request, ov_run
 
 import ortstate
 from ortstate.errors import PassError
-from ortstate.model_meta import read_meta
+from ortstate.meta import read_meta
 from ortstate.passes.kv_layout import kv_layout
 
 RNG = np.random.default_rng(6)

@@ -70,7 +70,7 @@ def test_onnxruntime_extensions_internals_are_where_the_adapter_reaches() -> Non
 PROBE = """
 import numpy as np, onnx, onnxruntime as ort
 from onnx import TensorProto, helper
-from ortstate.model_meta import CONTRIB_DOMAIN
+from ortstate.meta import CONTRIB_DOMAIN
 from ortstate.runtime.ort_adapter import custom_op_library, register_pyop
 
 def body(feed, tag):  # hands back a transposed (non-contiguous) view, a 0-d int64 and a bool

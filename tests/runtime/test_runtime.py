@@ -50,7 +50,7 @@ def test_loads_path_bytes_and_proto(acc_xml, tmp_path, explicit):
     [("lstm_1l", False), ("gru_1l", False), ("kv_cache_toy", True), ("lstm_2l_dynbatch", True)],
 )
 def test_default_options_drop_the_arena_only_for_static_states(folder, arena):
-    from ortstate.model_meta import read_meta
+    from ortstate.meta import read_meta
     from ortstate.runtime.options import default_session_options
 
     model = ortstate.convert(REPO / "models" / folder / "model.xml")

@@ -28,6 +28,7 @@ import onnx
 from onnx import TensorProto
 
 from ...ir import ElementType, Graph, Layer, parse_partial_shape
+from ...meta import shown_id
 from ..builder import GraphBuilder
 from ..context import Context, Node
 from ..dtypes import numpy_type, onnx_type
@@ -223,7 +224,7 @@ def _write_body(
     for var_id in variables:
         assert scope is not None
         if var_id not in scope.end:
-            raise node.error(f"variable '{var_id}' is read in the body but not assigned there")
+            raise node.error(f"variable {shown_id(var_id)} is read in the body but not assigned there")
         sub.add_output(own(scope.end[var_id]), onnx_type(scope.variable(var_id).etype), None)
     for result in scans:
         sub.add_output(own(values[result]), _result_onnx_type(node, body.layers[result]), None)

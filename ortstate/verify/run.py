@@ -1,9 +1,9 @@
 """Step OpenVINO and ortstate side by side on one IR and compare every output and variable.
 
-OpenVINO is the reference (:mod:`ortstate.verify_reference`), imported only when needed
+OpenVINO is the reference (:mod:`ortstate.verify.reference`), imported only when needed
 (``pip install 'ortstate[verify]'``, ``'.[verify]'`` in a checkout). The run: N steps, a reset, N
 more steps. ortstate's reset is ``reset_state()``; OpenVINO's is a freshly compiled model (see
-:mod:`ortstate.verify_reference`).
+:mod:`ortstate.verify.reference`).
 
 The inputs follow the model's roles: a stateful decoder (an optimum-intel LLM) is fed as ``generate``
 feeds it, by the same :class:`~ortstate.decoders.feeds.FeedRules` (a random prompt, then one random
@@ -24,16 +24,16 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .convert import convert_graph
-from .decoders import InputSpec
-from .errors import InputError, OpenVINOUnavailable, OrtStateError, RunError
-from .extras import install_hint
-from .ir import Graph, read_ir
-from .model_meta import CUSTOM_OP, EXPLICIT, read_meta
-from .progress import task
-from .runtime import StatefulSession
-from .verify_inputs import DEFAULT_DIM, VerifyInputs, input_specs, random_inputs
-from .verify_reference import OV_CONFIG, Reference
+from ..convert import convert_graph
+from ..decoders import InputSpec
+from ..errors import InputError, OpenVINOUnavailable, OrtStateError, RunError
+from ..extras import install_hint
+from ..ir import Graph, read_ir
+from ..meta import CUSTOM_OP, EXPLICIT, read_meta
+from ..progress import task
+from ..runtime import StatefulSession
+from .inputs import DEFAULT_DIM, VerifyInputs, input_specs, random_inputs
+from .reference import OV_CONFIG, Reference
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -196,7 +196,7 @@ def _trajectory(
     trajectory = []
     with task("OpenVINO's steps", total=2 * steps) as bar:
         for phase in range(2):
-            request = reference.request()  # a fresh compile is OpenVINO's reset (see verify_reference)
+            request = reference.request()  # a fresh compile is OpenVINO's reset (see verify.reference)
             for f in feeds[phase * steps : (phase + 1) * steps]:
                 trajectory.append(reference.step(request, f))
                 bar.update()

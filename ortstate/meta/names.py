@@ -1,8 +1,8 @@
 """The state format's names: every name the two ONNX forms give their state (op types, domain,
 attributes, graph inputs and outputs), spelled here and nowhere else, and the rule by which a name
-ortstate makes steps aside from one the model has. :mod:`ortstate.model_meta` (the metadata that
-lists a model's variables) re-exports them: the converter, the passes and the runtime import them
-from either.
+ortstate makes steps aside from one the model has. :mod:`ortstate.meta.model` (the metadata that
+lists a model's variables) and the package, :mod:`ortstate.meta`, re-export them: the converter,
+the passes and the runtime import them from the package.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ __all__ = [
     "state_dims",
     "state_input_name",
     "state_output_name",
+    "shown_id",
+    "split_id",
 ]
 
 # Custom-op form: ``ReadValue(init, request) -> value`` and ``Assign(value, request) -> token`` in
@@ -106,3 +108,39 @@ def fresh_name(base: str, taken: Container[str], start: int = 1) -> str:
     while f"{base}_{n}" in taken:
         n += 1
     return f"{base}_{n}"
+
+
+def split_id(var_id: str) -> tuple[str, str] | None:
+    """The input and output names an id OpenVINO's ``MakeStateful`` glued together, split back:
+    ``("past_key_values.1.value", "present.1.value")`` for ``past_key_values.1.valuepresent.1.value``;
+    None for an id that is not such a pair (``acc``).
+
+    The IR keeps no split, so it is found in the id alone: the cut whose two sides (at least two
+    characters each) share the most leading plus trailing characters, when those are at least two
+    and at least half of the shorter side (``h_in``/``h_out``, ``cache_params.past.ssm.1``/
+    ``cache_params.present.ssm.1``).
+    """
+    best, best_score = 0, 1
+    for cut in range(2, len(var_id) - 1):
+        left, right = var_id[:cut], var_id[cut:]
+        shorter = min(len(left), len(right))
+        head = _common(left, right, shorter)
+        score = head + _common(left[::-1], right[::-1], shorter - head)
+        if score > best_score and 2 * score >= shorter:
+            best, best_score = cut, score
+    return (var_id[:best], var_id[best:]) if best else None
+
+
+def shown_id(var_id: str) -> str:
+    """A variable id as messages print it, quoted: ``'acc'``, or a glued pair split
+    (:func:`split_id`), ``'past_key_values.1.value' -> 'present.1.value'``."""
+    pair = split_id(var_id)
+    return f"'{pair[0]}' -> '{pair[1]}'" if pair else f"'{var_id}'"
+
+
+def _common(a: str, b: str, limit: int) -> int:
+    """How many leading characters ``a`` and ``b`` share, at most ``limit``."""
+    n = 0
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n

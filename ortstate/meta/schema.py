@@ -1,4 +1,4 @@
-"""The JSON schema of ortstate's metadata (:mod:`ortstate.model_meta`): each reader checks one
+"""The JSON schema of ortstate's metadata (:mod:`ortstate.meta.model`): each reader checks one
 field's type and range, and raises ``ValueError`` naming the field (``variables[2].shape``) and
 what it got."""
 

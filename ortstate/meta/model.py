@@ -2,10 +2,10 @@
 metadata carried in the ONNX model.
 
 The metadata is stored as JSON under the ``ortstate`` key of ``ModelProto.metadata_props``; its
-schema (every field's type and range, checked when a model is loaded) is :mod:`.meta_schema`.
+schema (every field's type and range, checked when a model is loaded) is :mod:`.schema`.
 Every name the two ONNX forms give their state (op types, domain, attributes, graph inputs and
-outputs) is spelled in :mod:`.state_format` and nowhere else; this module re-exports them, and the
-converter, the passes and the runtime import them from here.
+outputs) is spelled in :mod:`.names` and nowhere else; this module re-exports them, and the
+converter, the passes and the runtime import all of it from the package, :mod:`ortstate.meta`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .meta_schema import fail, fields_of, init_dim, integer, items, state_dim, text
-from .state_format import (  # the state format's names, spelled there; imported from here too
+from .names import (  # the state format's names, spelled there; imported from here too
     ASSIGN,
     CONTRIB_DOMAIN,
     FUSED_ASSIGN,
@@ -37,10 +36,13 @@ from .state_format import (  # the state format's names, spelled there; imported
     init_flag_name,
     length_input_name,
     length_output_name,
+    shown_id,
+    split_id,
     state_dims,
     state_input_name,
     state_output_name,
 )
+from .schema import fail, fields_of, init_dim, integer, items, state_dim, text
 
 __all__ = [
     "ASSIGN",
@@ -70,6 +72,8 @@ __all__ = [
     "length_input_name",
     "length_output_name",
     "read_meta",
+    "shown_id",
+    "split_id",
     "spanned_elements",
     "state_dims",
     "state_input_name",
@@ -114,7 +118,8 @@ def initial_shape(var: VariableMeta, feeds: Mapping[str, Any]) -> list[int]:
         if given is None or axis >= len(given):
             got = "lacks" if given is None else f"gives with shape {list(given)}"
             raise ValueError(
-                f"variable '{var.id}': its initial value takes dim {axis} of input '{name}', which the run {got}"
+                f"variable {shown_id(var.id)}: its initial value takes dim {axis} of input '{name}', "
+                f"which the run {got}"
             )
         shape.append(given[axis])
     return shape
@@ -284,10 +289,12 @@ def _variable(value: Any, where: str) -> VariableMeta:
     var = VariableMeta(**{**data, **checked})  # a field without a rule here passes through as it is
     lows = [d if isinstance(d, int) else d[0] for d in shape or []]
     if max(spanned_elements(s) for s in (lows, init_shape, var.uninitialised_shape)) > MAX_STATE_ELEMENTS:
-        raise ValueError(f"{where}: variable '{var.id}' spans more than {MAX_STATE_ELEMENTS} elements")
+        raise ValueError(f"{where}: variable {shown_id(var.id)} spans more than {MAX_STATE_ELEMENTS} elements")
     init_bytes = math.prod(init_shape) * DTYPES[var.carrier or var.dtype]
     if init_bytes > MAX_INIT_BYTES:
-        raise ValueError(f"{where}: variable '{var.id}' starts at {init_bytes} bytes, the limit is {MAX_INIT_BYTES}")
+        raise ValueError(
+            f"{where}: variable {shown_id(var.id)} starts at {init_bytes} bytes, the limit is {MAX_INIT_BYTES}"
+        )
     return var
 
 

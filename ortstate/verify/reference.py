@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import OrtStateError
-from .ir import Graph
-from .verify_inputs import inputs_reaching
+from ..errors import OrtStateError
+from ..ir import Graph
+from .inputs import inputs_reaching
 
 __all__ = ["OV_CONFIG", "Reference", "one_line"]
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .decoders import FeedRules, InputSpec, SyntheticInputs, concrete_shape, ir_input_specs, read_config
-from .decoders import random_inputs as _random_inputs
-from .errors import InputError
-from .ir import Graph, Layer
-from .ir.walk import upstream
+from ..decoders import FeedRules, InputSpec, SyntheticInputs, concrete_shape, ir_input_specs, read_config
+from ..decoders import random_inputs as _random_inputs
+from ..errors import InputError
+from ..ir import Graph, Layer
+from ..ir.walk import upstream
 
 __all__ = ["DEFAULT_DIM", "InputError", "VerifyInputs", "input_specs", "inputs_reaching", "random_inputs"]
 
