@@ -29,6 +29,9 @@ SUITES = {
     "grouped": Suite("realsize_grouped", "the grouped decode step against GroupQueryAttention (real-size int4)"),
     "streams": Suite("streams", "StreamPool against one request per stream, 1 to 1024 streams"),
     "llm-streams": Suite("llm_streams", "many LLM streams at once: ContinuousBatcher against OpenVINO GenAI"),
+    "llm-streams-profile": Suite(
+        "llm_streams_profile", "where ContinuousBatcher's time goes on a real-size LLM: runs by kind and kernel"
+    ),
     "serve": Suite("serve", "ortstate serve: 256 WebSocket streams from another process (--durable too)"),
     "openai-serve": Suite("openai_serve", "an LLM over OpenAI's API against the same batcher in process"),
     "native": Suite("suite", "converted recurrent models against their native ONNX export", "native_main"),

@@ -1,13 +1,14 @@
 """Which ONNX Runtime kernel should carry a compressed weight? (the converter's choice, measured)
 
-    python -m benchmarks weights-kernels [--threads 2] [--rounds 20] [--json OUT]
+    python -m benchmarks weights-kernels [--threads 2] [--rounds 20] [--rows 1,32] [--json OUT]
 
 ONNX Runtime 1.31, CPU provider, the linear shapes of a Qwen2-0.5B-sized decoder (hidden 896,
 intermediate 4864, 2 KV heads of 64, vocab 151936): each variant is one model holding 24 distinct
 copies of the weight (as a 24-layer model does: more than the L3 cache, so weights stream from
-memory as in a real decode), applied to one activation of M rows (M=1: a decode step, M=32: a
-prefill). Reported: median ms per linear, and the largest deviation from the same product computed
-in float64 from the dequantized weight (``(w - zp) * scale`` in f32, OpenVINO's CPU plugin's math).
+memory as in a real decode), applied to one activation of M rows (``--rows``, default 1 and 32:
+a decode step, a prefill; batched decoding has as many rows as streams). Reported: median ms per
+linear, and the largest deviation from the same product computed in float64 from the dequantized
+weight (``(w - zp) * scale`` in f32, OpenVINO's CPU plugin's math).
 
 Variants: f32 MatMul (the weight expanded), the f16 weight through Cast (what ORT does with a f16
 initializer), ``com.microsoft`` MatMulNBits 4-bit and 8-bit at ``accuracy_level`` 0 (f32 compute)
@@ -204,7 +205,7 @@ LM_HEAD_VARIANTS = (
 )
 
 
-def measure(variant: str, shape: str, threads: int, rounds: int, copies: int) -> dict:
+def measure(variant: str, shape: str, threads: int, rounds: int, copies: int, rows: list[int]) -> dict:
     k, n = SHAPES[shape]
     rng = np.random.default_rng(0)
     nodes, inits, dense = [], [], []
@@ -222,7 +223,7 @@ def measure(variant: str, shape: str, threads: int, rounds: int, copies: int) ->
     load = time.perf_counter() - t0
     del model, inits
     row = {"variant": variant, "shape": shape, "load_s": round(load, 2)}
-    for m in (1, 32):
+    for m in rows:
         a = rng.standard_normal((m, k), dtype=np.float32)
         outs = session.run(None, {"A": a})
         err = max(float(np.abs(o - (a.astype(np.float64) @ d.T.astype(np.float64))).max()) for o, d in zip(outs, dense))
@@ -243,20 +244,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copies", type=int, default=24, help="distinct weights per model (layers)")
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    parser.add_argument(
+        "--rows", default="1,32", help="rows M of the activations, comma-separated (default 1,32: a step, a prefill)"
+    )
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
+    ms = [int(m) for m in args.rows.split(",")]
     print(f"onnxruntime {ort.__version__}, {args.threads} threads; ms per linear (median), max |error| vs float64")
-    print(f"{'shape':20} {'variant':34} {'M=1 ms':>8} {'M=32 ms':>8} {'err M=1':>9} {'load s':>7}")
+    heads = " ".join(f"{f'M={m} ms':>9}" for m in ms)
+    print(f"{'shape':20} {'variant':34} {heads} {f'err M={ms[0]}':>9} {'load s':>7}")
     rows = []
     for shape in args.shapes:
         lm_head = shape.startswith("lm_head")
         for variant in args.variants:
             if lm_head and variant not in LM_HEAD_VARIANTS:
                 continue
-            row = measure(variant, shape, args.threads, args.rounds, 1 if lm_head else args.copies)
+            row = measure(variant, shape, args.threads, args.rounds, 1 if lm_head else args.copies, ms)
             rows.append(row)
-            times = f"{row['M1_ms']:8.3f} {row['M32_ms']:8.3f}"
-            print(f"{shape:20} {variant:34} {times} {row['M1_err']:9.1e} {row['load_s']:7.2f}")
+            times = " ".join(f"{row[f'M{m}_ms']:9.3f}" for m in ms)
+            print(f"{shape:20} {variant:34} {times} {row[f'M{ms[0]}_err']:9.1e} {row['load_s']:7.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"onnxruntime": ort.__version__, "threads": args.threads, "rows": rows}, f, indent=1)
