@@ -19,8 +19,7 @@ import numpy as np
 
 from ..runtime.pingpong import QUIET
 from .bound import Bound
-from .layout import Layout
-from .row_index import offset_rows
+from .layout import Layout, offset_rows
 from .slots import SlotStates
 from .stats import Recorder
 

@@ -22,9 +22,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..model_meta import fresh_name
-from ..passes.walk import graphs, nodes
-from .batch_axes import Dims, infer_dims, light_copy
+from ...model_meta import fresh_name
+from ..walk import graphs, nodes
+from .axes import Dims, infer_dims, light_copy
 
 __all__ = ["RELAXED", "relaxed_sources", "unpin_reshapes"]
 

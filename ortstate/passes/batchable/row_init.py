@@ -17,9 +17,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..errors import OrtStateError
-from ..model_meta import ModelMeta, VariableMeta, fresh_name
-from ..passes.walk import all_names, consumers
+from ...errors import OrtStateError
+from ...model_meta import ModelMeta, VariableMeta, fresh_name
+from ..walk import all_names, consumers
 
 __all__ = ["BATCH_PARAM", "rows_init"]
 
