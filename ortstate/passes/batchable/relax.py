@@ -11,7 +11,7 @@ import onnx
 from onnx import helper
 
 from ...model_meta import ModelMeta
-from ..walk import namer
+from ..build import NewNames
 from .unpin import RELAXED
 
 __all__ = ["relax_batch"]
@@ -45,13 +45,12 @@ def relax_batch(model: onnx.ModelProto, meta: ModelMeta) -> dict[str, tuple[int 
 def _lengths_per_row(graph: onnx.GraphProto) -> None:
     """Expand every LSTM/GRU/RNN ``sequence_lens`` to the rows of its ``X``: a model of batch 1 may
     compute one length for its one row (``Shape(x)[1:2]``); the streams of one run have one length."""
-    new_name = None
+    fresh = NewNames({n for node in graph.node for n in (*node.input, *node.output)} | {i.name for i in graph.input})
     rewritten: list[onnx.NodeProto] = []
     for node in graph.node:
         if node.op_type in _RECURRENT and len(node.input) > _LENS and node.input[_LENS]:
-            new_name = new_name or namer(graph)
             batch = 0 if any(a.name == "layout" and a.i == 1 for a in node.attribute) else 1
-            rows, lens = new_name(f"{node.name}/pool_rows"), new_name(f"{node.name}/pool_lens")
+            rows, lens = fresh(f"{node.name}/pool_rows"), fresh(f"{node.name}/pool_lens")
             rewritten.append(helper.make_node("Shape", [node.input[0]], [rows], start=batch, end=batch + 1))
             rewritten.append(helper.make_node("Expand", [node.input[_LENS], rows], [lens]))
             node.input[_LENS] = lens
