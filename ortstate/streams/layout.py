@@ -19,9 +19,9 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import OrtStateError, PassError
-from ..model_meta import CUSTOM_OP, ModelMeta, VariableMeta, read_meta
-from ..passes import to_explicit
-from ..passes.batchable import pool_form, row_index_inputs
+from ..model_meta import ModelMeta, VariableMeta, read_meta
+from ..passes.batchable import PoolForm, row_index_inputs
+from ..passes.pipelines import POOL, PassOptions
 from ..runtime import LoadedModel, numpy_dtype, snapshot
 from ..runtime.loaded import layer_behind, load_model
 from ..runtime.runners import ORT_FAILED, ort_error
@@ -103,12 +103,12 @@ def load_pool_model(
     source, meta, fingerprint = read_pool_source(model)
     origin = source.origin
     proto = source.own()
-    if meta.form == CUSTOM_OP:
-        try:
-            meta = to_explicit(proto, meta)
-        except PassError as exc:
-            raise OrtStateError(f"{origin}: a stream pool runs the explicit form: {exc}") from None
-    form = pool_form(proto, meta, origin)
+    try:
+        ran = POOL.run(proto, meta, PassOptions(origin))
+    except PassError as exc:  # only to_explicit's: the pool form's refusals are OrtStateErrors
+        raise OrtStateError(f"{origin}: a stream pool runs the explicit form: {exc}") from None
+    form: PoolForm = ran.found("pool_form")
+    meta = ran.results["to_explicit"].meta if "to_explicit" in ran.results else meta
     dims, axes = form.dims, form.axes
     loaded = load_model(source, sess_options, providers, form="explicit")
     inputs = []
