@@ -322,7 +322,7 @@ class Generator:
         rows = check_prompts(prompts, max_new_tokens, vocab_size=self.vocab_size, held_rows=held)
         self._encoder_context(len(rows), encoder_input, reset)
         rebuild = options.beam_search and not self.layout.expands_by_beam_idx
-        chunks, from_empty, histories = self._rows.first_feed(rows, reset, rebuild=rebuild)
+        chunks, fresh, histories = self._rows.first_feed(rows, reset, rebuild=rebuild)
         seed = options.draw_seed()
         encoded = self.encoder.last_seconds if (self.encoder and encoder_input is not None) else 0.0
         run = GenerationRun(max(len(c) for c in chunks), [[] for _ in rows], encoder_seconds=encoded, seed=seed)
@@ -331,7 +331,7 @@ class Generator:
         criteria = StopCriteria(eos, options.stop_token_ids, options.stop_strings, tokenizer)
         return Job(
             chunks=chunks,
-            from_empty=from_empty,
+            fresh=fresh,
             histories=histories,
             max_new_tokens=int(max_new_tokens),
             options=options,
