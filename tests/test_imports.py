@@ -38,7 +38,9 @@ ALLOWED = {
     "decoders": BASE | {"ir"},
     # generation of many requests at once runs on the KV stream pool (ContinuousBatcher)
     "generate": BASE | {"ir", "convert", "runtime", "decoders", "streams"},
-    # many streams batched into one run; an LLM's streams are batched by what its inputs are (decoders)
+    # many streams batched into one run, the runtime side only (pool, slots, loop, kv_*): the graph
+    # rewrites that make a model batchable are passes (passes/batchable), which never import streams;
+    # an LLM's streams are batched by what its inputs are (decoders)
     "streams": BASE | {"passes", "runtime", "decoders"},
     # bench compares with OpenVINO in verify's exact config (verify.reference.OV_CONFIG)
     "bench": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate", "verify"},

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -14,7 +14,7 @@ from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Graph, Layer, parse_partial_shape, read_ir
 from ..meta import CONTRIB_DOMAIN, CUSTOM_OP, ModelMeta, write_meta
 from ..output_files import check_writable
-from ..passes import cancel_transposes, fold_static, guard_inits, prune, to_explicit
+from ..passes.pipelines import CONVERT, EXPLICIT, PassOptions
 from ..passes.walk import rename_reads, sorted_nodes
 from ..progress import task
 from . import ops  # noqa: F401  (registers the translators)
@@ -116,7 +116,6 @@ def build(graph: Graph, *, explicit_state: bool = False, options: ConvertOptions
     b = GraphBuilder(graph.name or "ortstate", keep_large=True)
     written = _write(graph, b, variables, options)
     graph_proto = b.graph()
-    prune(graph_proto, frozenset({CONTRIB_DOMAIN}))
     meta = ModelMeta(
         form=CUSTOM_OP,
         variables=tuple(replace(written.state.meta[v.id], reorder=written.ctx.reorders.get(v.id)) for v in variables),
@@ -124,18 +123,21 @@ def build(graph: Graph, *, explicit_state: bool = False, options: ConvertOptions
         source=Path(graph.source).name,
         digest=graph.digest,
     )
-    meta = guard_inits(graph_proto, meta, lambda _, moved: any(node.name in written.costly for node in moved))
-    # Both forms and every saved or exported model get these (to_explicit rewrites this graph).
-    cancel_transposes(graph_proto)
-    fold_static(graph_proto)
     model = helper.make_model(
         graph_proto, opset_imports=_opsets(b), producer_name="ortstate", ir_version=ONNX_IR_VERSION
     )
+    del graph_proto  # the model holds its own copy
+
+    def worth(_: object, moved: Sequence[onnx.NodeProto]) -> bool:  # the computed inits the converter guards
+        return any(node.name in written.costly for node in moved)
+
+    # Both forms and every saved or exported model get these (to_explicit rewrites this graph).
+    meta = CONVERT.run(model, meta, PassOptions(graph.source, worth)).meta
     write_meta(model, meta)
-    write_report(model, written.ctx.weights, graph_proto)
+    write_report(model, written.ctx.weights, model.graph)
     write_attention_report(model, written.ctx.attention)
     if explicit_state:
-        write_meta(model, to_explicit(model, meta))
+        EXPLICIT.run(model, meta)
     kept = {t.name for t in model.graph.initializer}
     return Built(model, {name: value for name, value in b.large.items() if name in kept})
 

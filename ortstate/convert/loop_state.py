@@ -9,7 +9,7 @@ a loop-carried value of the ONNX ``Loop``:
 - before the loop the main graph reads the variable (a ReadValue custom op, or the explicit form's
   state input) and feeds it in as the carried value's initial value;
 - in the body, the ReadValue is the carried value at the start of the iteration (or, for a computed
-  init, ``If(fresh, init, carried)``, where *fresh* is "the variable is uninitialised and this is
+  init, ``If(uninitialised, init, carried)``, where *uninitialised* is "the variable is uninitialised and this is
   the first iteration": the variable's init flag and ``iteration == 0`` at every loop level), and
   the Assign's input is the carried value at the end of the iteration;
 - after the loop the main graph writes the last value to the variable (an Assign custom op, or the
@@ -57,7 +57,7 @@ class VariableScope(Protocol):
         """The variable's value where this level's loop starts (its carried initial value)."""
         ...
 
-    def fresh(self, var_id: str) -> str:
+    def uninitialised(self, var_id: str) -> str:
         """A bool value: the variable is uninitialised at that point (computed inits only)."""
         ...
 
@@ -78,7 +78,7 @@ class MainScope:
     def value(self, var_id: str) -> str:
         return self.writer.read_variable(var_id)
 
-    def fresh(self, var_id: str) -> str:
+    def uninitialised(self, var_id: str) -> str:
         return self.writer.flag(var_id)
 
     def write(self, var_id: str, value: str) -> None:
@@ -94,7 +94,7 @@ class BodyScope:
         self.iteration = iteration
         self.start: dict[str, str] = {}
         self.end: dict[str, str] = {}
-        self._fresh: dict[str, str] = {}
+        self._uninitialised: dict[str, str] = {}
 
     def variable(self, var_id: str) -> Variable:
         return self.parent.variable(var_id)
@@ -109,12 +109,12 @@ class BodyScope:
     def value(self, var_id: str) -> str:
         return self.start[var_id]
 
-    def fresh(self, var_id: str) -> str:
-        if var_id not in self._fresh:
+    def uninitialised(self, var_id: str) -> str:
+        if var_id not in self._uninitialised:
             b = self.b
             first = b.op("Equal", [self.iteration, b.const(np.array(0, np.int64))])
-            self._fresh[var_id] = b.op("And", [self.parent.fresh(var_id), first])
-        return self._fresh[var_id]
+            self._uninitialised[var_id] = b.op("And", [self.parent.uninitialised(var_id), first])
+        return self._uninitialised[var_id]
 
     def write(self, var_id: str, value: str) -> None:
         self.end[var_id] = value
@@ -133,7 +133,7 @@ class BodyScope:
         then_branch.add_output(then_branch.op("Identity", [init]), elem, None)
         else_branch.add_output(else_branch.op("Identity", [self.start[var_id]]), elem, None)
         attrs = {"then_branch": then_branch.graph(), "else_branch": else_branch.graph()}
-        return b.op("If", [self.fresh(var_id)], attrs)
+        return b.op("If", [self.uninitialised(var_id)], attrs)
 
     def assign(self, layer: Layer, value: str) -> None:
         self.write(layer.attrs.get("variable_id", ""), value)

@@ -31,7 +31,8 @@ from ..errors import ExportError, PassError
 from ..ir import Graph, read_ir
 from ..meta import read_meta, shown_id
 from ..output_files import OutputFiles, check_folder, make_folder, remove_folders
-from ..passes.kv_layout import KvCache, kv_layout
+from ..passes.kv_layout import KvCache
+from ..passes.pipelines import EXPORT
 from . import configs
 from .configs import GENAI_CONFIG, TOKENIZER_FILES, genai_config
 
@@ -182,7 +183,7 @@ def _convert(plan: _Plan, int8_activations: bool) -> tuple[Graph, Built, KvCache
     if meta is None:
         raise ExportError(f"{decoder}: the model has no state: there is no KV cache to lay out")
     try:
-        cache = kv_layout(model, meta)
+        cache = EXPORT.run(model, meta).found("kv_layout")
     except PassError as exc:
         raise ExportError(
             f"{plan.source}: {plan.named} cannot be exported for {plan.layout}: {exc} (onnxruntime-genai and "

@@ -25,9 +25,13 @@ each by exactly one pass, one module each:
 - :func:`offload_initializers` (:mod:`.offload`): large initializers out of the protobuf, for ONNX
   Runtime to be handed (see :mod:`ortstate.runtime.large`).
 
+Around them: :mod:`.walk` (the one walker), :mod:`.build` (new names and nodes),
+:mod:`.pipelines` (the passes each stage runs, in their order, behind one protocol), and
+:mod:`.batchable` (what makes a model batchable by the stream pool; imported by the pool only).
+
 A pass changes the model it is given in place and checks before it changes anything (raising
 :class:`~ortstate.errors.PassError`); the caller copies a model that is not its own. A pass imports
-nothing from the converter or the runtime: the ONNX model and :mod:`ortstate.model_meta` are all it
+nothing from the converter or the runtime: the ONNX model and :mod:`ortstate.meta` are all it
 knows. Another layout (e.g. the past/present names of onnxruntime-genai) is one more module here.
 """
 

@@ -33,10 +33,10 @@ from ..meta import (
     VARIABLE_ID,
     VARIABLE_IDS,
     ModelMeta,
-    fresh_name,
     fused_op,
 )
-from .walk import all_names, producers, upstream
+from .build import namer
+from .walk import producers, upstream
 
 __all__ = ["fusable", "fuse_state_ops"]
 
@@ -71,7 +71,7 @@ def fuse_state_ops(model: onnx.ModelProto, meta: ModelMeta) -> None:
     for node in assigns:
         assign_groups[carrier[_variable_id(node)]].append(node)
 
-    taken = all_names(graph)
+    fresh = namer(graph)
     replaced: set[str] = set()
     new_nodes: list[onnx.NodeProto] = []
     kinds = [(FUSED_READ_STATES if key[2] else FUSED_READ, group) for key, group in read_groups.items()]
@@ -79,8 +79,7 @@ def fuse_state_ops(model: onnx.ModelProto, meta: ModelMeta) -> None:
     for kind, group in kinds:
         for chunk in _chunks(group, alone=kind == FUSED_READ_STATES):
             replaced.update(n.name for n in chunk)
-            name = fresh_name(f"ortstate_fused_{len(new_nodes)}", taken)
-            taken.add(name)
+            name = fresh(f"ortstate_fused_{len(new_nodes)}")
             outputs = [name] if kind == FUSED_ASSIGN else [n.output[0] for n in chunk]
             values = [] if kind == FUSED_READ_STATES else [n.input[0] for n in chunk]
             dtype = carrier[_variable_id(chunk[0])] if kind == FUSED_READ_STATES else ""

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from ..meta import ModelMeta, fresh_name
+from ..meta import ModelMeta
+from .build import NewNames, NodeWriter
 from .walk import all_names, graphs, rename_in_nodes
 
 __all__ = ["group_decode"]
@@ -114,12 +115,13 @@ class _Branch:
 
     def __init__(self, kernel: onnx.NodeProto, taken: set[str]) -> None:
         self.kernel = kernel
-        self.taken = taken
         self.base = kernel.name or kernel.output[0]
+        self.fresh = NewNames(taken)
+        self._writer = NodeWriter(self.fresh, f"{self.base}/grouped")
+        self.op, self.const = self._writer.op, self._writer.const
         attrs = _attrs(kernel)
         self.heads, self.kv_heads = int(attrs["num_heads"]), int(attrs["kv_num_heads"])  # type: ignore[call-overload]
         self.scale = float(attrs["scale"])  # type: ignore[arg-type]
-        self._nodes: list[onnx.NodeProto] = []
 
     def around(self, outer: onnx.NodeProto) -> list[onnx.NodeProto]:
         """The condition's nodes, then ``If(outer's condition or grouped, If(grouped, products,
@@ -134,9 +136,9 @@ class _Branch:
         long = self.op("GreaterOrEqual", [total64, self.const([_MIN_ROWS])])
         grouped = self.op("And", [self.op("And", [one_row, long]), self.op("And", room)])
         either = self.op("Or", [outer.input[0], grouped])
-        conditions, self._nodes = self._nodes, []
+        conditions = self._writer.take()
         made = self._grouped(total64)
-        products, self._nodes = self._nodes, []
+        products = self._writer.take()
         rename_in_nodes(products, dict(zip(made, self.kernel.output[:3])))  # the kernel's outputs, by their names
         then_old = next(a.g for a in outer.attribute if a.name == "then_branch")
         else_old = next(a.g for a in outer.attribute if a.name == "else_branch")
@@ -212,27 +214,6 @@ class _Branch:
         grouped_w = self.op("Reshape", [weights, self.const([0, kv, group, -1])])
         attended = self.op("MatMul", [grouped_w, present_v])  # [batch, kv, group, size]
         return [self.op("Reshape", [attended, self.const([0, 1, -1])]), present_k, present_v]
-
-    # -- building -------------------------------------------------------------------------------
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
-
-    def op(self, op_type: str, inputs: list[str], domain: str = "", **attrs: object) -> str:
-        name = self.fresh(f"{self.base}/grouped/{op_type}")
-        self._nodes.append(helper.make_node(op_type, inputs, [name], name=name, domain=domain, **attrs))
-        return name
-
-    def const(self, values: object) -> str:
-        array = values if isinstance(values, np.ndarray) else np.array(values, np.int64)
-        if array.dtype.kind == "i":
-            array = array.astype(np.int64)
-        name = self.fresh(f"{self.base}/grouped/const")
-        self._nodes.append(
-            helper.make_node("Constant", [], [name], name=name, value=numpy_helper.from_array(array, name))
-        )
-        return name
 
     def graph(self, what: str, outputs: list[str], nodes: list[onnx.NodeProto]) -> onnx.GraphProto:
         # float, as the kernel's (the converter writes it for f32 attention only)

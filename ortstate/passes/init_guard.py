@@ -30,7 +30,8 @@ from ..meta import (
     VariableMeta,
     init_flag_name,
 )
-from .walk import consumers, namer, producers, upstream
+from .build import namer
+from .walk import consumers, producers, upstream
 
 __all__ = ["guard_inits", "only_for"]
 

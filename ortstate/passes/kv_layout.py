@@ -38,8 +38,9 @@ import onnx
 from onnx import helper
 
 from ..errors import PassError
-from ..meta import EXPLICIT, META_KEY, ModelMeta, VariableMeta, fresh_name
+from ..meta import EXPLICIT, META_KEY, ModelMeta, VariableMeta
 from .beam_reorder import beam_reorder, constant_values
+from .build import namer
 from .kv_share import share_kv, shares_all
 from .prune import prune
 from .walk import all_names, consumers, outer_reads, rename_uses, sorted_nodes
@@ -207,8 +208,8 @@ def _apply(graph: onnx.GraphProto, meta: ModelMeta, plan: _Plan) -> None:
 
 def _past_length(graph: onnx.GraphProto) -> str:
     """Nodes computing ``attention_mask``'s length less ``input_ids``' (int64 scalar); its name."""
-    taken = all_names(graph)
-    names = {key: fresh_name(f"ortstate.past_length.{key}", taken) for key in ("total", "seq", "value", "axis")}
+    fresh = namer(graph)
+    names = {key: fresh(f"ortstate.past_length.{key}") for key in ("total", "seq", "value", "axis")}
     mask, ids = sorted(_SHARE_INPUTS)
     graph.initializer.append(onnx.numpy_helper.from_array(np.array([1], np.int64), names["axis"]))
     graph.node.extend(

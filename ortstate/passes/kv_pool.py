@@ -30,7 +30,8 @@ from onnx import helper
 
 from ..errors import PassError
 from ..meta import ModelMeta
-from .walk import graphs, namer
+from .build import namer
+from .walk import graphs
 
 __all__ = ["KEY_INDEX", "SEQLENS", "PoolKv", "pool_kv"]
 

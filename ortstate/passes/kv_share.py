@@ -27,10 +27,11 @@ import dataclasses
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from ..meta import ModelMeta, VariableMeta, length_input_name, length_output_name
-from .walk import consumers, namer, producers, rename_reads, sorted_nodes, subgraphs
+from .build import add_initializer, namer
+from .walk import consumers, producers, rename_reads, sorted_nodes, subgraphs
 
 __all__ = ["share_kv", "shares_all", "shares_any"]
 
@@ -115,9 +116,7 @@ def share_kv(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
     fresh = namer(graph)
 
     def const(value: np.ndarray, base: str) -> str:
-        name = fresh(base)
-        graph.initializer.append(numpy_helper.from_array(value, name))
-        return name
+        return add_initializer(graph, fresh, value, base)
 
     one = const(np.array([1], np.int64), "ortstate.kv_one")
     axis = const(np.array([_AXIS], np.int64), "ortstate.kv_axis")

@@ -18,7 +18,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .walk import namer, outer_reads, producers, rename_reads
+from .build import namer
+from .walk import outer_reads, producers, rename_reads
 
 __all__ = ["LAST_LOGITS", "slice_last_logits"]
 

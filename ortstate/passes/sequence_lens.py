@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..meta import fresh_name
+from .build import NewNames
 from .dims import Dim, Known, Sym
 
 __all__ = ["RECURRENT", "Lengths", "whole_sequence"]
@@ -51,7 +51,7 @@ class Lengths:
     doc); new nodes go into the list given, before the node that reads them."""
 
     def __init__(self, graph: onnx.GraphProto, known: dict[str, Known], taken: set[str]) -> None:
-        self.graph, self.known, self.taken = graph, known, taken
+        self.graph, self.known, self.fresh = graph, known, NewNames(taken)
         self.made: dict[tuple[Dim, Dim], str] = {}  # (seq, batch) -> the value made for it
         self.producer = {out: n for n in graph.node for out in n.output}
         self.inputs = {i.name for i in graph.input}
@@ -81,19 +81,14 @@ class Lengths:
         if isinstance(batch, Sym):
             rows = self._op(nodes, "Shape", [batch.source], "rows", start=batch.axis, end=batch.axis + 1)
         else:
-            rows = self._name("rows")
+            rows = self.fresh("rows")
             self.graph.initializer.append(numpy_helper.from_array(np.array([batch], np.int64), rows))
         return self._op(nodes, "Expand", [lens, rows], "lens")
 
     def _op(self, nodes: list[onnx.NodeProto], op: str, inputs: list[str], hint: str, **attrs: object) -> str:
-        out = self._name(f"ortstate.sequence_lens/{hint}")
-        nodes.append(helper.make_node(op, inputs, [out], name=self._name(f"{out}/{op}"), **attrs))
+        out = self.fresh(f"ortstate.sequence_lens/{hint}")
+        nodes.append(helper.make_node(op, inputs, [out], name=self.fresh(f"{out}/{op}"), **attrs))
         return out
-
-    def _name(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
 
     def _lean(self, value: str) -> bool:
         """Whether ``value`` is made as this pass makes it (so a second pass leaves it): a Cast of a

@@ -22,7 +22,7 @@ The request key input goes away, and so does what only the state ops needed. Gra
 the model's own, then per variable its init flag (if any) and its state input; outputs as the
 model's own, then the state outputs, in the metadata's variable order.
 
-The carrier (:attr:`~ortstate.model_meta.VariableMeta.carrier`) is kept: a variable crosses the
+The carrier (:attr:`~ortstate.meta.VariableMeta.carrier`) is kept: a variable crosses the
 graph boundary as the same dtype in both forms, so f16 and bf16 variables are fed as float32 here
 too. That is on purpose. The state store, ``set_state`` and snapshots then hold the same bytes
 whichever form runs; the pass is a substitution that needs no type reasoning (an ONNX graph does
@@ -54,14 +54,14 @@ from ..meta import (
     VARIABLE_ID,
     ModelMeta,
     VariableMeta,
-    fresh_name,
     state_dims,
     state_input_name,
     state_output_name,
 )
+from .build import NewNames, namer
 from .init_guard import guard_inits
 from .prune import prune
-from .walk import all_names, consumers, inner_nodes, nodes, producers, rename_uses
+from .walk import consumers, inner_nodes, nodes, producers, rename_uses
 
 __all__ = ["to_explicit"]
 
@@ -80,16 +80,11 @@ class _Plan:
 class _Rewrite:
     """What the rewrite makes: nodes in place of others, renames, and the new graph inputs/outputs."""
 
-    taken: set[str]
+    fresh: NewNames
     replaced: dict[int, list[onnx.NodeProto]] = dataclasses.field(default_factory=dict)
     renames: dict[str, str] = dataclasses.field(default_factory=dict)
     inputs: list[onnx.ValueInfoProto] = dataclasses.field(default_factory=list)
     outputs: list[onnx.ValueInfoProto] = dataclasses.field(default_factory=list)
-
-    def fresh(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        return name
 
 
 def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
@@ -106,7 +101,7 @@ def to_explicit(model: onnx.ModelProto, meta: ModelMeta) -> ModelMeta:
     # Every init the runtime does not feed as zeros goes behind a flag, its else branch the state.
     meta = guard_inits(graph, meta, lambda var, _: var.init_dims is None)
     plans = _plan(graph, meta)
-    rewrite = _Rewrite(all_names(graph))
+    rewrite = _Rewrite(namer(graph))
     variables = [_rewrite_read(graph, plan, rewrite) for plan in plans]
     _rewrite_assigns(graph, plans, variables, rewrite)
     rebuilt = [n for index, node in enumerate(graph.node) for n in rewrite.replaced.get(index, [node])]

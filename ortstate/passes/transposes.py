@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..meta import fresh_name
+from .build import NewNames
 from .walk import all_names, consumers, producers, rename_uses, subgraphs, topological_order
 
 __all__ = ["cancel_transposes"]
@@ -63,7 +63,7 @@ class _Graph:
 
     def __init__(self, graph: onnx.GraphProto, taken: set[str]) -> None:
         self.graph = graph
-        self.taken = taken
+        self.fresh = NewNames(taken)
         self.outputs = {o.name for o in graph.output}
         self.consts = {t.name: t for t in graph.initializer}
         self.made_axes: set[str] = set()  # initializers this pass added (new Squeeze/Unsqueeze axes)
@@ -126,8 +126,7 @@ class _Graph:
         moved = self._moved_perm(node, p)
         if moved is None:
             return False
-        middle = fresh_name(f"{node.output[0]}/untransposed", self.taken)
-        self.taken.add(middle)
+        middle = self.fresh(f"{node.output[0]}/untransposed")
         for i, s in enumerate(sources):
             node.input[i] = s.input[0]
         keep, *drop = sources
@@ -165,8 +164,7 @@ class _Graph:
         return [next(added) if i in axes else next(kept) for i in range(out_rank)]
 
     def _set_axes(self, node: onnx.NodeProto, axes: list[int]) -> None:
-        name = fresh_name(f"{node.name or node.output[0]}/axes", self.taken)
-        self.taken.add(name)
+        name = self.fresh(f"{node.name or node.output[0]}/axes")
         self.graph.initializer.append(numpy_helper.from_array(np.array(axes, dtype=np.int64), name))
         self.consts[name] = self.graph.initializer[-1]
         self.made_axes.add(name)

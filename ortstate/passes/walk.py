@@ -12,18 +12,15 @@ is what a pass must avoid when it makes a new one).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 
 import onnx
-
-from ..meta import fresh_name
 
 __all__ = [
     "all_names",
     "consumers",
     "graphs",
     "inner_nodes",
-    "namer",
     "nodes",
     "outer_reads",
     "producers",
@@ -123,19 +120,6 @@ def consumers(graph: onnx.GraphProto) -> dict[str, set[int]]:
             if name:
                 found.setdefault(name, set()).add(index)
     return found
-
-
-def namer(graph: onnx.GraphProto) -> Callable[[str], str]:
-    """A function giving, for a base name, a name no value of ``graph`` (subgraphs included) has,
-    nor any name it gave before: what a pass calls for each value it makes."""
-    taken = all_names(graph)
-
-    def fresh(base: str) -> str:
-        name = fresh_name(base, taken)
-        taken.add(name)
-        return name
-
-    return fresh
 
 
 def all_names(graph: onnx.GraphProto) -> set[str]:

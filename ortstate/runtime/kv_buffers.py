@@ -49,7 +49,7 @@ class KvBuffers:
     A step of a small model is a few tens of microseconds of ONNX Runtime, and each Python step
     around it costs more right after a run than in a loop of its own (the run has taken the
     caches), so the run keeps to what changes from one step to the next: the buffers, the length
-    scalars and the outputs' order stay bound; it binds its feeds and a fresh allocation of its
+    scalars and the outputs' order stay bound; it binds its feeds and a new allocation of its
     outputs through onnxruntime's own binding object (:class:`~.ort_adapter.FastBinding`), reads
     back only the outputs it returns, and keeps the buffers, their lengths and their capacities in
     lists in the variables' order.
@@ -80,7 +80,7 @@ class KvBuffers:
         for k, var in enumerate(self.shared):
             self.binding.bind_input(var.length_input or "", "cpu", 0, np.int64, [], self.length_in[k:].ctypes.data)
         self.wanted: list[str] | None = None  # the outputs the binding's output list was made for
-        self.fresh: list[str] = []  # the outputs each run allocates anew: the wanted, the others' states
+        self.allocated: list[str] = []  # the outputs each run allocates anew: the wanted, the others' states
         self.fed: list[np.ndarray] = []  # the arrays bound as inputs: alive until the next run binds others
         self.spare = 0  # the fewest spare rows of any buffer (0: look again)
         self.stale = True  # a buffer placed or the outputs cleared since the buffers were bound
@@ -129,15 +129,15 @@ class KvBuffers:
     def _bind_outputs(self, wanted: Sequence[str]) -> None:
         """Bind the outputs runs of ``wanted`` fetch, in one order kept while ``wanted`` is the same:
         the length scalars (by pointer), the wanted ones and the other variables' (allocated by ONNX
-        Runtime each run, see :attr:`fresh`), then the shared buffers (:meth:`_bind_state`)."""
+        Runtime each run, see :attr:`allocated`), then the shared buffers (:meth:`_bind_state`)."""
         self.binding.clear_binding_outputs()
         self.stale = True
         for k, var in enumerate(self.shared):
             bind_output(self.binding, var.length_output or "", self.length_out[k : k + 1].reshape(()))
         self.wanted = wanted if isinstance(wanted, list) else list(wanted)
-        self.fresh = [*wanted, *(v.state_output or "" for v in self.others)]
-        for name in self.fresh:  # their place in the outputs' order, before the buffers
-            self.io.bind_fresh_output(name)
+        self.allocated = [*wanted, *(v.state_output or "" for v in self.others)]
+        for name in self.allocated:  # their place in the outputs' order, before the buffers
+            self.io.bind_allocated_output(name)
 
     def run(self, names: Sequence[str], full: Mapping[str, Any], run_options: Any) -> list[np.ndarray]:
         """Run with ``full`` (the feeds, checked and native; the store's order for this run taken)."""
@@ -166,8 +166,8 @@ class KvBuffers:
                 value = fed[k] = np.ascontiguousarray(value, value.dtype.newbyteorder("="))
             bind(name, value)
         self.fed = fed
-        for name in self.fresh:
-            io.bind_fresh_output(name)  # a fresh allocation each run: the result is returned as it is
+        for name in self.allocated:
+            io.bind_allocated_output(name)  # allocated anew each run: the result is returned as it is
         before = self.lengths
         self.length_in[:] = before
         try:
@@ -178,10 +178,12 @@ class KvBuffers:
         for old, length, capacity in zip(before, lengths, self.capacities):
             if not old <= length <= capacity:
                 raise KvMiss
-        values = io.outputs()  # in the order first bound: the lengths, the fresh ones, the buffers
+        values = io.outputs()  # in the order first bound: the lengths, the allocated ones, the buffers
         first = len(lengths)
-        fresh = len(self.fresh)
-        outputs = [values[first].numpy()] if fresh == 1 else [values[i].numpy() for i in range(first, first + fresh)]
+        allocated = len(self.allocated)
+        outputs = (
+            [values[first].numpy()] if allocated == 1 else [values[i].numpy() for i in range(first, first + allocated)]
+        )
         checkpoint()  # a Ctrl-C during the run lands here: nothing is committed yet
         views = [buffer[:, :, :length] for buffer, length in zip(self.buffer_list, lengths)]
         count = len(names)

@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from ..errors import OrtStateError, PassError, RunError
 from ..meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
-from ..passes import fusable, fuse_state_ops, group_decode, share_kv, shares_any, to_explicit
+from ..passes.pipelines import LOAD, LOAD_CUSTOM_OP
 from ..passes.walk import nodes
 from . import pyops, snapshot
 from .guards import Guard, empty_input_guards
@@ -203,8 +203,7 @@ def _prepare_custom_ops(source: Source, meta: ModelMeta, options: ort.SessionOpt
     """Register the Python ops and fuse the state ops; returns the token to fetch (see
     :func:`_fetchable`)."""
     options.register_custom_ops_library(pyops.library_path())
-    if fusable(source.model):
-        fuse_state_ops(source.own(), meta)
+    LOAD_CUSTOM_OP.run(source.model, meta, own=source.own)
     return _fetchable(source)
 
 
@@ -233,29 +232,18 @@ def _pick_form(source: Source, meta: ModelMeta, form: str) -> ModelMeta:
             raise OrtStateError(
                 f"{source.origin}: an explicit-form model has no custom state ops to run (form='custom-op')"
             )
-        return _shared(source, meta)
+        return LOAD.run(source.model, meta, own=source.own).meta
     if form == CUSTOM_OP:
         return meta
     # The explicit form, the faster (no Python in the graph), through the same pass as
-    # convert(explicit_state=True). The pass checks before it changes anything, so the caller's
-    # model is copied only when it applies.
+    # convert(explicit_state=True), then the KV buffers (see passes.pipelines.LOAD).
     try:
-        return _shared(source, to_explicit(source.own(), meta))
+        return LOAD.run(source.model, meta, own=source.own).meta
     except PassError as exc:
         if form == EXPLICIT:
             why = f"its state ops are not laid out as ortstate writes them: {exc}"
             raise OrtStateError(f"{source.origin}: {why} (form='explicit')") from None
         return meta
-
-
-def _shared(source: Source, meta: ModelMeta) -> ModelMeta:
-    """The explicit form with its KV variables ready for buffers (see ``passes.kv_share``), and a
-    grouped attention's decode step over them reading each KV head once (``passes.grouped_decode``)."""
-    if not shares_any(source.model, meta):
-        return meta
-    meta = share_kv(source.own(), meta)
-    group_decode(source.own(), meta)
-    return meta
 
 
 def _fetchable(source: Source) -> str | None:

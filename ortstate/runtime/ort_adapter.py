@@ -140,7 +140,7 @@ class FastBinding:
         )
         self.outputs: Callable[[], Sequence[Any]] = self.raw.get_outputs if fast_path else self.binding.get_outputs
 
-    def bind_fresh_output(self, name: str) -> None:
+    def bind_allocated_output(self, name: str) -> None:
         """Let the next run allocate output ``name`` anew (so an earlier run's result stays as it is)."""
         if self._device is None:
             self.binding.bind_output(name, "cpu")

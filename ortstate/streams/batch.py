@@ -13,13 +13,17 @@ import numpy as np
 from ..errors import RunError
 from ..runtime import LoadedModel
 from ..runtime.runners import ort_error
-from .bound import Bound, BoundCache, BoundMiss
+from .bound import Bound, BoundMiss
 from .layout import Layout, join_column
-from .plan import Plan, Plans, split_rows
+from .plan import Plan, split_rows
+from .recent import Recent
 from .slots import SlotStates
 from .stats import Recorder
 
 __all__ = ["BatchRunner"]
+
+PLANS_KEPT = 8  # plans of the batches of streams stepped most recently
+BOUND_KEPT = 8  # batch shapes kept bound: the most recently run
 
 Outputs = dict[str, np.ndarray]
 
@@ -30,8 +34,9 @@ class BatchRunner:
 
     def __init__(self, model: LoadedModel, layout: Layout, states: SlotStates, record: Recorder) -> None:
         self.model, self.layout, self.states, self.record = model, layout, states, record
-        self.plans = Plans()
-        self._bound = BoundCache()
+        # dropped all at once when any stream moves slot (closed, parked, resumed)
+        self.plans: Recent[Plan] = Recent(PLANS_KEPT)
+        self._bound: Recent[Bound | None] = Recent(BOUND_KEPT)
         self._fetch = [*model.output_names, *(s.var.state_output or "" for s in layout.states)]
         self._flagged = [(k, s.flag) for k, s in enumerate(layout.states) if s.flag]
         self._axes = [layout.outputs[n] for n in model.output_names]
@@ -54,7 +59,7 @@ class BatchRunner:
         batch shape is bound."""
         bound = self._bound.get((len(slots), shapes))
         if bound is not None:
-            self.plans.put(Plan(sids, slots, shapes, bound, self.states, self.layout, self.model.output_names))
+            self.plans.put(sids, Plan(sids, slots, shapes, bound, self.states, self.layout, self.model.output_names))
 
     def run(self, slots: np.ndarray, feeds: list[list[np.ndarray]], key: tuple) -> tuple[list[Outputs], list]:
         """One batched run of the streams in ``slots`` (``key``: the batch's size and feed shapes): each
@@ -70,7 +75,7 @@ class BatchRunner:
         start = perf_counter_ns()
         if bound is not None:
             try:
-                results = bound.run(slots, feeds, self.states.arrays, self.states.fresh)
+                results = bound.run(slots, feeds, self.states.arrays, self.states.uninitialised)
             except BoundMiss:
                 self._bound.drop(key)
         if results is None:
@@ -94,7 +99,7 @@ class BatchRunner:
         for spec, value in zip(layout.states, self.states.gather(slots)):
             full[spec.var.state_input or ""] = value
         for k, flag in self._flagged:  # each row computes its init on its stream's first step
-            full[flag] = self.states.fresh[slots, k]
+            full[flag] = self.states.uninitialised[slots, k]
         try:
             results = self.model.fast.run(self._fetch, full, None)
         except Exception as exc:  # onnxruntime raises its own exception types
@@ -106,7 +111,7 @@ class BatchRunner:
                     f"variable '{spec.var.id}': the run wrote {value.dtype} {list(value.shape)}, the pool holds "
                     f"{spec.carrier} {list(want)}; no stream was changed"
                 )
-        if not self._bound.known(key):
+        if key not in self._bound:
             try:
                 self._bound.put(key, Bound(self.model, layout, full, results))
             except BoundMiss:

@@ -9,7 +9,6 @@ raises :class:`BoundMiss` and the pool runs it the general way.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,9 +17,7 @@ from ..runtime import LoadedModel
 from ..runtime.pingpong import QUIET, bind_output
 from .layout import Layout, join_column
 
-__all__ = ["Bound", "BoundCache", "BoundMiss"]
-
-_KEPT = 8  # batch shapes kept bound: the most recently used
+__all__ = ["Bound", "BoundMiss"]
 
 
 class BoundMiss(Exception):
@@ -52,10 +49,14 @@ class Bound:
         self.state_axes = [s.axis for s in layout.states]
 
     def run(
-        self, slots: np.ndarray, feeds: Sequence[Sequence[np.ndarray]], arrays: Sequence[np.ndarray], fresh: np.ndarray
+        self,
+        slots: np.ndarray,
+        feeds: Sequence[Sequence[np.ndarray]],
+        arrays: Sequence[np.ndarray],
+        uninitialised: np.ndarray,
     ) -> list[np.ndarray]:
         """Run the streams of ``slots``: their ``feeds`` (per stream, per input), their rows of the
-        pool's state ``arrays`` and ``fresh`` flags; returns the bound outputs (model outputs, then
+        pool's state ``arrays`` and ``uninitialised`` flags; returns the bound outputs (model outputs, then
         the new states), valid until this object's next run."""
         if len(feeds) == 1:
             for buf, given in zip(self.inputs, feeds[0]):
@@ -66,35 +67,9 @@ class Bound:
         for buf, axis, array in zip(self.states, self.state_axes, arrays):
             array.take(slots, axis=axis, out=buf)
         for k, buf in self.flags:
-            fresh[:, k].take(slots, out=buf)
+            uninitialised[:, k].take(slots, out=buf)
         try:
             self.run_bound(self.raw, QUIET)
         except Exception:  # noqa: BLE001 - the general run re-runs it and reports a real error properly
             raise BoundMiss from None
         return self.outputs
-
-
-class BoundCache:
-    """The :class:`Bound` buffers of the batch shapes run most recently (at most ``_KEPT``)."""
-
-    def __init__(self) -> None:
-        self._kept: OrderedDict[tuple, Bound | None] = OrderedDict()
-
-    def get(self, key: tuple) -> Bound | None:
-        bound = self._kept.get(key)
-        if bound is not None:
-            self._kept.move_to_end(key)
-        return bound
-
-    def put(self, key: tuple, bound: Bound | None) -> None:
-        self._kept[key] = bound
-        self._kept.move_to_end(key)
-        while len(self._kept) > _KEPT:
-            self._kept.popitem(last=False)
-
-    def known(self, key: tuple) -> bool:
-        """Whether ``key`` is kept (bound, or found not to fit: None)."""
-        return key in self._kept
-
-    def drop(self, key: tuple) -> None:
-        self._kept.pop(key, None)

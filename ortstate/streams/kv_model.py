@@ -22,10 +22,8 @@ import onnxruntime as ort
 
 from ..decoders.feeds import KNOWN_INPUTS
 from ..errors import OrtStateError, PassError, RunError
-from ..meta import CUSTOM_OP, VariableMeta, read_meta, write_meta
-from ..passes import prune, share_kv, to_explicit
-from ..passes.kv_pool import pool_kv
-from ..passes.last_logits import slice_last_logits
+from ..meta import VariableMeta, read_meta, write_meta
+from ..passes.pipelines import KV_POOL, PassOptions
 from ..runtime import LoadedModel, numpy_dtype
 from ..runtime.loaded import load_model
 from ..runtime.source import read_source
@@ -103,15 +101,10 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
     origin = source.origin
     proto = source.own()
     try:
-        if meta.form == CUSTOM_OP:
-            meta = to_explicit(proto, meta)
-        if not any(v.length_input for v in meta.variables):
-            meta = share_kv(proto, meta)
-        names = pool_kv(proto, meta)
-        last = slice_last_logits(proto)
-        prune(proto.graph)  # the lengths the kernel read before: ONNX Runtime would warn of them
+        ran = KV_POOL.run(proto, meta, PassOptions(origin))
     except PassError as exc:
         raise OrtStateError(f"{origin}: cannot pool its streams: {exc}") from None
+    meta, names, last = ran.meta, ran.found("pool_kv"), ran.found("slice_last_logits")
     kv = tuple(v for v in meta.variables if v.length_input)
     fixed = tuple(_fixed(v, origin) for v in meta.variables if not v.length_input)
     kv_shape = {(v.shape[1], v.shape[3]) for v in kv if v.shape}  # type: ignore[index]

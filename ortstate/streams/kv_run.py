@@ -59,11 +59,11 @@ class KvRunner:
     def __init__(self, model: KvModel, arena: KvArena, fixed: list[np.ndarray], record: Recorder) -> None:
         self.model, self.arena, self.fixed, self.record = model, arena, fixed, record
         loaded = model.loaded
-        self.io = FastBinding(loaded.fast)  # a run binds its feeds and fresh outputs: onnxruntime's own calls
+        self.io = FastBinding(loaded.fast)  # a run binds its feeds and outputs allocated anew: onnxruntime's own calls
         self.binding, self.raw = self.io.binding, self.io.raw
         self.run_bound = loaded.fast.run_bound
         self.output_names = list(loaded.output_names)
-        self.fresh = self.output_names + [spec.var.state_output or "" for spec in model.fixed]
+        self.allocated = self.output_names + [spec.var.state_output or "" for spec in model.fixed]
         self._lengths = np.zeros(len(model.kv), np.int64)  # one element a variable, all set at once
         for k, var in enumerate(model.kv):
             self.binding.bind_input(var.length_input or "", "cpu", 0, np.int64, [], self._lengths[k:].ctypes.data)
@@ -252,8 +252,8 @@ class KvRunner:
                 bind_output(binding, var.state_output or "", block)
             self._bound_block = (lo, hi)
         io = self.io
-        for name in self.fresh:  # a fresh allocation each run: returned as it is
-            io.bind_fresh_output(name)
+        for name in self.allocated:  # allocated anew each run: returned as it is
+            io.bind_allocated_output(name)
         self._lengths[:] = logical
         if model.last_logits:
             feeds[model.last_logits] = self._flags[last]
@@ -275,7 +275,7 @@ class KvRunner:
             raise ort_error(exc) from None
         self.record.run(batch, (perf_counter_ns() - start) * 1e-9)
         values = io.outputs()  # in the order first bound: the KV presents, then the rest
-        rest = [values[k].numpy() for k in range(len(model.kv), len(model.kv) + len(self.fresh))]
+        rest = [values[k].numpy() for k in range(len(model.kv), len(model.kv) + len(self.allocated))]
         outs, states = rest[: len(self.output_names)], rest[len(self.output_names) :]
         if any(s.shape[0] != hi - lo for s in states):
             raise RunError("a fixed-size state came back with another batch; no stream was changed")

@@ -3,9 +3,9 @@
 A stream is one row of the model's batch. The pool loads the model's explicit form with every
 dimension that could be the batch (a static 1 or a dynamic dim of a graph input or output) made
 dynamic, the way OpenVINO's ``set_batch`` re-shapes a model's Parameters, and its shape arithmetic
-folded; :mod:`.batch_axes` follows the inputs' batch dimension through the graph to every output
-and variable (and refuses, naming the layer, where a constant pins it). One batched run of two
-streams against each alone then checks that the rows stay apart.
+folded; :mod:`ortstate.passes.batchable` makes that form and follows the inputs' batch dimension
+through the graph to every output and variable (and refuses, naming the layer, where a constant
+pins it). One batched run of two streams against each alone then checks that the rows stay apart.
 """
 
 from __future__ import annotations
@@ -17,25 +17,18 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper
 
 from ..errors import OrtStateError, PassError
-from ..meta import CUSTOM_OP, ModelMeta, VariableMeta, fresh_name, read_meta, write_meta
-from ..passes import to_explicit
+from ..meta import ModelMeta, VariableMeta, read_meta
+from ..passes.batchable import PoolForm, row_index_inputs
+from ..passes.pipelines import POOL, PassOptions
 from ..runtime import LoadedModel, numpy_dtype, snapshot
 from ..runtime.loaded import layer_behind, load_model
 from ..runtime.runners import ORT_FAILED, ort_error
 from ..runtime.source import Source, read_source
-from .batch_axes import Axes, B, find_axes, lost_dims
-from .row_index import offset_rows, row_index_inputs
-from .row_init import rows_init
-from .shape_math import fold_shape_math
-from .unpin import RELAXED, relaxed_sources, unpin_reshapes
 
-__all__ = ["InputSpec", "Layout", "StateSpec", "load_pool_model", "read_pool_source", "relax_batch"]
+__all__ = ["InputSpec", "Layout", "StateSpec", "join_column", "load_pool_model", "offset_rows", "read_pool_source"]
 
-_RECURRENT = ("LSTM", "GRU", "RNN")
-_LENS = 4  # their sequence_lens input
 _SEED = 20
 
 
@@ -43,7 +36,7 @@ _SEED = 20
 class InputSpec:
     """A graph input as one stream feeds it: its dims (None: any size; the batch axis is 1);
     ``axis`` None: a value the streams of one run share (runs group streams by it); ``rows``: it
-    indexes rows of the batch (see :mod:`.row_index`)."""
+    indexes rows of the batch (see :mod:`ortstate.passes.batchable.row_index`)."""
 
     name: str
     dtype: np.dtype
@@ -58,7 +51,8 @@ class InputSpec:
 @dataclass(frozen=True)
 class StateSpec:
     """A variable as one stream holds it: a fixed ``shape`` with 1 at the batch ``axis``; ``flag``:
-    the input telling each row to compute the variable's init (see :mod:`.row_init`), or None."""
+    the input telling each row to compute the variable's init (see
+    :mod:`ortstate.passes.batchable.row_init`), or None."""
 
     var: VariableMeta
     axis: int
@@ -109,20 +103,13 @@ def load_pool_model(
     source, meta, fingerprint = read_pool_source(model)
     origin = source.origin
     proto = source.own()
-    if meta.form == CUSTOM_OP:
-        try:
-            meta = to_explicit(proto, meta)
-        except PassError as exc:
-            raise OrtStateError(f"{origin}: a stream pool runs the explicit form: {exc}") from None
-    for var in meta.variables:
-        _check_variable(var, origin)
-    dims = relax_batch(proto, meta)
-    ones = {(name, axis) for name, was in dims.items() for axis, d in enumerate(was) if d == 1}
-    unpin_reshapes(proto, relaxed_sources(proto, ones))
-    fold_shape_math(proto)
-    axes = _find_axes(proto, meta, origin, ones)
-    run_meta, flags = rows_init(proto, meta, dict(axes.states), origin)
-    write_meta(proto, run_meta)
+    try:
+        ran = POOL.run(proto, meta, PassOptions(origin))
+    except PassError as exc:  # only to_explicit's: the pool form's refusals are OrtStateErrors
+        raise OrtStateError(f"{origin}: a stream pool runs the explicit form: {exc}") from None
+    form: PoolForm = ran.found("pool_form")
+    meta = ran.results["to_explicit"].meta if "to_explicit" in ran.results else meta
+    dims, axes = form.dims, form.axes
     loaded = load_model(source, sess_options, providers, form="explicit")
     inputs = []
     state_axes = {v.state_input or "": axes.states[v.id] for v in meta.variables}
@@ -133,73 +120,11 @@ def load_pool_model(
             raise OrtStateError(f"{origin}: input '{name}' cannot be batched by the pool (no numpy dtype)")
         shape = tuple(1 if i == axis else d for i, d in enumerate(dims[name]))
         inputs.append(InputSpec(name, dtype, shape, axis, name in rows and len(shape) == 1))
-    states = tuple(_state_spec(v, axes.states[v.id], flags.get(v.id), origin) for v in meta.variables)
+    states = tuple(_state_spec(v, axes.states[v.id], form.flags.get(v.id), origin) for v in meta.variables)
     model_outputs = set(loaded.output_names)  # the variables' outputs are the states' business
     layout = Layout(tuple(inputs), {n: a for n, a in axes.outputs.items() if n in model_outputs}, states)
     _check_rows(loaded, layout, proto, origin)
     return loaded, layout, fingerprint
-
-
-def _find_axes(proto: onnx.ModelProto, meta: ModelMeta, origin: str, ones: set[tuple[str, int]]) -> Axes:
-    """:func:`find_axes`; where it finds none, once more after unpinning the reshapes that only the
-    batch followed through the whole model shows restating their input's shape (a loop's output,
-    whose body's state has the batch only once the variables have it too)."""
-    try:
-        return find_axes(proto, meta, origin)
-    except OrtStateError:
-        lost = lost_dims(proto, meta, origin)
-        batch = [] if lost is None else [(n, a) for n, a in lost[1].items() if (n, a) in ones]
-        if not batch or not unpin_reshapes(proto, {B: batch[0]}, lost[0]):
-            raise
-    fold_shape_math(proto)
-    return find_axes(proto, meta, origin)
-
-
-def relax_batch(model: onnx.ModelProto, meta: ModelMeta) -> dict[str, tuple[int | None, ...]]:
-    """Make every graph input's and output's dims that could be the batch (static 1s) dynamic, each
-    a symbol of its own, in place; returns the caller-fed inputs' dims as they were (None: dynamic)."""
-    graph = model.graph
-    flags = {v.init_flag for v in meta.variables if v.init_flag}
-    states = {v.state_input for v in meta.variables}
-    was: dict[str, tuple[int | None, ...]] = {}
-    for n, value in enumerate([*graph.input, *graph.output]):
-        if value.name in flags or not value.type.HasField("tensor_type"):
-            continue
-        dims = value.type.tensor_type.shape.dim
-        if n < len(graph.input) and value.name not in states:
-            was[value.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
-        for axis, d in enumerate(dims):
-            if not d.HasField("dim_value") or d.dim_value == 1:
-                d.dim_param = f"{RELAXED}{n}.{axis}"
-    # Shapes inferred for the static batch would contradict the batched run's.
-    del graph.value_info[:]
-    _lengths_per_row(graph)
-    return was
-
-
-def _lengths_per_row(graph: onnx.GraphProto) -> None:
-    """Expand every LSTM/GRU/RNN ``sequence_lens`` to the rows of its ``X``: a model of batch 1 may
-    compute one length for its one row (``Shape(x)[1:2]``); the streams of one run have one length."""
-    taken = {n for node in graph.node for n in (*node.input, *node.output)} | {i.name for i in graph.input}
-    rewritten: list[onnx.NodeProto] = []
-    for node in graph.node:
-        if node.op_type in _RECURRENT and len(node.input) > _LENS and node.input[_LENS]:
-            batch = 0 if any(a.name == "layout" and a.i == 1 for a in node.attribute) else 1
-            rows, lens = fresh_name(f"{node.name}/pool_rows", taken), fresh_name(f"{node.name}/pool_lens", taken)
-            taken |= {rows, lens}
-            rewritten.append(helper.make_node("Shape", [node.input[0]], [rows], start=batch, end=batch + 1))
-            rewritten.append(helper.make_node("Expand", [node.input[_LENS], rows], [lens]))
-            node.input[_LENS] = lens
-        rewritten.append(node)
-    del graph.node[:]
-    graph.node.extend(rewritten)
-
-
-def _check_variable(var: VariableMeta, origin: str) -> None:
-    if var.shape is None:
-        raise OrtStateError(f"{origin}: variable '{var.id}' has a dynamic rank; a stream pool needs fixed-size states")
-    if var.reorder or var.length_input:
-        raise OrtStateError(f"{origin}: variable '{var.id}' is reordered or kept in a larger buffer (a KV cache)")
 
 
 def _state_spec(var: VariableMeta, axis: int, flag: str | None, origin: str) -> StateSpec:
@@ -266,6 +191,17 @@ def join_column(spec: InputSpec, column: list[np.ndarray], out: np.ndarray | Non
     if spec.rows:
         offset_rows(joined)
     return joined
+
+
+def offset_rows(joined: np.ndarray) -> None:
+    """Make, in place, the batched indices ``joined`` (row ``k``: stream ``k``'s index into its own
+    batch of one) each stream's own row, or the batch's size where out of range (see
+    :mod:`ortstate.passes.batchable.row_index`)."""
+    count = len(joined)
+    if count < 2:
+        return
+    own = (joined == 0) | (joined == -1)
+    joined[...] = np.where(own, np.arange(count, dtype=joined.dtype), np.asarray(count, joined.dtype))
 
 
 def _example(dims: tuple[int | None, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:

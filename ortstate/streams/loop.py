@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import OrtStateError
+from .stats import LATENCY_WINDOW
 
 if TYPE_CHECKING:
     from .pool import StreamPool
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["ALL", "PoolLoop", "Worker"]
 
 ALL = object()  # a command's ``sid`` when it concerns every stream
-_KEPT = 4096
 _IDLE = 2.0  # seconds without work after which the thread ends (the next item starts it again)
 
 
@@ -75,7 +75,7 @@ class PoolLoop:
         self.pool = pool
         self.max_batch = max_batch
         self.max_delay = max_delay
-        self.latencies: deque[float] = deque(maxlen=_KEPT)
+        self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self.on_commit: Callable[[dict[int, Any]], None] | None = None
         self._queue: deque[_Item] = deque()
         self._stepping: set[Any] = set()  # the streams of the queued steps

@@ -19,14 +19,12 @@ import numpy as np
 
 from ..runtime.pingpong import QUIET
 from .bound import Bound
-from .layout import Layout
-from .row_index import offset_rows
+from .layout import Layout, offset_rows
 from .slots import SlotStates
 from .stats import Recorder
 
-__all__ = ["Plan", "Plans", "split_rows"]
+__all__ = ["Plan", "split_rows"]
 
-_KEPT = 8  # plans kept: the most recently made
 _ndarray = np.ndarray
 _size = attrgetter("size")
 
@@ -59,7 +57,7 @@ class Plan:
         self.outputs = bound.outputs[:n_out]
         self.rows = states.rows(slots, bound.states, bound.outputs[n_out:])
         self.axes = [layout.outputs[n] for n in names]
-        self.flags = [(states.fresh[:, k], buf) for k, buf in bound.flags]
+        self.flags = [(states.uninitialised[:, k], buf) for k, buf in bound.flags]
 
     def run(self, feeds: Mapping[Any, Any], record: Recorder) -> dict[Any, Any] | None:
         """Step the planned streams with ``feeds`` (the step's mapping, its keys ``sids``): their
@@ -72,8 +70,8 @@ class Plan:
         bound, rows = self.bound, self.rows
         start = perf_counter_ns()
         rows.gather()
-        for fresh, buf in self.flags:
-            fresh.take(rows.slots, out=buf)
+        for uninitialised, buf in self.flags:
+            uninitialised.take(rows.slots, out=buf)
         try:
             bound.run_bound(bound.raw, QUIET)
         except Exception:  # noqa: BLE001 - the general step re-runs it and reports a real error properly
@@ -129,29 +127,6 @@ class Plan:
         except (TypeError, KeyError, AttributeError, ValueError):  # the general step says what does not fit
             return False
         return True
-
-
-class Plans:
-    """The :class:`Plan` of each batch of streams stepped recently (at most ``_KEPT``), dropped all
-    at once when any stream moves slot (closed, parked, resumed)."""
-
-    def __init__(self) -> None:
-        self._kept: dict[tuple, Plan] = {}
-
-    def get(self, sids: tuple) -> Plan | None:
-        return self._kept.get(sids)
-
-    def put(self, plan: Plan) -> None:
-        self._kept.pop(plan.sids, None)
-        self._kept[plan.sids] = plan
-        while len(self._kept) > _KEPT:
-            del self._kept[next(iter(self._kept))]
-
-    def drop(self, sids: tuple) -> None:
-        self._kept.pop(sids, None)
-
-    def clear(self) -> None:
-        self._kept.clear()
 
 
 def split_rows(output: np.ndarray, axis: int) -> list[np.ndarray]:

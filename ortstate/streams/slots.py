@@ -24,7 +24,7 @@ __all__ = ["Rows", "SlotStates"]
 
 class SlotStates:
     """``slots`` streams' variables (carrier dtypes), zeros where a stream starts (see
-    ``fresh``: a variable whose init the model computes is computed on the stream's first step)."""
+    ``uninitialised``: a variable whose init the model computes is computed on the stream's first step)."""
 
     def __init__(self, states: tuple[StateSpec, ...], slots: int, fingerprint: str) -> None:
         self.specs = states
@@ -32,8 +32,13 @@ class SlotStates:
         self.fingerprint = fingerprint
         self.arrays = [np.zeros(s.shape[: s.axis] + (slots,) + s.shape[s.axis + 1 :], s.carrier) for s in states]
         # uninitialised per (slot, variable): open and reset set it, a step clears it
-        self.fresh = np.ones((slots, len(states)), bool)
-        self._index = [(slice(None),) * s.axis for s in states]
+        self.uninitialised = np.ones((slots, len(states)), bool)
+        self._leads = [(slice(None),) * s.axis for s in states]
+
+    @property
+    def leads(self) -> list[tuple[slice, ...]]:
+        """Each state's index up to its batch axis (``[:, :]`` for axis 2): ``(*lead, rows)`` picks rows."""
+        return self._leads
 
     @property
     def nbytes(self) -> int:
@@ -41,9 +46,9 @@ class SlotStates:
 
     def start(self, slot: int) -> None:
         """Put ``slot`` at the initial state."""
-        for a, lead in zip(self.arrays, self._index):
+        for a, lead in zip(self.arrays, self._leads):
             a[(*lead, slot)] = 0
-        self.fresh[slot] = True
+        self.uninitialised[slot] = True
 
     def gather(self, slots: np.ndarray) -> list[np.ndarray]:
         """The batch's state inputs: the rows of ``slots``, in that order (new arrays)."""
@@ -58,19 +63,19 @@ class SlotStates:
         if len(slots) == 1:  # a basic slice: much cheaper than a fancy index for one row
             slot = int(slots[0])
             rows: Any = slice(slot, slot + 1)
-            self.fresh[slot] = False
+            self.uninitialised[slot] = False
         else:
             rows = slots
-            self.fresh[slots] = False
-        for a, lead, value in zip(self.arrays, self._index, values):
+            self.uninitialised[slots] = False
+        for a, lead, value in zip(self.arrays, self._leads, values):
             a[(*lead, rows)] = value
 
     # -- one stream's values ----------------------------------------------------------------------
     def save(self, slot: int, path: str | os.PathLike[str]) -> None:
         """Write ``slot``'s variables as a snapshot (a stream's uninitialised ones stay so)."""
         store = StateStore(self.variables)
-        for k, (a, lead, spec) in enumerate(zip(self.arrays, self._index, self.specs)):
-            if not self.fresh[slot, k]:
+        for k, (a, lead, spec) in enumerate(zip(self.arrays, self._leads, self.specs)):
+            if not self.uninitialised[slot, k]:
                 store.set(spec.var.id, a[(*lead, slice(slot, slot + 1))].astype(spec.dtype))
         snapshot.save_state(store, self.variables, path, self.fingerprint)
 
@@ -78,8 +83,8 @@ class SlotStates:
         """``slot``'s values, one stream's each (copies in the variables' dtypes; None: uninitialised),
         as :meth:`read` returns them from a snapshot."""
         return [
-            None if self.fresh[slot, k] else a[(*lead, slice(slot, slot + 1))].astype(spec.dtype)
-            for k, (a, lead, spec) in enumerate(zip(self.arrays, self._index, self.specs))
+            None if self.uninitialised[slot, k] else a[(*lead, slice(slot, slot + 1))].astype(spec.dtype)
+            for k, (a, lead, spec) in enumerate(zip(self.arrays, self._leads, self.specs))
         ]
 
     def read(self, path: str | os.PathLike[str]) -> list[np.ndarray | None]:
@@ -106,10 +111,10 @@ class SlotStates:
     def write(self, slot: int, values: Sequence[np.ndarray | None]) -> None:
         """Put values :meth:`read` returned into ``slot``."""
         self.start(slot)
-        for k, (a, lead, value) in enumerate(zip(self.arrays, self._index, values)):
+        for k, (a, lead, value) in enumerate(zip(self.arrays, self._leads, values)):
             if value is not None:
                 a[(*lead, slice(slot, slot + 1))] = value
-                self.fresh[slot, k] = False
+                self.uninitialised[slot, k] = False
 
 
 class Rows:
@@ -131,13 +136,13 @@ class Rows:
         self.index: Any = first if count == 1 else slice(first, first + count) if consecutive else slots
         if consecutive:
             rows = slice(first, first + count)
-            views = [a[(*lead, rows)] for a, lead in zip(states.arrays, states._index)]
+            views = [a[(*lead, rows)] for a, lead in zip(states.arrays, states.leads)]
             self.pulls = list(zip(inputs, views))
             self.pushes = list(zip(views, outputs))
-            self.fresh = states.fresh[rows]  # a view: its fill() is cheaper than an indexed assignment
+            self.uninitialised = states.uninitialised[rows]  # a view: its fill() is cheaper than an indexed assignment
         else:
             self.takes = [(a, s.axis, buf) for a, s, buf in zip(states.arrays, states.specs, inputs)]
-            self.puts = [(a, (*lead, slots), value) for a, lead, value in zip(states.arrays, states._index, outputs)]
+            self.puts = [(a, (*lead, slots), value) for a, lead, value in zip(states.arrays, states.leads, outputs)]
         self.consecutive = consecutive
 
     # The copies are slice assignments, not np.copyto: the same copy without its dispatch, which
@@ -157,8 +162,8 @@ class Rows:
         if self.consecutive:
             for view, value in self.pushes:
                 view[...] = value
-            self.fresh.fill(False)
+            self.uninitialised.fill(False)
         else:
             for array, where, value in self.puts:
                 array[where] = value
-            self.states.fresh[self.slots] = False
+            self.states.uninitialised[self.slots] = False

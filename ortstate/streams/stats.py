@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PoolStats", "Recorder", "percentiles"]
+__all__ = ["LATENCY_WINDOW", "PoolStats", "Recorder", "percentiles"]
 
-_KEPT = 4096  # latencies kept for the percentiles: the most recent runs and ticks
+LATENCY_WINDOW = 4096  # latencies kept for the percentiles: the most recent runs and ticks
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Recorder:
         self.runs = 0
         self.steps = 0
         self.max_batch = 0
-        self.latencies: deque[float] = deque(maxlen=_KEPT)
+        self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
 
     def run(self, batch: int, seconds: float) -> None:
         self.runs += 1

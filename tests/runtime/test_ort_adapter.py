@@ -124,7 +124,7 @@ def test_importing_the_runtime_leaves_the_environment_as_it_was() -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == "unset", outcome(proc)
 
 
-def test_fast_binding_binds_arrays_and_fresh_outputs_on_onnxruntimes_own_binding() -> None:
+def test_fast_binding_binds_arrays_and_allocated_outputs_on_onnxruntimes_own_binding() -> None:
     """``FastBinding`` reaches onnxruntime's own binding object (``bind_input(name, array)``,
     ``bind_output(name, OrtDevice._get_c_device())``, ``get_outputs()``) where the release has it,
     and gives what the public IOBinding gives: each run's output a fresh array, earlier ones kept."""
@@ -136,7 +136,7 @@ def test_fast_binding_binds_arrays_and_fresh_outputs_on_onnxruntimes_own_binding
     for k in range(2):
         x = np.full((2, 3), k, np.float32)
         io.bind_array("x", x)
-        io.bind_fresh_output("y")
+        io.bind_allocated_output("y")
         fast.run_bound(io.raw, ort.RunOptions())
         results.append(io.outputs()[0].numpy())
     np.testing.assert_array_equal(results[0], np.ones((2, 3), np.float32))  # not overwritten by the second run

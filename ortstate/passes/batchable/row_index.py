@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
 import onnx
 
-from ..passes.walk import producers, upstream
+from ..walk import producers, upstream
 
-__all__ = ["offset_rows", "row_index_inputs"]
+__all__ = ["row_index_inputs"]
 
 _SHAPE_OF = ("Shape", "Size")
 
@@ -38,13 +37,3 @@ def row_index_inputs(graph: onnx.GraphProto, state_axes: Mapping[str, int], cand
         if axis == state_axes[node.input[0]]:
             found |= {v for v in upstream(graph, [node.input[1]], stop=shapes, made_by=made_by) if v in candidates}
     return found
-
-
-def offset_rows(joined: np.ndarray) -> None:
-    """Make, in place, the batched indices ``joined`` (row ``k``: stream ``k``'s index into its own
-    batch of one) each stream's own row, or the batch's size where out of range."""
-    count = len(joined)
-    if count < 2:
-        return
-    own = (joined == 0) | (joined == -1)
-    joined[...] = np.where(own, np.arange(count, dtype=joined.dtype), np.asarray(count, joined.dtype))

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto, helper, shape_inference
 
-from ..errors import OrtStateError
-from ..meta import ModelMeta, VariableMeta
-from ..passes.walk import nodes, subgraphs
+from ...errors import OrtStateError
+from ...meta import ModelMeta, VariableMeta
+from ..walk import nodes, subgraphs
 from .legible import legible_kernels, legible_shapes, legible_slices, typed_loops
 from .row_init import BATCH_PARAM, rows_init
 

@@ -15,9 +15,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from ..passes import fold_static
-from ..passes.walk import subgraphs
-from .batch_axes import Dims, infer_dims, light_copy
+from ..fold import fold_static
+from ..walk import subgraphs
+from .axes import Dims, infer_dims, light_copy
 
 __all__ = ["fold_shape_math"]
 

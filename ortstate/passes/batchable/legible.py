@@ -1,5 +1,5 @@
 """What ONNX shape inference cannot see by itself in a model, told it (for shape inference only:
-in the copy :func:`~.batch_axes.light_copy` makes): slices of run-time bounds, loop-carried values,
+in the copy :func:`~.axes.light_copy` makes): slices of run-time bounds, loop-carried values,
 ONNX Runtime's kernels of the ONNX domain that ONNX does not define.
 
 ONNX Runtime's own kernels.
@@ -24,7 +24,7 @@ ONNX shape inference gives a ``Slice`` whose starts or ends are not constant an 
 dims, all of them, though only the sliced axes can change: the batch is lost there. That is the
 slice a TensorIterator or Loop body takes of its input at each iteration (starts: the iteration
 number), so a LowLatency2 model's batch could not be followed through its body. For shape
-inference only (the copy :func:`~.batch_axes.light_copy` makes), each such slice with constant
+inference only (the copy :func:`~.axes.light_copy` makes), each such slice with constant
 ``axes`` becomes a ``Gather`` per sliced axis of a ``Range`` of run-time length: the same dims off
 the sliced axes, an unknown dim on each of them.
 """
@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..passes.walk import graphs, subgraphs
+from ..walk import graphs, subgraphs
 
 __all__ = ["SAME_SHAPE", "legible_kernels", "legible_shapes", "legible_slices", "typed_loops"]
 

@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ortstate.streams.batch_axes import infer_dims, light_copy
+from ortstate.passes.batchable.axes import infer_dims, light_copy
 
 
 def _const(name: str, *values: int) -> onnx.TensorProto:

@@ -22,9 +22,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..meta import fresh_name
-from ..passes.walk import graphs, nodes
-from .batch_axes import Dims, infer_dims, light_copy
+from ..build import NewNames
+from ..walk import graphs, nodes
+from .axes import Dims, infer_dims, light_copy
 
 __all__ = ["RELAXED", "relaxed_sources", "unpin_reshapes"]
 
@@ -47,7 +47,7 @@ def unpin_reshapes(
     """
     shapes = infer_dims(light_copy(model)) if shapes is None else shapes
     inputs = [i.name for i in model.graph.input]
-    taken = {n for node in nodes(model.graph) for n in (*node.input, *node.output)} | set(inputs)
+    fresh = NewNames({n for node in nodes(model.graph) for n in (*node.input, *node.output)} | set(inputs))
     count = 0
     for graph in reversed(graphs(model.graph)):  # inner first: rewriting a graph copies its nodes
         made: list[onnx.NodeProto] = []
@@ -57,7 +57,7 @@ def unpin_reshapes(
             )
             pinned = _pinned(node, shapes, sources) if reshape else None
             if pinned:
-                made += _rescale(node, pinned, taken)
+                made += _rescale(node, pinned, fresh)
                 count += 1
             made.append(node)
         if len(made) != len(graph.node):
@@ -92,16 +92,14 @@ def _pinned(
     return pinned if any(pinned) else None
 
 
-def _rescale(node: onnx.NodeProto, sources: list[tuple[str, int] | None], taken: set[str]) -> list[onnx.NodeProto]:
+def _rescale(node: onnx.NodeProto, sources: list[tuple[str, int] | None], new_name: NewNames) -> list[onnx.NodeProto]:
     """Nodes making ``node``'s target with the batch dims of ``sources`` (its own entries elsewhere),
     entry by entry (so that shape inference's data propagation follows); rewires ``node``."""
     base = f"{node.name or node.output[0]}/pool_batch"
     made, parts = [], []
 
     def fresh(what: str) -> str:
-        name = fresh_name(f"{base}_{what}", taken)
-        taken.add(name)
-        return name
+        return new_name(f"{base}_{what}")
 
     for k, source in enumerate(sources):
         part = fresh(str(k))

@@ -17,9 +17,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..errors import OrtStateError
-from ..meta import ModelMeta, VariableMeta, fresh_name
-from ..passes.walk import all_names, consumers
+from ...errors import OrtStateError
+from ...meta import ModelMeta, VariableMeta
+from ..build import namer
+from ..walk import consumers
 
 __all__ = ["BATCH_PARAM", "rows_init"]
 
@@ -38,7 +39,7 @@ def rows_init(
         OrtStateError: a flag read by another node than the ``If`` choosing the variable's init.
     """
     graph = model.graph
-    taken = all_names(graph)
+    fresh = namer(graph)
     used = consumers(graph)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     flags: dict[str, str] = {}
@@ -55,12 +56,6 @@ def rows_init(
                 "cannot start one by one in a batch"
             )
         guard = readers[0]
-
-        def fresh(base: str) -> str:
-            name = fresh_name(base, taken)
-            taken.add(name)
-            return name
-
         any_row = fresh(f"{guard.name}/pool_any")
         as_int, most = fresh(f"{guard.name}/pool_flags_int"), fresh(f"{guard.name}/pool_flags_max")
         added += [
