@@ -38,7 +38,7 @@ import onnx
 from onnx import helper
 
 from ..errors import PassError
-from ..meta import EXPLICIT, META_KEY, ModelMeta, VariableMeta
+from ..meta import EXPLICIT, META_KEY, ModelMeta, VariableMeta, shown_id
 from .beam_reorder import beam_reorder, constant_values
 from .build import namer
 from .kv_share import share_kv, shares_all
@@ -125,7 +125,7 @@ def _plan(graph: onnx.GraphProto, meta: ModelMeta) -> _Plan:
         layer, kind = slots[var.id]
         for name in (PAST_NAME % (layer, kind), PRESENT_NAME % (layer, kind)):
             if name in taken:
-                raise PassError(f"variable '{var.id}': the name '{name}' is already used by the model")
+                raise PassError(f"variable {shown_id(var.id)}: the name '{name}' is already used by the model")
     renames: dict[str, str] = {}
     dropped: set[int] = set()
     beam = _drop_inits_and_reorders(graph, meta, renames, dropped)
@@ -148,7 +148,7 @@ def _drop_inits_and_reorders(
         if var.init_flag is not None:
             guard = next((i for i in used.get(var.init_flag, set()) if graph.node[i].op_type == "If"), None)
             if guard is None or len(used[var.init_flag]) != 1:
-                raise PassError(f"variable '{var.id}': its init flag does not guard one If alone")
+                raise PassError(f"variable {shown_id(var.id)}: its init flag does not guard one If alone")
             value = graph.node[guard].output[0]
             renames[value] = var.state_input
             dropped.add(guard)
@@ -232,7 +232,7 @@ def _slots(variables: tuple[VariableMeta, ...]) -> dict[str, tuple[int, str]]:
     for var in variables:
         match = _KV_ID.match(var.id)
         if match is None:
-            raise PassError(f"variable '{var.id}' is not a KV cache named past_key_values.N.key|value")
+            raise PassError(f"variable {shown_id(var.id)} is not a KV cache named past_key_values.N.key|value")
         slots[var.id] = (int(match.group(1)), match.group(2))
     seen = sorted(slots.values())
     layers = len(seen) // 2
@@ -249,14 +249,15 @@ def _cache_shape(variables: tuple[VariableMeta, ...]) -> tuple[int, int]:
     for var in variables:
         shape = var.shape
         if var.state_input is None or var.state_output is None:
-            raise PassError(f"variable '{var.id}' has no state input or output")
+            raise PassError(f"variable {shown_id(var.id)} has no state input or output")
         if shape is None or len(shape) != 4 or not isinstance(shape[1], int) or not isinstance(shape[3], int):
             raise PassError(
-                f"variable '{var.id}' of shape {_shape_text(shape)} is not a [batch, kv_heads, seq, head_size] KV cache"
+                f"variable {shown_id(var.id)} of shape {_shape_text(shape)} "
+                "is not a [batch, kv_heads, seq, head_size] KV cache"
             )
         if var.init_shape[_SEQ_AXIS] != 0:
             raise PassError(
-                f"variable '{var.id}' of shape {_shape_text(shape)} is not a KV cache: it does not start empty "
+                f"variable {shown_id(var.id)} of shape {_shape_text(shape)} is not a KV cache: it does not start empty "
                 f"along the sequence axis (initial shape {_shape_text(var.init_shape)})"
             )
         found.add((shape[1], shape[3], var.carrier or var.dtype))

@@ -51,14 +51,16 @@ EXPORTED = (
     "qwen3",
 )
 NOT_KV = "is not a [batch, kv_heads, seq, head_size] KV cache (onnxruntime-genai and optimum carry nothing but"
+CONV0 = "'cache_params.past.conv.0' -> 'cache_params.present.conv.0'"
 REFUSED = {
-    "falcon_mamba": f"variable 'cache_params.past.ssm.1cache_params.present.ssm.1' of shape [?, 128, 8] {NOT_KV}",
-    "granitemoehybrid": f"variable 'cache_params.past.conv.0cache_params.present.conv.0' of shape [?, 144, 4] {NOT_KV}",
-    "lfm2": f"variable 'cache_params.past.conv.0cache_params.present.conv.0' of shape [?, 64, 3] {NOT_KV}",
-    "mamba": f"variable 'cache_params.past.ssm.1cache_params.present.ssm.1' of shape [?, 128, 8] {NOT_KV}",
-    "qwen3_5": f"variable 'cache_params.past.conv.0cache_params.present.conv.0' of shape [?, 128, 4] {NOT_KV}",
-    "qwen3_next": f"variable 'cache_params.past.conv.0cache_params.present.conv.0' of shape [?, 128, 4] {NOT_KV}",
-    "zamba2": "variable 'cache_params.past.ssm.0cache_params.present.ssm.0' of shape [?, 8, 16, 8] is not a KV cache: "
+    "falcon_mamba": f"variable 'cache_params.past.ssm.1' -> 'cache_params.present.ssm.1' of shape [?, 128, 8] {NOT_KV}",
+    "granitemoehybrid": f"variable {CONV0} of shape [?, 144, 4] {NOT_KV}",
+    "lfm2": f"variable {CONV0} of shape [?, 64, 3] {NOT_KV}",
+    "mamba": f"variable 'cache_params.past.ssm.1' -> 'cache_params.present.ssm.1' of shape [?, 128, 8] {NOT_KV}",
+    "qwen3_5": f"variable {CONV0} of shape [?, 128, 4] {NOT_KV}",
+    "qwen3_next": f"variable {CONV0} of shape [?, 128, 4] {NOT_KV}",
+    "zamba2": "variable 'cache_params.past.ssm.0' -> 'cache_params.present.ssm.0' of shape [?, 8, 16, 8] "
+    "is not a KV cache: "
     "it does not start empty along the sequence axis (initial shape [0, 8, 16, 8])",
     "t5": "t5 is an encoder-decoder: its decoder's state holds cross-attention K/V computed from the encoder",
     "whisper": "whisper is an encoder-decoder: its decoder's state holds cross-attention K/V computed from",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import onnx
 
 from ...errors import OrtStateError
-from ...meta import ModelMeta, VariableMeta, write_meta
+from ...meta import ModelMeta, VariableMeta, shown_id, write_meta
 from .axes import Axes, B, find_axes, lost_dims
 from .relax import relax_batch
 from .row_init import rows_init
@@ -78,6 +78,12 @@ def _find_axes(proto: onnx.ModelProto, meta: ModelMeta, origin: str, ones: set[t
 
 def _check_variable(var: VariableMeta, origin: str) -> None:
     if var.shape is None:
-        raise OrtStateError(f"{origin}: variable '{var.id}' has a dynamic rank; a stream pool needs fixed-size states")
+        raise OrtStateError(
+            f"{origin}: variable {shown_id(var.id)} has a dynamic rank; a stream pool needs fixed-size states"
+        )
     if var.reorder or var.length_input:
-        raise OrtStateError(f"{origin}: variable '{var.id}' is reordered or kept in a larger buffer (a KV cache)")
+        raise OrtStateError(
+            f"{origin}: variable {shown_id(var.id)} is a KV cache (reordered by beam_idx or kept in a larger "
+            "buffer) that the pool cannot batch: only caches the converter's fused attention appends to are; "
+            "generate one stream at a time with ortstate.generate.Generator"
+        )

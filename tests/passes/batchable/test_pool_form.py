@@ -36,7 +36,9 @@ def test_the_pool_form_batches_rows_apart_and_writes_its_metadata() -> None:
         ({"shape": None}, "m.onnx: variable 'h' has a dynamic rank; a stream pool needs fixed-size states"),
         (
             {"length_input": "h_len"},
-            "m.onnx: variable 'h' is reordered or kept in a larger buffer (a KV cache)",
+            "m.onnx: variable 'h' is a KV cache (reordered by beam_idx or kept in a larger buffer) that the pool "
+            "cannot batch: only caches the converter's fused attention appends to are; generate one stream at a "
+            "time with ortstate.generate.Generator",
         ),
     ],
 )
