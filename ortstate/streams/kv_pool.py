@@ -10,7 +10,7 @@ fails commits nothing for the streams it failed.
 The arena's memory is bounded by ``kv_cache_bytes``: before a step would hold more, the pool
 *preempts* streams that are not in the step, least recently stepped first: their caches are
 copied to host memory (or to ``park_dir``) and their rows given back; their next step brings them
-back exactly.
+back exactly (:mod:`.kv_rows` keeps where each stream is).
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ..errors import OrtStateError, PoolFullError, RunError, StateError
+from ..errors import OrtStateError, RunError, StateError
 from ..runtime import LoadedModel
 from .kv_arena import KvArena, default_budget
 from .kv_batch import check_batch_feeds, split_batch, stack_outputs
 from .kv_groups import group_rows
 from .kv_model import MASK, check_stream_feeds, load_kv_model
 from .kv_probe import RAGGED, SINGLE, probe_batching, probe_prompts
+from .kv_rows import KvRows, KvStream
 from .kv_run import KvRunner, Row
 from .kv_snapshot import read_stream, write_stream
 from .loop import PoolLoop
@@ -43,16 +44,6 @@ __all__ = ["KvPool", "DEFAULT_MAX_CONTEXT"]
 
 DEFAULT_MAX_CONTEXT = 4096
 Feeds = Mapping[str, Any]
-
-
-class _Stream:
-    __slots__ = ("slot", "held", "length", "last")
-
-    def __init__(self, slot: int | None) -> None:
-        self.slot = slot
-        self.held: tuple[list[np.ndarray], list[np.ndarray]] | Path | None = None  # when preempted or parked
-        self.length = 0  # the positions its caches hold while out of the arena
-        self.last = time.monotonic()
 
 
 class KvPool(StreamPool):
@@ -96,11 +87,10 @@ class KvPool(StreamPool):
         self._fixed = [np.zeros((slots, *f.shape[1:]), f.carrier) for f in self._kv.fixed]
         self._record = Recorder()
         self._runner = KvRunner(self._kv, self._arena, self._fixed, self._record)
-        self._streams: dict[int, _Stream] = {}
-        self._free = list(range(slots - 1, -1, -1))
-        self._next = 0
-        self._preempted = 0
-        self._park_dir = None if park_dir is None else Path(park_dir)
+        self._rows = KvRows(
+            self._kv, self._arena, self._fixed, self._budget, budget, None if park_dir is None else Path(park_dir)
+        )
+        self._streams = self._rows.streams  # (the same dict: read on every decode)
         self._lock = threading.RLock()
         self._loop = PoolLoop(self, max_batch or slots, max_delay)  # type: ignore[arg-type]
 
@@ -108,32 +98,32 @@ class KvPool(StreamPool):
     def open(self) -> int:
         """A new stream with empty caches; returns its id (ids are never reused)."""
         with self._lock:
-            slot = self._take_slot(set(), "open a stream")
-            self._fixed_start(slot)
-            return self._add(_Stream(slot))
+            slot = self._rows.take_slot(set(), "open a stream")
+            self._rows.fixed_start(slot)
+            return self._rows.add(KvStream(slot))
 
     def reset(self, sid: int) -> None:
         """Put stream ``sid`` back at its initial state (empty caches)."""
         with self._lock:
-            stream = self._get(sid)
-            self._drop_held(stream)
+            stream = self._rows.get(sid)
+            self._rows.drop_held(stream)
             if stream.slot is not None:
                 self._arena.release(stream.slot)
-                self._fixed_start(stream.slot)
+                self._rows.fixed_start(stream.slot)
 
     def close(self, sid: int) -> None:
         """End stream ``sid`` and free its row (or what it was moved out to)."""
         with self._lock:
-            stream = self._get(sid)
-            self._drop_held(stream)
+            stream = self._rows.get(sid)
+            self._rows.drop_held(stream)
             if stream.slot is not None:
-                self._give_back(stream.slot)
+                self._rows.give_back(stream.slot)
             del self._streams[sid]
 
     def save(self, sid: int, path: str | os.PathLike[str]) -> None:
         """Write stream ``sid``'s variables as a ``StatefulSession`` snapshot of the model."""
         with self._lock:
-            write_stream(self._kv, *self._values(self._get(sid)), path)
+            write_stream(self._kv, *self._rows.values(self._rows.get(sid)), path)
 
     def load(self, path: str | os.PathLike[str]) -> int:
         """A new stream at a snapshot's state (:meth:`save`'s, or a one-stream ``StatefulSession``'s)."""
@@ -141,27 +131,17 @@ class KvPool(StreamPool):
             kv, fixed = read_stream(self._kv, path)
             if kv and kv[0].shape[2] > self.max_context:
                 raise StateError(f"{path}: its caches hold {kv[0].shape[2]} positions, over max_context")
-            slot = self._take_slot(set(), "load a stream", kv[0].shape[2] if kv else 0)
+            slot = self._rows.take_slot(set(), "load a stream", kv[0].shape[2] if kv else 0)
             self._arena.put(slot, kv)
-            self._fixed_put(slot, fixed)
-            return self._add(_Stream(slot))
+            self._rows.fixed_put(slot, fixed)
+            return self._rows.add(KvStream(slot))
 
     def park(self, sid: int) -> None:
         """Move stream ``sid``'s state to ``park_dir`` and free its row; its next step brings it back."""
         with self._lock:
-            if self._park_dir is None:
+            if self._rows.park_dir is None:
                 raise OrtStateError("the pool has no park_dir to park streams in")
-            stream = self._get(sid)
-            if isinstance(stream.held, Path):
-                return
-            path = self._park_dir / f"stream-{sid}.npz"
-            self._park_dir.mkdir(parents=True, exist_ok=True)
-            self.save(sid, path)
-            if stream.slot is not None:
-                stream.length = int(self._arena.lengths[stream.slot])
-                self._give_back(stream.slot)
-                stream.slot = None
-            stream.held = path
+            self._rows.park(sid)
 
     def park_idle(self, seconds: float) -> list[int]:
         """Park every stream that has not stepped for ``seconds``; returns their ids."""
@@ -197,7 +177,7 @@ class KvPool(StreamPool):
                         raise
                     results[sid] = exc
             try:
-                self._place(rows)
+                self._rows.place(rows)
             except OrtStateError as exc:
                 if raising:
                     raise
@@ -224,7 +204,7 @@ class KvPool(StreamPool):
             try:
                 streams = [self._streams[sid] for sid in sids]
             except (KeyError, TypeError):
-                streams = [self._get(sid) for sid in sids]  # says which
+                streams = [self._rows.get(sid) for sid in sids]  # says which
             if not streams or len(set(sids)) != len(streams):
                 raise RunError(f"decode takes distinct open streams, got {list(sids)}")
             slots = np.array([-1 if s.slot is None else s.slot for s in streams])
@@ -263,13 +243,12 @@ class KvPool(StreamPool):
                 state_bytes=sum(a.nbytes for a in self._fixed) + self._arena.held() * self._arena.token_bytes,
                 ticks=self._loop.latencies,
             )
-            return dataclasses.replace(base, kv_cache_bytes=self.kv_cache_bytes, preempted=self._preempted)
+            return dataclasses.replace(base, kv_cache_bytes=self.kv_cache_bytes, preempted=self._rows.preempted)
 
     def length(self, sid: int) -> int:
         """How many positions stream ``sid``'s caches hold."""
         with self._lock:
-            stream = self._get(sid)
-            return int(self._arena.lengths[stream.slot]) if stream.slot is not None else stream.length
+            return self._rows.length(self._rows.get(sid))
 
     @property
     def loaded(self) -> LoadedModel:
@@ -308,31 +287,10 @@ class KvPool(StreamPool):
     # -- a step -----------------------------------------------------------------------------------
     def _row(self, sid: int, given: Any) -> Row:
         """Stream ``sid``'s feeds checked as a lone session of the model takes them."""
-        stream = self._get(sid)
-        past = int(self._arena.lengths[stream.slot]) if stream.slot is not None else stream.length
+        stream = self._rows.get(sid)
+        past = self._rows.length(stream)
         arrays, width = check_stream_feeds(sid, given, self._kv.feeds, past, self.max_context)
         return Row(stream.slot if stream.slot is not None else -1, arrays, width, past)
-
-    def _place(self, rows: dict[int, Row]) -> None:
-        """Every stepping stream in a row of the arena, within the budget (preempting others)."""
-        stepping = set(rows)
-        new = sum(r.width for r in rows.values())
-        while self._arena.held() + new > self._budget:
-            if not self._preempt(stepping):
-                raise PoolFullError(
-                    f"the step needs {self._arena.held() + new} KV positions; kv_cache_bytes holds {self._budget}"
-                )
-        for sid, row in rows.items():
-            stream = self._streams[sid]
-            if stream.slot is None:
-                kv, fixed = self._values(stream)
-                slot = self._take_slot(stepping, f"resume stream {sid}", stream.length)
-                self._arena.put(slot, kv)
-                self._fixed_put(slot, fixed)
-                if isinstance(stream.held, Path):
-                    stream.held.unlink(missing_ok=True)
-                stream.held, stream.slot = None, slot
-            row.slot = stream.slot
 
     def _commit(self, done: dict[int, Row]) -> None:
         now = time.monotonic()
@@ -341,78 +299,6 @@ class KvPool(StreamPool):
             for array, value in zip(self._fixed, row.fixed or []):
                 array[row.slot] = value[0]
             self._streams[sid].last = now
-
-    # -- rows -------------------------------------------------------------------------------------
-    def _take_slot(self, keep: set[int], what: str, length: int = 0) -> int:
-        while not self._free or self._arena.held() + length > self._budget:
-            if not self._preempt(keep):
-                raise PoolFullError(
-                    f"cannot {what}: all {self.slots} rows are taken by streams stepping now; close a stream first"
-                    if not self._free
-                    else f"cannot {what}: the KV budget ({self.kv_cache_bytes} bytes) is full"
-                )
-        return self._free.pop()
-
-    def _preempt(self, keep: set[int]) -> bool:
-        """Move the least recently stepped stream holding a row (not in ``keep``) out of the arena."""
-        held = [(s.last, sid) for sid, s in self._streams.items() if s.slot is not None and sid not in keep]
-        if not held:
-            return False
-        _, sid = min(held)
-        stream = self._streams[sid]
-        if self._park_dir is not None:
-            self.park(sid)
-        else:
-            assert stream.slot is not None
-            stream.held, stream.length = self._values(stream), int(self._arena.lengths[stream.slot])
-            self._give_back(stream.slot)
-            stream.slot = None
-        self._preempted += 1
-        return True
-
-    def _give_back(self, slot: int) -> None:
-        self._arena.release(slot)
-        self._fixed_start(slot)
-        self._free.append(slot)
-        self._free.sort(reverse=True)  # pop() takes the lowest: the streams stay packed
-
-    def _fixed_start(self, slot: int) -> None:
-        for array in self._fixed:
-            array[slot] = 0
-
-    def _fixed_put(self, slot: int, values: Sequence[np.ndarray | None]) -> None:
-        for array, value in zip(self._fixed, values):
-            array[slot] = 0 if value is None else value[0]
-
-    def _values(self, stream: _Stream) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """A stream's caches and fixed states, wherever they are."""
-        if stream.slot is not None:
-            return self._arena.values(stream.slot), [a[stream.slot : stream.slot + 1].copy() for a in self._fixed]
-        if isinstance(stream.held, Path):
-            return read_stream(self._kv, stream.held)
-        if stream.held is None:  # never stepped since it was moved out
-            return self._empty(), [np.zeros(f.shape, f.carrier) for f in self._kv.fixed]
-        return stream.held
-
-    def _empty(self) -> list[np.ndarray]:
-        heads, size = self._kv.kv_shape
-        return [np.zeros((1, heads, 0, size), np.float32) for _ in self._kv.kv]
-
-    def _drop_held(self, stream: _Stream) -> None:
-        if isinstance(stream.held, Path):
-            stream.held.unlink(missing_ok=True)
-        stream.held, stream.length = None, 0
-
-    def _get(self, sid: Any) -> _Stream:
-        stream = self._streams.get(sid)
-        if stream is None:
-            raise StateError(f"stream {sid!r} is not open")
-        return stream
-
-    def _add(self, stream: _Stream) -> int:
-        sid, self._next = self._next, self._next + 1
-        self._streams[sid] = stream
-        return sid
 
 
 serve_kv_caches_with(KvPool)

@@ -1,0 +1,163 @@
+"""Where each stream of a KV pool is: a row of the arena, or moved out (to host memory when
+preempted, to ``park_dir`` when parked), and the rows' bookkeeping (free rows, the KV budget).
+
+A stream's caches are one row of the KV arena (:mod:`.kv_arena`), its fixed-size states (hybrids'
+convolution and SSM states) one row of plain arrays. Before a step would hold more positions than
+the budget, or when no row is free, the least recently stepped stream not in the step is moved out
+(*preempted*); its next step brings it back exactly (:meth:`KvRows.place`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import PoolFullError, StateError
+from .kv_arena import KvArena
+from .kv_model import KvModel
+from .kv_run import Row
+from .kv_snapshot import read_stream, write_stream
+
+__all__ = ["KvRows", "KvStream"]
+
+
+class KvStream:
+    """One stream: its row (None: moved out), what it was moved out to, its length while out."""
+
+    __slots__ = ("slot", "held", "length", "last")
+
+    def __init__(self, slot: int | None) -> None:
+        self.slot = slot
+        self.held: tuple[list[np.ndarray], list[np.ndarray]] | Path | None = None  # when preempted or parked
+        self.length = 0  # the positions its caches hold while out of the arena
+        self.last = time.monotonic()
+
+
+class KvRows:
+    """The streams of a pool and the rows they hold (see the module docstring)."""
+
+    def __init__(
+        self, kv: KvModel, arena: KvArena, fixed: list[np.ndarray], budget: int, cache_bytes: int, park_dir: Path | None
+    ) -> None:
+        self.kv, self.arena, self.fixed = kv, arena, fixed
+        self.budget = budget  # positions
+        self.cache_bytes = cache_bytes
+        self.park_dir = park_dir
+        self.streams: dict[int, KvStream] = {}
+        self.free = list(range(arena.slots - 1, -1, -1))
+        self.next = 0
+        self.preempted = 0
+
+    def get(self, sid: Any) -> KvStream:
+        stream = self.streams.get(sid)
+        if stream is None:
+            raise StateError(f"stream {sid!r} is not open")
+        return stream
+
+    def add(self, stream: KvStream) -> int:
+        sid, self.next = self.next, self.next + 1
+        self.streams[sid] = stream
+        return sid
+
+    def length(self, stream: KvStream) -> int:
+        return int(self.arena.lengths[stream.slot]) if stream.slot is not None else stream.length
+
+    def take_slot(self, keep: set[int], what: str, length: int = 0) -> int:
+        """A free row for ``length`` positions, preempting streams not in ``keep`` if need be."""
+        while not self.free or self.arena.held() + length > self.budget:
+            if not self.preempt(keep):
+                rows = self.arena.slots
+                raise PoolFullError(
+                    f"cannot {what}: all {rows} rows are taken by streams stepping now; close a stream first"
+                    if not self.free
+                    else f"cannot {what}: the KV budget ({self.cache_bytes} bytes) is full"
+                )
+        return self.free.pop()
+
+    def place(self, rows: Mapping[int, Row]) -> None:
+        """Every stepping stream in a row of the arena, within the budget (preempting others)."""
+        stepping = set(rows)
+        new = sum(r.width for r in rows.values())
+        while self.arena.held() + new > self.budget:
+            if not self.preempt(stepping):
+                raise PoolFullError(
+                    f"the step needs {self.arena.held() + new} KV positions; kv_cache_bytes holds {self.budget}"
+                )
+        for sid, row in rows.items():
+            stream = self.streams[sid]
+            if stream.slot is None:
+                kv, fixed = self.values(stream)
+                slot = self.take_slot(stepping, f"resume stream {sid}", stream.length)
+                self.arena.put(slot, kv)
+                self.fixed_put(slot, fixed)
+                if isinstance(stream.held, Path):
+                    stream.held.unlink(missing_ok=True)
+                stream.held, stream.slot = None, slot
+            row.slot = stream.slot
+
+    def park(self, sid: int) -> None:
+        """Move stream ``sid`` to its file in ``park_dir`` and give its row back."""
+        assert self.park_dir is not None
+        stream = self.get(sid)
+        if isinstance(stream.held, Path):
+            return
+        path = self.park_dir / f"stream-{sid}.npz"
+        self.park_dir.mkdir(parents=True, exist_ok=True)
+        write_stream(self.kv, *self.values(stream), path)
+        if stream.slot is not None:
+            stream.length = int(self.arena.lengths[stream.slot])
+            self.give_back(stream.slot)
+            stream.slot = None
+        stream.held = path
+
+    def preempt(self, keep: set[int]) -> bool:
+        """Move the least recently stepped stream holding a row (not in ``keep``) out of the arena."""
+        held = [(s.last, sid) for sid, s in self.streams.items() if s.slot is not None and sid not in keep]
+        if not held:
+            return False
+        _, sid = min(held)
+        stream = self.streams[sid]
+        if self.park_dir is not None:
+            self.park(sid)
+        else:
+            assert stream.slot is not None
+            stream.held, stream.length = self.values(stream), int(self.arena.lengths[stream.slot])
+            self.give_back(stream.slot)
+            stream.slot = None
+        self.preempted += 1
+        return True
+
+    def give_back(self, slot: int) -> None:
+        self.arena.release(slot)
+        self.fixed_start(slot)
+        self.free.append(slot)
+        self.free.sort(reverse=True)  # pop() takes the lowest: the streams stay packed
+
+    def fixed_start(self, slot: int) -> None:
+        for array in self.fixed:
+            array[slot] = 0
+
+    def fixed_put(self, slot: int, values: Sequence[np.ndarray | None]) -> None:
+        for array, value in zip(self.fixed, values):
+            array[slot] = 0 if value is None else value[0]
+
+    def values(self, stream: KvStream) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """A stream's caches and fixed states, wherever they are."""
+        if stream.slot is not None:
+            return self.arena.values(stream.slot), [a[stream.slot : stream.slot + 1].copy() for a in self.fixed]
+        if isinstance(stream.held, Path):
+            return read_stream(self.kv, stream.held)
+        if stream.held is None:  # never stepped since it was moved out
+            heads, size = self.kv.kv_shape
+            empty = [np.zeros((1, heads, 0, size), np.float32) for _ in self.kv.kv]
+            return empty, [np.zeros(f.shape, f.carrier) for f in self.kv.fixed]
+        return stream.held
+
+    def drop_held(self, stream: KvStream) -> None:
+        if isinstance(stream.held, Path):
+            stream.held.unlink(missing_ok=True)
+        stream.held, stream.length = None, 0
