@@ -4,13 +4,14 @@ with every result checked (the run whose shapes are bound for the next time)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 
-from ..errors import RunError
+from ..errors import OrtStateError, RunError
 from ..runtime import LoadedModel
 from ..runtime.runners import ort_error
 from .bound import Bound, BoundMiss
@@ -26,6 +27,10 @@ PLANS_KEPT = 8  # plans of the batches of streams stepped most recently
 BOUND_KEPT = 8  # batch shapes kept bound: the most recently run
 
 Outputs = dict[str, np.ndarray]
+
+
+# streams grouped by their feeds' shapes and shared values: (shapes, shared) -> [(stream id, arrays)]
+Groups = dict[tuple, list[tuple[int, list[np.ndarray]]]]
 
 
 class BatchRunner:
@@ -60,6 +65,32 @@ class BatchRunner:
         bound = self._bound.get((len(slots), shapes))
         if bound is not None:
             self.plans.put(sids, Plan(sids, slots, shapes, bound, self.states, self.layout, self.model.output_names))
+
+    def run_groups(
+        self, groups: Groups, slot_of: Callable[[int], int], raising: bool, failed: dict[int, OrtStateError]
+    ) -> tuple[dict[int, Any], list[tuple[np.ndarray, list]]]:
+        """One run per group of streams whose feeds have one shape (and one shared value): the
+        streams' outputs, and per run its slots and the new states to scatter once every run went
+        through. A failed run raises (``raising``, naming its streams) or puts its streams' error in
+        ``failed``."""
+        results: dict[int, Any] = {}
+        staged = []
+        # runs of one batch shape in one step (their shared values differ) write the same bound buffers
+        keys = Counter((len(part), shapes) for (shapes, _), part in groups.items())
+        for (shapes, _), part in groups.items():
+            slots = np.fromiter((slot_of(sid) for sid, _ in part), np.intp, len(part))
+            try:
+                outs, states = self.run(slots, [a for _, a in part], (len(part), shapes))
+            except RunError as exc:
+                if raising:
+                    raise RunError(f"streams {', '.join(str(s) for s, _ in part)}: {exc}") from None
+                failed.update((sid, exc) for sid, _ in part)
+                continue
+            if keys[len(part), shapes] > 1:
+                states = [s.copy() for s in states]
+            staged.append((slots, states))
+            results.update(zip((sid for sid, _ in part), outs))
+        return results, staged
 
     def run(self, slots: np.ndarray, feeds: list[list[np.ndarray]], key: tuple) -> tuple[list[Outputs], list]:
         """One batched run of the streams in ``slots`` (``key``: the batch's size and feed shapes): each

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import onnxruntime as ort
 from ..errors import OrtStateError, PoolFullError, RunError, StateError
 from ..runtime import LoadedModel
 from ..runtime.source import read_source
-from .batch import BatchRunner
+from .batch import BatchRunner, Groups
 from .feeds import check_feeds, check_not_empty, quick_feeds
 from .kv_model import wants_kv_pool
 from .layout import load_pool_model
@@ -176,7 +175,7 @@ class StreamPool:
             StateError: not one value per variable, each of one stream's shape.
             PoolFullError: every slot is taken.
         """
-        self._check_values(values)
+        self._states.check_values(values)
         with self._lock:
             slot = self._take_slot("restore a stream")
             self._states.write(slot, values)
@@ -184,20 +183,11 @@ class StreamPool:
 
     def put(self, sid: int, values: Sequence[np.ndarray | None]) -> None:
         """Set stream ``sid``'s variables to ``values`` (as :meth:`restore` takes them)."""
-        self._check_values(values)
+        self._states.check_values(values)
         with self._lock:
             if sid in self._parked:
                 self._resume(sid)
             self._states.write(self._slot_of(sid), values)
-
-    def _check_values(self, values: Sequence[np.ndarray | None]) -> None:
-        specs = self.layout.states
-        if len(values) != len(specs) or any(
-            v is not None and (not isinstance(v, np.ndarray) or v.shape != s.shape) for v, s in zip(values, specs)
-        ):
-            raise StateError(
-                f"a stream's values are one per variable of the pool ({len(specs)}), of one stream's shape"
-            )
 
     def park(self, sid: int) -> None:
         """Move stream ``sid``'s state to a file in ``park_dir`` and free its slot; its next step (or
@@ -289,7 +279,7 @@ class StreamPool:
         """:meth:`step` the general way: each stream's feeds checked, one run per distinct shape; a
         step of one run that went through bound buffers is planned for its next time."""
         failed: dict[int, OrtStateError] = {}
-        groups: dict[tuple, list[tuple[int, list[np.ndarray]]]] = {}
+        groups: Groups = {}
         for sid, given in feeds.items():
             try:
                 self._known(sid)
@@ -305,23 +295,7 @@ class StreamPool:
                 continue
             shared = tuple(a.tobytes() for a, s in zip(arrays, self.layout.inputs) if s.axis is None)
             groups.setdefault((tuple(a.shape for a in arrays), shared), []).append((sid, arrays))
-        results: dict[int, Any] = {}
-        staged = []
-        # runs of one batch shape in one step (their shared values differ) write the same bound buffers
-        keys = Counter((len(part), shapes) for (shapes, _), part in groups.items())
-        for (shapes, _), part in groups.items():
-            slots = np.fromiter((self._slot[sid] for sid, _ in part), np.intp, len(part))
-            try:
-                outs, states = self._batches.run(slots, [a for _, a in part], (len(part), shapes))
-            except RunError as exc:
-                if raising:
-                    raise RunError(f"streams {', '.join(str(s) for s, _ in part)}: {exc}") from None
-                failed.update((sid, exc) for sid, _ in part)
-                continue
-            if keys[len(part), shapes] > 1:
-                states = [s.copy() for s in states]
-            staged.append((slots, states))
-            results.update(zip((sid for sid, _ in part), outs))
+        results, staged = self._batches.run_groups(groups, self._slot.__getitem__, raising, failed)
         for slots, states in staged:
             self._states.scatter(slots, states)
             self._last[slots] = time.monotonic()

@@ -40,6 +40,16 @@ class SlotStates:
         """Each state's index up to its batch axis (``[:, :]`` for axis 2): ``(*lead, rows)`` picks rows."""
         return self._leads
 
+    def check_values(self, values: Sequence[np.ndarray | None]) -> None:
+        """Raise StateError unless ``values`` are one per variable, each of one stream's shape (or None)."""
+        specs = self.specs
+        if len(values) != len(specs) or any(
+            v is not None and (not isinstance(v, np.ndarray) or v.shape != s.shape) for v, s in zip(values, specs)
+        ):
+            raise StateError(
+                f"a stream's values are one per variable of the pool ({len(specs)}), of one stream's shape"
+            )
+
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays)
