@@ -97,6 +97,14 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=os.environ.get(TOKEN_VARIABLE),
         help=f"the bearer token every request needs (default ${TOKEN_VARIABLE}, if set)",
     )
+    _add_limits(p)
+    _add_state(p)
+    p.add_argument("--threads", type=int, default=1, metavar="T", help="ONNX Runtime intra-op threads (default 1)")
+    _add_ray_and_bench(p)
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    """How many streams, how they batch, how large a message."""
     p.add_argument(
         "--max-streams", type=int, default=1024, metavar="N", help="open streams (LLM: requests) at most (default 1024)"
     )
@@ -120,6 +128,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="largest step message or LLM request body (default 1 MiB)",
     )
+
+
+def _add_state(p: argparse.ArgumentParser) -> None:
+    """Where streams and conversations are parked, and what is logged there."""
     p.add_argument(
         "--state-dir", metavar="DIR", help="park streams (LLM: conversations) there, and resume them after a restart"
     )
@@ -141,7 +153,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="park streams idle for S seconds (default: never; needs --state-dir)",
     )
-    p.add_argument("--threads", type=int, default=1, metavar="T", help="ONNX Runtime intra-op threads (default 1)")
+
+
+def _add_ray_and_bench(p: argparse.ArgumentParser) -> None:
+    """Serving on Ray Serve, and driving a running server (``--bench``)."""
     p.add_argument("--ray", action="store_true", help="serve on Ray Serve, --replicas replicas (needs --state-dir)")
     p.add_argument("--replicas", type=int, default=2, metavar="R", help="--ray: replicas (default 2)")
     p.add_argument(
@@ -206,7 +221,11 @@ def run(args: argparse.Namespace) -> int:
     path = model_path(args.model)  # a folder of one stream model names it
     if args.ray:
         return _ray(args, path)
+    return _serve_here(args, path)
 
+
+def _serve_here(args: argparse.Namespace, path: Path) -> int:
+    """Serve ``path`` in this process until SIGTERM or Ctrl-C."""
     from ..serve import server
     from ..serve.auth import check_exposure
     from ..serve.config import ServeConfig

@@ -4,11 +4,16 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ServeError, UsageError
 from .command import EXIT_OK
+
+if TYPE_CHECKING:
+    from ..serve.llm_service import LlmService
 
 __all__ = ["EXIT_STREAMS_LOST", "LLM_HELP", "serve_llm"]
 
@@ -66,8 +71,32 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     except ServeError as exc:
         raise UsageError(str(exc)) from None
     slots = args.max_batch or min(64, args.max_streams)
+    service, app = _build(args, folder, slots, sock)
     try:
-        service, app = server.build_llm(
+        settings = server.config(app, DEFAULT_MAX_MESSAGE_BYTES, args.max_streams, args.token)
+    except ServeError as exc:  # too few open files
+        sock.close()
+        service.release()
+        raise UsageError(str(exc)) from None
+    url = server.url_of(sock)
+
+    def ready() -> None:
+        print(
+            f"ortstate serve: {folder} as model '{service.model_id}' on {url} (OpenAI API at /v1, {slots} "
+            "requests generating at once; SIGTERM or Ctrl-C stops it)",
+            flush=True,
+        )
+
+    server.serve_forever(app, service, sock, settings, ready)
+    return _stopped(args, service)
+
+
+def _build(args: argparse.Namespace, folder: Path, slots: int, sock: socket.socket) -> tuple[LlmService, Any]:
+    """The LLM service and its app (``sock`` is closed if they cannot be made)."""
+    from ..serve import server
+
+    try:
+        return server.build_llm(
             folder,
             args.max_streams,
             slots,
@@ -85,22 +114,10 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     except BaseException:
         sock.close()
         raise
-    try:
-        settings = server.config(app, DEFAULT_MAX_MESSAGE_BYTES, args.max_streams, args.token)
-    except ServeError as exc:  # too few open files
-        sock.close()
-        service.release()
-        raise UsageError(str(exc)) from None
-    url = server.url_of(sock)
 
-    def ready() -> None:
-        print(
-            f"ortstate serve: {folder} as model '{service.model_id}' on {url} (OpenAI API at /v1, {slots} "
-            "requests generating at once; SIGTERM or Ctrl-C stops it)",
-            flush=True,
-        )
 
-    server.serve_forever(app, service, sock, settings, ready)
+def _stopped(args: argparse.Namespace, service: LlmService) -> int:
+    """Say the server stopped, and where its conversations were parked; the exit status."""
     parked = service.conversations.parked
     print(
         f"ortstate serve: stopped; {parked} conversations parked in {args.state_dir}"

@@ -108,27 +108,7 @@ def genai_config(
     """
     context = context_length(config, context)
     model_type = config.get("model_type")
-    decoder: dict[str, Any] = {
-        "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
-        "filename": filename,
-        "head_size": cache.head_size,
-        "num_hidden_layers": cache.layers,
-        "num_key_value_heads": cache.kv_heads,
-        "inputs": {
-            **{name: name for name in ("input_ids", "attention_mask", "position_ids") if name in inputs},
-            "past_key_names": PAST_NAME.replace("%s", "key"),
-            "past_value_names": PAST_NAME.replace("%s", "value"),
-        },
-        "outputs": {
-            "logits": "logits",
-            "present_key_names": PRESENT_NAME.replace("%s", "key"),
-            "present_value_names": PRESENT_NAME.replace("%s", "value"),
-        },
-    }
-    for key, names in (("hidden_size", _HIDDEN_KEYS), ("num_attention_heads", _HEADS_KEYS)):
-        value = _first_int(config, names)
-        if value is not None:
-            decoder[key] = value
+    decoder = _decoder(config, cache, filename, inputs)
     eos = _token_ids(generation, config, "eos_token_id")
     if not eos:
         raise ExportError(
@@ -152,6 +132,32 @@ def genai_config(
     search = _search(generation, context)
     search["past_present_share_buffer"] = cache.shares_buffer
     return {"model": model, "search": search}
+
+
+def _decoder(config: Mapping[str, Any], cache: KvCache, filename: str, inputs: tuple[str, ...]) -> dict[str, Any]:
+    """genai's decoder section: the file, the cache's geometry, the graph's input and output names."""
+    decoder: dict[str, Any] = {
+        "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+        "filename": filename,
+        "head_size": cache.head_size,
+        "num_hidden_layers": cache.layers,
+        "num_key_value_heads": cache.kv_heads,
+        "inputs": {
+            **{name: name for name in ("input_ids", "attention_mask", "position_ids") if name in inputs},
+            "past_key_names": PAST_NAME.replace("%s", "key"),
+            "past_value_names": PAST_NAME.replace("%s", "value"),
+        },
+        "outputs": {
+            "logits": "logits",
+            "present_key_names": PRESENT_NAME.replace("%s", "key"),
+            "present_value_names": PRESENT_NAME.replace("%s", "value"),
+        },
+    }
+    for key, names in (("hidden_size", _HIDDEN_KEYS), ("num_attention_heads", _HEADS_KEYS)):
+        value = _first_int(config, names)
+        if value is not None:
+            decoder[key] = value
+    return decoder
 
 
 def _search(generation: Mapping[str, Any], context: int) -> dict[str, Any]:

@@ -15,25 +15,19 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
-from ..convert import build
-from ..convert.context import ConvertOptions
-from ..decoders import FeedRules, find_model_files, read_config
-from ..decoders.ir_inputs import cache_position_window
+from ..decoders import FeedRules
 from ..errors import GenerationError, StateError
-from ..ir import read_ir
-from ..runtime.options import quiet_session_options
-from ..runtime.source import Source
-from ..streams.kv_pool import DEFAULT_MAX_CONTEXT, KvPool
+from ..streams.kv_pool import KvPool
 from .engine import END, Engine, Request, Scored
-from .options import SearchOptions, file_defaults
+from .options import SearchOptions
+from .outbox import Outbox
+from .pooled_decoder import pool_decoder
 from .prompts import check_prompts
-from .session_inputs import input_specs
 from .stopping import StopCriteria
 
 __all__ = ["ContinuousBatcher", "KeptStream"]
@@ -92,7 +86,7 @@ class ContinuousBatcher:
         self.eos_token_ids = tuple(eos_token_ids)
         self.vocab_size = vocab_size
         self._engine = Engine(pool, rules, max_num_batched_tokens)
-        self._outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Outbox] = weakref.WeakKeyDictionary()
+        self._outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbox] = weakref.WeakKeyDictionary()
         self._outboxes_lock = threading.Lock()
 
     @classmethod
@@ -126,38 +120,22 @@ class ContinuousBatcher:
         Raises:
             GenerationError, and any conversion or pool error (all ``OrtStateError``).
         """
-        files = find_model_files(model_dir)
-        if files.encoder or files.embeddings:
-            raise GenerationError(f"{files.folder}: ContinuousBatcher takes decoder-only LLMs (token ids in)")
-        config = read_config(files.folder)
-        defaults = file_defaults(dict(config.search_defaults))
-        graph = read_ir(files.decoder)  # what it tells about feeding it (its weights are not read)
-        window = cache_position_window(graph)
-        if model is not None:
-            if int8_activations:
-                raise GenerationError("int8_activations is chosen when converting: convert the model with it instead")
-            source: Any = model
-        else:
-            built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
-            source = Source(built.model, str(files.decoder), built.arrays, converted=True)
-            del built
-        del graph
-        options = sess_options
-        if options is None and threads is not None:
-            options = quiet_session_options()
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-        context = max_context or _config_context(files.folder) or DEFAULT_MAX_CONTEXT
-        pool = KvPool(source, slots, kv_cache_bytes=kv_cache_bytes, max_context=context, sess_options=options)
-        rules = FeedRules.for_model(input_specs(pool.inputs), config, window=window)
-        logits = next((o for o in pool.loaded.outputs if o.name == "logits"), None)
-        vocab = logits.shape[-1] if logits is not None and logits.shape else None
+        pooled = pool_decoder(
+            model_dir,
+            slots=slots,
+            kv_cache_bytes=kv_cache_bytes,
+            max_context=max_context,
+            threads=threads,
+            int8_activations=int8_activations,
+            sess_options=sess_options,
+            model=model,
+        )
         return cls(
-            pool,
-            rules,
-            search_defaults=defaults,
-            eos_token_ids=config.eos_token_ids,
-            vocab_size=vocab if isinstance(vocab, int) else None,
+            pooled.pool,
+            pooled.rules,
+            search_defaults=pooled.search_defaults,
+            eos_token_ids=pooled.eos_token_ids,
+            vocab_size=pooled.vocab_size,
             max_num_batched_tokens=max_num_batched_tokens,
         )
 
@@ -221,19 +199,7 @@ class ContinuousBatcher:
         request = self._request(row, max_new_tokens, stop_at_eos, search)
         request.logprobs, request.plain = logprobs, request.plain and logprobs is None
         if kept is not None:
-            if kept.busy:
-                raise GenerationError(f"kept stream {kept.sid} is busy with another generation")
-            request.fed = kept.reuses(row)
-            request.sid, request.keep, request.reset_first = kept.sid, True, request.fed == 0 and bool(kept.tokens)
-            kept.busy = True
-            if request.reset_first:
-                kept.tokens = []
-
-            def ended(r: Request) -> None:  # in the engine's thread: the stream is idle again
-                kept.tokens = (r.prompt + r.tokens)[: self.pool.length(kept.sid)]
-                kept.busy = False
-
-            request.on_end = ended
+            self._continue_kept(request, kept, row)
         loop = asyncio.get_running_loop()
         outbox = self._outbox(loop)
         items: deque[Any] = deque()
@@ -312,12 +278,28 @@ class ContinuousBatcher:
         return self._engine.ticks
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _outbox(self, loop: asyncio.AbstractEventLoop) -> _Outbox:
+    def _outbox(self, loop: asyncio.AbstractEventLoop) -> Outbox:
         with self._outboxes_lock:
             outbox = self._outboxes.get(loop)
             if outbox is None:
-                outbox = self._outboxes[loop] = _Outbox(loop)
+                outbox = self._outboxes[loop] = Outbox(loop)
             return outbox
+
+    def _continue_kept(self, request: Request, kept: KeptStream, row: list[int]) -> None:
+        """Make ``request`` run on ``kept`` (busy until it ends), feeding only what its cache lacks."""
+        if kept.busy:
+            raise GenerationError(f"kept stream {kept.sid} is busy with another generation")
+        request.fed = kept.reuses(row)
+        request.sid, request.keep, request.reset_first = kept.sid, True, request.fed == 0 and bool(kept.tokens)
+        kept.busy = True
+        if request.reset_first:
+            kept.tokens = []
+
+        def ended(r: Request) -> None:  # in the engine's thread: the stream is idle again
+            kept.tokens = (r.prompt + r.tokens)[: self.pool.length(kept.sid)]
+            kept.busy = False
+
+        request.on_end = ended
 
     def _request(self, prompt: list[int], max_new_tokens: int, stop_at_eos: bool, search: dict[str, Any]) -> Request:
         options = SearchOptions.build(self.search_defaults, **search)
@@ -336,66 +318,3 @@ class ContinuousBatcher:
         criteria = StopCriteria(eos, options.stop_token_ids, (), None)
         rng = np.random.default_rng(seed) if seed is not None else None
         return Request(list(prompt), int(max_new_tokens), options, criteria, sink=lambda _: None, rng=rng)
-
-
-class _Outbox:
-    """How the engine's thread hands tokens to the ``stream()`` consumers of one event loop.
-
-    Each request's sink is its consumer's deque's own ``append`` (a C call, no Python frame: the
-    engine hands a tick's tokens over in one loop). Then the engine calls the requests' ``notify``
-    once for all of them (:meth:`wake`): one ``call_soon_threadsafe`` a tick for every stream of the
-    loop, not one a token. Each is a write to the loop's self-pipe, which lets go of the GIL: the
-    woken loop takes it, and the two threads would trade it back and forth all through the tick.
-    On the loop, :meth:`drain` wakes each consumer waiting whose deque has items.
-
-    One thread appends (the engine's) and one pops (the loop's); a deque's appends and pops are
-    atomic, so no lock. The drain clears ``armed`` before it looks, so a wake after it looked
-    schedules the next drain; a consumer looks at its deque before it waits, so items appended
-    before it waits are seen, and those appended after are followed by a wake."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = weakref.ref(loop)  # the batcher's map of outboxes must not keep a loop alive
-        self.armed = False  # a drain is scheduled and has not started
-        # the consumers waiting, by their deque's id: (deque, future)
-        self.waiting: dict[int, tuple[deque[Any], asyncio.Future[None]]] = {}
-
-    def wake(self) -> None:
-        if self.armed:
-            return
-        self.armed = True
-        loop = self.loop()
-        try:
-            if loop is None:
-                raise RuntimeError("the event loop is gone")
-            loop.call_soon_threadsafe(self.drain)
-        except RuntimeError:  # the consumer's event loop is closed: nobody is reading any more
-            self.waiting.clear()
-
-    def drain(self) -> None:
-        self.armed = False
-        ready = [key for key, (items, _) in self.waiting.items() if items]
-        for key in ready:
-            waiter = self.waiting.pop(key)[1]
-            if not waiter.done():
-                waiter.set_result(None)
-
-
-def _config_context(folder: Path) -> int | None:
-    """``max_position_embeddings`` (or ``n_positions``) of the folder's config.json, if it says."""
-    import json
-
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = config.get(key) if isinstance(config, dict) else None
-        if isinstance(value, int) and value > 0:
-            return value
-    text = config.get("text_config") if isinstance(config, dict) else None
-    return _config_context_of(text) if isinstance(text, dict) else None
-
-
-def _config_context_of(config: dict[str, Any]) -> int | None:
-    value = config.get("max_position_embeddings")
-    return value if isinstance(value, int) and value > 0 else None

@@ -27,13 +27,13 @@ from ..decoders import (
 from ..errors import GenerationError
 from ..ir import read_ir
 from ..runtime import StatefulSession
-from .decoding import GenerationRun, Job, beam_search, sample_or_greedy
+from .decoding import GenerationRun, beam_search, sample_or_greedy
 from .encoder_decoder import Encoder, TextEmbedder
+from .job_plan import plan_job
 from .options import SearchOptions, file_defaults
-from .prompts import FirstRow, check_prompts, is_sequence, nested
+from .prompts import FirstRow, is_sequence, nested
 from .session_inputs import input_specs
 from .stepper import Stepper
-from .stopping import StopCriteria
 from .tokenizer import Tokenizer
 
 __all__ = ["GenerationRun", "Generator"]
@@ -289,7 +289,7 @@ class Generator:
         do (refused for a model whose state would take the pad tokens in: see :meth:`padding_problem`).
         A row that stopped is fed the pad token afterwards, masked, and gets no more tokens.
         """
-        job = self._plan(prompts, max_new_tokens, stream, encoder_input, stop_at_eos, keep_logits, reset, search)
+        job = plan_job(self, prompts, max_new_tokens, stream, encoder_input, stop_at_eos, keep_logits, reset, search)
         self.last_run = job.run
         try:
             (beam_search if job.options.beam_search else sample_or_greedy)(self.stepper, job)
@@ -298,59 +298,3 @@ class Generator:
             if callable(end):
                 end()
         return job.run.tokens
-
-    # -- helpers ------------------------------------------------------------------------------------
-    def _plan(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        stream: Callable[[list[int]], None] | None,
-        encoder_input: np.ndarray | None,
-        stop_at_eos: bool,
-        keep_logits: bool,
-        reset: bool,
-        search: dict[str, Any],
-    ) -> Job:
-        """Check a :meth:`generate_batch` request and decide what it feeds and how it picks and stops
-        (running the encoder on ``encoder_input``: nothing else runs before the request is known good)."""
-        if stream is not None and not callable(stream):
-            raise GenerationError(f"stream must be a callable taking the new tokens, got {type(stream).__name__}")
-        options = self.search_options(**search)
-        if options.beam_search and stream is not None:
-            raise GenerationError("beam search cannot stream: its tokens are only known when it ends")
-        held = self._rows.rows if not reset and self._rows.rows > 0 else None
-        rows = check_prompts(prompts, max_new_tokens, vocab_size=self.vocab_size, held_rows=held)
-        self._encoder_context(len(rows), encoder_input, reset)
-        rebuild = options.beam_search and not self.layout.expands_by_beam_idx
-        chunks, fresh, histories = self._rows.first_feed(rows, reset, rebuild=rebuild)
-        seed = options.draw_seed()
-        encoded = self.encoder.last_seconds if (self.encoder and encoder_input is not None) else 0.0
-        run = GenerationRun(max(len(c) for c in chunks), [[] for _ in rows], encoder_seconds=encoded, seed=seed)
-        eos = self.config.eos_token_ids if stop_at_eos else ()
-        tokenizer = self.tokenizer if options.stop_strings else None
-        criteria = StopCriteria(eos, options.stop_token_ids, options.stop_strings, tokenizer)
-        return Job(
-            chunks=chunks,
-            fresh=fresh,
-            histories=histories,
-            max_new_tokens=int(max_new_tokens),
-            options=options,
-            criteria=criteria,
-            run=run,
-            rng=np.random.default_rng(seed) if seed is not None else None,
-            stream=stream,
-            keep_logits=keep_logits,
-            pad=self.config.pad_token_id if self.config.pad_token_id is not None else 0,
-        )
-
-    def _encoder_context(self, rows: int, encoder_input: np.ndarray | None, reset: bool) -> None:
-        """Run the encoder on ``encoder_input`` if given; check an encoder-decoder has an output for ``rows`` rows."""
-        if encoder_input is not None:
-            if not reset:
-                raise GenerationError("encoder_input starts a new generation: it cannot be given with reset=False")
-            self.encode(encoder_input)
-        if self.rules.needs_encoder and self.encoder_output is None:
-            raise GenerationError("an encoder-decoder needs an encoder input (encoder_input=...)")
-        hidden = self.encoder_output
-        if hidden is not None and hidden.shape[0] != rows:
-            raise GenerationError(f"the encoder output has batch {hidden.shape[0]}, the prompts {rows}")

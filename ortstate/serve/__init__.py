@@ -14,7 +14,8 @@ require_extra("serve", "ortstate.serve")  # a clear error, not the first missing
 
 from ..errors import ServeError  # noqa: E402
 from .app import create_app  # noqa: E402
-from .client import AsyncClient, AsyncStream, Client, Stream  # noqa: E402
+from .async_client import AsyncClient, AsyncStream  # noqa: E402
+from .client import Client, Stream  # noqa: E402
 from .llm_app import create_llm_app  # noqa: E402
 from .llm_service import LlmService  # noqa: E402
 from .server import Running, serve_in_thread, serve_llm_in_thread  # noqa: E402

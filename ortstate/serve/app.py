@@ -23,8 +23,9 @@ from starlette.routing import Route
 
 from ..errors import OrtStateError, ServeError
 from .auth import BearerAuth, Receive, Scope, Send
-from .service import ID_PATTERN, StreamService
+from .service import StreamService
 from .sockets import PREFIX, serve_socket
+from .stream_ids import ID_PATTERN
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "create_app"]
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ServeError
-from .client import AsyncClient, AsyncStream
+from .async_client import AsyncClient, AsyncStream
 
 __all__ = ["BenchResult", "feeds_for", "run_bench"]
 

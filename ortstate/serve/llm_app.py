@@ -44,6 +44,19 @@ UNAUTHORIZED = ApiError(
 logger = logging.getLogger("ortstate.serve")
 
 
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    """An :class:`ApiError` as OpenAI's error body."""
+    assert isinstance(exc, ApiError)
+    return JSONResponse(exc.body(), status_code=exc.code)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors (no such route, a method not allowed) as OpenAI's error body."""
+    assert isinstance(exc, HTTPException)
+    error = ApiError(f"{request.method} {request.url.path}: {exc.detail}", exc.status_code)
+    return JSONResponse(error.body(), status_code=exc.status_code)
+
+
 def create_llm_app(
     service: LlmService,
     *,
@@ -76,15 +89,6 @@ def create_llm_app(
     async def chat(request: Request) -> Response:
         return await _answer(service, request, parse_chat, max_body_bytes, chat=True)
 
-    async def api_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ApiError)
-        return JSONResponse(exc.body(), status_code=exc.code)
-
-    async def http_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, HTTPException)
-        error = ApiError(f"{request.method} {request.url.path}: {exc.detail}", exc.status_code)
-        return JSONResponse(error.body(), status_code=exc.status_code)
-
     routes = [
         Route("/v1/models", models),
         Route("/v1/models/{id:path}", model),
@@ -94,8 +98,8 @@ def create_llm_app(
         Route("/v1/chat/completions", chat, methods=["POST"]),
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
-        ApiError: api_error,
-        HTTPException: http_error,
+        ApiError: _api_error,
+        HTTPException: _http_error,
     }
 
     async def park_idle(seconds: float) -> None:

@@ -10,7 +10,8 @@ With ``shared=True`` (servers behind one router, Ray Serve's replicas) the state
 to all of them: a new stream is parked there at once, a stream not in memory is looked for there
 (restored on a miss), and a parked file is claimed by renaming it, so only one server takes it.
 Then only the streams in memory hold slots. Otherwise the directory is this service's alone: it
-holds a lock on it (:mod:`.state_dir`) until :meth:`StreamService.release`.
+holds a lock on it (:mod:`.state_dir`) until :meth:`StreamService.release`. The directory's side
+(the files, the lock, the durable log) is in :mod:`.parked_files`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
-import secrets
 import socket
 import time
 from collections import deque
@@ -29,27 +28,20 @@ from typing import Any
 import numpy as np
 
 from ..errors import OrtStateError, PoolFullError, ServeError
-from ..runtime import numpy_dtype
 from ..streams import StreamPool
-from ..streams.stats import percentiles
 from .journal import Journal, refuse_kv
-from .journal_format import CLOSED, LIVE, PARKED
-from .journal_recovery import recover_orphans, sync_dir
-from .parking import DurableParking, Parking
-from .state_dir import DirLock, open_state_dir
+from .journal_format import CLOSED, LIVE
+from .parked_files import ParkedFiles
+from .stream_ids import new_id
+from .stream_reports import model_report, pool_report
 
-__all__ = ["CLOSE_FULL", "CLOSE_UNKNOWN", "ID_PATTERN", "StreamService", "new_id"]
+__all__ = ["CLOSE_FULL", "CLOSE_UNKNOWN", "StreamService"]
 
-ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{22}")  # secrets.token_urlsafe(16): 128 bits
 CLOSE_UNKNOWN = 4404  # no such stream (never created by a connection)
 CLOSE_FULL = 4503  # no slot for the stream: the server holds --max-streams streams
 CLOSE_BROKEN = 4500  # the stream's parked state cannot be read back
 _KEPT = 4096  # step latencies kept for the percentiles
 logger = logging.getLogger("ortstate.serve")
-
-
-def new_id() -> str:
-    return secrets.token_urlsafe(16)
 
 
 class StreamService:
@@ -80,57 +72,21 @@ class StreamService:
         self._sockets: dict[str, Any] = {}
         self._latencies: deque[float] = deque(maxlen=_KEPT)
         self._steps: dict[str, int] = {}  # steps made since the stream was opened (a journal's, if durable)
-        self.journal: Journal | None = None
-        self._parking = Parking(pool)
-        self._orphans_at = 0.0
         self.steps = 0
         self.errors = 0
         self.draining = False  # shutting down: no new message is taken
         self.in_flight = 0  # messages taken and not yet answered
         self.lost: dict[str, str] = {}  # streams park_all could not park: why
-        self._dir_lock: DirLock | None = None
+        self.files: ParkedFiles | None = None
         if self.state_dir is not None:
-            self._dir_lock, found = open_state_dir(self.state_dir, self.name.replace(":", "-"), shared)
-            if durable:
-                try:
-                    self._start_durable()
-                except BaseException:
-                    self.release()
-                    raise
-                found = [p.stem for p in self.state_dir.glob(f"*{self._parking.suffix}")]
-            if not shared:
-                self._parked.update(s for s in found if ID_PATTERN.fullmatch(s))
-
-    def _start_durable(self) -> None:
-        """Log to a folder of this server's own; turn the logs of servers that died into parked
-        streams (:mod:`.journal_recovery`)."""
-        assert self.state_dir is not None
-        server = self.name.replace(":", "-")
-        self.journal = Journal(self.state_dir, server, self.pool)
-        self._parking = DurableParking(self.pool, self.journal, server)
-        self._recover_orphans(force=True)
-        self.journal.start()
-        self.pool.loop.on_commit = self.journal.commit
-
-    def _recover_orphans(self, force: bool = False) -> None:
-        """Parked files from the logs of servers that died (at most once a second unless ``force``:
-        a server sharing the directory looks on every miss)."""
-        assert self.state_dir is not None
-        if not force and time.monotonic() - self._orphans_at < 1.0:
-            return
-        self._orphans_at = time.monotonic()
-        found = recover_orphans(self.state_dir)
-        if not self.shared:
-            self._parked.update(found)
+            self.files = ParkedFiles(pool, self.state_dir, self.name.replace(":", "-"), shared=shared, durable=durable)
+            self._parked.update(self.files.found)
+        self.journal: Journal | None = None if self.files is None else self.files.journal
 
     def release(self) -> None:
         """Let go of the state directory (another server may take it): once the server has stopped."""
-        if self.journal is not None:
-            assert self.state_dir is not None
-            sync_dir(self.state_dir)  # the parked files published: then the log may go
-            self.journal.close(remove=not self._sid)
-        if self._dir_lock is not None:
-            self._dir_lock.release()
+        if self.files is not None:
+            self.files.release(remove_log=not self._sid)
 
     # -- streams ----------------------------------------------------------------------------------
     @property
@@ -173,16 +129,17 @@ class StreamService:
             return True
         if not self.shared:
             return False
-        if not self._file(stream).is_file() and self.journal is not None:
-            self._recover_orphans()  # its server may have died: its log says
-        return self._file(stream).is_file()
+        assert self.files is not None  # shared: there is a state directory
+        if not self.files.file(stream).is_file() and self.journal is not None:
+            self.files.recover_orphans()  # its server may have died: its log says
+        return self.files.file(stream).is_file()
 
     def steps_of(self, stream: str) -> int | None:
         """How many steps ``stream`` has made since it was opened; None where that is not known
         here (a server sharing its streams, after another held it; a restart without ``--durable``)."""
         steps = self._steps.get(stream)
-        if steps is None and stream not in self._sid and self.state_dir is not None:
-            steps = self._parking.steps(self._file(stream))
+        if steps is None and stream not in self._sid and self.files is not None:
+            steps = self.files.parking.steps(self.files.file(stream))
         return steps
 
     async def last(self, stream: str) -> dict[str, np.ndarray]:
@@ -268,7 +225,7 @@ class StreamService:
     async def park(self, stream: str) -> bool:
         """Move ``stream``'s state to its file in the state directory and free its pool row;
         False without a state directory or when it is not in memory."""
-        if self.state_dir is None:
+        if self.files is None:
             return False
         async with self._lock(stream):
             if stream not in self._sid:
@@ -277,23 +234,15 @@ class StreamService:
             return True
 
     async def _park_now(self, stream: str) -> None:
+        assert self.files is not None
         sid = self._sid[stream]
-        written = await self.pool.call(self._park, stream, sid, sid=sid)
+        written = await self.pool.call(self.files.save, stream, sid, sid=sid)
         del self._sid[stream]
-        self._parking.publish(written, self._file(stream))
+        self.files.parking.publish(written, self.files.file(stream))
         if self.shared:
             self._steps.pop(stream, None)  # another server may step it now
         else:
             self._parked.add(stream)
-
-    def _park(self, stream: str, sid: int) -> Path:
-        """(In the pool's thread.) Save ``sid`` for ``stream``'s file and free its row; where it
-        was written (published once the park is logged)."""
-        written = self._parking.save(stream, sid, self._file(stream))
-        self.pool.close(sid)
-        if self.journal is not None:
-            self.journal.note(stream, PARKED, sid)
-        return written
 
     async def park_idle(self, seconds: float) -> list[str]:
         """Park the streams in memory that have not stepped for ``seconds`` and are not stepping."""
@@ -333,10 +282,11 @@ class StreamService:
         claimed = self._claim(stream) if stream in self._parked or self.shared else None
         if claimed is None:
             raise ServeError("no such stream (closed, or never opened here)", CLOSE_UNKNOWN)
+        assert self.files is not None
         try:
-            sid, steps = await self.pool.call(self._parking.load, stream, claimed)
+            sid, steps = await self.pool.call(self.files.parking.load, stream, claimed)
         except OrtStateError as exc:
-            claimed.rename(self._file(stream))  # not taken: it stays parked
+            claimed.rename(self.files.file(stream))  # not taken: it stays parked
             if isinstance(exc, PoolFullError):
                 raise ServeError(self._full_message(len(self._sid)), CLOSE_FULL) from None
             raise ServeError(f"the stream's parked state cannot be read back: {exc}", CLOSE_BROKEN) from None
@@ -349,20 +299,8 @@ class StreamService:
         return sid
 
     def _claim(self, stream: str) -> Path | None:
-        """Take ``stream``'s parked file for this server (renamed: another server sharing the
-        directory finds it gone); None if there is none."""
-        if self.state_dir is None:
-            return None
-        claimed = self._file(stream).with_name(f"{stream}{self._parking.suffix}.claimed-{self.name.replace(':', '-')}")
-        try:
-            self._file(stream).rename(claimed)
-        except FileNotFoundError:
-            return None
-        return claimed
-
-    def _file(self, stream: str) -> Path:
-        assert self.state_dir is not None
-        return self.state_dir / f"{stream}{self._parking.suffix}"
+        """``stream``'s parked file, taken for this server; None if there is none."""
+        return None if self.files is None else self.files.claim(stream)
 
     def _lock(self, stream: str) -> asyncio.Lock:
         lock = self._locks.get(stream)
@@ -391,9 +329,7 @@ class StreamService:
 
     # -- reports ----------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        pool = self.pool.stats()
-        step = percentiles(self._latencies)
-        parked = len(self._parked) if not self.shared else self._count_parked()
+        parked = len(self._parked) if self.files is None or not self.shared else self.files.count()
         return {
             "streams_open": len(self._sid) + parked,
             "streams_parked": parked,
@@ -403,31 +339,9 @@ class StreamService:
             "server": self.name,
             "steps": self.steps,
             "errors": self.errors,
-            "step_p50_ms": round(step[0] * 1e3, 3),
-            "step_p99_ms": round(step[1] * 1e3, 3),
-            "runs": pool.runs,
-            "mean_batch": round(pool.mean_batch, 3),
-            "max_batch": pool.max_batch,
-            "run_p50_ms": round(pool.run_p50 * 1e3, 3),
-            "run_p99_ms": round(pool.run_p99 * 1e3, 3),
-            "tick_p50_ms": round(pool.tick_p50 * 1e3, 3),
-            "tick_p99_ms": round(pool.tick_p99 * 1e3, 3),
+            **pool_report(self.pool, self._latencies),
         }
-
-    def _count_parked(self) -> int:
-        assert self.state_dir is not None
-        return sum(1 for p in self.state_dir.glob(f"*{self._parking.suffix}") if ID_PATTERN.fullmatch(p.stem))
 
     def model(self) -> dict[str, Any]:
-        """The model as one stream feeds it: inputs (1 along the batch axis, null: any size),
-        outputs and variables."""
-        layout, loaded = self.pool.layout, self.pool.loaded
-        types = {o.name: numpy_dtype(o.type) for o in loaded.outputs}
-        return {
-            "inputs": [{"name": i.name, "dtype": i.dtype.name, "shape": list(i.dims)} for i in layout.inputs],
-            "outputs": [
-                {"name": n, "dtype": getattr(types.get(n), "name", None), "batch_axis": a}
-                for n, a in layout.outputs.items()
-            ],
-            "variables": [{"id": s.var.id, "dtype": s.dtype.name, "shape": list(s.shape)} for s in layout.states],
-        }
+        """The model as one stream feeds it (:func:`~.stream_reports.model_report`)."""
+        return model_report(self.pool)

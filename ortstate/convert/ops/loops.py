@@ -165,22 +165,7 @@ def _write_body(
     iteration, cond_in = b.names.fresh(f"{layer.name}/iteration"), b.names.fresh(f"{layer.name}/cond")
     sub.add_input(iteration, TensorProto.INT64, [])
     sub.add_input(cond_in, TensorProto.BOOL, [])
-    params: dict[int, str] = {}
-    initial: list[str] = []
-    carried: list[int] = []
-    for index, param, result in plan.merged:
-        params[param] = b.names.fresh(f"{body.layers[param].name}/carried")
-        sub.add_input(params[param], node.onnx_input_type(index), None)
-        initial.append(node.inputs[index])
-        carried.append(result)
-    for result, rule in plan.outputs:
-        if rule is None and result not in carried:
-            res = body.layers[result]
-            elem = _result_onnx_type(node, res)
-            sub.add_input(b.names.fresh(f"{res.name}/slot"), elem, None)
-            empty = np.zeros([0] * len(res.inputs[0].shape.dims or ()), numpy_type(elem))
-            initial.append(b.const(empty, hint=f"{res.name}/empty"))
-            carried.append(result)
+    params, initial, carried = _carried_inputs(node, ctx, plan, sub)
     variables = body_variables(body)
     scope = None
     if variables:
@@ -198,7 +183,49 @@ def _write_body(
     if plan.current_iteration is not None:
         params[plan.current_iteration] = _iteration_value(sub, body.layers[plan.current_iteration], iteration)
     values = translate_body(body, sub, params, scope, ctx.options)
+    scans = _write_outputs(node, plan, sub, values, cond_in, carried, variables, scope)
+    return sub.graph(), initial, carried, variables, scans
 
+
+def _carried_inputs(
+    node: Node, ctx: Context, plan: _Plan, sub: GraphBuilder
+) -> tuple[dict[int, str], list[str], list[int]]:
+    """The body's carried inputs (the merged Parameters, then a slot for each concatenated-last
+    Result not merged): the Parameters' values in the body, the carried initial values, and the body
+    Result ids carried."""
+    body, b = _body(node), ctx.b
+    params: dict[int, str] = {}
+    initial: list[str] = []
+    carried: list[int] = []
+    for index, param, result in plan.merged:
+        params[param] = b.names.fresh(f"{body.layers[param].name}/carried")
+        sub.add_input(params[param], node.onnx_input_type(index), None)
+        initial.append(node.inputs[index])
+        carried.append(result)
+    for result, rule in plan.outputs:
+        if rule is None and result not in carried:
+            res = body.layers[result]
+            elem = _result_onnx_type(node, res)
+            sub.add_input(b.names.fresh(f"{res.name}/slot"), elem, None)
+            empty = np.zeros([0] * len(res.inputs[0].shape.dims or ()), numpy_type(elem))
+            initial.append(b.const(empty, hint=f"{res.name}/empty"))
+            carried.append(result)
+    return params, initial, carried
+
+
+def _write_outputs(
+    node: Node,
+    plan: _Plan,
+    sub: GraphBuilder,
+    values: dict[int, str],
+    cond_in: str,
+    carried: list[int],
+    variables: list[str],
+    scope: BodyScope | None,
+) -> list[int]:
+    """The body's outputs in ONNX order (condition, carried Results, variables, scanned Results);
+    the body Result ids scanned."""
+    body = _body(node)
     produced = {out for n in sub.nodes for out in n.output}
     used: set[str] = set()
 
@@ -228,7 +255,7 @@ def _write_body(
         sub.add_output(own(scope.end[var_id]), onnx_type(scope.variable(var_id).etype), None)
     for result in scans:
         sub.add_output(own(values[result]), _result_onnx_type(node, body.layers[result]), None)
-    return sub.graph(), initial, carried, variables, scans
+    return scans
 
 
 def _iteration_value(sub: GraphBuilder, param: Layer, iteration: str) -> str:

@@ -1,0 +1,113 @@
+"""A decoder-only LLM folder's decoder in a :class:`~ortstate.streams.kv_pool.KvPool`, for
+:meth:`~.continuous.ContinuousBatcher.from_dir`: converted here (or loaded as converted before),
+with its feeding rules, its search defaults, its eos tokens, its vocabulary and the context its
+config allows."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+
+from ..convert import build
+from ..convert.context import ConvertOptions
+from ..decoders import FeedRules, ModelFiles, find_model_files, read_config
+from ..decoders.ir_inputs import cache_position_window
+from ..errors import GenerationError
+from ..ir import read_ir
+from ..runtime.options import quiet_session_options
+from ..runtime.source import Source
+from ..streams.kv_pool import DEFAULT_MAX_CONTEXT, KvPool
+from .options import file_defaults
+from .session_inputs import input_specs
+
+__all__ = ["PooledDecoder", "pool_decoder"]
+
+
+@dataclass
+class PooledDecoder:
+    """What :func:`pool_decoder` makes of a folder: the pool and how to generate on it."""
+
+    pool: KvPool
+    rules: FeedRules
+    search_defaults: dict[str, Any]
+    eos_token_ids: Sequence[int]
+    vocab_size: int | None
+
+
+def pool_decoder(
+    model_dir: str | os.PathLike[str],
+    *,
+    slots: int,
+    kv_cache_bytes: int | None,
+    max_context: int | None,
+    threads: int | None,
+    int8_activations: bool,
+    sess_options: ort.SessionOptions | None,
+    model: str | os.PathLike[str] | None,
+) -> PooledDecoder:
+    """The folder's decoder pooled (the arguments as :meth:`~.continuous.ContinuousBatcher.from_dir`'s).
+
+    Raises:
+        GenerationError, and any conversion or pool error (all ``OrtStateError``).
+    """
+    files = find_model_files(model_dir)
+    if files.encoder or files.embeddings:
+        raise GenerationError(f"{files.folder}: ContinuousBatcher takes decoder-only LLMs (token ids in)")
+    config = read_config(files.folder)
+    defaults = file_defaults(dict(config.search_defaults))
+    graph = read_ir(files.decoder)  # what it tells about feeding it (its weights are not read)
+    window = cache_position_window(graph)
+    source = _decoder_source(files, graph, model, int8_activations)
+    del graph
+    options = _session_options(sess_options, threads)
+    context = max_context or _config_context(files.folder) or DEFAULT_MAX_CONTEXT
+    pool = KvPool(source, slots, kv_cache_bytes=kv_cache_bytes, max_context=context, sess_options=options)
+    rules = FeedRules.for_model(input_specs(pool.inputs), config, window=window)
+    logits = next((o for o in pool.loaded.outputs if o.name == "logits"), None)
+    vocab = logits.shape[-1] if logits is not None and logits.shape else None
+    return PooledDecoder(pool, rules, defaults, config.eos_token_ids, vocab if isinstance(vocab, int) else None)
+
+
+def _decoder_source(files: ModelFiles, graph: Any, model: str | os.PathLike[str] | None, int8_activations: bool) -> Any:
+    """What the pool loads: ``model`` (converted before), else the folder's decoder converted here."""
+    if model is not None:
+        if int8_activations:
+            raise GenerationError("int8_activations is chosen when converting: convert the model with it instead")
+        return model
+    built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
+    return Source(built.model, str(files.decoder), built.arrays, converted=True)
+
+
+def _session_options(sess_options: ort.SessionOptions | None, threads: int | None) -> ort.SessionOptions | None:
+    """``sess_options``, else ONNX Runtime's quiet options on ``threads`` intra-op threads if given."""
+    options = sess_options
+    if options is None and threads is not None:
+        options = quiet_session_options()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return options
+
+
+def _config_context(folder: Path) -> int | None:
+    """``max_position_embeddings`` (or ``n_positions``) of the folder's config.json, if it says."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = config.get(key) if isinstance(config, dict) else None
+        if isinstance(value, int) and value > 0:
+            return value
+    text = config.get("text_config") if isinstance(config, dict) else None
+    return _config_context_of(text) if isinstance(text, dict) else None
+
+
+def _config_context_of(config: dict[str, Any]) -> int | None:
+    value = config.get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None
