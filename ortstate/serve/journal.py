@@ -99,6 +99,11 @@ class Journal:
         """What ``stream``'s parked file holds: the whole stream (pool stream ``sid``)."""
         return Record(LIVE, stream, self.steps.get(stream, 0), self.pool.values(sid), self.last(stream)).encode()
 
+    def keep(self, stream: str, sid: int) -> None:
+        """``stream`` is pool stream ``sid`` again, its steps counted on (a park whose record could
+        not be written)."""
+        self._stream[sid] = stream
+
     def note(self, stream: str, kind: int, sid: int | None = None) -> None:
         """Log ``stream`` as it is now: LIVE (pool stream ``sid``: opened, reset or resumed), PARKED
         (in its file; its pool stream closed) or CLOSED. Written by the round's :meth:`commit`."""

@@ -76,14 +76,35 @@ class ParkedFiles:
         if self._dir_lock is not None:
             self._dir_lock.release()
 
+    async def park(self, stream: str, sid: int) -> Path:
+        """Write pool stream ``sid`` for ``stream``'s file, log the park, then close the pool
+        stream; where it was written (to publish). If the file or the log record cannot be written
+        (a full disk) it raises and ``stream`` stays in memory as it was, logged as before."""
+        try:
+            written = await self.pool.call(self.save, stream, sid, sid=sid)
+        except BaseException:
+            await self.pool.call(self.unsave, stream, sid, sid=sid)
+            raise
+        await self.pool.call(self.pool.close, sid, sid=sid)
+        return written
+
     def save(self, stream: str, sid: int) -> Path:
-        """(In the pool's thread.) Save pool stream ``sid`` for ``stream``'s file and free its row;
-        where it was written (published once the park is logged)."""
+        """(In the pool's thread.) Save pool stream ``sid`` for ``stream``'s file, the park logged
+        with the round; where it was written (published once the park is logged). The pool stream
+        stays open: it is closed once the log holds the park (:meth:`unsave` if it could not)."""
         written = self.parking.save(stream, sid, self.file(stream))
-        self.pool.close(sid)
         if self.journal is not None:
             self.journal.note(stream, PARKED, sid)
         return written
+
+    def unsave(self, stream: str, sid: int) -> None:
+        """(In the pool's thread.) A park that failed (its file or its log record not written):
+        ``stream`` stays pool stream ``sid``, logged as before; what was written privately goes."""
+        private = self.parking.private(self.file(stream))
+        if private is not None:
+            private.unlink(missing_ok=True)
+        if self.journal is not None:
+            self.journal.keep(stream, sid)
 
     def file(self, stream: str) -> Path:
         return self.folder / f"{stream}{self.parking.suffix}"

@@ -35,6 +35,10 @@ class Parking:
         self.pool.save(sid, path)
         return path
 
+    def private(self, path: Path) -> Path | None:
+        """Where :meth:`save` writes ``path``'s file before it is published (None: in place)."""
+        return None
+
     def publish(self, written: Path, path: Path) -> None:
         """Make what :meth:`save` wrote ``path``'s file (once the park is logged)."""
 
@@ -61,6 +65,9 @@ class DurableParking(Parking):
         private = path.with_name(f"{path.name}.parking-{self.server}")
         write_bytes(private, self.journal.parked_record(stream, sid))
         return private
+
+    def private(self, path: Path) -> Path | None:
+        return path.with_name(f"{path.name}.parking-{self.server}")
 
     def publish(self, written: Path, path: Path) -> None:
         os.replace(written, path)

@@ -9,9 +9,8 @@ by its id in the state directory: a server started again on that directory finds
 With ``shared=True`` (servers behind one router, Ray Serve's replicas) the state directory belongs
 to all of them: a new stream is parked there at once, a stream not in memory is looked for there
 (restored on a miss), and a parked file is claimed by renaming it, so only one server takes it.
-Then only the streams in memory hold slots. Otherwise the directory is this service's alone: it
-holds a lock on it (:mod:`.state_dir`) until :meth:`StreamService.release`. The directory's side
-(the files, the lock, the durable log) is in :mod:`.parked_files`.
+Then only the streams in memory hold slots. Otherwise the directory is this service's alone, locked
+(:mod:`.state_dir`) until :meth:`StreamService.release`; its files and log: :mod:`.parked_files`.
 """
 
 from __future__ import annotations
@@ -236,7 +235,7 @@ class StreamService:
     async def _park_now(self, stream: str) -> None:
         assert self.files is not None
         sid = self._sid[stream]
-        written = await self.pool.call(self.files.save, stream, sid, sid=sid)
+        written = await self.files.park(stream, sid)
         del self._sid[stream]
         self.files.parking.publish(written, self.files.file(stream))
         if self.shared:

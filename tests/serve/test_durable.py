@@ -192,6 +192,35 @@ def test_a_log_that_cannot_be_written_acknowledges_nothing(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{stream.id}.rec"]
 
 
+def test_a_park_whose_log_cannot_be_written_keeps_the_stream(tmp_path, monkeypatch, caplog):
+    """A full disk while idle streams are parked: the park fails (logged, tried again later) and the
+    stream stays in memory as it was, its steps still logged: its next step is a lone session's."""
+    rng = np.random.default_rng(46)
+    lone = Lone()
+    real = journal_module._write_all
+
+    def full(fd: int, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with running(state_dir=tmp_path, durable=True, idle_park=0.2) as server:
+        stream = Client(server.url).open()
+        fed = [feeds(rng)]
+        monkeypatch.setattr(journal_module, "_write_all", real)
+        assert_same(stream.step(fed[0]), lone.step(fed[0]))
+        monkeypatch.setattr(journal_module, "_write_all", full)
+        with caplog.at_level("WARNING", logger="ortstate.serve"):
+            deadline = time.monotonic() + 10
+            while "cannot park idle streams" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert "No space left on device" in caplog.text
+        assert list(tmp_path.glob("*.parking-*")) == [] and list(tmp_path.glob("*.rec")) == []
+        monkeypatch.setattr(journal_module, "_write_all", real)
+        fed.append(feeds(rng))
+        assert_same(stream.step(fed[1]), lone.step(fed[1]), "after the failed park")
+        assert Client(server.url).where(stream.id)["steps"] == 2
+    _check(_parked(tmp_path, stream.id), fed)  # the log held its steps: parked at the stop
+
+
 def test_compaction_keeps_every_stream(tmp_path):
     """Segments of a few records: the log is compacted again and again in the background, and what
     is recovered from it is each stream's last step."""
