@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (folder / "openvino_model.xml").is_file():
         p.error(f"{folder} has no openvino_model.xml: build it with `python -m benchmarks real-size-build`")
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
-    doc = measure(a) | {"started": started}
+    doc = {"schema": "ortstate.llm-streams-profile/1", "started": started} | measure(a)
     import ortstate
 
     info = machine() | {"ortstate": ortstate_source(ortstate)}
