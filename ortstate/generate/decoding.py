@@ -74,7 +74,7 @@ class Job:
 
     Attributes:
         chunks: the tokens to feed first, one list per prompt (left-padded when their lengths differ).
-        fresh: start from a fresh state (else continue the stepper's rows).
+        from_empty: start from the initial state (else continue the stepper's rows).
         histories: each prompt's tokens once ``chunks`` are fed (for the repetition penalty); the
             loops append to them and hand them to the stepper's rows.
         rng: draws the samples (None: greedy / plain beam search).
@@ -83,7 +83,7 @@ class Job:
     """
 
     chunks: list[list[int]]
-    fresh: bool
+    from_empty: bool
     histories: list[list[int]]
     max_new_tokens: int
     options: SearchOptions
@@ -101,7 +101,7 @@ def sample_or_greedy(stepper: Stepper, job: Job) -> None:
     criteria, rng = job.criteria, job.rng
     stepper.check_padding(chunks)
     state, rows = stepper.rows, len(chunks)
-    if job.fresh:
+    if job.from_empty:
         stepper.start(chunks, np.arange(rows))
     ids, chunk_mask = left_pad(chunks, pad)
     finished = np.zeros(rows, dtype=bool)
@@ -146,7 +146,7 @@ def beam_search(stepper: Stepper, job: Job) -> None:
     state, prompts, beams = stepper.rows, len(chunks), options.num_beams
     expand = stepper.layout.expands_by_beam_idx
     first = list(chunks) if expand else [c for c in chunks for _ in range(beams)]
-    if job.fresh:
+    if job.from_empty:
         stepper.start(first, np.arange(prompts) if expand else np.repeat(np.arange(prompts), beams))
     ids, chunk_mask = left_pad(first, job.pad)
     beam_histories = [list(histories[p]) for p in range(prompts) for _ in range(beams)]

@@ -43,7 +43,7 @@ def plan_job(
     rows = check_prompts(prompts, max_new_tokens, vocab_size=generator.vocab_size, held_rows=held)
     _encoder_context(generator, len(rows), encoder_input, reset)
     rebuild = options.beam_search and not generator.layout.expands_by_beam_idx
-    chunks, fresh, histories = generator.stepper.rows.first_feed(rows, reset, rebuild=rebuild)
+    chunks, from_empty, histories = generator.stepper.rows.first_feed(rows, reset, rebuild=rebuild)
     seed = options.draw_seed()
     encoded = generator.encoder.last_seconds if (generator.encoder and encoder_input is not None) else 0.0
     run = GenerationRun(max(len(c) for c in chunks), [[] for _ in rows], encoder_seconds=encoded, seed=seed)
@@ -52,7 +52,7 @@ def plan_job(
     criteria = StopCriteria(eos, options.stop_token_ids, options.stop_strings, tokenizer)
     return Job(
         chunks=chunks,
-        fresh=fresh,
+        from_empty=from_empty,
         histories=histories,
         max_new_tokens=int(max_new_tokens),
         options=options,
