@@ -207,6 +207,11 @@ def _prepare_custom_ops(source: Source, meta: ModelMeta, options: ort.SessionOpt
     return _fetchable(source)
 
 
+# ONNX Runtime's schema check of an attribute it does not have (a contrib op's newer attribute)
+_UNKNOWN_ATTRIBUTE = re.compile(r"Unrecognized attribute: (\S+) for operator (\S+)")
+_ORT_DOMAIN = "com.microsoft"  # ONNX Runtime's contrib ops (GroupQueryAttention, MatMulNBits, ...)
+
+
 def _session(
     source: Source, meta: ModelMeta, options: ort.SessionOptions, providers: Sequence[str] | None
 ) -> ort.InferenceSession:
@@ -220,6 +225,14 @@ def _session(
         # Name the IR it came from: a converted model ORT refuses means that IR is inconsistent.
         converted = f" (converted from {meta.source})" if meta.source else ""
         layer = layer_behind(proto, str(exc))
+        older = _UNKNOWN_ATTRIBUTE.search(str(exc))
+        if older and any(n.op_type == older[2] and n.domain == _ORT_DOMAIN for n in nodes(proto.graph)):
+            # a contrib op's attribute this onnxruntime predates: the model was written for a newer one
+            raise OrtStateError(
+                f"{source.origin}{converted}: {layer}onnxruntime {ort.__version__} does not know attribute "
+                f"'{older[1]}' of operator {older[2]}: the model needs a newer onnxruntime "
+                "(pip install -U onnxruntime; LLMs need Python 3.11+, where its newest wheels are)"
+            ) from None
         raise OrtStateError(f"{source.origin}{converted}: {layer}onnxruntime cannot load the model: {exc}") from None
 
 

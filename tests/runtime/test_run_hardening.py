@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import openvino as ov
 import pytest
@@ -227,3 +228,27 @@ def test_session_options_are_never_changed() -> None:
 
     copy = copy_session_options(options)
     assert copy is not options and copy.intra_op_num_threads == 1
+
+
+@pytest.mark.parametrize(("domain", "said"), [("com.microsoft", "does not know attribute"), ("", "cannot load")])
+def test_a_contrib_op_attribute_this_onnxruntime_lacks_asks_for_a_newer_one(domain, said):
+    """ONNX Runtime's schema check refuses an attribute it does not have: on a contrib op (what the
+    converter writes, e.g. GroupQueryAttention's causal, which onnxruntime 1.23 lacks) the error says
+    to upgrade onnxruntime; on a standard op the model is broken, and the error says so as before."""
+    op = "FusedMatMul" if domain else "MatMul"
+    node = onnx.helper.make_node(op, ["a", "b"], ["y"], domain=domain or None, future_knob=1)
+    graph = onnx.helper.make_graph(
+        [node],
+        "g",
+        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [2, 2]) for n in "ab"],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 2])],
+    )
+    opsets = [onnx.helper.make_opsetid("", 21), onnx.helper.make_opsetid("com.microsoft", 1)]
+    model = onnx.helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    with pytest.raises(ortstate.OrtStateError, match=said) as info:
+        ortstate.StatefulSession(model)
+    if domain:
+        assert f"onnxruntime {ort.__version__} does not know attribute 'future_knob' of operator {op}" in str(
+            info.value
+        )
+        assert "newer onnxruntime" in str(info.value) and "\n" not in str(info.value)
