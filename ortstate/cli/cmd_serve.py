@@ -4,7 +4,6 @@ extra), and ``--bench URL`` to drive a running server."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from ..extras import install_hint, missing_modules
 from .args import model_path
 from .command import EXIT_OK, Command
 from .report import count
-from .serve_llm import EXIT_STREAMS_LOST, LLM_HELP, serve_llm
+from .serve_llm import EXIT_STREAMS_LOST, LLM_HELP, ray_preflight, serve_llm
 
 __all__ = ["COMMAND"]
 
@@ -273,20 +272,10 @@ def _serve_here(args: argparse.Namespace, path: Path) -> int:
 
 
 def _ray(args: argparse.Namespace, path: Path) -> int:
-    if args.state_dir is None:
-        raise UsageError("--ray needs --state-dir: a folder every replica reaches, where streams move between them")
-    _positive(args, "replicas", "handoff")
-    if importlib.util.find_spec("ray") is None:
-        raise UsageError(f"ortstate serve --ray needs Ray Serve: {install_hint('ray')}")
-    from ..serve.auth import check_exposure
+    _positive(args, "handoff")
+    ray_preflight(args, "streams move between them")
     from ..serve.ray_deployment import make_app, serve_on_ray
 
-    try:
-        check_exposure(args.host, args.token)
-        Path(args.state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-    except (ServeError, OSError) as exc:
-        why = str(exc) if isinstance(exc, ServeError) else f"--state-dir {args.state_dir}: {exc.strerror}"
-        raise UsageError(why) from None
     app = make_app(path, args.state_dir, replicas=args.replicas, handoff=args.handoff, **_settings(args))
 
     def ready(url: str) -> None:

@@ -131,28 +131,35 @@ def _stopped(args: argparse.Namespace, service: LlmService) -> int:
     return EXIT_OK
 
 
-def _ray(args: argparse.Namespace, folder: Path) -> int:
-    """Serve the folder on Ray Serve, routed by conversation id, until SIGTERM or Ctrl-C."""
+def ray_preflight(args: argparse.Namespace, what: str) -> None:
+    """What ``--ray`` needs before Ray starts (a state directory every replica reaches, made here;
+    positive ``--replicas``; Ray Serve installed; the token/loopback rule), each said in one line.
+    ``what`` names what moves between replicas through the directory."""
     import importlib.util
 
     from ..extras import install_hint
+    from ..serve.auth import check_exposure
 
     if args.state_dir is None:
-        raise UsageError("--ray needs --state-dir: a folder every replica reaches, where conversations move")
+        raise UsageError(f"--ray needs --state-dir: a folder every replica reaches, where {what}")
     if not args.replicas > 0:
         raise UsageError(f"--replicas must be positive, got {args.replicas}")
     if importlib.util.find_spec("ray") is None:
         raise UsageError(f"ortstate serve --ray needs Ray Serve: {install_hint('ray')}")
-    from ..serve.auth import check_exposure
-    from ..serve.ray_deployment import serve_on_ray
-    from ..serve.ray_llm import make_llm_app, route_by_conversation
-
     try:
         check_exposure(args.host, args.token)
         Path(args.state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
     except (ServeError, OSError) as exc:
         why = str(exc) if isinstance(exc, ServeError) else f"--state-dir {args.state_dir}: {exc.strerror}"
         raise UsageError(why) from None
+
+
+def _ray(args: argparse.Namespace, folder: Path) -> int:
+    """Serve the folder on Ray Serve, routed by conversation id, until SIGTERM or Ctrl-C."""
+    ray_preflight(args, "conversations move")
+    from ..serve.ray_deployment import serve_on_ray
+    from ..serve.ray_llm import make_llm_app, route_by_conversation
+
     slots = args.max_batch or min(64, args.max_streams)
     app = make_llm_app(
         folder,
