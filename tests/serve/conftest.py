@@ -5,13 +5,16 @@ StatefulSession request per stream."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import re
 import selectors
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -154,3 +157,33 @@ def durable_streams_survive(client: Any, seed: int, lose: Any, count: int = 12) 
         assert client.where(streams[k].id)["steps"] == len(got[k])
         streams[k].close()
     return held, after
+
+
+@contextlib.contextmanager
+def ray_on_this_machine(prepare: Callable[[], None] | None = None) -> Iterator[str]:
+    """Ray and Ray Serve's proxy on 127.0.0.1 (its URL), ``prepare()`` run first (what must be set
+    before Ray starts); this process as it was afterwards (``ray.init`` leaves a SIGTERM handler and
+    environment variables behind)."""
+    import ray
+    from ray import serve
+
+    from ortstate.serve.server import bind
+
+    environ, sigterm = dict(os.environ), signal.getsignal(signal.SIGTERM)
+    if prepare is not None:
+        prepare()
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False
+    )
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        signal.signal(signal.SIGTERM, sigterm)
+        os.environ.clear()
+        os.environ.update(environ)

@@ -5,7 +5,6 @@ continues exactly on the replica left."""
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import selectors
@@ -17,15 +16,13 @@ import time
 
 import numpy as np
 import pytest
-import ray
-from conftest import MODEL, Lone, assert_same, durable_streams_survive, feeds
+from conftest import MODEL, Lone, assert_same, durable_streams_survive, feeds, ray_on_this_machine
 from oracle import REPO
 from ray import serve
 
 from ortstate.errors import ServeError
 from ortstate.serve import Client
 from ortstate.serve.ray_deployment import make_app
-from ortstate.serve.server import bind
 
 STREAMS = 12
 
@@ -64,24 +61,9 @@ def test_the_command_parks_every_stream_on_sigterm_and_exits_0(tmp_path):
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """Ray on this machine for the module; this process as it was afterwards (ray.init leaves a
-    SIGTERM handler and environment variables behind)."""
-    environ, sigterm = dict(os.environ), signal.getsignal(signal.SIGTERM)
-    ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False
-    )
-    sock = bind("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    sock.close()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        signal.signal(signal.SIGTERM, sigterm)
-        os.environ.clear()
-        os.environ.update(environ)
+    """Ray on this machine for the module."""
+    with ray_on_this_machine() as url:
+        yield url
 
 
 def _replicas() -> dict:

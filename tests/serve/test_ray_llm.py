@@ -6,7 +6,6 @@ SIGKILLed between turns continues on another exactly as it goes on a server neve
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import selectors
@@ -18,14 +17,13 @@ from typing import Any
 
 import openai
 import pytest
-import ray
+from conftest import ray_on_this_machine
 from oracle import REPO
 from ray import serve
 
 from ortstate.generate import Generator
 from ortstate.serve import serve_llm_in_thread
 from ortstate.serve.ray_llm import make_llm_app, route_by_conversation
-from ortstate.serve.server import bind
 
 FOLDER = REPO / "models" / "llm" / "llama"
 HEADER = "X-Ortstate-Conversation"
@@ -88,25 +86,9 @@ def retried(step: Any, deadline: float) -> Any:
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """Ray on this machine for the module, its proxy routing by the conversation header; this
-    process as it was afterwards (ray.init leaves a SIGTERM handler and environment variables)."""
-    environ, sigterm = dict(os.environ), signal.getsignal(signal.SIGTERM)
-    route_by_conversation()
-    ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False
-    )
-    sock = bind("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    sock.close()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        signal.signal(signal.SIGTERM, sigterm)
-        os.environ.clear()
-        os.environ.update(environ)
+    """Ray on this machine for the module, its proxy routing by the conversation header."""
+    with ray_on_this_machine(route_by_conversation) as url:
+        yield url
 
 
 def test_a_conversation_continues_on_another_replica_after_its_own_is_killed(local_ray, tmp_path, llama):
