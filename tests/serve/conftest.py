@@ -106,6 +106,23 @@ def raw_npy(header: str, version: bytes = b"\x01\x00") -> bytes:
     return b"\x93NUMPY" + version + len(text).to_bytes(2, "little") + text
 
 
+def until_both_servers_take_streams(client: Any, seconds: float = 60.0) -> None:
+    """Wait until streams opened through ``client`` land on two servers: Ray's proxy learns of a
+    replica a moment after Ray Serve reports it running (under load, seconds), and a stream goes to
+    a replica the proxy knows. Probe streams (stepped once: a stream's server is known after its
+    first step) are closed again."""
+    seen, deadline = set(), time.monotonic() + seconds
+    while len(seen) < 2:
+        assert time.monotonic() < deadline, f"the streams went to {seen} only, for {seconds} s"
+        probes = [client.open() for _ in range(6)]
+        for probe in probes:
+            probe.step(feeds(np.random.default_rng(0)))
+            seen.add(client.where(probe.id)["server"])
+            probe.close()
+        if len(seen) < 2:
+            time.sleep(0.5)
+
+
 def durable_streams_survive(client: Any, seed: int, lose: Any, count: int = 12) -> tuple[dict, dict]:
     """``count`` streams of ``client``'s durable servers, spread over two of them, step without pause
     while ``lose(held)`` (``held``: each stream's server) takes a server away; every stream steps at
@@ -113,6 +130,7 @@ def durable_streams_survive(client: Any, seed: int, lose: Any, count: int = 12) 
     made twice) and each server's step count is its client's. Returns the streams' servers before
     and after."""
     rng = np.random.default_rng(seed)
+    until_both_servers_take_streams(client)
     streams = [client.open() for _ in range(count)]
     lones = [Lone() for _ in streams]
     plans: list[list] = [[] for _ in streams]

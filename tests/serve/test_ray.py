@@ -16,7 +16,15 @@ import time
 
 import numpy as np
 import pytest
-from conftest import MODEL, Lone, assert_same, durable_streams_survive, feeds, ray_on_this_machine
+from conftest import (
+    MODEL,
+    Lone,
+    assert_same,
+    durable_streams_survive,
+    feeds,
+    ray_on_this_machine,
+    until_both_servers_take_streams,
+)
 from oracle import REPO
 from ray import serve
 
@@ -75,6 +83,7 @@ def _survive(url: str, tmp_path, rescale, seed: int) -> tuple[set, set]:
     while 12 clients keep stepping; every stream's outputs, before, during and after, are a lone
     StatefulSession's. Returns the replicas that held the streams before and after."""
     rng, client = np.random.default_rng(seed), Client(url)
+    until_both_servers_take_streams(client)
     streams = [client.open() for _ in range(STREAMS)]
     lones = [Lone() for _ in streams]
     plan = [[feeds(rng) for _ in range(300)] for _ in streams]
