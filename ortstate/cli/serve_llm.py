@@ -70,7 +70,7 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
         sock = server.bind(args.host, args.port)
     except ServeError as exc:
         raise UsageError(str(exc)) from None
-    slots = args.max_batch or min(64, args.max_streams)
+    slots = _slots(args)
     service, app = _build(args, folder, slots, sock)
     try:
         settings = server.config(app, DEFAULT_MAX_MESSAGE_BYTES, args.max_streams, args.token)
@@ -91,6 +91,22 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     return _stopped(args, service)
 
 
+def _slots(args: argparse.Namespace) -> int:
+    """Requests decoding at once: --max-batch, else 64 (at most --max-streams)."""
+    return args.max_batch or min(64, args.max_streams)
+
+
+def _service_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The LLM service's settings from the command line, as a server here and a Ray replica take them."""
+    return {
+        "model_name": args.model_name,
+        "threads": args.threads,
+        "max_body_bytes": args.max_message_bytes,
+        "max_conversations": args.max_conversations,
+        "idle_park": args.idle_park,
+    }
+
+
 def _build(args: argparse.Namespace, folder: Path, slots: int, sock: socket.socket) -> tuple[LlmService, Any]:
     """The LLM service and its app (``sock`` is closed if they cannot be made)."""
     from ..serve import server
@@ -101,12 +117,8 @@ def _build(args: argparse.Namespace, folder: Path, slots: int, sock: socket.sock
             args.max_streams,
             slots,
             args.token,
-            model_name=args.model_name,
-            threads=args.threads,
-            max_body_bytes=args.max_message_bytes,
             state_dir=args.state_dir,
-            max_conversations=args.max_conversations,
-            idle_park=args.idle_park,
+            **_service_options(args),
         )
     except ServeError as exc:  # --state-dir cannot be made, written, read or locked
         sock.close()
@@ -160,7 +172,7 @@ def _ray(args: argparse.Namespace, folder: Path) -> int:
     from ..serve.ray_deployment import serve_on_ray
     from ..serve.ray_llm import make_llm_app, route_by_conversation
 
-    slots = args.max_batch or min(64, args.max_streams)
+    slots = _slots(args)
     app = make_llm_app(
         folder,
         args.state_dir,
@@ -168,11 +180,7 @@ def _ray(args: argparse.Namespace, folder: Path) -> int:
         max_requests=args.max_streams,
         slots=slots,
         token=args.token,
-        model_name=args.model_name,
-        threads=args.threads,
-        max_body_bytes=args.max_message_bytes,
-        max_conversations=args.max_conversations,
-        idle_park=args.idle_park,
+        **_service_options(args),
     )
 
     def ready(url: str) -> None:
