@@ -32,20 +32,26 @@ START_TIMEOUT = 60.0
 
 @contextlib.contextmanager
 def serving(
-    *args: str, prelude: str | None = None, model: Any = MODEL, **popen: Any
+    *args: str,
+    prelude: str | None = None,
+    model: Any = MODEL,
+    timeout: float = START_TIMEOUT,
+    then: str = "",
+    **popen: Any,
 ) -> Iterator[tuple[subprocess.Popen, str]]:
     """``ortstate serve MODEL --port 0 ARGS`` in a process of its own (``prelude``: Python code
-    that runs the command line itself, ``model``: another model or LLM folder, ``popen``: more of
-    ``subprocess.Popen``'s arguments): (the process, its URL)."""
+    that runs the command line itself, ``model``: another model or LLM folder, ``timeout``: seconds
+    for its first line, ``then``: a pattern that line must go on with after the URL, ``popen``: more
+    of ``subprocess.Popen``'s arguments): (the process, its URL)."""
     python = ["-m", "ortstate"] if prelude is None else ["-c", prelude]
     command = [sys.executable, *python, "serve", str(model), "--port", "0", *args]
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
     try:
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
-            assert sel.select(START_TIMEOUT), "the server printed nothing"
+            assert sel.select(timeout), "the server printed nothing"
         line = proc.stdout.readline()
-        match = re.search(r" on (http://127\.0\.0\.1:\d+) ", line)
+        match = re.search(r" on (http://127\.0\.0\.1:\d+) " + then, line)
         assert match, f"{line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
         yield proc, match.group(1)
     finally:
@@ -205,3 +211,10 @@ def ray_on_this_machine(prepare: Callable[[], None] | None = None) -> Iterator[s
         signal.signal(signal.SIGTERM, sigterm)
         os.environ.clear()
         os.environ.update(environ)
+
+
+def openai_client(url: str, key: str = "none") -> Any:
+    """The official ``openai`` client of the server at ``url`` (no retries: a test sees every error)."""
+    import openai
+
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60)

@@ -13,6 +13,7 @@ from typing import Any
 
 import openai
 import pytest
+from conftest import openai_client as client
 from oracle import REPO
 
 from ortstate.generate import Generator
@@ -42,10 +43,6 @@ POOLED = [
 ]
 PROMPT = "Stateful models run in ONNX Runtime."
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What does ortstate do?"}]
-
-
-def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
 
 
 def chat_ids(gen: Generator, messages: list[dict[str, str]]) -> list[int]:

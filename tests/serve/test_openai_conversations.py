@@ -13,6 +13,7 @@ from typing import Any
 
 import openai
 import pytest
+from conftest import openai_client as client
 from conftest import serving
 from oracle import REPO
 
@@ -27,10 +28,6 @@ TURNS = ["Hello there", "And then?", "Why so?"]
 @pytest.fixture(scope="module")
 def llama() -> Generator:
     return Generator.from_dir(LLM / "llama")
-
-
-def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
 
 
 def turn(api: openai.OpenAI, messages: list[dict[str, str]], cid: str | None = "c1", **more: Any) -> Any:

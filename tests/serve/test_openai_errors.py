@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import serving
+from conftest import openai_client, serving
 from oracle import REPO, assert_one_line_error, run_cli
 
 from ortstate.errors import ServeError
@@ -36,7 +36,7 @@ def server() -> Iterator[Any]:
 
 
 def client(url: str, key: str = TOKEN) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60)
+    return openai_client(url, key)
 
 
 def raw(url: str, path: str, body: bytes | None, token: str | None = TOKEN) -> tuple[int, Any]:

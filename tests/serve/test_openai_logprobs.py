@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import openai
 import pytest
+from conftest import openai_client
 from oracle import REPO
 
 from ortstate.generate import Generator, SearchOptions
@@ -27,7 +28,7 @@ NEW = 6
 def served() -> Iterator[tuple[Generator, openai.OpenAI]]:
     gen = Generator.from_dir(FOLDER)
     with serve_llm_in_thread(FOLDER, 8, slots=4) as running:
-        yield gen, openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=60)
+        yield gen, openai_client(running.url)
 
 
 def expected(gen: Generator, prompt: list[int], top: int) -> list[tuple[int, float, list[tuple[str, float]]]]:

@@ -6,11 +6,7 @@ continues exactly on the replica left."""
 from __future__ import annotations
 
 import os
-import re
-import selectors
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -23,9 +19,9 @@ from conftest import (
     durable_streams_survive,
     feeds,
     ray_on_this_machine,
+    serving,
     until_both_servers_take_streams,
 )
-from oracle import REPO
 from ray import serve
 
 from ortstate.errors import ServeError
@@ -38,27 +34,15 @@ STREAMS = 12
 def test_the_command_parks_every_stream_on_sigterm_and_exits_0(tmp_path):
     """``ortstate serve --ray`` (its own local Ray): a client still connected at SIGTERM; the process
     exits 0 with the stream parked where a lone session loads it and continues exactly."""
-    command = [sys.executable, "-m", "ortstate", "serve", str(MODEL), "--ray", "--port", "0"]
-    command += ["--state-dir", str(tmp_path), "--handoff", "1"]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            assert sel.select(120), "the server printed nothing"
-        line = proc.stdout.readline()
-        url = re.search(r" on (http://127\.0\.0\.1:\d+) \(Ray Serve, 2 replicas", line)
-        assert url, line
+    ray = ("--ray", "--state-dir", str(tmp_path), "--handoff", "1")
+    with serving(*ray, timeout=120, then=r"\(Ray Serve, 2 replicas") as (proc, url):
         rng, lone = np.random.default_rng(21), Lone()
-        stream = Client(url.group(1)).open()
+        stream = Client(url).open()
         for _ in range(3):
             fed = feeds(rng)
             assert_same(stream.step(fed), lone.step(fed))
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
     assert proc.returncode == 0 and out.splitlines()[-1] == f"ortstate serve: stopped; streams parked in {tmp_path}"
     assert [p.name for p in tmp_path.iterdir()] == [f"{stream.id}.npz"]
     restored = Lone()

@@ -7,17 +7,14 @@ SIGKILLed between turns continues on another exactly as it goes on a server neve
 from __future__ import annotations
 
 import os
-import re
-import selectors
 import signal
-import subprocess
-import sys
 import time
 from typing import Any
 
 import openai
 import pytest
-from conftest import ray_on_this_machine
+from conftest import openai_client as client
+from conftest import ray_on_this_machine, serving
 from oracle import REPO
 from ray import serve
 
@@ -34,10 +31,6 @@ CONVERSATIONS = 6
 @pytest.fixture(scope="module")
 def llama() -> Generator:
     return Generator.from_dir(FOLDER)
-
-
-def client(url: str, key: str = "none") -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60)
 
 
 def turn(api: openai.OpenAI, messages: list[dict[str, str]], cid: str) -> tuple[Any, str]:
@@ -150,21 +143,14 @@ def test_the_command_needs_the_token_and_parks_on_sigterm(tmp_path, llama):
     """``ortstate serve LLM_DIR --ray --token T`` (its own local Ray, one replica): 401 in OpenAI's
     error body without the token; with it, a streamed completion through Ray's proxy is a lone
     Generator's; SIGTERM exits 0 with the conversation parked in the state directory."""
-    command = [sys.executable, "-m", "ortstate", "serve", str(FOLDER), "--ray", "--replicas", "1", "--port", "0"]
-    command += ["--state-dir", str(tmp_path), "--token", "s3cret"]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            assert sel.select(180), "the server printed nothing"
-        line = proc.stdout.readline()
-        url = re.search(r" on (http://127\.0\.0\.1:\d+) \(OpenAI API at /v1, Ray Serve, 1 replicas", line)
-        assert url, line
+    ray = ("--ray", "--replicas", "1", "--state-dir", str(tmp_path), "--token", "s3cret")
+    announced = r"\(OpenAI API at /v1, Ray Serve, 1 replicas"
+    with serving(*ray, model=FOLDER, timeout=180, then=announced) as (proc, url):
         with pytest.raises(openai.AuthenticationError) as info:
-            client(url.group(1), "wrong").models.list()
+            client(url, "wrong").models.list()
         assert info.value.body["code"] == "invalid_api_key"
         prompt = [3, 8, 13, 21]
-        parts = client(url.group(1), "s3cret").completions.create(
+        parts = client(url, "s3cret").completions.create(
             model="llama",
             prompt=prompt,
             max_tokens=6,
@@ -176,10 +162,6 @@ def test_the_command_needs_the_token_and_parks_on_sigterm(tmp_path, llama):
         assert streamed_ids(parts) == llama.generate(prompt, 6)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
     assert proc.returncode == 0, err
     assert out.splitlines()[-1] == f"ortstate serve: stopped; conversations parked in {tmp_path}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.json", "kept.npz"]
