@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import math
 import tempfile
 import time
 from collections import defaultdict
@@ -35,6 +34,7 @@ from benchmarks.realsize_build import DEFAULT_CACHE, ir_dir
 
 SEED = 20240607
 BUCKETS = (1, 8, 16, 32, 64)  # decode batches grouped by rows: [1, 8), [8, 16), ...
+PROMPTS = "prompt chunks"  # the group of every run that is not a decode batch
 PARTS = ("LM head", "other weight products", "GroupQueryAttention", "other kernels")
 
 
@@ -75,15 +75,13 @@ def parse(path: Path, vocab: int, last: int) -> dict[str, dict[str, float]]:
         if kind is None:
             continue
         what, rows = kind
-        lo = BUCKETS[bisect.bisect_right(BUCKETS, rows) - 1] if what == "decode" else math.inf
-        if what != "decode":
-            name = "prompt chunks"
-        elif lo == BUCKETS[-1]:
-            name = f"decode, {lo}+ rows"
+        if what == "decode":
+            lo = BUCKETS[bisect.bisect_right(BUCKETS, rows) - 1]
+            hi = next((b - 1 for b in BUCKETS if b > lo), None)
+            name = f"decode, {lo}-{hi} rows" if hi else f"decode, {lo}+ rows"
         else:
-            name = f"decode, {lo}-{BUCKETS[BUCKETS.index(lo) + 1] - 1} rows"
+            name = PROMPTS
         g = groups.setdefault(name, defaultdict(float))
-        g["order"] = lo if lo != math.inf else 1e9
         g["runs"] += 1
         g["rows"] += rows
         g["run ms"] += runs[k]["dur"] / 1e3
@@ -95,7 +93,7 @@ def parse(path: Path, vocab: int, last: int) -> dict[str, dict[str, float]]:
 def table(groups: dict[str, dict[str, float]]) -> str:
     head = "| runs of | runs | rows a run | ms a run | ms a row | " + " | ".join(PARTS) + " | outside kernels |"
     lines = [head, "| --- " + "| ---: " * (5 + len(PARTS)) + "|"]
-    for name in sorted(groups, key=lambda n: groups[n]["order"]):
+    for name in sorted(groups, key=lambda n: (n == PROMPTS, groups[n]["rows"] / groups[n]["runs"])):
         g = groups[name]
         n = g["runs"]
         kernels = sum(g[p] for p in PARTS)
