@@ -19,7 +19,7 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,12 +153,22 @@ class KvPool(StreamPool):
             return idle
 
     # -- stepping ---------------------------------------------------------------------------------
-    def step(self, feeds: Mapping[int, Feeds], errors: str = "raise", *, logits: str = "all") -> dict[int, Any]:
+    def step(
+        self,
+        feeds: Mapping[int, Feeds],
+        errors: str = "raise",
+        *,
+        logits: str = "all",
+        before_run: Callable[[], None] | None = None,
+    ) -> dict[int, Any]:
         """Step each stream of ``feeds`` once: one batched run for the one-token steps that fit
         together, one run for each step of several tokens; returns ``{stream id: {output: array}}``
         (``errors="return"``: a failed stream's entry is its error, the others step).
         ``logits="last"``: the outputs hold the last position's logits only (a prompt's run then
-        skips the LM head for the others; :attr:`last_logits` says whether the model can)."""
+        skips the LM head for the others; :attr:`last_logits` says whether the model can).
+        ``before_run``: called once, in this thread, just before the first ONNX Runtime run (once
+        its inputs are bound), not at all when no run starts: what it hands to another thread
+        (a wake of an event loop) runs while ONNX Runtime holds no GIL."""
         if errors not in ("raise", "return"):
             raise OrtStateError(f"errors must be 'raise' or 'return', not {errors!r}")
         if logits not in ("all", "last"):
@@ -183,16 +193,24 @@ class KvPool(StreamPool):
                     raise
                 results.update(dict.fromkeys(rows, exc))
                 return results
-            staged = self._runner.execute(rows, group_rows(rows, self._kv), results, raising, logits == "last")
+            groups = group_rows(rows, self._kv)
+            staged = self._runner.execute(rows, groups, results, raising, logits == "last", before_run)
             self._commit(staged)
             return results
 
-    def decode(self, sids: Sequence[int], feeds: Feeds, *, logits: str = "all") -> dict[str, np.ndarray]:
+    def decode(
+        self,
+        sids: Sequence[int],
+        feeds: Feeds,
+        *,
+        logits: str = "all",
+        before_run: Callable[[], None] | None = None,
+    ) -> dict[str, np.ndarray]:
         """Step each stream of ``sids`` by one token, their feeds given as one batch (Hugging Face's
         batch layout, see :mod:`.kv_batch`: row ``i`` of every input is stream ``sids[i]``'s); returns
         each output with the streams' rows in that order. What :meth:`step` gives them, without a
         dict per stream: one run where the model batches ragged rows, else the batch is split and
-        stepped. A failure raises and commits nothing.
+        stepped. A failure raises and commits nothing. ``before_run``: as :meth:`step`'s.
 
         Raises:
             RunError: feeds that are not such a batch, a stream listed twice or past max_context, a
@@ -214,10 +232,10 @@ class KvPool(StreamPool):
             batched = mask is not None and mask.shape[1] == pasts.max() + 1 and self._kv.batching == RAGGED
             if not batched or slots.min() < 0 or self._arena.held() + len(slots) > self._budget:
                 split = split_batch(arrays, self._kv.feeds, pasts)
-                got = self.step(dict(zip(sids, split)), logits=logits)
+                got = self.step(dict(zip(sids, split)), logits=logits, before_run=before_run)
                 return stack_outputs(self._runner.output_names, [got[sid] for sid in sids])
             try:
-                outs, states = self._runner.decode(slots, pasts, arrays, logits == "last")
+                outs, states = self._runner.decode(slots, pasts, arrays, logits == "last", before_run)
             except OrtStateError as exc:
                 raise RunError(f"streams {', '.join(map(str, sids))}: {exc}") from None
             self._arena.lengths[slots] = pasts + 1

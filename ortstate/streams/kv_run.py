@@ -15,7 +15,7 @@ rows costs as much as the run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
@@ -78,16 +78,19 @@ class KvRunner:
         results: dict[int, Any],
         raising: bool,
         last: bool,
+        before_run: Callable[[], None] | None = None,
     ) -> dict[int, Row]:
         """Run a step's ``rows`` as ``runs`` (``(ragged, stream ids)`` each, as
         :func:`~.kv_groups.group_rows` decides); returns the rows that ran, their outputs put in
         ``results``. A failed run: its error in ``results`` for each of its streams, or raised
-        (``raising``; the pool then commits none of the step)."""
+        (``raising``; the pool then commits none of the step). ``before_run``: called just before
+        the first run (see :meth:`_run`)."""
         done: dict[int, Row] = {}
         written = self.arena.lengths.copy()  # a hole's junk goes after what this step's runs wrote
         for ragged, part in runs:
+            hook, before_run = before_run, None
             try:
-                result = self.run([rows[s] for s in part], ragged, written, last)
+                result = self.run([rows[s] for s in part], ragged, written, last, hook)
             except OrtStateError as exc:
                 if raising:
                     raise RunError(f"streams {', '.join(map(str, part))}: {exc}") from None
@@ -102,7 +105,12 @@ class KvRunner:
         return done
 
     def run(
-        self, rows: Sequence[Row], ragged: bool, lengths: np.ndarray | None = None, last: bool = False
+        self,
+        rows: Sequence[Row],
+        ragged: bool,
+        lengths: np.ndarray | None = None,
+        last: bool = False,
+        before_run: Callable[[], None] | None = None,
     ) -> RunResult:
         """Run ``rows`` (their slots consecutive or with holes between them; one width of tokens) as
         one batch over the arena block they span. ``lengths``: every slot's positions written so far
@@ -145,7 +153,7 @@ class KvRunner:
                 feeds[spec.name] = joined
         at = np.fromiter(members, np.int64, len(members))
         self._positions(feeds, pasts, at, width, total)
-        outs, states = self._run(lo, hi, logical, feeds, len(members), last)
+        outs, states = self._run(lo, hi, logical, feeds, len(members), last, before_run)
         result = RunResult()
         for k in members:
             result.outputs[lo + k] = {n: o[k : k + 1] for n, o in zip(self.output_names, outs)}
@@ -153,7 +161,12 @@ class KvRunner:
         return result
 
     def decode(
-        self, slots: np.ndarray, pasts: np.ndarray, feeds: Mapping[str, np.ndarray], last: bool
+        self,
+        slots: np.ndarray,
+        pasts: np.ndarray,
+        feeds: Mapping[str, np.ndarray],
+        last: bool,
+        before_run: Callable[[], None] | None = None,
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """One-token steps of the streams in arena rows ``slots`` (distinct, any order; their caches
         hold ``pasts`` positions) as one ragged run over the block they span. ``feeds``: the
@@ -193,7 +206,7 @@ class KvRunner:
                 joined[(slice(None),) * spec.axis + (at,)] = value
                 run[spec.name] = joined
         self._positions(run, block, at, 1, total)
-        outs, states = self._run(lo, hi, total - 1, run, len(slots), last)
+        outs, states = self._run(lo, hi, total - 1, run, len(slots), last, before_run)
         if not in_order:
             outs, states = [o[at] for o in outs], [s[at] for s in states]
         return outs, states
@@ -240,10 +253,19 @@ class KvRunner:
         feeds[self.model.key_index] = key_index.reshape(len(pasts), 1, 1, total)
 
     def _run(
-        self, lo: int, hi: int, logical: int, feeds: dict[str, np.ndarray], batch: int, last: bool
+        self,
+        lo: int,
+        hi: int,
+        logical: int,
+        feeds: dict[str, np.ndarray],
+        batch: int,
+        last: bool,
+        before_run: Callable[[], None] | None,
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Bind and run; the outputs (``output_names`` order, the last position only when ``last``)
-        and the fixed states after the run, a row per block row."""
+        and the fixed states after the run, a row per block row. ``before_run`` is called once all
+        is bound, as the last Python before the run: whatever it hands to another thread then runs
+        while ONNX Runtime holds no GIL, rather than taking turns with this thread's binding."""
         model, binding = self.model, self.binding
         if self._bound_block != (lo, hi):
             for var, array in zip(model.kv, self.arena.arrays):
@@ -267,6 +289,8 @@ class KvRunner:
             fed.append(rows)
             io.bind_array(spec.var.state_input or "", rows)
         self._fed = fed
+        if before_run is not None:
+            before_run()
         start = perf_counter_ns()
         try:
             self.run_bound(self.raw, QUIET)

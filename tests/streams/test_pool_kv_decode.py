@@ -126,3 +126,28 @@ def test_a_bad_batch_is_refused_and_changes_nothing() -> None:
     with pytest.raises(RunError, match="stream 2: 40 \\+ 1 positions are over the pool's max_context of 40"):
         pool.decode([a, full], _batch(rules, [1, 2], [3, 40]))
     assert (pool.length(a), pool.length(full)) == (3, 40)
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])  # one ragged run; a batch split into runs
+def test_before_run_is_called_once_just_before_the_first_run(name: str) -> None:
+    _, pool, rules = _setup(name)
+    a, b = pool.open(), pool.open()
+    calls: list[int] = []
+
+    def hook() -> None:
+        calls.append(pool.stats().runs)  # the runs before it: none of this call's yet
+
+    runs = pool.stats().runs
+    # a prompt of 3 tokens and one of 1: one run each
+    pool.step({a: rules.feeds(np.array([[1, 2, 3]]), 0), b: rules.feeds(np.array([[4]]), 0)}, before_run=hook)
+    assert calls == [runs] and pool.stats().runs == runs + 2
+    calls.clear()
+    runs = pool.stats().runs
+    pool.decode([a, b], _batch(rules, [5, 6], [3, 1]), before_run=hook)
+    assert calls == [runs] and pool.stats().runs > runs
+    calls.clear()
+    with pytest.raises(RunError):  # refused before any run: not called, nothing ran
+        pool.decode([a, b], _batch(rules, [5, 6, 7], [4, 2, 1]), before_run=hook)
+    with pytest.raises(StateError):
+        pool.step({9: rules.feeds(np.array([[1]]), 0)}, before_run=hook)
+    assert calls == [] and (pool.length(a), pool.length(b)) == (4, 2)
