@@ -14,25 +14,28 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["reorder_indices", "reordered"]
+__all__ = ["identity_rows", "reorder_feed", "reordered"]
 
 
-def reorder_indices(feeds: Mapping[str, Any], name: str, rows: int) -> np.ndarray | None:
-    """The indices to reorder a value of ``rows`` rows by, or None where that changes nothing (the
-    identity) or the feed is not a 1-D integer array (ONNX Runtime then refuses the run itself)."""
+def reorder_feed(feeds: Mapping[str, Any], name: str) -> np.ndarray | None:
+    """Input ``name``'s indices, or None where it is not fed or not a 1-D integer array (ONNX Runtime
+    then refuses the run itself)."""
     given = feeds.get(name)
     if given is None:
         return None
-    indices = np.asarray(given)
+    indices = given if type(given) is np.ndarray else np.asarray(given)
     if indices.ndim != 1 or indices.dtype.kind not in "iu":
         return None
-    if len(indices) == rows and (indices.tolist() == list(range(rows)) if rows <= 16 else _identity(indices)):
-        return None  # a few rows (a lone stream's one): compared as a list, ~10x cheaper than in numpy
     return indices
 
 
-def _identity(indices: np.ndarray) -> bool:
-    return bool(np.array_equal(indices, np.arange(len(indices))))
+def identity_rows(indices: np.ndarray) -> int | None:
+    """The row count ``indices`` leave as they are (``0..n-1``: ``n``), None for any other indices:
+    a value of that many rows is not reordered, one of any other count is."""
+    n = len(indices)
+    if n <= 16:  # a few rows (a lone stream's one): compared as a list, ~10x cheaper than in numpy
+        return n if indices.tolist() == list(range(n)) else None
+    return n if np.array_equal(indices, np.arange(n)) else None
 
 
 def reordered(value: np.ndarray, indices: np.ndarray) -> np.ndarray:

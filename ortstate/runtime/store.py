@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import RunError, StateError
 from ..meta import MAX_STATE_ELEMENTS, VariableMeta, initial_shape, shown_id, spanned_elements
-from .reorder import reorder_indices, reordered
+from .reorder import identity_rows, reorder_feed, reordered
 
 __all__ = ["ShapeRule", "StateStore", "VariableGroup"]
 
@@ -94,7 +94,12 @@ class StateStore:
         self._values: dict[str, np.ndarray] = {}
         self._pending: dict[str, np.ndarray] = {}
         self._errors: list[str] = []
-        self._reorders = [(v.id, v.reorder) for v in variables if v.reorder]
+        # each input that reorders variables, with the variables it reorders
+        by_input: dict[str, list[str]] = {}
+        for v in variables:
+            if v.reorder:
+                by_input.setdefault(v.reorder, []).append(v.id)
+        self._reorders = list(by_input.items())
         self._run_order: dict[str, np.ndarray] = {}  # this run's reorder indices, by variable
         self.version = 0
         self.writes = 0  # every change of a value (a run's commit, a swap, a set, reset or load): a runner
@@ -138,16 +143,16 @@ class StateStore:
         order = self._run_order
         if order:
             order.clear()
-        if not self._reorders:
-            return
-        seen: dict[tuple[str, int], np.ndarray | None] = {}  # variables of one batch share the check
-        for var_id, name in self._reorders:
-            value = self._values.get(var_id)
-            rows = value.shape[0] if value is not None and value.ndim else -1
-            key = (name, rows)
-            indices = seen[key] if key in seen else seen.setdefault(key, reorder_indices(feeds, name, rows))
-            if indices is not None:
-                order[var_id] = indices
+        values = self._values
+        for name, var_ids in self._reorders:  # each input checked once for all its variables
+            indices = reorder_feed(feeds, name)
+            if indices is None:
+                continue
+            kept = identity_rows(indices)
+            for var_id in var_ids:
+                value = values.get(var_id)
+                if value is None or not value.ndim or value.shape[0] != kept:
+                    order[var_id] = indices
 
     def stage(self, var_id: str, value: np.ndarray) -> None:
         """Keep a value the run writes, for :meth:`commit`."""
