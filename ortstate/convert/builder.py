@@ -119,6 +119,18 @@ class GraphBuilder:
             self._const_cache[key] = name
         return name
 
+    def named_const(self, name: str, value: Any) -> str | None:
+        """An initializer called ``name`` holding ``value``, made once and shared by whatever asks for
+        it in this graph; None when another graph of the model (a subgraph, or the one around this
+        one) took the name first: the caller then uses a :meth:`const` of its own."""
+        if any(i.name == name for i in self.initializers):
+            return name
+        if self.names.taken(name):
+            return None
+        self.names.reserve(name)
+        self.initializers.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
     def lazy_const(self, shape: Sequence[int], dtype: Any, make: Any, hint: str = "const") -> str:
         """An initializer whose value ``make()`` computes when the model is saved or loaded (a
         transform of the ``.bin``'s bytes that would otherwise be held for the whole conversion)."""

@@ -45,6 +45,7 @@ from .model import (
     state_output_name,
     write_meta,
 )
+from .names import SPLIT_ROWS, split_rows_name
 
 __all__ = [
     "ASSIGN",
@@ -59,6 +60,7 @@ __all__ = [
     "MAX_FUSED",
     "READ_VALUE",
     "REQUEST_INPUT",
+    "SPLIT_ROWS",
     "VARIABLE_ID",
     "VARIABLE_IDS",
     "FORMAT_VERSION",
@@ -76,6 +78,7 @@ __all__ = [
     "read_meta",
     "shown_id",
     "split_id",
+    "split_rows_name",
     "spanned_elements",
     "state_dims",
     "state_input_name",

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_FUSED",
     "READ_VALUE",
     "REQUEST_INPUT",
+    "SPLIT_ROWS",
     "VARIABLE_ID",
     "VARIABLE_IDS",
     "fresh_name",
@@ -32,6 +33,7 @@ __all__ = [
     "state_output_name",
     "shown_id",
     "split_id",
+    "split_rows_name",
 ]
 
 # Custom-op form: ``ReadValue(init, request) -> value`` and ``Assign(value, request) -> token`` in
@@ -53,6 +55,16 @@ FUSED_ASSIGN = "AssignValues"
 VARIABLE_IDS = "variable_ids"
 MAX_FUSED = 16
 FUSED_OP = re.compile(rf"({FUSED_READ}|{FUSED_READ_STATES}|{FUSED_ASSIGN})(\d+)(_\w+)?")
+# Not state: the int64 scalar initializers ``ortstate.split_max_rows.k{K}`` holding how many values
+# (rows x K) of activations with K columns a 4-bit weight's exact int8 split takes (more take the
+# f32-compute kernel): the converter writes ONNX Runtime's safe row count, the runtime sets the
+# CPU's own as it loads (``ortstate.runtime.split_rows``).
+SPLIT_ROWS = re.compile(r"ortstate\.split_max_rows\.k(\d+)")
+
+
+def split_rows_name(k: int) -> str:
+    """The initializer holding the split's largest activations of ``k`` columns (see SPLIT_ROWS)."""
+    return f"ortstate.split_max_rows.k{k}"
 
 
 def fused_op(kind: str, count: int, dtype: str = "") -> str:

@@ -30,6 +30,7 @@ from .model_check import check_model
 from .options import copy_session_options, default_session_options
 from .ort_adapter import FastRun
 from .source import Source, read_source
+from .split_rows import split_rows_values
 
 __all__ = ["FORMS", "LoadedModel", "layer_behind", "load_model", "numpy_dtype"]
 
@@ -141,7 +142,10 @@ def load_model(
     opened = _open(model, form)
     source, meta = opened.source, opened.meta
     custom_ops = meta.form != EXPLICIT and bool(meta.variables)
-    options = _options(source, meta, sess_options, custom_ops)
+    split_rows = split_rows_values(source.model)  # this CPU's, for the converter's exact int8 split
+    options = _options(source, meta, sess_options, custom_ops or bool(split_rows))
+    for name, value in split_rows.items():
+        options.add_initializer(name, value)
     token = _prepare_custom_ops(source, meta, options) if custom_ops else None
     keep = hand_over(source, options)  # alive until ONNX Runtime copied them
     # Feeds only: an empty state meets a non-empty input and ONNX Runtime words that error itself.
@@ -188,13 +192,13 @@ def _open(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) ->
 
 
 def _options(
-    source: Source, meta: ModelMeta, sess_options: ort.SessionOptions | None, custom_ops: bool
+    source: Source, meta: ModelMeta, sess_options: ort.SessionOptions | None, adding: bool
 ) -> ort.SessionOptions:
     """The session options to load with: ortstate's defaults, or the caller's (copied where the
-    load adds to them: the caller's are not ours to change)."""
+    load adds to them, ``adding`` or external data: the caller's are not ours to change)."""
     if sess_options is None:
         return default_session_options(meta)
-    if custom_ops or adds_to_options(source):
+    if adding or adds_to_options(source):
         return copy_session_options(sess_options)
     return sess_options
 

@@ -26,6 +26,7 @@ from functools import partial
 import numpy as np
 from onnx import TensorProto
 
+from ...meta import split_rows_name
 from ..builder import GraphBuilder
 from .nbits import NBitsInputs, dequantized_matmul, matmul_nbits
 from .plan import SplitGroup
@@ -37,6 +38,8 @@ __all__ = ["SPLIT8_MAX_ROWS", "SPLIT_MAX_ROWS", "int8_grid_parts", "write_split_
 # weight's f32-compute kernel. ONNX Runtime 1.31, AVX2, a 4864x896 4-bit weight, 2 threads
 # (``benchmarks/weights_kernels.py``): the int8 kernel takes ~225 us for 3 rows and ~46 us for each
 # further row, the f32 one ~360 us for 1 row and ~75 us for each further row: they cross at 3.
+# Written as an initializer the runtime sets to the CPU's own crossing as it loads
+# (:func:`~ortstate.meta.split_rows_name`, :mod:`ortstate.runtime.split_rows`: 12 with AVX-512 VNNI).
 SPLIT_MAX_ROWS = 3
 
 # Up to this many rows of A, 8-bit weights take the exact split; more rows dequantize the weight to
@@ -68,7 +71,8 @@ def write_split_group(
     results = []
     if fused4 is not None:
         f32 = partial(matmul_nbits, a=x, inputs=fused4, accuracy_level=0)
-        results += _split_rows(b, writer.by_rows(fused4, f32, SPLIT_MAX_ROWS, "int4"), group.weights(4))
+        split = writer.by_rows(fused4, f32, SPLIT_MAX_ROWS, "int4", set_at_load=True)
+        results += _split_rows(b, split, group.weights(4))
     if fused8 is not None:
         f32 = partial(dequantized_matmul, consts=b, a=x, inputs=fused8)
         results += _split_rows(b, writer.by_rows(fused8, f32, SPLIT8_MAX_ROWS, "int8"), group.weights(8))
@@ -90,8 +94,12 @@ class _SplitWriter:
         rows = matmul_nbits(graph, parts, fused, accuracy_level=4)
         return graph.op("ReduceSum", [rows, self.axis], {"keepdims": 0})
 
-    def by_rows(self, fused: NBitsInputs, many: Callable[[GraphBuilder], str], limit: int, what: str) -> str:
-        """One ``If`` on the row count: the split up to ``limit`` rows (then), ``many(graph)`` beyond."""
+    def by_rows(
+        self, fused: NBitsInputs, many: Callable[[GraphBuilder], str], limit: int, what: str, set_at_load: bool = False
+    ) -> str:
+        """One ``If`` on the row count: the split up to ``limit`` rows (then), ``many(graph)`` beyond.
+        ``set_at_load``: ``limit`` goes in the graph's :func:`~ortstate.meta.split_rows_name`
+        initializer for the activations' ``K``, which the runtime sets to this CPU's value."""
         b = self.b
         if self.rank == 1:
             return self.split(b, fused)
@@ -100,7 +108,11 @@ class _SplitWriter:
             sub = b.sub(f"{self.name}/{what}_{'few' if few else 'many'}_rows")
             sub.add_output(self.split(sub, fused) if few else many(sub), TensorProto.FLOAT, None)
             branches[attr] = sub.graph()
-        limit_values = b.const(np.array(limit * self.group.k, np.int64), hint="split_max_values")
+        k, values = self.group.k, np.array(limit * self.group.k, np.int64)
+        # split_rows_name's: met by no node ONNX Runtime could fold before the runtime sets it
+        limit_values = (b.named_const(split_rows_name(k), values) if set_at_load else None) or b.const(
+            values, hint="split_max_values"
+        )
         return b.op("If", [b.op("LessOrEqual", [b.op("Size", [self.x]), limit_values])], branches)
 
 

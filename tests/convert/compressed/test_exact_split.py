@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from quantized_weights import quantized
 
 from ortstate.convert.builder import GraphBuilder
@@ -20,6 +20,7 @@ from ortstate.convert.compressed.exact_split import (
 )
 from ortstate.convert.compressed.nbits import MS_DOMAIN, stacked_inputs
 from ortstate.convert.compressed.plan import SplitGroup
+from ortstate.meta import split_rows_name
 
 RNG = np.random.default_rng(8)
 
@@ -90,6 +91,10 @@ def test_each_bit_width_of_a_group_is_one_if_on_the_row_count():
         [("FusedMatMul", None)],
     ]
     assert "DequantizeLinear" in [n.op_type for n in ifs[1]["else_branch"].node]
+    # 4-bit: the limit (rows x K) in the initializer the runtime sets at load; 8-bit: a constant
+    limits = [n.input[1] for n in b.nodes if n.op_type == "LessOrEqual"]
+    assert limits[0] == split_rows_name(32) and limits[1] != split_rows_name(32)
+    assert [numpy_helper.to_array(i).tolist() for i in b.initializers if i.name == limits[0]] == [SPLIT_MAX_ROWS * 32]
     session = _session(b, outs)
     for rows in (1, SPLIT_MAX_ROWS, SPLIT_MAX_ROWS + 2, SPLIT8_MAX_ROWS, SPLIT8_MAX_ROWS + 1):
         x = RNG.standard_normal((rows, 32)).astype(np.float32)
