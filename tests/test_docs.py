@@ -184,6 +184,7 @@ TENSOR_NAMES = (
     "ortstate.len.",
     "ortstate.len_out.",
     "ortstate.pool.",  # the KV pool's run inputs (passes/kv_pool.py, passes/last_logits.py)
+    "ortstate.split_max_rows.",  # the exact split's row limits (meta.SPLIT_ROWS), set at load
 )
 
 
