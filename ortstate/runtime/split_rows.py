@@ -10,8 +10,8 @@ int8 instructions. The file holds 3, where they cross with AVX2 alone; with AVX-
 kernel stays ahead far longer (ONNX Runtime 1.31, 2 threads, AMD EPYC Zen 5,
 ``python -m benchmarks weights-kernels --rows 3,4,6,8,12,16,24,32``: a 4864 x 896 weight at 8
 rows 0.36 ms split against 0.55 ms f32, at 12 rows 0.51 against 0.58, at 16 rows even), so a
-``ContinuousBatcher`` decoding 8 streams ran 83 -> 93 tokens/s on the real-size Qwen2-0.5B int4
-IR, the same tokens. The value is set per CPU by its instruction sets (not timed at load: a
+``ContinuousBatcher`` of the real-size Qwen2-0.5B int4 IR decoding 4 streams went from 63.6 to
+81.5 tokens/s, 8 streams from 84 to 94.5, the same tokens. The value is set per CPU by its instruction sets (not timed at load: a
 model then runs the same way on one machine every time), or by ``ORTSTATE_SPLIT_MAX_ROWS``.
 """
 
@@ -31,7 +31,7 @@ from ..meta import SPLIT_ROWS
 __all__ = ["ENV", "VNNI_ROWS", "cpu_flags", "split_max_rows", "split_rows_values"]
 
 ENV = "ORTSTATE_SPLIT_MAX_ROWS"
-VNNI_ROWS = 12  # AVX-512 VNNI: below the even point (16) measured above, for CPUs of other makes
+VNNI_ROWS = 12  # AVX-512 VNNI: below the even point measured above (16): other cores may cross sooner
 
 
 def split_max_rows() -> int | None:
