@@ -67,6 +67,8 @@ class KvBuffers:
         self.lengths: list[int] = [0] * count  # the valid rows of each buffer, in ``shared``'s order
         self.buffer_list: list[np.ndarray] = [_EMPTY] * count
         self.capacities: list[int] = [0] * count
+        # the most valid rows each buffer may hold: its capacity, or less where the variable's rule says
+        self.tops: list[float] = [0] * count
         self.writes = -1  # the store's count of changes when this path last committed (see StateStore.writes)
         self.io = FastBinding(model.fast)
         self.binding, self.raw = self.io.binding, self.io.raw
@@ -103,8 +105,11 @@ class KvBuffers:
         shape[_AXIS] = capacity
         buffer = np.zeros(shape, dtype=value.dtype)  # spare rows finite: passes.grouped_decode reads them
         buffer[:, :, :length] = value[:, :, :length]
-        self.buffers[self.shared[k].id] = self.buffer_list[k] = buffer
+        var_id = self.shared[k].id
+        self.buffers[var_id] = self.buffer_list[k] = buffer
         self.lengths[k], self.capacities[k] = length, capacity
+        admitted = self.store.lengths_admitted(var_id, shape, _AXIS)  # None: no length fits (never here)
+        self.tops[k] = -1 if admitted is None else min(capacity, admitted[1])
         self.spare, self.stale = 0, True
         return buffer[:, :, :length]
 
@@ -175,9 +180,12 @@ class KvBuffers:
         except Exception:  # noqa: BLE001 - the general path runs it again and reports a real error
             raise KvMiss from None
         lengths = self.length_out.tolist()
-        for old, length, capacity in zip(before, lengths, self.capacities):
-            if not old <= length <= capacity:
+        grown = 0
+        for old, length, top in zip(before, lengths, self.tops):
+            if not old <= length <= top:  # within the buffer, and what the variable's rule admits
                 raise KvMiss
+            if length - old > grown:
+                grown = length - old
         values = io.outputs()  # in the order first bound: the lengths, the allocated ones, the buffers
         first = len(lengths)
         allocated = len(self.allocated)
@@ -187,8 +195,11 @@ class KvBuffers:
         checkpoint()  # a Ctrl-C during the run lands here: nothing is committed yet
         views = [buffer[:, :, :length] for buffer, length in zip(self.buffer_list, lengths)]
         count = len(names)
-        store.commit_grown(self.ids, views + outputs[count:] if self.others else views)
+        if self.others:  # their values are the run's new arrays: checked by the store
+            store.commit_grown(self.ids, views + outputs[count:])
+        else:  # the buffers' dtypes are the values', their lengths checked above
+            store.commit_lengths(self.ids, views)
         self.lengths = lengths
-        self.spare -= max(n - o for o, n in zip(before, lengths)) if lengths else 0
+        self.spare -= grown
         self.writes = store.writes
         return outputs[:count] if self.others else outputs

@@ -11,8 +11,9 @@ kernel stays ahead far longer (ONNX Runtime 1.31, 2 threads, AMD EPYC Zen 5,
 ``python -m benchmarks weights-kernels --rows 3,4,6,8,12,16,24,32``: a 4864 x 896 weight at 8
 rows 0.36 ms split against 0.55 ms f32, at 12 rows 0.51 against 0.58, at 16 rows even), so a
 ``ContinuousBatcher`` of the real-size Qwen2-0.5B int4 IR decoding 4 streams went from 63.6 to
-81.5 tokens/s, 8 streams from 84 to 94.5, the same tokens. The value is set per CPU by its instruction sets (not timed at load: a
-model then runs the same way on one machine every time), or by ``ORTSTATE_SPLIT_MAX_ROWS``.
+81.5 tokens/s, 8 streams from 84 to 94.5, the same tokens. The value is set per CPU by its
+instruction sets (not timed at load: a model then runs the same way on one machine every time),
+or by ``ORTSTATE_SPLIT_MAX_ROWS``.
 """
 
 from __future__ import annotations

@@ -34,6 +34,26 @@ class ShapeRule:
             (i, d[0], d[1]) for i, d in enumerate(shape or []) if not isinstance(d, int) and (d[0] or d[1] is not None)
         )
 
+    def lengths(self, shape: Sequence[int], axis: int) -> tuple[int, float] | None:
+        """The sizes along ``axis`` (lowest, highest: ``inf`` for no bound) a value of ``shape``'s
+        other dims may have; None where those dims are not admitted."""
+        if self.rank is None:
+            return 0, float("inf")
+        if len(shape) != self.rank:
+            return None
+        lo, hi = 0, float("inf")
+        for i, d in self.statics:
+            if i == axis:
+                lo = hi = d
+            elif shape[i] != d:
+                return None
+        for i, low, high in self.bounds:
+            if i == axis:
+                lo, hi = max(lo, low or 0), min(hi, float("inf") if high is None else high)
+            elif shape[i] < low or (high is not None and shape[i] > high):
+                return None
+        return lo, hi
+
     def admits(self, actual: tuple[int, ...]) -> bool:
         if self.rank is None:
             return True
@@ -235,6 +255,20 @@ class StateStore:
                 self.commit_values(var_ids, values)
                 return
         current.update(zip(var_ids, values))
+        self.writes += 1
+
+    def lengths_admitted(self, var_id: str, shape: Sequence[int], axis: int) -> tuple[int, float] | None:
+        """What :meth:`ShapeRule.lengths` says of variable ``var_id``'s rule."""
+        return self._rules[var_id].lengths(shape, axis)
+
+    def commit_lengths(self, var_ids: list[str], values: list[np.ndarray]) -> None:
+        """:meth:`commit_grown` for a runner that checked the values itself: ``values`` (every
+        variable's) are its buffers' valid rows, each of the committed value's dtype, and shaped as
+        it was but along one axis, where :meth:`lengths_admitted` admits their size."""
+        if self._errors or self._pending or self._run_order or len(var_ids) != len(self.meta):
+            self.commit_values(var_ids, values)
+            return
+        self._values.update(zip(var_ids, values))
         self.writes += 1
 
     def swap(self, buffers: dict[str, np.ndarray]) -> None:

@@ -126,3 +126,43 @@ def test_a_snapshot_loaded_over_live_buffers_is_what_runs_next(tmp_path, monkeyp
     assert spy.taken == taken + 2 * len(feeds[3:]), "both sessions' steps took their KV buffers"
     for a, b in zip(session.query_state(), fresh.query_state()):
         np.testing.assert_array_equal(a.state, b.state)
+
+
+def test_a_cache_grown_past_its_declared_bound_is_refused_as_on_the_general_path(tmp_path, monkeypatch) -> None:
+    """A variable whose shape bounds its cache length (``[?,2,0..5,8]``): the step that would make it
+    6 long raises and changes nothing, on the KV buffers as on the general path (forced)."""
+    import dataclasses
+
+    import ortstate
+    from ortstate.meta import read_meta, write_meta
+
+    model = ortstate.convert(save_layer(tmp_path, Spec()), explicit_state=True)
+    meta = read_meta(model)
+    bounded = [dataclasses.replace(v, shape=[v.shape[0], v.shape[1], [0, 5], v.shape[3]]) for v in meta.variables]
+    write_meta(model, dataclasses.replace(meta, variables=tuple(bounded)))
+    feeds = [_feed(1, 3, 3), _feed(1, 1, 4), _feed(1, 1, 5), _feed(1, 1, 6)]
+    results = []
+    for buffered in (True, False):
+        if not buffered:
+            monkeypatch.setattr(kv_buffers.KvBuffers, "run", lambda *_: (_ for _ in ()).throw(kv_buffers.KvMiss))
+        session = ortstate.StatefulSession(model)
+        outs = [session.run(None, feed)[0] for feed in feeds[:3]]
+        with pytest.raises(RunError, match="no variable was changed"):
+            session.run(None, feeds[3])
+        assert [s.state.shape for s in session.query_state()] == [(1, 2, 5, 8)] * 2
+        results.append(outs)
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_a_shape_rule_says_which_lengths_it_admits() -> None:
+    from ortstate.runtime.store import ShapeRule
+
+    rule = ShapeRule([[1, None], 2, [0, 5], 8])
+    assert rule.lengths((1, 2, 99, 8), 2) == (0, 5)
+    assert rule.lengths((1, 3, 99, 8), 2) is None  # another static dim differs
+    assert rule.lengths((0, 2, 99, 8), 2) is None  # the batch's bound 1.. is not met
+    assert rule.lengths((1, 2, 8), 2) is None  # another rank
+    assert rule.lengths((1, 2, 3, 8), 1) == (2, 2)  # a static dim admits its size alone
+    assert ShapeRule(None).lengths((1,), 0) == (0, float("inf"))
+    assert all(rule.admits((1, 2, n, 8)) == (n <= 5) for n in range(8))
