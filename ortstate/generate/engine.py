@@ -194,7 +194,7 @@ class Engine:
         as ONNX Runtime lets go of the GIL, so that thread's work overlaps the run. Woken earlier,
         while this thread still builds and binds the run's feeds, the two take turns at the GIL and
         a tick costs both (tiny llama, 64 ``stream()`` consumers: 8.8x one stream at a time when
-        woken before the pool's checks and binding, 10.5-10.9x as the last thing)."""
+        woken before the pool's checks and binding, 10.3-10.9x as the last thing)."""
         items, self._outgoing = self._outgoing, []
         notify: set[Callable[[], None]] = set()
         last = None

@@ -5,14 +5,19 @@ beam reorder and a snapshot."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import openvino as ov
 import pytest
 from attention_models import HIDDEN, Spec, save_layer
 from oracle import RESET, REWRITTEN, check_steps, open_session
 
+import ortstate
 from ortstate.errors import RunError
+from ortstate.meta import read_meta, write_meta
 from ortstate.runtime import kv_buffers
+from ortstate.runtime.store import ShapeRule
 
 RNG = np.random.default_rng(8)
 
@@ -131,11 +136,6 @@ def test_a_snapshot_loaded_over_live_buffers_is_what_runs_next(tmp_path, monkeyp
 def test_a_cache_grown_past_its_declared_bound_is_refused_as_on_the_general_path(tmp_path, monkeypatch) -> None:
     """A variable whose shape bounds its cache length (``[?,2,0..5,8]``): the step that would make it
     6 long raises and changes nothing, on the KV buffers as on the general path (forced)."""
-    import dataclasses
-
-    import ortstate
-    from ortstate.meta import read_meta, write_meta
-
     model = ortstate.convert(save_layer(tmp_path, Spec()), explicit_state=True)
     meta = read_meta(model)
     bounded = [dataclasses.replace(v, shape=[v.shape[0], v.shape[1], [0, 5], v.shape[3]]) for v in meta.variables]
@@ -156,8 +156,6 @@ def test_a_cache_grown_past_its_declared_bound_is_refused_as_on_the_general_path
 
 
 def test_a_shape_rule_says_which_lengths_it_admits() -> None:
-    from ortstate.runtime.store import ShapeRule
-
     rule = ShapeRule([[1, None], 2, [0, 5], 8])
     assert rule.lengths((1, 2, 99, 8), 2) == (0, 5)
     assert rule.lengths((1, 3, 99, 8), 2) is None  # another static dim differs
