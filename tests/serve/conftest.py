@@ -10,6 +10,7 @@ import os
 import re
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -183,34 +184,50 @@ def durable_streams_survive(client: Any, seed: int, lose: Any, count: int = 12) 
     return held, after
 
 
+def free_port() -> int:
+    """A port of 127.0.0.1 nothing listens on (a server started next may take it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @contextlib.contextmanager
-def ray_on_this_machine(prepare: Callable[[], None] | None = None) -> Iterator[str]:
-    """Ray and Ray Serve's proxy on 127.0.0.1 (its URL), ``prepare()`` run first (what must be set
-    before Ray starts); this process as it was afterwards (``ray.init`` leaves a SIGTERM handler and
-    environment variables behind)."""
-    import ray
-    from ray import serve
-
-    from ortstate.serve.server import bind
-
+def process_as_it_was() -> Iterator[None]:
+    """This process's SIGTERM handler and environment put back afterwards: ``ray.init`` leaves a
+    handler and variables of its own behind."""
     environ, sigterm = dict(os.environ), signal.getsignal(signal.SIGTERM)
-    if prepare is not None:
-        prepare()
-    ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False
-    )
-    sock = bind("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    sock.close()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield
     finally:
-        serve.shutdown()
-        ray.shutdown()
         signal.signal(signal.SIGTERM, sigterm)
         os.environ.clear()
         os.environ.update(environ)
+
+
+@contextlib.contextmanager
+def ray_on_this_machine(prepare: Callable[[], None] | None = None) -> Iterator[str]:
+    """Ray and Ray Serve's proxy on 127.0.0.1 (its URL), ``prepare()`` run first (what must be set
+    before Ray starts); this process as it was afterwards (:func:`process_as_it_was`)."""
+    import ray
+    from ray import serve
+
+    with process_as_it_was():
+        if prepare is not None:
+            prepare()
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            configure_logging=False,
+        )
+        port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            serve.shutdown()
+            ray.shutdown()
 
 
 def openai_client(url: str, key: str = "none") -> Any:

@@ -8,7 +8,6 @@ import asyncio
 import errno
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import MODEL, Lone, assert_same, feeds, running, serving
+from conftest import MODEL, Lone, assert_same, feeds, free_port, running, serving
 
 import ortstate
 from ortstate.errors import ServeError
@@ -29,17 +28,11 @@ from ortstate.serve.journal_recovery import recover_orphans
 STREAMS, KILLS = 64, 20
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_sigkill_at_random_moments_loses_no_acknowledged_step(tmp_path):
     """64 streams step without pause while the server is SIGKILLed at 20 random moments and started
     again on the same directory: every reply each stream got is a lone session's, in order (none
     lost, none made twice), and the server's step count of each is the client's."""
-    port = _free_port()
+    port = free_port()
     rngs = [np.random.default_rng(40 + k) for k in range(STREAMS)]
     plans: list[list[dict[str, np.ndarray]]] = [[] for _ in range(STREAMS)]
     got: list[list[dict[str, np.ndarray]]] = [[] for _ in range(STREAMS)]

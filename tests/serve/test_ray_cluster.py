@@ -5,40 +5,35 @@ step: the streams of its replica continue on the head node's at their last ackno
 from __future__ import annotations
 
 import logging
-import os
-import signal
 
 import ray
-from conftest import MODEL, durable_streams_survive
+from conftest import MODEL, durable_streams_survive, free_port, process_as_it_was
 from ray import serve
 from ray.cluster_utils import Cluster
 
 from ortstate.serve import Client
 from ortstate.serve.ray_deployment import make_app
-from ortstate.serve.server import bind
 
 STREAMS = 12
 
 
 def test_a_removed_nodes_streams_continue_on_the_other(tmp_path):
-    environ, sigterm = dict(os.environ), signal.getsignal(signal.SIGTERM)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    try:
-        worker = cluster.add_node(num_cpus=1)
-        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
-        sock = bind("127.0.0.1", 0)
-        port = sock.getsockname()[1]
-        sock.close()
-        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
-        serve.run(make_app(MODEL, tmp_path, replicas=2, handoff=30, durable=True), name="ortstate", route_prefix="/")
-        _, after = durable_streams_survive(
-            Client(f"http://127.0.0.1:{port}"), 24, lambda held: cluster.remove_node(worker)
-        )
-        assert len(set(after.values())) == 1  # one replica left, holding all
-        serve.shutdown()
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        signal.signal(signal.SIGTERM, sigterm)
-        os.environ.clear()
-        os.environ.update(environ)
+    with process_as_it_was():
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        try:
+            worker = cluster.add_node(num_cpus=1)
+            ray.init(
+                address=cluster.address, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False
+            )
+            port = free_port()
+            serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+            app = make_app(MODEL, tmp_path, replicas=2, handoff=30, durable=True)
+            serve.run(app, name="ortstate", route_prefix="/")
+            _, after = durable_streams_survive(
+                Client(f"http://127.0.0.1:{port}"), 24, lambda held: cluster.remove_node(worker)
+            )
+            assert len(set(after.values())) == 1  # one replica left, holding all
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
