@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import OutputFileError
 from ..extras import install_hint
 from ..output_files import write_file
+from ..runtime.cpu import cpu_fields, cpu_flags
 from ..version import __version__
 from .measure import BenchResult
 from .runners import LABELS
@@ -28,16 +29,8 @@ _ISA_FLAGS = ("avx", "amx", "fma", "f16c", "vnni")
 def machine_info() -> dict[str, Any]:
     """CPU model, cores, its vector extensions (from /proc/cpuinfo's flags), and the versions that
     matter."""
-    cpu = platform.processor() or platform.machine()
-    flags: list[str] = []
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name") and cpu == (platform.processor() or platform.machine()):
-                cpu = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = sorted(f for f in line.split(":", 1)[1].split() if f.startswith(_ISA_FLAGS))
-    except OSError:
-        pass
+    cpu = cpu_fields().get("model name") or platform.processor() or platform.machine()
+    flags = sorted(f for f in cpu_flags() if f.startswith(_ISA_FLAGS))
     info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
     info["isa"] = " ".join(flags) or None  # the vector extensions kernels pick their paths by
     info["ortstate"] = __version__

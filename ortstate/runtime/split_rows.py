@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -28,8 +27,9 @@ import onnxruntime as ort
 
 from ..errors import OrtStateError
 from ..meta import SPLIT_ROWS
+from .cpu import cpu_flags
 
-__all__ = ["ENV", "VNNI_ROWS", "cpu_flags", "split_max_rows", "split_rows_values"]
+__all__ = ["ENV", "VNNI_ROWS", "split_max_rows", "split_rows_values"]
 
 ENV = "ORTSTATE_SPLIT_MAX_ROWS"
 VNNI_ROWS = 12  # AVX-512 VNNI: below the even point measured above (16): other cores may cross sooner
@@ -67,14 +67,3 @@ def split_rows_values(model: onnx.ModelProto) -> dict[str, ort.OrtValue]:
 def _value(values: int) -> ort.OrtValue:
     # kept for the process: a session reads an initializer added this way where it is
     return ort.OrtValue.ortvalue_from_numpy(np.array(values, np.int64))
-
-
-@cache
-def cpu_flags() -> frozenset[str]:
-    """The CPU's instruction-set flags as Linux names them (``/proc/cpuinfo``); empty elsewhere."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    return frozenset(line.partition(":")[2].split())
