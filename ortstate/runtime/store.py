@@ -245,26 +245,23 @@ class StateStore:
         """:meth:`commit_values` for a runner whose buffers hold the values: each typed like the value
         before it (numpy's dtypes of one kind are one object) and shaped as its rule admits is taken
         with no more than that check (a KV cache grown in place, every step); else as it says."""
-        if self._errors or self._pending or self._run_order or len(var_ids) != len(self.meta):
-            self.commit_values(var_ids, values)
-            return
         current, rules = self._values, self._rules
         for var_id, value in zip(var_ids, values):
             previous = current.get(var_id)
             if previous is None or value.dtype is not previous.dtype or not rules[var_id].admits(value.shape):
                 self.commit_values(var_ids, values)
                 return
-        current.update(zip(var_ids, values))
-        self.writes += 1
+        self.commit_lengths(var_ids, values)
 
     def lengths_admitted(self, var_id: str, shape: Sequence[int], axis: int) -> tuple[int, float] | None:
         """What :meth:`ShapeRule.lengths` says of variable ``var_id``'s rule."""
         return self._rules[var_id].lengths(shape, axis)
 
     def commit_lengths(self, var_ids: list[str], values: list[np.ndarray]) -> None:
-        """:meth:`commit_grown` for a runner that checked the values itself: ``values`` (every
-        variable's) are its buffers' valid rows, each of the committed value's dtype, and shaped as
-        it was but along one axis, where :meth:`lengths_admitted` admits their size."""
+        """Take ``values`` (every variable's) as they are, checked by the caller: each of the
+        committed value's dtype and shaped as its rule admits (:meth:`commit_grown` checks each; the
+        KV buffers, whose values are their buffers' valid rows, only the length along one axis,
+        against :meth:`lengths_admitted`); else as :meth:`commit_values` says."""
         if self._errors or self._pending or self._run_order or len(var_ids) != len(self.meta):
             self.commit_values(var_ids, values)
             return
