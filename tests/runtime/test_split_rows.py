@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import openvino as ov
 import pytest
 
 import ortstate
@@ -14,26 +15,30 @@ from ortstate.errors import OrtStateError
 from ortstate.meta import SPLIT_ROWS
 from ortstate.runtime import split_rows
 from ortstate.runtime.loaded import load_model
+from ortstate.verify import OV_CONFIG
 
 INT4 = Path(__file__).resolve().parents[2] / "models" / "llm" / "llama_int4" / "openvino_model.xml"
 PROMPT = np.array([[5, 17, 99, 3, 42, 7, 11, 60]], np.int64)  # 8 rows of activations in every linear
 
 
-@pytest.fixture(scope="module")
-def int4_model():
-    return ortstate.convert(str(INT4), explicit_state=True)
+FEEDS = {
+    "input_ids": PROMPT,
+    "attention_mask": np.ones_like(PROMPT),
+    "position_ids": np.arange(PROMPT.shape[1])[None],
+    "beam_idx": np.zeros(1, np.int32),
+}
 
 
-def _logits(model, env: str | None, monkeypatch) -> np.ndarray:
-    if env is None:
-        monkeypatch.delenv(split_rows.ENV, raising=False)
-    else:
-        monkeypatch.setenv(split_rows.ENV, env)
+@pytest.fixture(scope="module", params=[True, False], ids=["explicit", "custom-op"])
+def int4_model(request):
+    return ortstate.convert(str(INT4), explicit_state=request.param)
+
+
+def _logits(model, env: str, monkeypatch) -> np.ndarray:
+    monkeypatch.setenv(split_rows.ENV, env)
     session = ortstate.StatefulSession(model)
-    n = PROMPT.shape[1]
-    feeds = {"input_ids": PROMPT, "attention_mask": np.ones_like(PROMPT), "position_ids": np.arange(n)[None]}
-    feeds["beam_idx"] = np.zeros(1, np.int32)
-    return session.run(["logits"], {k: v for k, v in feeds.items() if k in {i.name for i in session.get_inputs()}})[0]
+    names = {i.name for i in session.get_inputs()}
+    return session.run(["logits"], {k: v for k, v in FEEDS.items() if k in names})[0]
 
 
 def test_the_converter_writes_the_safe_row_count_for_each_k(int4_model) -> None:
@@ -48,7 +53,11 @@ def test_the_row_count_set_at_load_picks_the_kernel(int4_model, monkeypatch) -> 
     split = _logits(int4_model, "1000", monkeypatch)  # 8 rows: the split
     f32 = _logits(int4_model, "0", monkeypatch)  # the f32-compute kernel
     assert not np.array_equal(split, f32), "both settings ran the same kernel: the setting did not reach the run"
-    np.testing.assert_allclose(split, f32, rtol=1e-4, atol=1e-4)  # both OpenVINO's result to f32 rounding
+    # OpenVINO in its exact config (without DYNAMIC_QUANTIZATION_GROUP_SIZE 0 it quantizes activations)
+    request = ov.Core().compile_model(str(INT4), "CPU", OV_CONFIG).create_infer_request()
+    want = request.infer({i.get_any_name(): FEEDS[i.get_any_name()] for i in request.model_inputs})["logits"]
+    for got in (split, f32):  # both OpenVINO's result to f32 rounding
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert np.array_equal(_logits(int4_model, "8", monkeypatch), split)  # up to 8 rows: the split
     assert np.array_equal(_logits(int4_model, "7", monkeypatch), f32)
 
