@@ -7,9 +7,9 @@ its own, so the genai layout writes what genai needs and checks what genai does 
 
 - ``tokenizer_config.json`` must exist and name a ``tokenizer_class`` (genai refuses a folder
   without the file; without the class it takes the tokenizer for a legacy fairseq one and puts
-  ``<s>`` and ``</s>`` around every text): the export writes transformers' class for a bare
-  ``tokenizer.json``, ``PreTrainedTokenizerFast``, where the folder names none. The model folder
-  is never changed.
+  ``<s>`` and ``</s>`` around every text it encodes with special tokens): the export writes
+  transformers' class for a bare ``tokenizer.json``, ``PreTrainedTokenizerFast``, where the
+  folder names none. The model folder is never changed.
 - At export time, genai's tokenizer encodes :data:`TEXTS` and every added token of the tokenizer
   (inside a text), with and without special tokens, and decodes their ids; each must give what
   ``tokenizers`` gives for the model folder's ``tokenizer.json`` (ortstate's and transformers'
@@ -150,16 +150,20 @@ def _genai_problem(source: Path, files: dict[str, bytes], settings: Mapping[str,
         want = tokenizers.Tokenizer.from_str(files[TOKENIZER_JSON].decode("utf-8"))
     except Exception as exc:  # noqa: BLE001 - tokenizers raises its own exception types
         return f"tokenizers cannot read {TOKENIZER_JSON} ({' '.join(str(exc).split())})"
-    with tempfile.TemporaryDirectory(prefix="ortstate-tokenizer-") as folder:
-        root = Path(folder)
-        (root / GENAI_CONFIG).write_text(json.dumps(settings), encoding="utf-8")
-        for name, data in files.items():
-            (root / name).write_bytes(data)
-        try:
-            got = og.Tokenizer(og.Config(folder))
-        except Exception as exc:  # noqa: BLE001 - genai raises RuntimeError for any refusal
-            return f"onnxruntime-genai cannot load it ({' '.join(str(exc).split())})"
-        return _first_difference(got, want)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ortstate-tokenizer-") as folder:
+            root = Path(folder)
+            (root / GENAI_CONFIG).write_text(json.dumps(settings), encoding="utf-8")
+            for name, data in files.items():
+                (root / name).write_bytes(data)
+            try:
+                got = og.Tokenizer(og.Config(folder))
+            except Exception as exc:  # noqa: BLE001 - genai raises RuntimeError for any refusal
+                said = " ".join(str(exc).replace(folder, str(source)).split())  # the files are the folder's
+                return f"onnxruntime-genai cannot load it ({said})"
+            return _first_difference(got, want)
+    except OSError as exc:
+        return _NotChecked(f"the check's temporary folder cannot be written ({exc.strerror or exc})")
 
 
 def _first_difference(got: Any, want: Any) -> str | None:
