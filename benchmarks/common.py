@@ -33,9 +33,9 @@ def cpu_flags() -> list[str]:
 
 
 def machine() -> dict[str, Any]:
-    """The machine and the versions (``ortstate.bench.machine_info``: CPU, cores, Python,
+    """The machine and the versions (``ortstate.timing.machine_info``: CPU, cores, Python,
     onnxruntime, OpenVINO, numpy), with the CPU's flags."""
-    from ortstate.bench import machine_info  # late: realsize-build runs without ortstate
+    from ortstate.timing import machine_info  # late: realsize-build runs without ortstate
 
     return machine_info() | {"cpu_flags": cpu_flags()}
 

@@ -66,7 +66,7 @@ from benchmarks.common import RESULTS, ROOT, loadavg, machine, ortstate_source
 from benchmarks.realsize_build import DEFAULT_CACHE, ir_dir
 from benchmarks.realsize_runs import run_child
 from benchmarks.report import rewrite_readme
-from ortstate.bench import plot_unavailable
+from ortstate.timing import plot_unavailable
 
 CHILD = "llm_streams_child"
 TINY = ROOT / "models" / "llm" / "llama"

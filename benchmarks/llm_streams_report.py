@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.report import ratio_text, target, targets_table
-from ortstate.bench.llm_streams import stream_metrics
+from ortstate.timing.llm_streams import stream_metrics
 
 __all__ = [
     "ENGINES",

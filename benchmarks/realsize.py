@@ -49,7 +49,7 @@ from benchmarks.common import RESULTS, ROOT, machine, ortstate_source
 from benchmarks.realsize_build import DEFAULT_CACHE, DEFAULT_VARIANT, PRECISIONS, VARIANTS
 from benchmarks.realsize_engines import CONTEXT_ENGINES, DEFAULT_ENGINES, parse_engine
 from benchmarks.realsize_runs import build_ir, progress, run_contexts, run_precision
-from ortstate.bench import plot_unavailable
+from ortstate.timing import plot_unavailable
 
 SCHEMA = "ortstate.realsize/1"
 CONTEXT_SCHEMA = realsize_context_report.SCHEMA

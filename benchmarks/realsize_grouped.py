@@ -28,7 +28,7 @@ import ortstate
 import ortstate.runtime.loaded as loaded
 from benchmarks.common import RESULTS, loadavg, machine, write_results
 from benchmarks.realsize_build import DEFAULT_CACHE
-from ortstate.bench import session_options
+from ortstate.timing import session_options
 
 
 def _session(onnx_path: Path, grouped: bool, threads: int) -> ortstate.StatefulSession:

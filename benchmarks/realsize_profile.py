@@ -167,8 +167,8 @@ def _profile_one(onnx_path: Path, ir: Path, engine: Any, prompt: list[int], writ
     import onnx
 
     from ortstate import StatefulSession
-    from ortstate.bench import session_options
     from ortstate.generate import Generator, read_config
+    from ortstate.timing import session_options
 
     with tempfile.TemporaryDirectory(prefix="ortstate-profile-") as tmp:
         options = session_options(a.threads, onnx.load(str(onnx_path), load_external_data=False))

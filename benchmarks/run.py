@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmarks import report, report_recurrent, suite
 from benchmarks.common import RESULTS, ROOT, loadavg, machine
-from ortstate.bench import BenchResult, markdown_table, plot_unavailable
+from ortstate.timing import BenchResult, markdown_table, plot_unavailable
 
 
 def _jsonable(value: Any) -> Any:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     load_start = loadavg()[0]
     data: dict[str, Any] = {
-        "schema": "ortstate.bench-suite/1",
+        "schema": "ortstate.timing-suite/1",
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
         "quick": args.quick,
         "machine": machine(),

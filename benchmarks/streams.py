@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS, loadavg, machine, write_results
 from benchmarks.irs import lstm_ir
-from ortstate.bench.streams import measure_streams, plot_streams, streams_document, streams_table
+from ortstate.timing.streams import measure_streams, plot_streams, streams_document, streams_table
 
 # issue 20: at the most streams, the pool's steps/s over each one-request-per-stream way
 TARGETS = {16: 20.0, 256: 4.0}

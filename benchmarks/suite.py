@@ -13,7 +13,7 @@ from typing import Any
 
 import ortstate
 from benchmarks import concurrency, irs, native, profile_step, torch_runner
-from ortstate.bench import BenchResult, make_runners, max_positions, measure, model_workload
+from ortstate.timing import BenchResult, make_runners, max_positions, measure, model_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "ortstate" / "_demo" / "char_lstm.xml"

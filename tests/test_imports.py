@@ -1,4 +1,4 @@
-"""The package's import structure: data flows ir -> convert -> passes -> runtime -> generate/bench/
+"""The package's import structure: data flows ir -> convert -> passes -> runtime -> generate/timing/
 verify -> cli, with ``decoders`` (what an optimum-intel decoder takes, read from its IR and folder)
 on ir beside the converter, under everything that feeds or exports a decoder. Each part imports
 only what its place allows (``ALLOWED``; ``NARROWER`` for modules held to less), with no import
@@ -34,7 +34,7 @@ ALLOWED = {
     "convert": BASE | {"ir", "passes"},
     "runtime": BASE | {"passes"},
     # What an optimum-intel decoder takes (folder, config, feeding rules, graph roles): generate,
-    # bench, verify and export read decoders through it, and none of them reads another for it.
+    # timing, verify and export read decoders through it, and none of them reads another for it.
     "decoders": BASE | {"ir"},
     # generation of many requests at once runs on the KV stream pool (ContinuousBatcher)
     "generate": BASE | {"ir", "convert", "runtime", "decoders", "streams"},
@@ -42,8 +42,8 @@ ALLOWED = {
     # rewrites that make a model batchable are passes (passes/batchable), which never import streams;
     # an LLM's streams are batched by what its inputs are (decoders)
     "streams": BASE | {"passes", "runtime", "decoders"},
-    # bench compares with OpenVINO in verify's exact config (verify.reference.OV_CONFIG)
-    "bench": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate", "verify"},
+    # timing (``ortstate bench``) compares with OpenVINO in verify's exact config (verify.reference.OV_CONFIG)
+    "timing": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate", "verify"},
     "verify": BASE | {"ir", "convert", "runtime", "decoders"},
     "export": BASE | {"ir", "convert", "passes", "decoders"},  # an LLM folder for other tools
     # streams over the network, and an LLM's generations (OpenAI's API): at the command line's level
@@ -56,7 +56,7 @@ ALLOWED = {
         "runtime",
         "decoders",
         "generate",
-        "bench",
+        "timing",
         "verify",
         "export",
         "streams",
@@ -66,11 +66,11 @@ ALLOWED = {
 
 # Modules held to less than their part's place (a name covers the module or package and what is
 # under it): verify's inputs and OpenVINO's side sit under the run (no converter, no runtime), and
-# bench takes from verify OpenVINO's exact config alone.
+# timing takes from verify OpenVINO's exact config alone.
 NARROWER = {
     "verify.inputs": BASE | {"ir", "decoders"},
     "verify.reference": BASE | {"ir", "verify.inputs"},
-    "bench": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate", "verify.reference"},
+    "timing": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate", "verify.reference"},
 }
 
 

@@ -12,11 +12,11 @@ Runners, each doing one model step per call (ONNX Runtime sessions: ``intra_op_n
 - ``floor``: the explicit form's graph in a bare ``InferenceSession`` (onnxruntime's own session
   object), the states plain inputs/outputs carried by two ping-pong buffer sets bound once their
   shapes are steady, init flags False after the first run: the same ONNX compute with no state
-  management at all, the leanest loop there is (see :class:`~ortstate.bench.runners.Floor`).
+  management at all, the leanest loop there is (see :class:`~ortstate.timing.runners.Floor`).
 
 Ratios to OpenVINO are against its fastest way here (the lower p50 of its two runners), with the
 plain ``infer(feeds)`` beside it. A stateful decoder is fed as ``generate`` feeds it (the same
-feeding rules); see :func:`~ortstate.bench.workloads.model_workload`.
+feeding rules); see :func:`~ortstate.timing.workloads.model_workload`.
 
 Each round resets every runner, runs the workload's prefill untimed, then times each step; the
 runners' order alternates between rounds (ABC, CBA, ...) so drift falls on all of them alike.
