@@ -8,6 +8,7 @@ the source, so a late import inside a function counts as much as one at the top.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import ortstate
@@ -230,4 +231,148 @@ def test_only_the_ort_adapter_reads_private_attributes_it_does_not_define() -> N
             and not n.attr.endswith("__")
             and n.attr not in own
         ]
+    assert wrong == []
+
+
+# -- benchmarks/: on top of the package, held to its public names -----------------------------------
+
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+# what runs before (or without) ortstate: the entry point, the results' writer, the real-size IR
+# builder (in a venv holding optimum-intel), the converter of older results
+STDLIB_ONLY = {"__init__", "__main__", "common", "realsize_build", "upgrade_results"}
+
+
+def _static_all(path: Path) -> set[str] | None:
+    """A module's ``__all__`` as written (None where it has none)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return {e.value for e in node.value.elts if isinstance(e, ast.Constant)}  # type: ignore[attr-defined]
+    return None
+
+
+def _ortstate_imports(tree: ast.Module) -> list[tuple[str, list[str], int]]:
+    """``(module, names taken, line)`` for each import of ortstate in a benchmark module, anywhere in it."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "ortstate":
+            found.append((node.module or "", [a.name for a in node.names], node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, [], node.lineno) for a in node.names if a.name.split(".")[0] == "ortstate"]
+    return found
+
+
+BENCHMARK_TREES = {path.stem: ast.parse(path.read_text()) for path in sorted(BENCHMARKS.glob("*.py"))}
+
+
+def test_the_package_never_imports_the_benchmarks() -> None:
+    wrong = [
+        f"{name} (line {node.lineno})"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "benchmarks")
+        or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "benchmarks" for a in node.names))
+    ]
+    assert wrong == []
+
+
+def test_benchmarks_take_only_public_names_from_ortstate() -> None:
+    """No private module or name, and from a module with an ``__all__`` only what it lists (or its
+    submodules): a benchmark measures what a user of ortstate gets."""
+    wrong = []
+    for stem, tree in BENCHMARK_TREES.items():
+        for module, names, line in _ortstate_imports(tree):
+            path = MODULES.get(module)
+            if path is None or any(part.startswith("_") for part in module.split(".")):
+                wrong.append(f"benchmarks/{stem}.py (line {line}): module {module}")
+                continue
+            public = _static_all(path)
+            for taken in names:
+                private = taken.startswith("_") and not taken.endswith("__")
+                listed = public is None or taken in public or f"{module}.{taken}" in MODULES
+                if private or not listed:
+                    wrong.append(f"benchmarks/{stem}.py (line {line}): {taken} from {module}")
+    assert wrong == []
+
+
+def _patched(tree: ast.Module) -> list[str]:
+    """Assignments to, deletions of and setattr on what a module imported from ortstate."""
+    bound = {
+        alias.asname or (alias.name if isinstance(node, ast.ImportFrom) else alias.name.split(".")[0])
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and (
+            (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ortstate")
+            or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "ortstate" for a in node.names))
+        )
+        for alias in node.names
+    }
+
+    def root(node: ast.AST) -> str | None:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            targets = [ast.Attribute(value=node.args[0], attr="?")] if node.args else []
+        found += [
+            f"line {node.lineno}: {ast.unparse(t)}"
+            for t in targets
+            if isinstance(t, (ast.Attribute, ast.Subscript)) and root(t) in bound
+        ]
+    return found
+
+
+def test_benchmarks_patch_nothing_of_ortstate() -> None:
+    """Suites set ortstate up through its public options (ORTSTATE_* settings, session options,
+    arguments), never by assigning to its modules' or classes' attributes."""
+    wrong = [f"benchmarks/{stem}.py {patch}" for stem, tree in BENCHMARK_TREES.items() for patch in _patched(tree)]
+    assert wrong == []
+
+
+def test_a_patch_of_an_ortstate_module_is_caught() -> None:
+    """The check above, on what realsize_grouped.py did before the setting existed."""
+    source = "import ortstate.runtime.loaded as loaded\nloaded.group_decode = lambda *args: 0\n"
+    assert _patched(ast.parse(source)) == ["line 2: loaded.group_decode"]
+    assert _patched(ast.parse("from ortstate import timing\nsetattr(timing, 'x', 1)\n")) == ["line 2: timing.?"]
+
+
+def test_benchmarks_read_no_private_attributes_they_do_not_define() -> None:
+    wrong = [
+        f"benchmarks/{stem}.py (line {n.lineno}): {ast.unparse(n)}"
+        for stem, tree in BENCHMARK_TREES.items()
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and n.attr.startswith("_")
+        and not n.attr.endswith("__")
+        and n.attr not in _own_names(tree)
+    ]
+    assert wrong == []
+
+
+def test_the_benchmarks_entry_point_imports_only_the_standard_library() -> None:
+    """At their top (a suite's modules are imported once it is chosen), so ``python -m benchmarks``
+    and ``real-size-build`` run in a Python without ortstate or onnxruntime."""
+    wrong = []
+    for stem in sorted(STDLIB_ONLY):
+        for node in BENCHMARK_TREES[stem].body:
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            wrong += [
+                f"benchmarks/{stem}.py (line {node.lineno}): {name}"
+                for name in names
+                if name.split(".")[0] not in sys.stdlib_module_names | {"__future__", "benchmarks"}
+            ]
     assert wrong == []

@@ -31,7 +31,16 @@ Typical use::
 """
 
 from .measure import BenchResult, RunnerStats, measure
-from .report import document, machine_info, markdown_table, plot_figure, plot_results, plot_unavailable
+from .report import (
+    cpu_name,
+    document,
+    isa_flags,
+    machine_info,
+    markdown_table,
+    plot_figure,
+    plot_results,
+    plot_unavailable,
+)
 from .runners import LABELS, RUNNERS, Runner, make_runners, session_options
 from .workloads import Feeds, Workload, max_positions, model_label, model_workload, weight_precision
 
@@ -43,7 +52,9 @@ __all__ = [
     "Runner",
     "RunnerStats",
     "Workload",
+    "cpu_name",
     "document",
+    "isa_flags",
     "machine_info",
     "make_runners",
     "markdown_table",

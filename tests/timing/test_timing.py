@@ -120,7 +120,8 @@ def test_plot_without_matplotlib_fails_before_measuring(capsys, monkeypatch, tmp
     def never(*args, **kwargs):
         raise AssertionError("the benchmark ran")
 
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    for name in [m for m in sys.modules if m.split(".")[0] == "matplotlib"] + ["matplotlib"]:
+        monkeypatch.setitem(sys.modules, name, None)  # import matplotlib(.anything) -> ImportError, loaded or not
     monkeypatch.setattr(timing, "make_runners", never)
     code, out, err = run_cli(capsys, "bench", DEMO, "--steps", 3, "--rounds", 1, "--plot", tmp_path / "p.png")
     assert (code, out) == (2, "")
