@@ -92,7 +92,7 @@ def source() -> dict[str, Any]:
         dirty = bool(_git(where, "status", "--porcelain", "--untracked-files=no"))
         return {
             "commit": _git(where, "rev-parse", "HEAD"),
-            "branch": _git(where, "branch", "--show-current"),
+            "branch": _git(where, "branch", "--show-current") or None,  # None: a detached HEAD
             "dirty": dirty,
         }
     except (OSError, subprocess.CalledProcessError):

@@ -243,7 +243,8 @@ def markdown(doc: dict[str, Any], top: int = 12) -> str:
         parts.append("\n".join(lines))
     ok = [e for e in data["precisions"] if "error" not in e]
     for key in dict.fromkeys((e["precision"], e.get("variant")) for e in ok):
-        runs = sorted((e for e in ok if (e["precision"], e.get("variant")) == key), key=lambda e: e["context"])
+        # runs from before --context profiled one prompt length (config's prompt) per precision
+        runs = sorted((e for e in ok if (e["precision"], e.get("variant")) == key), key=lambda e: e.get("context", 0))
         if len(runs) > 1:
             first, last = runs[0], runs[-1]
             parts.append(

@@ -161,3 +161,47 @@ def test_an_unknown_results_file_is_refused(tmp_path) -> None:
     (tmp_path / "other.json").write_text(json.dumps({"rows": []}))
     assert upgrade_results.main([str(tmp_path)]) == 2
     assert json.loads((tmp_path / "other.json").read_text()) == {"rows": []}
+
+
+def _renderers() -> dict:
+    """Each suite's markdown of a results document (the per-step suite renders from its live
+    results, which its JSON keeps only the medians of)."""
+    from benchmarks import (
+        llm_streams_profile,
+        llm_streams_report,
+        openai_serve,
+        realsize,
+        realsize_grouped,
+        realsize_profile,
+        serve,
+        streams,
+        weights_kernels,
+    )
+
+    return {
+        "real-size": realsize.markdown,
+        "real-size-context": realsize.markdown,
+        "real-size-profile": realsize_profile.markdown,
+        "llm-streams": llm_streams_report.markdown,
+        "llm-streams-profile": llm_streams_profile.markdown,
+        "serve": serve.markdown,
+        "serve-durable": serve.durable_markdown,
+        "openai-serve": openai_serve.markdown,
+        "streams": streams.markdown,
+        "grouped": realsize_grouped.markdown,
+        "weights-kernels": weights_kernels.markdown,
+    }
+
+
+RERENDERED = [p for p in sorted(RESULTS.glob("*.json")) if json.loads(p.read_text())["suite"] != "per-step"]
+
+
+@pytest.mark.parametrize("path", RERENDERED, ids=lambda p: p.name)
+def test_a_committed_result_renders_again_with_the_same_tables(path: Path) -> None:
+    """Today's renderer of its suite, given the committed document (converted or not), gives back
+    every table row the run rendered then: the figures survive the one shape."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    again = _renderers()[doc["suite"]](doc)
+    assert again.startswith("# ") and (doc["started"] is None or doc["started"] in again)
+    rows = [line for line in path.with_suffix(".md").read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
+    assert rows and [row for row in rows if row not in again.splitlines()] == []
