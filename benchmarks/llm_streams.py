@@ -262,9 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     config |= {"kv_cache_gb": a.kv_cache_gb or {n: kv_cache_gb(a.model_dir, n, a.prompt + a.new) for n in a.streams}}
     config["sequential_limit"] = a.sequential_limit
     data: dict[str, Any] = {"config": config, "runs": [], "summary": {}, "tokens": {}}
-    started = start_run("llm-streams")
-    run(a, data, lambda d: write_results(a.out, a.name, started, d, report.markdown, _plot))
-    doc = write_results(a.out, a.name, started, data, report.markdown, _plot)
+    this_run = start_run("llm-streams")
+    run(a, data, lambda d: write_results(a.out, a.name, this_run, d, report.markdown, _plot))
+    doc = write_results(a.out, a.name, this_run, data, report.markdown, _plot)
     if a.out.resolve() == RESULTS.resolve():  # the committed results: docs/streams.md shows them
         _rewrite_docs(doc)
     for t in report.targets(data):

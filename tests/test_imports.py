@@ -296,16 +296,12 @@ def test_benchmarks_take_only_public_names_from_ortstate() -> None:
 
 def _patched(tree: ast.Module) -> list[str]:
     """Assignments to, deletions of and setattr on what a module imported from ortstate."""
-    bound = {
-        alias.asname or (alias.name if isinstance(node, ast.ImportFrom) else alias.name.split(".")[0])
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-        and (
-            (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ortstate")
-            or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "ortstate" for a in node.names))
-        )
-        for alias in node.names
-    }
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ortstate":
+            bound |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            bound |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "ortstate"}
 
     def root(node: ast.AST) -> str | None:
         while isinstance(node, (ast.Attribute, ast.Subscript)):
