@@ -26,8 +26,22 @@ NEG = -np.inf
         ({"temperature": 0}, "temperature must be a number > 0, got 0 (for greedy decoding, do not sample)"),
         ({"top_p": 0.0}, "top_p must be in (0, 1], got 0.0"),
         ({"top_p": 1.5}, "top_p must be in (0, 1], got 1.5"),
-        ({"top_k": -1}, "top_k must be an integer >= 0 (0 keeps every token), got -1"),
-        ({"top_k": 2.5}, "top_k must be an integer >= 0 (0 keeps every token), got 2.5"),
+        ({"top_k": -2}, "top_k must be an integer >= 1, or 0 or -1 to keep every token, got -2"),
+        ({"top_k": 2.5}, "top_k must be an integer >= 1, or 0 or -1 to keep every token, got 2.5"),
+        ({"min_p": 1.5}, "min_p must be in [0, 1], got 1.5"),
+        ({"min_p": float("nan")}, "min_p must be in [0, 1], got nan"),
+        ({"presence_penalty": 2.5}, "presence_penalty must be in [-2, 2], got 2.5"),
+        ({"frequency_penalty": -3}, "frequency_penalty must be in [-2, 2], got -3"),
+        ({"logit_bias": {"5": 101}}, "logit_bias values must be numbers in [-100, 100], got 101 for token 5"),
+        ({"logit_bias": {"x": 1}}, "logit_bias keys must be token ids (integers >= 0), got 'x'"),
+        ({"logit_bias": {-1: 1}}, "logit_bias keys must be token ids (integers >= 0), got -1"),
+        ({"logit_bias": {5: 1, "5": 2}}, "logit_bias names a token id twice"),
+        ({"logit_bias": [3]}, "logit_bias must map token ids to numbers, got list"),
+        ({"min_tokens": -1}, "min_tokens must be an integer >= 0, got -1"),
+        ({"n": 0}, "n must be an integer >= 1, got 0"),
+        ({"n": 2}, "n must be 1 when decoding greedily, got 2 (n > 1 needs sampling: do_sample=True)"),
+        ({"n": 2, "do_sample": True, "num_beams": 2}, "n does not apply to beam search (num_beams > 1)"),
+        ({"min_p": 0.1, "num_beams": 2}, "min_p does not apply to beam search (num_beams > 1)"),
         ({"num_beams": 0}, "num_beams must be an integer >= 1, got 0"),
         ({"num_beams": True}, "num_beams must be an integer >= 1, got True"),
         ({"repetition_penalty": 0}, "repetition_penalty must be a number > 0 (1 = no penalty), got 0"),
@@ -37,8 +51,9 @@ NEG = -np.inf
         ({"do_sample": "yes"}, "do_sample must be true or false, got 'yes'"),
         ({"stop_token_ids": [3, -1]}, "stop_token_ids must be non-negative integers, got -1"),
         ({"stop_strings": ["ok", ""]}, "stop_strings must be non-empty strings, got ''"),
-        ({"topk": 3}, "unknown generation option(s) topk (known: do_sample, early_stopping, length_penalty, "
-         "num_beams, repetition_penalty, seed, stop_strings, stop_token_ids, temperature, top_k, top_p)"),
+        ({"topk": 3}, "unknown generation option(s) topk (known: do_sample, early_stopping, frequency_penalty, "
+         "length_penalty, logit_bias, min_p, min_tokens, n, num_beams, presence_penalty, repetition_penalty, seed, "
+         "stop_strings, stop_token_ids, temperature, top_k, top_p)"),
     ],
 )  # fmt: skip
 def test_bad_options_are_one_line_errors(given: dict, message: str) -> None:
