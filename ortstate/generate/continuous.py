@@ -87,7 +87,7 @@ class ContinuousBatcher:
             slots: requests generating at once (more wait their turn).
             kv_cache_bytes: the KV memory of all requests (default: a quarter of the machine's).
             max_context: positions one request may reach (default: the config's
-                ``max_position_embeddings``, else 4096).
+                ``max_position_embeddings``, ``n_positions``, ..., else 4096; at most the config's).
             threads: ONNX Runtime's intra-op threads (default: its own choice).
             int8_activations: compressed weights compute on int8-quantized activations (faster;
                 logits move ~1e-2, see ``ortstate.convert``).

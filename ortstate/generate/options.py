@@ -243,7 +243,7 @@ def _check_n(options: SearchOptions, fail: Any) -> None:
     if not _is_int(options.n) or options.n < 1:
         fail("n", f"must be an integer >= 1, got {options.n!r}")
     if options.n > 1 and not options.do_sample:
-        fail("n", f"must be 1 when decoding greedily, got {options.n} (n > 1 needs sampling: do_sample=True)")
+        fail("n", f"must be 1 when decoding greedily, got {options.n}: n > 1 choices need sampling")
     if options.beam_search:
         given = [k for k in _NOT_FOR_BEAMS if getattr(options, k) != _DEFAULTS[k]]
         if given:

@@ -58,6 +58,11 @@ def pool_decoder(
     if files.encoder or files.embeddings:
         raise GenerationError(f"{files.folder}: ContinuousBatcher takes decoder-only LLMs (token ids in)")
     config = read_config(files.folder)
+    if max_context is not None and config.max_context is not None and max_context > config.max_context:
+        raise GenerationError(
+            f"max_context {max_context} is over the model's context of {config.max_context} positions "
+            f"({files.folder / 'config.json'}): positions past it are ones the model was not made for"
+        )
     defaults = file_defaults(dict(config.search_defaults))
     graph = read_ir(files.decoder)  # what it tells about feeding it (its weights are not read)
     window = cache_position_window(graph)

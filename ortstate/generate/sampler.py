@@ -137,9 +137,9 @@ def warp(scores: np.ndarray, options: Sequence[SearchOptions]) -> np.ndarray:
     x = np.asarray(scores, dtype=np.float64)
     vocab = x.shape[1]
     t = np.array([o.temperature for o in options], np.float64)[:, None]
-    with np.errstate(over="ignore"):  # a gap over T past float64's range: the weight is 0 exactly
-        z = (x - x.max(axis=1, keepdims=True)) / t
-    weights = np.exp(z)
+    # a gap over T past float64's range, or a weight below its smallest: the weight is 0, exactly the limit
+    with np.errstate(over="ignore", under="ignore"):
+        weights = np.exp((x - x.max(axis=1, keepdims=True)) / t)
     min_p = np.array([o.min_p for o in options], np.float64)[:, None]
     if min_p.any():
         weights[weights < min_p] = 0.0

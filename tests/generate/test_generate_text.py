@@ -39,7 +39,7 @@ NEG = -np.inf
         ({"logit_bias": [3]}, "logit_bias must map token ids to numbers, got list"),
         ({"min_tokens": -1}, "min_tokens must be an integer >= 0, got -1"),
         ({"n": 0}, "n must be an integer >= 1, got 0"),
-        ({"n": 2}, "n must be 1 when decoding greedily, got 2 (n > 1 needs sampling: do_sample=True)"),
+        ({"n": 2}, "n must be 1 when decoding greedily, got 2: n > 1 choices need sampling"),
         ({"n": 2, "do_sample": True, "num_beams": 2}, "n does not apply to beam search (num_beams > 1)"),
         ({"min_p": 0.1, "num_beams": 2}, "min_p does not apply to beam search (num_beams > 1)"),
         ({"num_beams": 0}, "num_beams must be an integer >= 1, got 0"),
