@@ -23,6 +23,8 @@ from ..errors import GenerationError
 
 __all__ = ["SEARCH_KEYS", "SearchOptions", "file_defaults"]
 
+# beam sampling sums temperature-scaled log-probabilities over steps (transformers' float32 scores)
+MIN_BEAM_TEMPERATURE = 0.01
 # vLLM's options that beam search (transformers') does not take
 _NOT_FOR_BEAMS = ("min_p", "presence_penalty", "frequency_penalty", "logit_bias", "min_tokens", "n")
 
@@ -173,6 +175,12 @@ def _bias_items(value: Any) -> tuple[tuple[Any, Any], ...]:
     return tuple((int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k, v) for k, v in pairs)
 
 
+def _shown(value: Any) -> str:
+    """``value``'s repr as an error shows it: at most 60 characters (a value may come from a client)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -189,41 +197,41 @@ def _check(options: SearchOptions, where: str) -> None:
         raise GenerationError(f"{where}{field} {what}", field=field)
 
     if not isinstance(options.do_sample, bool):
-        fail("do_sample", f"must be true or false, got {options.do_sample!r}")
+        fail("do_sample", f"must be true or false, got {_shown(options.do_sample)}")
     t = options.temperature
     if not _is_real(t) or not 0 < t < float("inf"):
-        fail("temperature", f"must be a number > 0, got {t!r} (for greedy decoding, do not sample)")
+        fail("temperature", f"must be a number > 0, got {_shown(t)} (for greedy decoding, do not sample)")
     if not _is_int(options.top_k) or options.top_k < -1:
-        fail("top_k", f"must be an integer >= 1, or 0 or -1 to keep every token, got {options.top_k!r}")
+        fail("top_k", f"must be an integer >= 1, or 0 or -1 to keep every token, got {_shown(options.top_k)}")
     if not _is_real(options.top_p) or not 0 < options.top_p <= 1:
-        fail("top_p", f"must be in (0, 1], got {options.top_p!r}")
+        fail("top_p", f"must be in (0, 1], got {_shown(options.top_p)}")
     if not _is_real(options.min_p) or not 0 <= options.min_p <= 1:
-        fail("min_p", f"must be in [0, 1], got {options.min_p!r}")
+        fail("min_p", f"must be in [0, 1], got {_shown(options.min_p)}")
     r = options.repetition_penalty
     if not _is_real(r) or not 0 < r < float("inf"):
-        fail("repetition_penalty", f"must be a number > 0 (1 = no penalty), got {r!r}")
+        fail("repetition_penalty", f"must be a number > 0 (1 = no penalty), got {_shown(r)}")
     for key in ("presence_penalty", "frequency_penalty"):
         value = getattr(options, key)
         if not _is_real(value) or not -2 <= value <= 2:
-            fail(key, f"must be in [-2, 2], got {value!r}")
+            fail(key, f"must be in [-2, 2], got {_shown(value)}")
     _check_bias(options.logit_bias, fail)
     if not _is_int(options.min_tokens) or options.min_tokens < 0:
-        fail("min_tokens", f"must be an integer >= 0, got {options.min_tokens!r}")
-    _check_n(options, fail)
+        fail("min_tokens", f"must be an integer >= 0, got {_shown(options.min_tokens)}")
     if not _is_int(options.num_beams) or options.num_beams < 1:
-        fail("num_beams", f"must be an integer >= 1, got {options.num_beams!r}")
+        fail("num_beams", f"must be an integer >= 1, got {_shown(options.num_beams)}")
     if not _is_real(options.length_penalty) or abs(options.length_penalty) == float("inf"):
-        fail("length_penalty", f"must be a finite number, got {options.length_penalty!r}")
+        fail("length_penalty", f"must be a finite number, got {_shown(options.length_penalty)}")
     if not (isinstance(options.early_stopping, bool) or options.early_stopping == "never"):
-        fail("early_stopping", f"must be true, false or 'never', got {options.early_stopping!r}")
+        fail("early_stopping", f"must be true, false or 'never', got {_shown(options.early_stopping)}")
     if options.seed is not None and (not _is_int(options.seed) or not 0 <= options.seed < 2**63):
-        fail("seed", f"must be an integer in [0, 2**63), got {options.seed!r}")
+        fail("seed", f"must be an integer in [0, 2**63), got {_shown(options.seed)}")
     bad_ids = [t for t in options.stop_token_ids if not _is_int(t) or t < 0]
     if bad_ids:
-        fail("stop_token_ids", f"must be non-negative integers, got {', '.join(map(repr, bad_ids))}")
+        fail("stop_token_ids", f"must be non-negative integers, got {', '.join(map(_shown, bad_ids[:5]))}")
     bad_strings = [s for s in options.stop_strings if not isinstance(s, str) or not s]
     if bad_strings:
-        fail("stop_strings", f"must be non-empty strings, got {', '.join(map(repr, bad_strings))}")
+        fail("stop_strings", f"must be non-empty strings, got {', '.join(map(_shown, bad_strings[:5]))}")
+    _check_n(options, fail)
 
 
 def _check_bias(bias: Any, fail: Any) -> None:
@@ -231,23 +239,29 @@ def _check_bias(bias: Any, fail: Any) -> None:
         fail("logit_bias", "must map token ids to numbers (SearchOptions.build takes a dict)")
     bad_ids = [t for t, _ in bias if not _is_int(t) or t < 0]
     if bad_ids:
-        fail("logit_bias", f"keys must be token ids (integers >= 0), got {', '.join(map(repr, bad_ids[:5]))}")
+        fail("logit_bias", f"keys must be token ids (integers >= 0), got {', '.join(map(_shown, bad_ids[:5]))}")
     bad = [(t, v) for t, v in bias if not _is_real(v) or not -100 <= v <= 100]
     if bad:
-        fail("logit_bias", f"values must be numbers in [-100, 100], got {bad[0][1]!r} for token {bad[0][0]}")
+        fail("logit_bias", f"values must be numbers in [-100, 100], got {_shown(bad[0][1])} for token {bad[0][0]}")
     if len({t for t, _ in bias}) != len(bias):
         fail("logit_bias", "names a token id twice")
 
 
 def _check_n(options: SearchOptions, fail: Any) -> None:
     if not _is_int(options.n) or options.n < 1:
-        fail("n", f"must be an integer >= 1, got {options.n!r}")
+        fail("n", f"must be an integer >= 1, got {_shown(options.n)}")
     if options.n > 1 and not options.do_sample:
         fail("n", f"must be 1 when decoding greedily, got {options.n}: n > 1 choices need sampling")
     if options.beam_search:
         given = [k for k in _NOT_FOR_BEAMS if getattr(options, k) != _DEFAULTS[k]]
         if given:
             fail(given[0], "does not apply to beam search (num_beams > 1)")
+        if options.do_sample and options.temperature < MIN_BEAM_TEMPERATURE:
+            fail(
+                "temperature",
+                f"must be at least {MIN_BEAM_TEMPERATURE} for beam sampling, got {_shown(options.temperature)} "
+                "(its scores, summed over steps, would overflow; for the best beams, do not sample)",
+            )
 
 
 _DEFAULTS = {f.name: f.default for f in fields(SearchOptions)}

@@ -1,4 +1,5 @@
-"""The OpenAI API's request and response shapes, as ``ortstate serve`` speaks them for an LLM folder.
+"""The OpenAI API's requests, as ``ortstate serve`` takes them for an LLM folder (its responses:
+:mod:`.openai_responses`).
 
 A request body is checked whole before anything runs: a field of the wrong type or out of range,
 a feature this server does not have (tools, ``echo``, ``response_format``, ...) is an
@@ -6,9 +7,10 @@ a feature this server does not have (tools, ``echo``, ``response_format``, ...) 
 ``{"error": {"message", "type", "param", "code"}}`` with its HTTP status. Every field is applied or
 refused: the sampling fields are OpenAI's and vLLM's (``top_k``, ``min_p``, ``repetition_penalty``,
 ``presence_penalty``, ``frequency_penalty``, ``logit_bias``, ``ignore_eos``, ``min_tokens``, ``n``,
-``stop_token_ids``, with vLLM's meaning: see :class:`~ortstate.generate.SearchOptions`); the fields
-in :data:`~.openai_fields.NO_EFFECT` cannot change the output and are accepted as they come; any other field
-(vLLM's ``use_beam_search``, ``bad_words``, ``guided_json``, ..., or a typo) is a 400 naming it.
+``stop_token_ids``, with vLLM's meaning: see :class:`~ortstate.generate.SearchOptions`); the
+fields in :data:`~.openai_fields.NO_EFFECT` cannot change the output and are accepted as they come;
+any other field (vLLM's ``use_beam_search``, ``bad_words``, ``guided_json``, ..., or a typo) is a
+400 naming it (:mod:`.openai_fields`).
 
 One ortstate extension, vLLM's: ``"return_token_ids": true`` adds ``token_ids`` (the generated
 token ids) and ``prompt_token_ids`` to a choice (a streamed chunk: the ids of its text).

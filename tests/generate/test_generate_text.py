@@ -42,6 +42,9 @@ NEG = -np.inf
         ({"n": 2}, "n must be 1 when decoding greedily, got 2: n > 1 choices need sampling"),
         ({"n": 2, "do_sample": True, "num_beams": 2}, "n does not apply to beam search (num_beams > 1)"),
         ({"min_p": 0.1, "num_beams": 2}, "min_p does not apply to beam search (num_beams > 1)"),
+        ({"do_sample": True, "num_beams": 2, "temperature": 1e-40},
+         "temperature must be at least 0.01 for beam sampling, got 1e-40 (its scores, summed over steps, would "
+         "overflow; for the best beams, do not sample)"),
         ({"num_beams": 0}, "num_beams must be an integer >= 1, got 0"),
         ({"num_beams": True}, "num_beams must be an integer >= 1, got True"),
         ({"repetition_penalty": 0}, "repetition_penalty must be a number > 0 (1 = no penalty), got 0"),
