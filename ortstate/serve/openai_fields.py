@@ -17,43 +17,6 @@ __all__ = ["NO_EFFECT", "REFUSED", "SEARCH_FIELDS", "short", "unsupported"]
 NO_EFFECT = frozenset(
     {"user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key", "parallel_tool_calls"}
 )
-# what both endpoints apply; each adds its own (prompt / messages, its max and logprobs fields)
-_APPLIED = frozenset(
-    {
-        "model",
-        "temperature",
-        "top_p",
-        "seed",
-        "stop",
-        "stream",
-        "stream_options",
-        "n",
-        "top_k",
-        "min_p",
-        "repetition_penalty",
-        "presence_penalty",
-        "frequency_penalty",
-        "logit_bias",
-        "ignore_eos",
-        "min_tokens",
-        "stop_token_ids",
-        "logprobs",
-        "return_token_ids",
-    }
-)
-
-REFUSED = {  # field -> what it would need; refused unless absent, null or its neutral value
-    "echo": ("echo is not supported", (None, False)),
-    "best_of": ("best_of is not supported (n choices are n samples)", (None, 1)),
-    "suffix": ("suffix is not supported", (None, "")),
-    "tools": ("tools are not supported", (None, [])),
-    "functions": ("functions are not supported", (None, [])),
-    "tool_choice": ("tool_choice is not supported", (None, "none")),
-    "function_call": ("function_call is not supported", (None, "none")),
-    "response_format": ("response_format is not supported (text only)", (None, {"type": "text"})),
-}
-
-
 # the fields handed to SearchOptions under the same name (it checks their values, naming the field)
 SEARCH_FIELDS = (
     "top_k",
@@ -66,6 +29,22 @@ SEARCH_FIELDS = (
     "n",
     "stop_token_ids",
 )
+# what both endpoints apply; each adds its own (prompt / messages, its max and logprobs fields)
+_APPLIED = frozenset(
+    {"model", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "ignore_eos", "logprobs",
+     "return_token_ids", *SEARCH_FIELDS}
+)  # fmt: skip
+
+REFUSED = {  # field -> what it would need; refused unless absent, null or its neutral value
+    "echo": ("echo is not supported", (None, False)),
+    "best_of": ("best_of is not supported (n choices are n samples)", (None, 1)),
+    "suffix": ("suffix is not supported", (None, "")),
+    "tools": ("tools are not supported", (None, [])),
+    "functions": ("functions are not supported", (None, [])),
+    "tool_choice": ("tool_choice is not supported", (None, "none")),
+    "function_call": ("function_call is not supported", (None, "none")),
+    "response_format": ("response_format is not supported (text only)", (None, {"type": "text"})),
+}
 
 
 def unsupported(body: Mapping[str, Any], own: frozenset[str]) -> tuple[str, str] | None:

@@ -259,24 +259,52 @@ def test_a_prompt_past_the_context_is_refused_up_front(
 
 
 @pytest.mark.parametrize(
-    ("search", "message"),
+    ("who", "search", "message"),
     [
-        ({"n": 2, "do_sample": True},
+        ("generator", {"n": 2, "do_sample": True},
          "generate() returns one sequence: for n > 1 choices use generate_batch(), whose rows are each prompt's n "
          "choices"),
-        ({"logit_bias": {300: 1}}, "logit_bias: token id(s) 300 outside the vocabulary (0..255)"),
-        ({"min_tokens": 9}, "min_tokens 9 is more than max_new_tokens 4"),
-        ({"n": 9, "do_sample": True}, "n must be at most the pool's 8 slots, got 9"),
+        ("both", {"logit_bias": {300: 1}}, "logit_bias: token id(s) 300 outside the vocabulary (0..255)"),
+        ("both", {"min_tokens": 9}, "min_tokens 9 is more than max_new_tokens 4"),
+        ("batcher", {"n": 9, "do_sample": True}, "n must be at most the pool's 8 slots, got 9"),
     ],
 )  # fmt: skip
-def test_requests_the_model_cannot_take(search: dict, message: str, generators: dict[str, Generator],
+def test_requests_the_model_cannot_take(who: str, search: dict, message: str, generators: dict[str, Generator],
                                         batchers: dict[str, ContinuousBatcher]) -> None:  # fmt: skip
-    """Refused before anything runs, naming the field (the batcher: all but n > 1, which it takes)."""
-    field = next(iter(search))
-    calls = [lambda: batchers["llama"].generate_many([[1, 2]], 4, **search)]
-    if search.get("n", 1) < 9:
-        calls = [lambda: generators["llama"].generate([1, 2], 4, **search)] + calls[search.get("n", 1) > 1 :]
-    for call in calls:
+    """Refused before anything runs, with the option's name as the error's field."""
+    calls = {
+        "generator": lambda: generators["llama"].generate([1, 2], 4, **search),
+        "batcher": lambda: batchers["llama"].generate_many([[1, 2]], 4, **search),
+    }
+    for name in calls if who == "both" else [who]:
         with pytest.raises(GenerationError) as info:
-            call()
-        assert (str(info.value), info.value.field) == (message, field)
+            calls[name]()
+        assert (str(info.value), info.value.field) == (message, next(iter(search)))
+
+
+def test_the_command_line_takes_every_option(
+    generators: dict[str, Generator], capsys: pytest.CaptureFixture[str]
+) -> None:
+    gen, prompt = generators["llama"], [18, 152, 24, 240, 209]
+    argv = ["generate", LLM / "llama", "--prompt-ids", "18,152,24,240,209", "-n", 8]
+    flags = ["--do-sample", "--seed", 5, "--choices", 3, "--min-p", 0.1, "--presence-penalty", 1.2,
+             "--frequency-penalty", -0.5, "--logit-bias", "9=3.5", "--logit-bias", "77=-100", "--min-tokens", 2,
+             "--top-k", 30]  # fmt: skip
+    code, out, err = run_cli(capsys, *argv, *flags)
+    assert code == 0, err
+    search = {"do_sample": True, "n": 3, "min_p": 0.1, "presence_penalty": 1.2, "frequency_penalty": -0.5,
+              "logit_bias": {9: 3.5, 77: -100}, "min_tokens": 2, "top_k": 30, "seed": 5}  # fmt: skip
+    assert out == "\n".join(" ".join(map(str, row)) for row in gen.generate_batch([prompt], 8, **search)) + "\n"
+    for bad, message in [
+        (["--logit-bias", "9"], "--logit-bias expects ID=BIAS (a token id and a number in [-100, 100]), got '9'"),
+        (["--logit-bias", "9=101"], "--logit-bias: logit_bias values must be numbers in [-100, 100], got 101.0 for "
+         "token 9"),
+        (["--choices", 2], "--choices applies to sampling: add --do-sample"),
+        (["--do-sample", "--choices", 2, "--num-beams", 2],
+         "--choices: n does not apply to beam search (num_beams > 1)"),
+        (["--min-tokens", 9], "--min-tokens: min_tokens 9 is more than max_new_tokens 8"),
+        (["--presence-penalty", 2.5], "--presence-penalty: presence_penalty must be in [-2, 2], got 2.5"),
+    ]:  # fmt: skip
+        code, out, err = run_cli(capsys, *argv, *bad)
+        assert (code, out) == (2, ""), bad
+        assert_one_line_error(err, message)
