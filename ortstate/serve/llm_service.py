@@ -58,8 +58,8 @@ class Generation:
     finish: str | None = None
     index: int = 0  # its choice (n > 1)
     _decoder: IncrementalDecoder = field(init=False, repr=False)
-    _full: str = field(init=False, default="")  # the text so far
-    _sent: int = field(init=False, default=0)  # the text given out
+    _given: list[str] = field(init=False, default_factory=list)  # the text given out, piece by piece
+    _tail: str = field(init=False, default="")  # the text decoded since (held back: a stop string may start)
     _pending: list[int] = field(init=False, default_factory=list)  # tokens not given out with a piece yet
 
     def __post_init__(self) -> None:
@@ -89,35 +89,37 @@ class Generation:
         token = item.token if isinstance(item, Scored) else item
         self.tokens.append(token)
         self._pending.append(token)
-        self._full += self._decoder.push(token)
-        full, sent, pending = self._full, self._sent, self._pending
-        cut = self._stop_in(full)
+        self._tail += self._decoder.push(token)
+        tail, pending = self._tail, self._pending
+        cut = self._stop_in(tail)
         if cut is not None:
-            self.text, self.finish = full[:cut], "stop"
+            self.text, self.finish = "".join(self._given) + tail[:cut], "stop"
             self._remember(cut=True)
-            return full[sent:cut], pending
+            return tail[:cut], pending
         hold = max((len(s) for s in self.sampling.stop), default=1) - 1
-        self._sent, self._pending = max(sent, len(full) - hold), []
-        return full[sent : self._sent], pending
+        upto = max(0, len(tail) - hold)
+        self._given.append(tail[:upto])
+        self._tail, self._pending = tail[upto:], []
+        return tail[:upto], pending
 
     def close(self) -> tuple[str, list[int]] | None:
         """The generation ended (not at a stop string): the text held back, if any, as the last piece."""
-        self._full += self._decoder.flush()
-        full, sent, pending = self._full, self._sent, self._pending
-        cut = self._stop_in(full)
-        end = len(full) if cut is None else cut
-        self.text = full[:end]
+        tail, pending = self._tail + self._decoder.flush(), self._pending
+        cut = self._stop_in(tail)
+        end = len(tail) if cut is None else cut
+        self.text = "".join(self._given) + tail[:end]
         stops = self.search.get("stop_token_ids") or ()
         eos = () if self.sampling.ignore_eos else self.service.batcher.eos_token_ids
         ended = cut is not None or bool(self.tokens and (self.tokens[-1] in eos or self.tokens[-1] in stops))
         self.finish = "length" if not ended and len(self.tokens) >= self.max_tokens else "stop"
         self._remember(cut=cut is not None)
-        return (full[sent:end], pending) if end > sent or pending else None
+        return (tail[:end], pending) if end or pending else None
 
-    def _stop_in(self, full: str) -> int | None:
+    def _stop_in(self, tail: str) -> int | None:
+        """Where the first stop string starts in the text not given out yet (none before ``min_tokens``)."""
         if len(self.tokens) <= self.search.get("min_tokens", 0):
             return None
-        return _first_stop(full, self.sampling.stop, self._sent)
+        return _first_stop(tail, self.sampling.stop, 0)
 
     def _remember(self, cut: bool) -> None:
         """Tell the conversation what this turn was: the prompt and the reply as the client got

@@ -11,8 +11,9 @@ import pytest
 from text_tokenizers import CORPUS, byte_bpe, metaspace_bpe, word_tokenizer, write_word_tokenizer
 
 from ortstate.generate import GenerationError, IncrementalDecoder, SearchOptions, TextStreamer, Tokenizer
-from ortstate.generate.logits_process import process, repetition_penalty, sample, temperature, top_k, top_p
+from ortstate.generate.logits_process import process, repetition_penalty, temperature, top_k, top_p
 from ortstate.generate.options import file_defaults
+from ortstate.generate.sampler import RowState, choose
 from ortstate.generate.stopping import StopCriteria
 
 NEG = -np.inf
@@ -127,13 +128,17 @@ def test_processors_run_in_transformers_order() -> None:
 
 
 def test_sampling_follows_the_distribution_and_its_seed() -> None:
-    scores = np.tile(np.array([np.log(0.5), np.log(0.3), np.log(0.2), -np.inf], np.float32), (20000, 1))
-    picks = sample(scores, np.random.default_rng(0))
+    """One row per generator: the picks follow softmax(logits); a row's seed repeats its pick."""
+    logits = np.tile(np.array([np.log(0.5), np.log(0.3), np.log(0.2), -np.inf], np.float32), (20000, 1))
+    options = SearchOptions(do_sample=True, top_k=0)
+
+    def rows(seeds: range) -> list[RowState]:
+        return [RowState(options, [], np.random.default_rng(seed)) for seed in seeds]
+
+    picks = choose(logits, rows(range(20000)))
     assert 3 not in picks
     np.testing.assert_allclose(np.bincount(picks, minlength=4) / len(picks), [0.5, 0.3, 0.2, 0.0], atol=0.012)
-    np.testing.assert_array_equal(
-        sample(scores[:50], np.random.default_rng(7)), sample(scores[:50], np.random.default_rng(7))
-    )
+    np.testing.assert_array_equal(choose(logits[:50], rows(range(7, 57))), picks[7:57])
 
 
 # -- stop strings ---------------------------------------------------------------------------------------------
