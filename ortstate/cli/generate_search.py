@@ -18,7 +18,7 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--do-sample", action="store_true", help="sample the next token (default: greedy)")
     search.add_argument("--temperature", type=float, metavar="T", help="divide the scores by T > 0 before sampling")
     search.add_argument(
-        "--top-k", type=int, metavar="K", help="sample from the K most likely tokens (default 50; 0: all)"
+        "--top-k", type=int, metavar="K", help="sample from the K most likely tokens (default 50; 0 or -1: all)"
     )
     search.add_argument(
         "--top-p", type=float, metavar="P", help="sample from the most likely tokens holding probability P, in (0, 1]"
@@ -36,6 +36,27 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="sample N answers to the prompt (vLLM's n; one prefill), printed one per line at the end",
     )
+    _add_adjusting(search)
+    search.add_argument(
+        "--num-beams", type=int, metavar="N", help="beam search with N beams (prints the best at the end)"
+    )
+    search.add_argument(
+        "--length-penalty",
+        type=float,
+        metavar="L",
+        help="beam scores divide by length ** L (default 1; > 0 favours longer)",
+    )
+    search.add_argument(
+        "--stop",
+        action="append",
+        metavar="TEXT",
+        help="stop when the generated text contains TEXT (needs the tokenizer)",
+    )
+    search.add_argument("--stop-id", action="append", type=int, metavar="N", help="stop after token id N (like eos)")
+
+
+def _add_adjusting(search: Any) -> None:
+    """The flags that change greedy decoding's scores too (penalties, bias, min tokens)."""
     search.add_argument(
         "--repetition-penalty",
         type=float,
@@ -66,22 +87,6 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="generate at least N tokens: eos and --stop-id tokens are masked and --stop ignored until then",
     )
-    search.add_argument(
-        "--num-beams", type=int, metavar="N", help="beam search with N beams (prints the best at the end)"
-    )
-    search.add_argument(
-        "--length-penalty",
-        type=float,
-        metavar="L",
-        help="beam scores divide by length ** L (default 1; > 0 favours longer)",
-    )
-    search.add_argument(
-        "--stop",
-        action="append",
-        metavar="TEXT",
-        help="stop when the generated text contains TEXT (needs the tokenizer)",
-    )
-    search.add_argument("--stop-id", action="append", type=int, metavar="N", help="stop after token id N (like eos)")
 
 
 SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "min_p", "seed", "n")

@@ -38,6 +38,10 @@ from .tokenizer import Tokenizer
 
 __all__ = ["GenerationRun", "Generator"]
 
+_ONE_SEQUENCE = (
+    "generate() returns one sequence: for n > 1 choices use generate_batch(), whose rows are each prompt's n choices"
+)
+
 
 class Generator:
     """Generation with a stateful decoder converted by ortstate.
@@ -261,11 +265,7 @@ class Generator:
                 "generate() takes one prompt (a list of token ids); for several, use generate_batch()"
             )
         if search.get("n") not in (None, 1):
-            raise GenerationError(
-                "generate() returns one sequence: for n > 1 choices use generate_batch(), whose rows are "
-                "each prompt's n choices",
-                field="n",
-            )
+            raise GenerationError(_ONE_SEQUENCE, field="n")
         row_stream = None if stream is None else FirstRow(stream)
         rows = self.generate_batch(
             [prompt_ids],
