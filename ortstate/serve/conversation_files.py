@@ -85,7 +85,7 @@ class ConversationFiles:
             self.recover_orphans(force=True)
             parked, held = self._scan()
             self.max_bytes = default_max_bytes(folder, held) if max_bytes is None else max_bytes
-            segment = max(64 << 10, min(SEGMENT_BYTES, self.max_bytes // 16))  # the log: a few segments at most
+            segment = max(4 << 10, min(SEGMENT_BYTES, self.max_bytes // 16))  # the log: a few segments at most
             self.log = TurnLog(folder, name, segment)
             self.log.start()
         except BaseException:

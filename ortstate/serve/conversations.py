@@ -162,7 +162,9 @@ class Conversations:
         finally:
             self._claimed.discard(cid)
         if self.shared:
-            await self._park_when_idle(cid, conversation)
+            await self._park_when_idle(cid, conversation)  # (which keeps the bound)
+        elif self.files is not None:  # the log grew
+            await asyncio.to_thread(self.files.evict, set(self._claimed))
 
     async def _park_when_idle(self, cid: str, conversation: Conversation) -> None:
         deadline = time.monotonic() + WAIT_SECONDS
