@@ -6,16 +6,19 @@ the kill stays deleted."""
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
 from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 from conftest import openai_client as client
 from conftest import serving
 from oracle import REPO
 
-from ortstate.serve import serve_llm_in_thread
+from ortstate.serve import journal, serve_llm_in_thread
 
 LLM = REPO / "models" / "llm" / "llama"
 HEADER = "X-Ortstate-Conversation"
@@ -100,3 +103,35 @@ def test_a_sigkill_between_turns_or_mid_reply_changes_no_answer(tmp_path: Path) 
                 assert (got[cid][k][0], got[cid][k][1]) == (prompt, tokens), (cid, k)
                 if k:  # the killed server's cache was gone: the same ids, prefilled whole
                     assert cached > 0 and got[cid][k][2] == 0, (cid, k)
+
+
+def test_a_turn_that_cannot_be_logged_is_refused_and_undone(tmp_path: Path, monkeypatch) -> None:
+    """A full disk when a turn ends: the reply is a 500 (streamed: an error event instead of
+    ``[DONE]``) and the conversation is as before the turn; sent again once there is room, the turn
+    gets a server never troubled's tokens."""
+    real = journal._write_all
+
+    def full(fd: int, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with serve_llm_in_thread(LLM, 8, slots=4, state_dir=tmp_path) as server:
+        api, history = client(server.url), []
+        turn(api, "greedy-a", history, 0)
+        messages = [*history, {"role": "user", "content": TURNS[1]}]
+        monkeypatch.setattr(journal, "_write_all", full)
+        with pytest.raises(openai.InternalServerError) as info:
+            ask(api, "greedy-a", messages, 1)
+        assert info.value.body == {
+            "message": "conversation greedy-a: the state directory cannot be written (No space left on device)",
+            "type": "server_error",
+            "param": None,
+            "code": "state_not_written",
+        }
+        with pytest.raises(openai.APIError, match="cannot be written"):
+            list(ask(api, "greedy-a", messages, 1, stream=True))
+        monkeypatch.setattr(journal, "_write_all", real)
+        again = turn(api, "greedy-a", history, 1)
+    with serve_llm_in_thread(LLM, 8, slots=4) as unbroken:
+        api, history = client(unbroken.url), []
+        turn(api, "greedy-a", history, 0)
+        assert turn(api, "greedy-a", history, 1)[:2] == again[:2]
