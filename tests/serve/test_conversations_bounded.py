@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from conftest import MODEL as STREAM_MODEL
 from conftest import openai_client as client
+from conftest import serving
 from oracle import REPO, assert_one_line_error, run_cli
 
 from ortstate.generate import Generator
@@ -172,3 +174,16 @@ def test_command_line_refusals(capsys, tmp_path, argv: list[str], message: str) 
     code, out, err = run_cli(capsys, "serve", STREAM_MODEL, "--port", "0", "--conversation-ttl", "5")
     assert (code, out) == (2, "")
     assert_one_line_error(err, "--max-parked-bytes and --conversation-ttl apply to an LLM folder's conversations")
+
+
+def test_a_deleted_conversation_stays_deleted_after_a_sigkill(tmp_path) -> None:
+    for k in range(2):
+        with serving("--state-dir", str(tmp_path), "--token", "s3cret", model=LLM) as (proc, url):
+            if k == 0:
+                turn(url, "gone", key="s3cret")
+                turn(url, "kept", key="s3cret")
+                assert delete(url, "gone")[0] == 200
+            else:  # the log said "kept" was in memory: it is parked now, "gone" is not
+                assert parked(tmp_path) == ["kept"] and delete(url, "gone")[0] == 404
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
