@@ -261,8 +261,8 @@ class Conversations:
             raise _unknown(cid)
 
     def release(self) -> None:
-        """Let go of the state directory (once the server has stopped); its log goes unless a
-        conversation could not be parked (the next server there recovers it from the log)."""
+        """Let go of the state directory (once the server has stopped; again: nothing); its log
+        goes unless a conversation could not be parked (the next server there recovers it)."""
         if self.files is not None:
             self.files.release(remove_log=not self.lost)
 

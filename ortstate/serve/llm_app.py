@@ -113,8 +113,12 @@ def create_llm_app(
     async def tend(_: float) -> None:
         await conversations.tend(idle_park)
 
+    async def stop() -> None:
+        await service.park_all()
+        conversations.release()  # its log folder goes now: a Ray replica has no later end
+
     every = min((s for s in (idle_park, conversations.ttl) if s is not None), default=None)
-    lifespan = parking_lifespan(tend, service.park_all, every, "conversations", (OrtStateError, OSError))
+    lifespan = parking_lifespan(tend, stop, every, "conversations", (OrtStateError, OSError))
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     body = json.dumps(UNAUTHORIZED.body()).encode()
     return app if token is None else BearerAuth(app, token, error_body=body)
