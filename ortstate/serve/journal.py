@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ServeError
-from .journal_format import HEADER, LIVE, Record
+from .journal_format import HEADER, LIVE, PARKED, Record
 from .journal_recovery import JOURNAL_PREFIX, LOG_FILE, hold_lock, remove_log, sync_dir
 
 __all__ = ["SEGMENT_BYTES", "Journal", "Log", "refuse_kv"]
@@ -169,6 +169,7 @@ class Journal(Log):
         self.steps: dict[str, int] = {}
         self._stream: dict[int, str] = {}  # pool id -> stream, for the streams in the pool
         self._pending: list[tuple[str, bytes, int]] = []
+        self._parking: list[tuple[int, str]] = []  # pool streams whose park is not logged yet (still open)
 
     # -- start ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -211,15 +212,17 @@ class Journal(Log):
         states = self.pool.values(sid) if kind == LIVE and sid is not None else None
         record = Record(kind, stream, steps, states, self.last(stream))
         self._pending.append((stream, record.encode(), kind))
-        if kind != LIVE and sid is not None:
-            self._stream.pop(sid, None)
+        if kind != LIVE and sid is not None and self._stream.pop(sid, None) is not None and kind == PARKED:
+            self._parking.append((sid, stream))
 
     def commit(self, results: dict[int, Any]) -> None:
         """Log the round: every stream of ``results`` that stepped, and the records :meth:`note`
         made; one write, one fsync. Raises (and puts the stepped streams back) if it cannot."""
         stepped = []
+        parking, self._parking = self._parking, []
         if self.broken is not None:
             self._pending.clear()
+            self._unpark(parking)
             raise ServeError(f"--durable: the log cannot be written ({self.broken}); no step is acknowledged")
         for sid, outputs in results.items():
             stream = self._stream.get(sid)
@@ -234,6 +237,7 @@ class Journal(Log):
         try:
             self.append(pending)
         except OSError as exc:
+            self._unpark(parking)
             self._undo(stepped)
             why = exc.strerror or exc
             raise ServeError(f"--durable: cannot write the log ({why}); the step was not made") from None
@@ -249,6 +253,12 @@ class Journal(Log):
         return None if data is None else Record.decode(memoryview(data)[HEADER.size :]).outputs
 
     # -- inside -----------------------------------------------------------------------------------
+    def _unpark(self, parking: list[tuple[int, str]]) -> None:
+        """Parks whose record was not written: their pool streams (still open) are logged on, so
+        a step they take before the park is undone is logged too."""
+        for sid, stream in parking:
+            self._stream.setdefault(sid, stream)
+
     def _undo(self, stepped: list[tuple[int, str]]) -> None:
         """A write failed (the segment is cut back): put each stream that stepped back at its last
         logged state (the step is not made)."""
