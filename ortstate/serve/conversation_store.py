@@ -41,12 +41,6 @@ class Conversation:
     turns: int = 0
     logged: tuple[int, str | None, list[int]] = (0, None, [])
 
-    def continued(self, text: str) -> int | None:
-        """Where ``text`` (a new turn's whole prompt) goes on past what the last turn was, or None
-        when it does not start with it."""
-        last = self.text
-        return len(last) if last and len(text) > len(last) and text.startswith(last) else None
-
 
 class ConversationStore:
     """Parks ``batcher``'s conversations in ``files`` and restores them."""

@@ -30,6 +30,7 @@ from ..generate import (
 )
 from ..generate.engine import Scored
 from ..generate.prompts import check_prompts
+from ..generate.turns import continued_ids, turn_ids
 from .conversations import Conversation, Conversations
 from .openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
 
@@ -100,9 +101,8 @@ class Generation:
         tokens went on past its text."""
         if self.conversation is None:
             return
-        ended = bool(self.tokens) and self.tokens[-1] in self.service.batcher.eos_token_ids
         self.conversation.text = None if self.prompt_text is None or cut else self.prompt_text + self.text
-        self.conversation.ids = self.prompt + (self.tokens[:-1] if ended else self.tokens)
+        self.conversation.ids = turn_ids(self.prompt, self.tokens, self.service.batcher.eos_token_ids)
         self.conversation.turns += 1  # (with a state directory: logged before the reply ends)
 
 
@@ -259,9 +259,8 @@ class LlmService:
                 prompt = self.tokenizer.encode(text)
             else:
                 prompt = list(request.prompt)
-            at = conversation.continued(text) if conversation is not None and text is not None else None
-            if conversation is not None and at is not None:
-                prompt = conversation.ids + self.tokenizer.encode(text[at:], add_special_tokens=False)
+            if conversation is not None and text is not None:
+                prompt = continued_ids(conversation.text, conversation.ids, text, self.tokenizer) or prompt
             if not prompt:
                 raise GenerationError("the prompt makes no tokens")
             check_prompts([prompt], 1, vocab_size=self.batcher.vocab_size)
