@@ -27,6 +27,8 @@ LLM_FILES = {
     TESTS / "serve" / "test_openai.py",
     TESTS / "serve" / "test_openai_errors.py",
     TESTS / "serve" / "test_openai_conversations.py",
+    TESTS / "serve" / "test_conversations_durable.py",
+    TESTS / "serve" / "test_conversations_bounded.py",
     TESTS / "serve" / "test_ray_llm.py",
     TESTS / "serve" / "test_openai_logprobs.py",
 }

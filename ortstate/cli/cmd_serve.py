@@ -142,6 +142,19 @@ def _add_state(p: argparse.ArgumentParser) -> None:
         help="LLM: conversations kept at most (default 1024; more park or forget the least recently used)",
     )
     p.add_argument(
+        "--max-parked-bytes",
+        metavar="N",
+        help="LLM: what --state-dir may hold, its logs included (bytes, or with K, M, G or T: powers of 1024; "
+        "default 10G, or less where the disk has less room: what DIR holds at start plus half its free space); "
+        "past it, the least recently used parked conversations are removed",
+    )
+    p.add_argument(
+        "--conversation-ttl",
+        type=float,
+        metavar="S",
+        help="LLM: remove a conversation idle for S seconds, kept in memory or parked (default: never)",
+    )
+    p.add_argument(
         "--durable",
         action="store_true",
         help="log every acknowledged step in --state-dir, so none is lost by a hard stop (needs --state-dir)",
@@ -215,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
         return serve_llm(args, Path(args.model))
     if args.model_name is not None or args.max_conversations != 1024:
         raise UsageError("--model-name and --max-conversations apply to an LLM folder")
+    if args.max_parked_bytes is not None or args.conversation_ttl is not None:
+        raise UsageError("--max-parked-bytes and --conversation-ttl apply to an LLM folder's conversations")
     if args.durable and args.state_dir is None:
         raise UsageError("--durable needs --state-dir: its log is kept there")
     path = model_path(args.model)  # a folder of one stream model names it

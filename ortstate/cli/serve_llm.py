@@ -15,7 +15,7 @@ from .command import EXIT_OK
 if TYPE_CHECKING:
     from ..serve.llm_service import LlmService
 
-__all__ = ["EXIT_STREAMS_LOST", "LLM_HELP", "serve_llm"]
+__all__ = ["EXIT_STREAMS_LOST", "LLM_HELP", "byte_count", "serve_llm"]
 
 EXIT_STREAMS_LOST = 3  # stopped, but streams or conversations that could not be parked (a full disk) are lost
 
@@ -39,9 +39,15 @@ The same --token and loopback rules.
 conversations (an ortstate extension): a request with the header "X-Ortstate-Conversation: ID"
 keeps conversation ID's KV cache between turns, so the next turn prefills only what its prompt adds
 (usage.prompt_tokens_details.cached_tokens says how many were reused); a prompt that does not start
-with what the cache holds is prefilled whole. --max-conversations are kept; with --state-dir, all
-are parked there on SIGTERM or Ctrl-C (exit 3 if one cannot be), and those idle for --idle-park
-seconds, and a server started again on it continues them.
+with what the cache holds is prefilled whole. --max-conversations are kept in memory (one more parks
+or forgets the least recently used); --conversation-ttl S removes one idle for S seconds (kept or
+parked); DELETE /v1/conversations/ID removes one at once (404 unknown, 409 a request runs on it).
+With --state-dir: each turn's token ids are logged and synced there before its reply ends, so a
+server killed (SIGKILL, a crash) and started again on it continues every answered turn exactly
+(the lost cache prefilled again from those ids); conversations idle for --idle-park seconds are
+parked there, all of them on SIGTERM or Ctrl-C (exit 3 if one cannot be), and a server started
+again on it continues them. DIR holds at most --max-parked-bytes (logs included): past it, the
+least recently used parked conversations are removed, one log line each.
 
 With --ray: --replicas replicas on Ray Serve, each with a batcher of its own, routed by the
 conversation header (Ray Serve's consistent-hash router; a request without one goes to any
@@ -59,6 +65,12 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
         )
     if args.max_conversations < 1:
         raise UsageError(f"--max-conversations must be positive, got {args.max_conversations}")
+    if args.conversation_ttl is not None and not args.conversation_ttl > 0:
+        raise UsageError(f"--conversation-ttl must be positive, got {args.conversation_ttl}")
+    if args.max_parked_bytes is not None:
+        if args.state_dir is None:
+            raise UsageError("--max-parked-bytes needs --state-dir: it bounds what is kept there")
+        args.max_parked_bytes = byte_count(args.max_parked_bytes, "--max-parked-bytes")
     if args.ray:
         return _ray(args, folder)
     from ..serve import server
@@ -91,6 +103,19 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     return _stopped(args, service)
 
 
+def byte_count(text: str, option: str) -> int:
+    """``text`` as a positive number of bytes: digits, or digits and K, M, G or T (powers of 1024).
+
+    Raises:
+        UsageError: anything else, naming ``option``.
+    """
+    digits, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(unit)
+    if scale is None or not digits.isascii() or not digits.isdigit() or int(digits) < 1:
+        raise UsageError(f"{option} must be a positive number of bytes (e.g. 2000000000, 512M or 10G), got {text!r}")
+    return int(digits) * scale
+
+
 def _slots(args: argparse.Namespace) -> int:
     """Requests decoding at once: --max-batch, else 64 (at most --max-streams)."""
     return args.max_batch or min(64, args.max_streams)
@@ -104,6 +129,8 @@ def _service_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_body_bytes": args.max_message_bytes,
         "max_conversations": args.max_conversations,
         "idle_park": args.idle_park,
+        "max_parked_bytes": args.max_parked_bytes,
+        "conversation_ttl": args.conversation_ttl,
     }
 
 

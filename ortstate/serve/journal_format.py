@@ -2,8 +2,9 @@
 that a record torn by a hard stop is known by its checksum.
 
 A record is ``length (u32) | crc32 (u32) | payload``, little-endian; the payload is ``kind (u8) |
-stream id (22 ASCII bytes) | steps (u64) | states | outputs``, states and outputs each a count and,
-per array, its name, dtype, shape and bytes (a state left uninitialised is a name and no array).
+steps (u64) | id length (u8) | id (ASCII) | states | outputs``, states and outputs each a count
+and, per array, its name, dtype, shape and bytes (a state left uninitialised is a name and no
+array). The id is a stream's (22 characters) or an LLM server's conversation's (1 to 128).
 Every record holds the whole of what it describes, never a difference: the last record of a stream
 is the stream.
 """
@@ -21,7 +22,7 @@ __all__ = ["CLOSED", "HEADER", "LIVE", "PARKED", "PEEK_BYTES", "Record", "peek_s
 
 LIVE, PARKED, CLOSED = 1, 2, 3  # in the pool (its states follow); parked in its file; gone
 HEADER = struct.Struct("<II")
-_FIXED = struct.Struct("<B22sQ")
+_FIXED = struct.Struct("<BQB")  # kind, steps, id length
 _COUNT = struct.Struct("<I")
 PEEK_BYTES = HEADER.size + _FIXED.size  # what :func:`peek_steps` needs of a record
 _ARRAY = struct.Struct("<H16sB")  # name length, dtype, ndim (255: no array)
@@ -40,7 +41,8 @@ class Record:
     outputs: dict[str, np.ndarray] | None = None
 
     def encode(self) -> bytes:
-        parts = [_FIXED.pack(self.kind, self.stream.encode("ascii"), self.steps)]
+        name = self.stream.encode("ascii")
+        parts = [_FIXED.pack(self.kind, self.steps, len(name)), name]
         _pack(parts, list(enumerate(self.states or [])))
         _pack(parts, list((self.outputs or {}).items()))
         payload = b"".join(parts)
@@ -48,8 +50,11 @@ class Record:
 
     @classmethod
     def decode(cls, payload: bytes | memoryview) -> Record:
-        kind, stream, steps = _FIXED.unpack_from(payload, 0)
-        at, states = _unpack(payload, _FIXED.size)
+        kind, steps, length = _FIXED.unpack_from(payload, 0)
+        stream = bytes(payload[_FIXED.size : _FIXED.size + length])
+        if len(stream) != length:
+            raise ValueError("a record cut inside its id")
+        at, states = _unpack(payload, _FIXED.size + length)
         at, outputs = _unpack(payload, at)
         return cls(
             kind,
@@ -98,7 +103,7 @@ def peek_steps(head: bytes) -> int | None:
     """The step count of the record whose first :data:`PEEK_BYTES` bytes are ``head`` (None: too short)."""
     if len(head) < PEEK_BYTES:
         return None
-    return int(_FIXED.unpack_from(head, HEADER.size)[2])
+    return int(_FIXED.unpack_from(head, HEADER.size)[1])
 
 
 def read_records(data: bytes) -> Iterator[tuple[int, int, Record | None]]:

@@ -25,6 +25,7 @@ import fcntl
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from ..output_files import write_bytes
@@ -86,17 +87,22 @@ def replay(folder: Path) -> dict[str, bytes]:
     return latest
 
 
-def recover_orphans(state_dir: Path) -> list[str]:
-    """Turn every orphan log in ``state_dir`` into parked files (see the module docstring); the
-    streams recovered."""
+def recover_orphans(
+    state_dir: Path,
+    prefix: str = JOURNAL_PREFIX,
+    recover: Callable[[Path, Path], list[str]] | None = None,
+) -> list[str]:
+    """Turn every orphan log in ``state_dir`` (a folder named ``prefix``-NAME whose lock can be
+    taken) into parked files, by ``recover(state_dir, folder)`` (default: streams, see the module
+    docstring), then remove it; the ids recovered."""
     recovered: list[str] = []
-    for folder in sorted(state_dir.glob(f"{JOURNAL_PREFIX}*")):
+    for folder in sorted(state_dir.glob(f"{prefix}*")):
         try:
             lock = hold_lock(folder)
         except OSError:  # its server lives (or it is no folder of ours)
             continue
         try:
-            recovered += _recover(state_dir, folder)
+            recovered += (recover or _recover)(state_dir, folder)
             remove_log(folder)
         finally:
             os.close(lock)

@@ -7,7 +7,7 @@ error after the first chunk is sent as a last ``data: {"error": ...}`` event. A 
 away (closes the stream, or its connection while waiting for a whole response) cancels its request.
 Every error, routing ones and 401 included, has OpenAI's body. A request with the header
 ``X-Ortstate-Conversation`` continues that conversation's cache (:mod:`.conversations`); its answer
-names the server that held it in ``X-Ortstate-Server``.
+names the server that held it in ``X-Ortstate-Server``. ``DELETE /v1/conversations/{id}`` removes one.
 """
 
 from __future__ import annotations
@@ -91,6 +91,11 @@ def create_llm_app(
     async def chat(request: Request) -> Response:
         return await _answer(service, request, parse_chat, max_body_bytes, chat=True)
 
+    async def delete_conversation(request: Request) -> JSONResponse:
+        cid = request.path_params["id"]
+        await service.conversations.delete(cid)
+        return JSONResponse({"id": cid, "object": "conversation.deleted", "deleted": True})
+
     routes = [
         Route("/v1/models", models),
         Route("/v1/models/{id:path}", model),
@@ -98,16 +103,24 @@ def create_llm_app(
         Route("/health", health),  # where vLLM's is: load tools (guidellm) check it first
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/conversations/{id}", delete_conversation, methods=["DELETE"]),
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         ApiError: _api_error,
         HTTPException: _http_error,
     }
 
-    async def park_idle(seconds: float) -> None:
-        await service.conversations.park_idle(seconds)
+    conversations = service.conversations
 
-    lifespan = parking_lifespan(park_idle, service.park_all, idle_park, "conversations", (OrtStateError, OSError))
+    async def tend(_: float) -> None:
+        await conversations.tend(idle_park)
+
+    async def stop() -> None:
+        await service.park_all()
+        conversations.release()  # its log folder goes now: a Ray replica has no later end
+
+    every = min((s for s in (idle_park, conversations.ttl) if s is not None), default=None)
+    lifespan = parking_lifespan(tend, stop, every, "conversations", (OrtStateError, OSError))
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     body = json.dumps(UNAUTHORIZED.body()).encode()
     return app if token is None else BearerAuth(app, token, error_body=body)
@@ -140,7 +153,7 @@ async def _answer(
 
     conversation = None
     released = False
-    parking: list[asyncio.Task[None]] = []  # a shared conversation being written (see Conversations.done)
+    parking: list[asyncio.Task[None]] = []  # the turn being logged (see Conversations.done)
 
     def release() -> asyncio.Task[None] | None:  # once the answer ends, however it ends (more calls do nothing)
         nonlocal released
@@ -173,9 +186,8 @@ async def _answer(
     try:
         await _unless_gone(request, _run(generation))
     finally:
-        parked = release()
-    if parked is not None:
-        await parked  # the answer goes once the conversation is written: a next turn anywhere finds it
+        ending = release()
+    await _turn_kept(ending)
     ids = (generation.prompt, generation.tokens) if generation.sampling.token_ids else None
     scored = None if generation.sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat)
     logprobs = None if scored is None else scored.shape(generation.scored)
@@ -183,6 +195,19 @@ async def _answer(
         rid, service.model_id, chat, generation.text, str(generation.finish), _usage(generation), ids, logprobs
     )
     return JSONResponse(body, headers=headers)
+
+
+async def _turn_kept(ending: asyncio.Task[None] | None) -> None:
+    """Wait for a conversation's turn to be logged (and, shared, the conversation parked), which
+    :meth:`~.conversations.Conversations.done` started: the answer ends only then, so a next turn,
+    or a server started after a hard stop, finds it. Shielded: a client gone meanwhile does not stop
+    it.
+
+    Raises:
+        ApiError: 500, the turn could not be logged.
+    """
+    if ending is not None:
+        await asyncio.shield(ending)
 
 
 async def _on_loop(release: Callable[[], Any]) -> None:
@@ -257,9 +282,11 @@ async def _events(
         yield _event(chunk(rid, model, chat, "", generation.finish, **extra))
         if sampling.include_usage:
             yield _event(chunk(rid, model, chat, used=_usage(generation)))
-        parked = release()
-        if parked is not None:  # before the last event: a next turn sent once it arrives finds it parked
-            await parked
+        try:  # before the last event: a next turn sent once it arrives finds the conversation
+            await _turn_kept(release())
+        except ApiError as exc:
+            yield _event(exc.body())
+            return
         yield b"data: [DONE]\n\n"
     finally:
         release()

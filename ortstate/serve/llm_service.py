@@ -131,6 +131,7 @@ class Generation:
             return
         self.conversation.text = None if self.prompt_text is None or cut else self.prompt_text + self.text
         self.conversation.ids = turn_ids(self.prompt, self.tokens, self.service.batcher.eos_token_ids)
+        self.conversation.turns += 1  # (with a state directory: logged before the reply ends)
 
 
 def _first_stop(text: str, stops: tuple[str, ...], start: int) -> int | None:
@@ -179,10 +180,14 @@ class LlmService:
         state_dir: str | os.PathLike[str] | None = None,
         max_conversations: int = 1024,
         shared: bool = False,
+        max_parked_bytes: int | None = None,
+        conversation_ttl: float | None = None,
     ) -> LlmService:
         """Load an optimum-intel folder's decoder into a batcher of ``slots`` rows, and its tokenizer;
-        conversations are kept (``max_conversations`` at most) and, with ``state_dir``, parked there
-        (``shared``: a directory servers behind one router share, see :mod:`.conversations`).
+        conversations are kept (``max_conversations`` at most, each for ``conversation_ttl``
+        seconds idle if given) and, with ``state_dir``, logged and parked there, which holds
+        ``max_parked_bytes`` at most (``shared``: a directory servers behind one router share, see
+        :mod:`.conversations`).
 
         Raises:
             GenerationError: no decoder-only IR, no tokenizer.json, or a chat template that does not parse (a
@@ -198,7 +203,9 @@ class LlmService:
             tokenizer.check_chat_template()
         batcher = ContinuousBatcher.from_dir(folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes)
         try:
-            conversations = Conversations(batcher, state_dir, max_conversations, shared=shared)
+            conversations = Conversations(
+                batcher, state_dir, max_conversations, shared=shared, max_bytes=max_parked_bytes, ttl=conversation_ttl
+            )
         except BaseException:
             batcher.close()
             raise

@@ -34,7 +34,16 @@ __all__ = ["SESSION_HEADER_VARIABLE", "OrtStateLlm", "app_builder", "make_llm_ap
 
 SESSION_HEADER_VARIABLE = "RAY_SERVE_SESSION_ID_HEADER_KEY"  # the header Ray's proxy routes by
 _GRACE = 15.0  # how long Ray waits for a removed replica's requests (they end, then it parks)
-_SETTINGS = ("token", "model_name", "threads", "max_body_bytes", "max_conversations", "idle_park")
+_SETTINGS = (
+    "token",
+    "model_name",
+    "threads",
+    "max_body_bytes",
+    "max_conversations",
+    "idle_park",
+    "max_parked_bytes",
+    "conversation_ttl",
+)
 
 
 def route_by_conversation() -> None:
@@ -66,8 +75,9 @@ def make_llm_app(
 ) -> Any:
     """The Ray Serve application serving the LLM ``folder`` with OpenAI's API on ``replicas``
     replicas, for ``serve.run``; ``settings`` are :func:`~.server.build_llm`'s (``token``,
-    ``model_name``, ``threads``, ``max_body_bytes``, ``max_conversations``, ``idle_park``), per
-    replica. ``folder`` and ``state_dir`` must be paths every replica reaches.
+    ``model_name``, ``threads``, ``max_body_bytes``, ``max_conversations``, ``idle_park``,
+    ``max_parked_bytes``, ``conversation_ttl``), per replica (each replica keeps the whole shared
+    directory within ``max_parked_bytes``). ``folder`` and ``state_dir`` must be paths every replica reaches.
 
     Raises:
         ServeError: ``replicas``, ``max_requests`` or ``slots`` not a positive integer, or an unknown setting.

@@ -205,10 +205,13 @@ def build_llm(
     max_conversations: int = 1024,
     idle_park: float | None = None,
     shared: bool = False,
+    max_parked_bytes: int | None = None,
+    conversation_ttl: float | None = None,
 ) -> tuple[LlmService, Any]:
     """An optimum-intel LLM folder's batcher (``slots`` requests generating at once, ``max_requests``
-    taken at once) and the app serving it with OpenAI's API; conversations parked in ``state_dir``
-    (``shared``: by every turn, for the servers sharing it, Ray Serve's replicas)."""
+    taken at once) and the app serving it with OpenAI's API; conversations logged and parked in
+    ``state_dir`` (``shared``: by every turn, for the servers sharing it, Ray Serve's replicas),
+    which holds ``max_parked_bytes`` at most, each removed once idle for ``conversation_ttl``."""
     service = LlmService.from_dir(
         folder,
         model_name=model_name,
@@ -219,6 +222,8 @@ def build_llm(
         state_dir=state_dir,
         max_conversations=max_conversations,
         shared=shared,
+        max_parked_bytes=max_parked_bytes,
+        conversation_ttl=conversation_ttl,
     )
     return service, create_llm_app(service, token=token, max_body_bytes=max_body_bytes, idle_park=idle_park)
 
@@ -274,6 +279,8 @@ def serve_llm_in_thread(
     state_dir: str | Path | None = None,
     max_conversations: int = 1024,
     idle_park: float | None = None,
+    max_parked_bytes: int | None = None,
+    conversation_ttl: float | None = None,
     start_timeout: float = 60.0,
 ) -> Iterator[Running]:
     """``ortstate serve FOLDER`` (an optimum-intel LLM folder: OpenAI's API) in a thread of this
@@ -294,6 +301,8 @@ def serve_llm_in_thread(
         state_dir=state_dir,
         max_conversations=max_conversations,
         idle_park=idle_park,
+        max_parked_bytes=max_parked_bytes,
+        conversation_ttl=conversation_ttl,
     )
     with _in_thread(service, app, DEFAULT_MAX_MESSAGE_BYTES, max_requests, token, host, port, start_timeout) as running:
         yield running

@@ -1,0 +1,139 @@
+"""The LLM server's log of turns and its state directory, without a model: turns that end together
+are written with one fsync; the log of a server that died becomes parked conversations at the next
+start (a park it wrote published, one it took given back, one in memory made a ``.json`` of its
+ids without a cache), its torn last record dropped, what it left half-written removed; a live
+server's folder is left alone."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ortstate.serve import journal
+from ortstate.serve.conversation_files import ConversationFiles
+from ortstate.serve.conversation_log import TurnLog
+from ortstate.serve.journal_format import CLOSED, LIVE, PARKED
+
+TEXT = "<s>user: hi</s>assistant: hé"  # (not ASCII: the log keeps text as UTF-8)
+
+
+def logged(folder: Path, name: str, records: list[tuple]) -> TurnLog:
+    """A server ``name``'s log in ``folder`` holding ``records`` (``TurnLog.submit``'s arguments),
+    each group of them (a list) written at once; left as a kill leaves it (unlocked, not removed)."""
+    log = TurnLog(folder, name)
+    log.start()
+
+    async def write() -> None:
+        for group in records:
+            await asyncio.gather(*(log.submit(*record) for record in group))
+
+    asyncio.run(write())
+    log.close(remove=False)
+    return log
+
+
+def parked(folder: Path, cid: str) -> dict:
+    return json.loads((folder / f"{cid}.json").read_text())
+
+
+def test_turns_that_end_together_are_written_with_one_fsync(tmp_path: Path) -> None:
+    ten = [(f"c{k}", LIVE, 1, f"{TEXT} {k}", [1, 2, k]) for k in range(10)]
+    log = logged(tmp_path, "dead-1", [ten, [("c3", LIVE, 2, None, [1, 2, 3, 4])]])
+    assert log.writes == 2
+    files = ConversationFiles(tmp_path, "next-1", shared=False)  # recovers the dead server's log
+    try:
+        assert files.count() == 10
+        assert parked(tmp_path, "c0") == {"tokens": [], "text": f"{TEXT} 0", "ids": [1, 2, 0], "turns": 1}
+        assert parked(tmp_path, "c3") == {"tokens": [], "text": None, "ids": [1, 2, 3, 4], "turns": 2}
+        assert not (tmp_path / "turns-dead-1").exists() and not list(tmp_path.glob("*.npz"))
+    finally:
+        files.release(remove_log=True)
+
+
+def test_a_torn_last_record_is_dropped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    logged(tmp_path, "dead-2", [[("a", LIVE, 1, TEXT, [5, 6])], [("a", LIVE, 2, TEXT + "!", [5, 6, 7])]])
+    (segment,) = (tmp_path / "turns-dead-2").glob("seg-*.log")
+    data = segment.read_bytes()
+    segment.write_bytes(data[: len(data) - 5])  # the last write, cut short by the kill
+    with caplog.at_level("WARNING", logger="ortstate.serve"):
+        ConversationFiles(tmp_path, "next-2", shared=False).release(remove_log=True)
+    assert "dropped the last record (torn by the stop; never acknowledged)" in caplog.text
+    assert parked(tmp_path, "a") == {"tokens": [], "text": TEXT, "ids": [5, 6], "turns": 1}
+
+
+def test_a_dead_servers_parks_and_claims_are_put_right(tmp_path: Path) -> None:
+    """``published``: parked (written, logged) but not yet moved into the directory; ``later``: a
+    park written, then a turn logged after it (the park failed); ``claimed``: taken by the dead
+    server, nothing logged since; ``deleted``: closed; ``stale``: a turn logged after the park in
+    the directory was taken, its files not yet removed. And what was left half-written goes."""
+    folder = tmp_path / "turns-dead-3"
+    records = [
+        [("published", LIVE, 1, "p", [1]), ("later", LIVE, 1, "l", [2]), ("deleted", LIVE, 1, "d", [3])],
+        [("published", PARKED, 1), ("later", LIVE, 2, "l2", [2, 2]), ("deleted", CLOSED, 1)],
+        [("stale", LIVE, 3, "s3", [4, 4, 4])],
+    ]
+    logged(tmp_path, "dead-3", records)
+    for cid, turns in (("published", 1), ("later", 1)):
+        (folder / f"{cid}.npz").write_bytes(b"cache")
+        (folder / f"{cid}.json").write_text(json.dumps({"tokens": [9], "text": cid, "ids": [9], "turns": turns}))
+    (tmp_path / "claimed.npz").write_bytes(b"cache")
+    (tmp_path / "claimed.json.claimed-dead-3").write_text(json.dumps({"tokens": [8], "text": "c", "ids": [8]}))
+    (tmp_path / "stale.npz").write_bytes(b"an older cache")
+    (tmp_path / "stale.json.claimed-dead-3").write_text(
+        json.dumps({"tokens": [7], "text": "s", "ids": [7], "turns": 2})
+    )
+    (folder / ".half.npz.0123abcd.tmp").write_bytes(b"half")  # a snapshot being written
+    (folder / "half.npz").write_bytes(b"half")  # a park whose .json was never written
+
+    files = ConversationFiles(tmp_path, "next-3", shared=False)
+    files.release(remove_log=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "claimed.json",
+        "claimed.npz",
+        "later.json",
+        "published.json",
+        "published.npz",
+        "stale.json",
+    ]
+    assert parked(tmp_path, "published")["tokens"] == [9]  # its cache kept
+    assert parked(tmp_path, "later") == {"tokens": [], "text": "l2", "ids": [2, 2], "turns": 2}
+    assert parked(tmp_path, "claimed")["tokens"] == [8]
+    assert parked(tmp_path, "stale") == {"tokens": [], "text": "s3", "ids": [4, 4, 4], "turns": 3}
+
+
+def test_a_live_servers_folder_is_left_alone(tmp_path: Path) -> None:
+    log = TurnLog(tmp_path, "alive-4")
+    log.start()
+    try:
+        files = ConversationFiles(tmp_path, "next-4", shared=True)
+        files.release(remove_log=True)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["turns-alive-4"]
+    finally:
+        log.close(remove=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_turn_that_cannot_be_written_fails_its_waiters_only(tmp_path: Path, monkeypatch) -> None:
+    log = TurnLog(tmp_path, "full-5")
+    log.start()
+    real = journal._write_all
+
+    def full(fd: int, data: bytes) -> None:
+        real(fd, data[: len(data) // 2])  # part of it went out: it is cut back
+        raise OSError(28, os.strerror(28))
+
+    async def write() -> list:
+        monkeypatch.setattr(journal, "_write_all", full)
+        first = await asyncio.gather(log.submit("a", LIVE, 1, "x", [1]), return_exceptions=True)
+        monkeypatch.setattr(journal, "_write_all", real)
+        return [*first, await log.submit("a", LIVE, 1, "y", [2])]
+
+    failed, written = asyncio.run(write())
+    assert str(failed) == "the state directory cannot be written (No space left on device)" and written is None
+    log.close(remove=False)
+    ConversationFiles(tmp_path, "next-5", shared=False).release(remove_log=True)
+    assert parked(tmp_path, "a") == {"tokens": [], "text": "y", "ids": [2], "turns": 1}
