@@ -5,7 +5,9 @@
 is server-sent events: a chunk per generated token (``data: {...}``, then ``data: [DONE]``); an
 error after the first chunk is sent as a last ``data: {"error": ...}`` event. A client that goes
 away (closes the stream, or its connection while waiting for a whole response) cancels its request.
-Every error, routing ones and 401 included, has OpenAI's body. A request with the header
+Every error, routing ones and 401 included, has OpenAI's body (``application/json``); a body is read
+within bounds (:mod:`.json_body`); a 503 says when to come back (``Retry-After``); an internal error
+is a 500 whose message is a log id, the server's log line with that id holds the traceback. A request with the header
 ``X-Ortstate-Conversation`` continues that conversation's cache (:mod:`.conversations`); its answer
 names the server that held it in ``X-Ortstate-Server``.
 """
@@ -16,38 +18,94 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import OrtStateError
+from ..errors import OrtStateError, ServeError
 from .app import parking_lifespan
-from .auth import BearerAuth
+from .auth import BearerAuth, Receive, Scope, Send
 from .conversations import HEADER
+from .guard import RETRY_AFTER
+from .json_body import read_json
 from .llm_service import Generation, LlmService
 from .openai_api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
 from .openai_logprobs import LogprobsShaper
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_HEADER", "UNAUTHORIZED", "create_llm_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_HEADER", "UNAUTHORIZED", "create_llm_app", "full_body"]
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 SERVER_HEADER = "x-ortstate-server"  # on a conversation's answers: the server (host-pid) that held it
 UNAUTHORIZED = ApiError(
     "missing or wrong API key (send Authorization: Bearer TOKEN)", 401, error_code="invalid_api_key"
 )
+_LOG_ID = "ortstate.log_id"  # the scope's key for an internal error's log id
 logger = logging.getLogger("ortstate.serve")
+
+
+def full_body() -> bytes:
+    """The body of the 503 a server whose every connection is being answered gives a new one."""
+    error = ApiError("server full: try again later", 503, kind="server_error", error_code="server_full")
+    return json.dumps(error.body()).encode()
 
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     """An :class:`ApiError` as OpenAI's error body."""
     assert isinstance(exc, ApiError)
-    return JSONResponse(exc.body(), status_code=exc.code)
+    headers = {"retry-after": RETRY_AFTER.decode()} if exc.code == 503 else None
+    return JSONResponse(exc.body(), status_code=exc.code, headers=headers)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's answer to an exception nothing else handled: a 500 naming a log id, no text of
+    the exception's (:func:`_logged` writes the log line, once Starlette raises it again)."""
+    log_id = request.scope.setdefault(_LOG_ID, secrets.token_hex(6))
+    return JSONResponse(_internal(log_id).body(), status_code=500)
+
+
+def _internal(log_id: str) -> ApiError:
+    return ApiError(
+        f"internal error (log id {log_id}): the server's log has the details",
+        500,
+        kind="server_error",
+        error_code="internal_error",
+    )
+
+
+def _logged(app: Any) -> Any:
+    """``app``, an exception out of which is logged once with its request's log id and traceback
+    (and answered with :func:`_internal_error`'s body if nothing was sent yet), not raised on to
+    uvicorn (whose own answer is plain text, and whose log line has no id)."""
+
+    async def logged(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # the lifespan's failures are uvicorn's to report
+            await app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, receive, sending)
+        except Exception:  # noqa: BLE001 - the last resort: everything is logged, nothing reaches the client
+            log_id = scope.setdefault(_LOG_ID, secrets.token_hex(6))
+            logger.exception(
+                "ortstate serve: internal error, log id %s (%s %s)", log_id, scope.get("method"), scope.get("path")
+            )
+            if not started:
+                await JSONResponse(_internal(log_id).body(), status_code=500)(scope, receive, send)
+
+    return logged
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -100,32 +158,37 @@ def create_llm_app(
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         ApiError: _api_error,
         HTTPException: _http_error,
+        Exception: _internal_error,
     }
 
     async def park_idle(seconds: float) -> None:
         await service.conversations.park_idle(seconds)
 
     lifespan = parking_lifespan(park_idle, service.park_all, idle_park, "conversations", (OrtStateError, OSError))
-    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+    app = _logged(Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan))
     body = json.dumps(UNAUTHORIZED.body()).encode()
     return app if token is None else BearerAuth(app, token, error_body=body)
 
 
 async def _body(request: Request, limit: int) -> Any:
-    """The request's JSON body, read up to ``limit`` bytes.
+    """The request's JSON body, read up to ``limit`` bytes, parsed within :mod:`.json_body`'s bounds.
 
     Raises:
-        ApiError: 413 over the limit; 400 not JSON.
+        ApiError: 413 over the limit; 400 not UTF-8, not JSON, or out of those bounds (naming the
+            field of a lone surrogate); 499 the client went away (a deadline closed its connection).
     """
     data = bytearray()
-    async for part in request.stream():
-        data += part
-        if len(data) > limit:
-            raise ApiError(f"the request body is over {limit} bytes", 413)
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(f"the request body is not valid JSON: {exc}") from None
+        async for part in request.stream():
+            data += part
+            if len(data) > limit:
+                raise ApiError(f"the request body is over {limit} bytes", 413)
+    except ClientDisconnect:
+        raise ApiError("the client went away", 499) from None
+    try:
+        return read_json(data)
+    except ServeError as exc:
+        raise ApiError(str(exc), param=exc.field) from None
 
 
 async def _answer(
@@ -133,7 +196,7 @@ async def _answer(
 ) -> Response:
     parsed = parse(await _body(request, limit))
     cid = request.headers.get(HEADER)
-    service.start(parsed)  # a bad request is refused before it waits for its conversation
+    service.check(parsed)  # another model, bad options: refused before a place or a conversation is taken
     admitted = service.admit()  # 503 now, before any byte of the answer; given back when it ends
 
     conversation = None
@@ -152,7 +215,7 @@ async def _answer(
 
     try:
         conversation = None if cid is None else await service.conversations.take(cid)
-        generation = service.start(parsed, conversation)
+        generation = await service.start(parsed, conversation)
     except BaseException:
         release()
         raise
@@ -200,8 +263,10 @@ async def _run(generation: Generation) -> None:
 
 
 def _failed(exc: OrtStateError) -> ApiError:
-    logger.warning("ortstate serve: a generation failed: %s", exc)
-    return ApiError(f"generation failed: {exc}", 500, kind="server_error")
+    """A generation the engine could not run: the log has why, the client a log id."""
+    log_id = secrets.token_hex(6)
+    logger.error("ortstate serve: a generation failed, log id %s: %s", log_id, exc, exc_info=exc)
+    return _internal(log_id)
 
 
 async def _unless_gone(request: Request, work: Awaitable[None]) -> None:

@@ -6,6 +6,10 @@ A request's text is decoded token by token (:class:`~ortstate.generate.Increment
 the pieces streamed add up to the decoded tokens exactly); a stop string ends the generation as
 soon as the text holds it, and the text from it on is left out (as OpenAI does). While stop strings
 are asked for, the text that could be the start of one is held back until it is known not to be.
+
+A request is tokenized once, in one of :data:`TOKENIZE_THREADS` threads (the ``tokenizers`` package
+lets go of the GIL there, so the event loop answers meanwhile); a prompt whose text is too long to
+fit the context by its length alone is refused before it is tokenized (:mod:`..generate.token_bound`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,9 @@ from ..generate.prompts import check_prompts
 from .conversations import Conversation, Conversations
 from .openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
 
-__all__ = ["Generation", "LlmService"]
+__all__ = ["TOKENIZE_THREADS", "Generation", "LlmService"]
+
+TOKENIZE_THREADS = 2  # requests tokenized at once (more wait their turn: each holds a place already)
 
 
 @dataclass
@@ -137,6 +144,7 @@ class LlmService:
         self.created = int(time.time())
         self.in_flight = 0
         self.draining = False
+        self._tokenizing = ThreadPoolExecutor(TOKENIZE_THREADS, thread_name_prefix="ortstate-tokenize")
 
     @classmethod
     def from_dir(
@@ -168,6 +176,7 @@ class LlmService:
         tokenizer = Tokenizer.from_dir(folder)
         if tokenizer.chat_template:  # one that does not parse is refused now; none: chat requests get a 400
             tokenizer.check_chat_template()
+        tokenizer.bound  # noqa: B018 - read the vocabulary for it now, not in the first request
         batcher = ContinuousBatcher.from_dir(folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes)
         try:
             conversations = Conversations(batcher, state_dir, max_conversations, shared=shared)
@@ -229,37 +238,43 @@ class LlmService:
         return release
 
     # -- requests -----------------------------------------------------------------------------------
-    def start(self, request: CompletionRequest | ChatRequest, conversation: Conversation | None = None) -> Generation:
-        """Tokenize a request and check it fits, before anything runs. In a ``conversation`` whose
-        last turn (prompt and reply) starts the request's text, the prompt is that turn's token ids,
-        the reply's as generated, then the rest of the text's.
+    def check(self, request: CompletionRequest | ChatRequest) -> dict[str, Any]:
+        """What is refused before a request takes a place, without tokenizing; its search options.
 
         Raises:
-            ApiError: 404 for another model; 400 for a prompt the tokenizer or template refuses, token
-                ids out of the vocabulary, a prompt and ``max_tokens`` over the context length, or
-                search options out of range.
+            ApiError: 404 for another model; 400 for search options out of range.
+        """
+        self.check_model(request.sampling.model)
+        search = request.sampling.search(dict(self.batcher.search_defaults))
+        try:
+            SearchOptions.build(self.batcher.search_defaults, **search)
+        except GenerationError as exc:
+            raise ApiError(str(exc)) from None
+        return search
+
+    async def start(
+        self, request: CompletionRequest | ChatRequest, conversation: Conversation | None = None
+    ) -> Generation:
+        """Tokenize a request (once, off the event loop) and check it fits, before anything runs. In
+        a ``conversation`` whose last turn (prompt and reply) starts the request's text, the prompt is
+        that turn's token ids, the reply's as generated, then the rest of the text's.
+
+        Raises:
+            ApiError: as :meth:`check`; 400 for a prompt the tokenizer or template refuses, token ids
+                out of the vocabulary, a prompt and ``max_tokens`` over the context length.
         """
         sampling = request.sampling
-        self.check_model(sampling.model)
+        search = self.check(request)
         param = "messages" if isinstance(request, ChatRequest) else "prompt"
+        least = sampling.max_tokens or 1  # new tokens the context must leave room for
         text: str | None = None
-        try:
-            if isinstance(request, ChatRequest):
-                text = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True)
-                prompt = self.tokenizer.encode(text, add_special_tokens=False)
-            elif isinstance(request.prompt, str):
-                text = request.prompt
-                prompt = self.tokenizer.encode(text)
-            else:
-                prompt = list(request.prompt)
-            at = conversation.continued(text) if conversation is not None and text is not None else None
-            if conversation is not None and at is not None:
-                prompt = conversation.ids + self.tokenizer.encode(text[at:], add_special_tokens=False)
-            if not prompt:
-                raise GenerationError("the prompt makes no tokens")
-            check_prompts([prompt], 1, vocab_size=self.batcher.vocab_size)
-        except GenerationError as exc:
-            raise ApiError(str(exc), param=param) from None
+        if isinstance(request, CompletionRequest) and not isinstance(request.prompt, str):
+            prompt = list(request.prompt)
+        else:
+            loop = asyncio.get_running_loop()
+            prompt, text = await loop.run_in_executor(
+                self._tokenizing, self._tokenize, request, conversation, param, least
+            )
         room = self.context - len(prompt)
         wanted = sampling.max_tokens if sampling.max_tokens is not None else room
         if room < 1 or wanted > room:
@@ -269,15 +284,47 @@ class LlmService:
                 param=param,
                 error_code="context_length_exceeded",
             )
-        search = sampling.search(dict(self.batcher.search_defaults))
         try:
-            SearchOptions.build(self.batcher.search_defaults, **search)
+            if not prompt:
+                raise GenerationError("the prompt makes no tokens")
+            check_prompts([prompt], 1, vocab_size=self.batcher.vocab_size)
         except GenerationError as exc:
-            raise ApiError(str(exc)) from None
+            raise ApiError(str(exc), param=param) from None
         generation = Generation(self, prompt, wanted, sampling, search, prompt_text=text, conversation=conversation)
         if conversation is not None:
             generation.kept, generation.cached = conversation.kept, conversation.kept.reuses(prompt)
         return generation
+
+    def _tokenize(
+        self, request: CompletionRequest | ChatRequest, conversation: Conversation | None, param: str, least: int
+    ) -> tuple[list[int], str]:
+        """In a tokenizing thread: the request's token ids and text (``least``: new tokens the
+        context must leave room for)."""
+        try:
+            if isinstance(request, ChatRequest):
+                text, special = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True), False
+            else:
+                text, special = str(request.prompt), True
+            at = conversation.continued(text) if conversation is not None else None
+            held = list(conversation.ids) if conversation is not None and at is not None else []
+            rest = text if at is None else text[at:]
+            fewest = self.tokenizer.fewest_tokens(rest, self.context - len(held) - least)
+            if fewest:
+                raise self._too_long(len(held) + fewest, least, param)
+            return held + self.tokenizer.encode(rest, add_special_tokens=special and at is None), text
+        except GenerationError as exc:
+            raise ApiError(str(exc), param=param) from None
+
+    def _too_long(self, fewest: int, least: int, param: str) -> ApiError:
+        bound = self.tokenizer.bound
+        assert bound is not None
+        return ApiError(
+            f"this model's maximum context length is {self.context} tokens; the request asks for at least "
+            f"{fewest + least} (at least {fewest} in the {param}, by the length of its text: no token of this "
+            f"model stands for more than {bound.max_bytes} bytes; {least} for the completion)",
+            param=param,
+            error_code="context_length_exceeded",
+        )
 
     # -- what the server's lifecycle calls ------------------------------------------------------------
     async def drain(self, timeout: float) -> None:
@@ -292,6 +339,8 @@ class LlmService:
         return await self.conversations.park_all()
 
     def release(self) -> None:
-        """Stop the batcher's thread and let go of the state directory (once the server has stopped)."""
+        """Stop the batcher's and the tokenizing threads and let go of the state directory (once the
+        server has stopped)."""
+        self._tokenizing.shutdown(wait=False, cancel_futures=True)
         self.batcher.close()
         self.conversations.release()
