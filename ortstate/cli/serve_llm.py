@@ -64,6 +64,7 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     from ..serve import server
     from ..serve.app import DEFAULT_MAX_MESSAGE_BYTES
     from ..serve.auth import check_exposure
+    from ..serve.llm_app import full_body
 
     try:
         check_exposure(args.host, args.token)
@@ -73,7 +74,7 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     slots = _slots(args)
     service, app = _build(args, folder, slots, sock)
     try:
-        settings = server.config(app, DEFAULT_MAX_MESSAGE_BYTES, args.max_streams, args.token)
+        settings = server.config(app, DEFAULT_MAX_MESSAGE_BYTES, args.max_streams, args.token, full=full_body())
     except ServeError as exc:  # too few open files
         sock.close()
         service.release()
