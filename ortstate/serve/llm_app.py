@@ -64,10 +64,22 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's answer to an exception nothing else handled: a 500 naming a log id, no text of
-    the exception's (:func:`_logged` writes the log line, once Starlette raises it again)."""
-    log_id = request.scope.setdefault(_LOG_ID, secrets.token_hex(6))
-    return JSONResponse(_internal(log_id).body(), status_code=500)
+    """Starlette's answer to an exception nothing else handled: logged with a log id and its
+    traceback, then a 500 naming the id, no text of the exception's."""
+    return JSONResponse(_internal(_log(request.scope, exc)).body(), status_code=500)
+
+
+def _log(scope: Scope, exc: BaseException) -> str:
+    """Log ``exc`` with its traceback under a new log id, kept in the request's scope; the id."""
+    log_id = scope[_LOG_ID] = secrets.token_hex(6)
+    logger.error(
+        "ortstate serve: internal error, log id %s (%s %s)",
+        log_id,
+        scope.get("method"),
+        scope.get("path"),
+        exc_info=exc,
+    )
+    return log_id
 
 
 def _internal(log_id: str) -> ApiError:
@@ -80,9 +92,9 @@ def _internal(log_id: str) -> ApiError:
 
 
 def _logged(app: Any) -> Any:
-    """``app``, an exception out of which is logged once with its request's log id and traceback
-    (and answered with :func:`_internal_error`'s body if nothing was sent yet), not raised on to
-    uvicorn (whose own answer is plain text, and whose log line has no id)."""
+    """``app``, an exception out of which is not raised on to uvicorn (whose answer is plain text,
+    and whose log line has no id): Starlette raises again what :func:`_internal_error` logged and
+    answered; anything else (an answer that had begun) is logged here, and answered if it had not."""
 
     async def logged(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # the lifespan's failures are uvicorn's to report
@@ -97,11 +109,10 @@ def _logged(app: Any) -> Any:
 
         try:
             await app(scope, receive, sending)
-        except Exception:  # noqa: BLE001 - the last resort: everything is logged, nothing reaches the client
-            log_id = scope.setdefault(_LOG_ID, secrets.token_hex(6))
-            logger.exception(
-                "ortstate serve: internal error, log id %s (%s %s)", log_id, scope.get("method"), scope.get("path")
-            )
+        except Exception as exc:  # noqa: BLE001 - the last resort: nothing of it reaches the client
+            if _LOG_ID in scope:
+                return
+            log_id = _log(scope, exc)
             if not started:
                 await JSONResponse(_internal(log_id).body(), status_code=500)(scope, receive, send)
 
