@@ -271,7 +271,10 @@ class GuardedProtocol(HttpToolsProtocol):
         self._forget()
         self.connections.discard(self)
         if not self.transport.is_closing():
-            answered = self._answering or (self.cycle is not None and self.cycle.response_started)
+            # a request's cycle is made once its headers are whole: before, self.cycle is the last one's
+            answered = self._answering or (
+                self._phase is _Phase.BODY and self.cycle is not None and self.cycle.response_started
+            )
             if response and not answered:
                 self.transport.write(response)
             self.transport.close()
