@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 from oracle import REPO
 
-from ortstate.serve import serve_llm_in_thread, server
-from ortstate.serve.guard import Deadlines
+from ortstate.serve import Deadlines, serve_llm_in_thread, server
 from ortstate.serve.llm_app import full_body
 
 LLM = REPO / "models" / "llm" / "llama"

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from oracle import REPO
 
+from ortstate.errors import RunError
 from ortstate.serve import serve_llm_in_thread
 
 LLM = (REPO / "models" / "llm").resolve()  # an absolute folder: no reply may name it
@@ -145,6 +146,31 @@ def test_an_internal_error_is_a_json_500_naming_a_log_id(server, tokenizer_spy, 
     logged = [r for r in caplog.records if found.group(1) in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is not None
     assert isinstance(logged[0].exc_info[1], RuntimeError)  # the traceback is in the log, not the reply
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_generation_that_fails_names_a_log_id_not_its_error(server, monkeypatch, caplog, stream: bool) -> None:
+    """The engine's error (a run failing, in its words: a path, ONNX Runtime's text) goes to the
+    log under an id; the client gets the id, as a 500 or as the stream's last event."""
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RunError(f"{LLM}/openvino_model.onnx: ONNX Runtime failed")
+        yield 0  # an async generator, as ContinuousBatcher.stream is
+
+    monkeypatch.setattr(server.service.batcher, "stream", failing)
+    with caplog.at_level(logging.ERROR, logger="ortstate.serve"):
+        status, _, reply = post(server.url, "/v1/completions", completion("Hello", stream=stream))
+    if stream:
+        events = [json.loads(line[6:]) for line in reply.decode().split("\n\n") if line.startswith("data: {")]
+        status, body = 500, events[-1]
+    else:
+        body = json.loads(reply)
+    message = body["error"]["message"]
+    found = re.fullmatch(r"internal error \(log id ([0-9a-f]{12})\): the server's log has the details", message)
+    assert (status, found is not None, body["error"]["code"]) == (500, True, "internal_error")
+    assert str(LLM).encode() not in reply
+    logged = [r for r in caplog.records if found.group(1) in r.getMessage()]
+    assert len(logged) == 1 and isinstance(logged[0].exc_info[1], RunError)
 
 
 def test_no_reply_names_a_path_of_the_server(server: Any, tmp_path: Path) -> None:
