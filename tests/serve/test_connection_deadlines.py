@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import sockets
 from oracle import REPO
 
 from ortstate.serve import Deadlines, serve_llm_in_thread, server
@@ -31,16 +32,6 @@ HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
 STALLED_BODY = (
     b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
 )
-
-
-@contextlib.contextmanager
-def sockets() -> Iterator[list[socket.socket]]:
-    opened: list[socket.socket] = []
-    try:
-        yield opened
-    finally:
-        for sock in opened:
-            sock.close()
 
 
 def connect(url: str) -> socket.socket:

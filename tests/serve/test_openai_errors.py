@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import openai_client, serving
+from conftest import openai_client, openai_error, serving
 from oracle import REPO, assert_one_line_error, run_cli
 
 from ortstate.errors import ServeError
@@ -25,8 +25,7 @@ LLM = REPO / "models" / "llm"
 TOKEN = "s3cret"
 
 
-def error(message: str, param: str | None = None, code: str | None = None, kind: str = "invalid_request_error") -> dict:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+error = openai_error
 
 
 @pytest.fixture(scope="module")

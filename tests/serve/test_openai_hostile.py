@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import openai_error
 from oracle import REPO
 
 from ortstate.errors import RunError
@@ -27,8 +28,7 @@ TOKEN = "s3cret"
 SURROGATE = "holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair)"
 
 
-def error(message: str, param: str | None = None, code: str | None = None, kind: str = "invalid_request_error") -> dict:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+error = openai_error
 
 
 @pytest.fixture(scope="module")
