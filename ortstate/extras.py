@@ -20,7 +20,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "text": ("tokenizers", "jinja2"),
     "serve": ("starlette", "uvicorn", "websockets", "httptools"),
     "ray": ("ray",),
-    "genai": ("onnxruntime_genai",),
+    "genai": ("onnxruntime_genai", "tokenizers"),
 }
 
 

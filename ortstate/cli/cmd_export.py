@@ -21,18 +21,23 @@ outputs logits, present.N.key|value; the first step fed an empty past [batch, kv
 head_dim]; no beam_idx: the caller reorders the past between beam-search steps), with compressed
 weights kept compressed, plus
   --layout genai    genai_config.json (model type, head size, KV heads, layers, context length,
-                    token ids, search defaults from generation_config.json) and the tokenizer files:
+                    token ids, search defaults from generation_config.json) and the tokenizer files
+                    (tokenizer_config.json given a tokenizer_class where it has none), once genai's
+                    own tokenizer is seen to encode and decode test texts as tokenizer.json does:
                     onnxruntime_genai.Model(OUT_DIR) (onnxruntime-genai: the genai extra)
-  --layout optimum  config.json, generation_config.json and the tokenizer files:
+  --layout optimum  config.json, generation_config.json and the tokenizer files as they are:
                     optimum.onnxruntime.ORTModelForCausalLM.from_pretrained(OUT_DIR)
-A folder without tokenizer files exports with a notice (token-id generation needs none). Families
-whose state is not only a KV cache (mamba, hybrid SSM models), encoder-decoders (Whisper, T5) and
-vision-language models are refused, saying why. genai needs a context length: a model whose
-config.json gives none (bloom: ALiBi attention, no max_position_embeddings) is refused unless
---context-length gives one; a value larger than config.json's own is refused (the model was made
-for no more positions), a smaller one bounds generation. All files are written to temporary files
-and replace those in OUT_DIR together once all are written; one that cannot be written is an error
-naming it, exit code 2, leaving OUT_DIR as it was.
+A folder without tokenizer files exports with a notice (token-id generation needs none); so does
+one whose tokenizer genai reads otherwise (left out, never written wrong; the notice names the
+first text that differs), and one exported without onnxruntime-genai installed (written
+unchecked). Families whose state is not only a KV cache (mamba, hybrid SSM models),
+encoder-decoders (Whisper, T5) and vision-language models are refused, saying why. genai needs a
+context length: a model whose config.json gives none (bloom: ALiBi attention, no
+max_position_embeddings) is refused unless --context-length gives one; a value larger than
+config.json's own is refused (the model was made for no more positions), a smaller one bounds
+generation. All files are written to temporary files and replace those in OUT_DIR together once
+all are written; one that cannot be written is an error naming it, exit code 2, leaving OUT_DIR as
+it was.
 
 examples:
   ortstate export qwen2-ov/ qwen2-genai/                  # for onnxruntime-genai (the default)

@@ -44,7 +44,11 @@ defaults where it gives them. --stop TEXT and --stop-id N end generation early (
 --prompt TEXT, --stop and --chat need the folder's tokenizer.json and the 'tokenizers' package;
 --chat also needs a chat template (tokenizer_config.json's chat_template, or chat_template.jinja)
 and 'jinja2': it wraps --prompt in the template as a user turn, or, without --prompt, reads one user
-turn per line from standard input and answers each, continuing from the cache (no history re-fed).
+turn per line from standard input and answers each, continuing from the cache: a turn's prompt is
+the last one's tokens, the reply's as generated, then only the tokens of the text the template
+adds, so only those are fed (a template that rewrites earlier turns makes the whole conversation
+fed again); each turn's summary line says how many prompt tokens came from the cache and how many
+were fed.
 Encoder-decoders (Whisper, T5) take --encoder-input FILE.npy (default: the folder's
 encoder_input.npy) and start from the decoder start token unless --prompt-ids says otherwise.
 
@@ -304,7 +308,7 @@ def _chat(args: argparse.Namespace, generator: Generator, tokenizer: Any, search
     chat = Chat(generator, tokenizer, system=args.system)
     turns = [args.prompt] if args.prompt is not None else _stdin_turns()
     beams = search.get("num_beams", 1) > 1
-    for turn in turns:
+    for turn_index, turn in enumerate(turns):
         stream = None if beams else TextStreamer(tokenizer, on_text=write_out)
         with _remedied(generator):
             reply = chat.say(turn, args.max_new_tokens, stream=stream, stop_at_eos=not args.ignore_eos, **search)
@@ -312,8 +316,17 @@ def _chat(args: argparse.Namespace, generator: Generator, tokenizer: Any, search
             write_out(reply)
         print(flush=True)
         assert generator.last_run is not None
-        print(latency_summary(generator.last_run, generator.session.form), file=sys.stderr)
+        summary = latency_summary(generator.last_run, generator.session.form)
+        print(f"{summary}; {_cache_use(chat, first=turn_index == 0)}", file=sys.stderr)
     return EXIT_OK
+
+
+def _cache_use(chat: Chat, first: bool) -> str:
+    """How many of the turn's prompt tokens the cache held, and how many were fed."""
+    if first or chat.cached:
+        return f"chat: {chat.cached} prompt tokens from the cache, {chat.fed} fed"
+    why = "the conversation's tokens no longer start with the cache's"
+    return f"chat: 0 prompt tokens from the cache, all {chat.fed} fed again ({why})"
 
 
 def _stdin_turns() -> Iterator[str]:

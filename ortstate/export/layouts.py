@@ -6,11 +6,13 @@ ONNX LLM tools expect (:func:`~ortstate.passes.kv_layout.kv_layout`: ``past_key_
 kept compressed (``MatMulNBits``, ``GatherBlockQuantized``; above 64 MB in ``model.onnx.data``).
 Beside it go the files the tool reads:
 
-- ``genai``: ``genai_config.json`` and the tokenizer files (onnxruntime-genai's ``og.Model(OUT)``);
+- ``genai``: ``genai_config.json`` and the tokenizer files as genai reads them, once genai's tokenizer
+  is seen to encode as they do (onnxruntime-genai's ``og.Model(OUT)``; see :mod:`.tokenizer_files`);
 - ``optimum``: ``config.json``, ``generation_config.json`` and the tokenizer files (optimum's
   ``ORTModelForCausalLM.from_pretrained(OUT)``).
 
-A folder without tokenizer files still exports (generation from token ids needs none), with a notice.
+A folder without tokenizer files still exports (generation from token ids needs none), with a notice;
+so does one whose tokenizer genai reads otherwise (the tokenizer is left out).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from ..output_files import OutputFiles, check_folder, make_folder, remove_folder
 from ..passes.kv_layout import KvCache
 from ..passes.pipelines import EXPORT
 from . import configs
-from .configs import GENAI_CONFIG, TOKENIZER_FILES, genai_config
+from .configs import GENAI_CONFIG, genai_config
+from .tokenizer_files import TokenizerFiles, tokenizer_files
 
 __all__ = ["LAYOUTS", "MODEL_FILE", "Exported", "export"]
 
@@ -90,7 +93,8 @@ def export(
             LLM; its family keeps state other than KV caches (mamba and hybrid SSM models) or is an
             encoder-decoder (Whisper, T5) or a vision-language model; a config file is malformed;
             the genai layout gets no context length (neither ``context_length`` nor ``config.json``
-            gives one) or one larger than ``config.json``'s; ``context_length`` with the optimum layout.
+            gives one) or one larger than ``config.json``'s; ``context_length`` with the optimum layout;
+            a tokenizer file cannot be read, or the genai layout's ``tokenizer_config.json`` is no JSON object.
         IRError, UnsupportedOpsError, ConversionError: the IR cannot be converted.
         OutputFileError: ``out_dir`` or a file in it cannot be written (a file in the way, no
             permission, a full disk; checked before converting as far as it can be). Every file is
@@ -103,21 +107,16 @@ def export(
     _check_empty_inits(graph, plan.source, plan.named, layout)
     # before anything is written: a config it cannot make leaves no half folder
     settings = _genai_settings(plan, built.model, cache) if layout == GENAI else None
-    written, tokenizer = _write(plan, built, settings)
-    notices = []
-    if not tokenizer:
-        notices.append(
-            f"{plan.source} has no tokenizer files ({TOKENIZER_FILES[0]} ...): the export generates from token ids "
-            "only; copy them into the output folder for text"
-        )
-    for notice in notices:
+    tokenizer = tokenizer_files(plan.source, settings)
+    written = _write(plan, built, settings, tokenizer)
+    for notice in tokenizer.notices:
         warnings.warn(notice, ExportNotice, stacklevel=2)
-    return Exported(plan.out, tuple(sorted(written)), plan.family, cache, tuple(notices))
+    return Exported(plan.out, tuple(sorted(written)), plan.family, cache, tokenizer.notices)
 
 
 class ExportNotice(UserWarning):
     """Something about an export a user should know (it went through): a folder without tokenizer
-    files, say. ``Exported.notices`` holds the same lines."""
+    files, or a tokenizer left out or not checked, say. ``Exported.notices`` holds the same lines."""
 
 
 @dataclass(frozen=True)
@@ -208,8 +207,8 @@ def _genai_settings(plan: _Plan, model: onnx.ModelProto, cache: KvCache) -> dict
         raise ExportError(f"{plan.source}: {exc}") from None
 
 
-def _write(plan: _Plan, built: Built, settings: dict[str, Any] | None) -> tuple[list[str], list[str]]:
-    """Write the folder, all files together; ``(files written, the tokenizer files among them)``."""
+def _write(plan: _Plan, built: Built, settings: dict[str, Any] | None, tokenizer: TokenizerFiles) -> list[str]:
+    """Write the folder, all files together; the files written."""
     source, out = plan.source, plan.out
     made = make_folder(out)
     written = [MODEL_FILE]
@@ -227,14 +226,13 @@ def _write(plan: _Plan, built: Built, settings: dict[str, Any] | None) -> tuple[
                     if (source / name).is_file():
                         _copy(source / name, out / name, staged)
                         written.append(name)
-            tokenizer = [name for name in TOKENIZER_FILES if (source / name).is_file()]
-            for name in tokenizer:
-                _copy(source / name, out / name, staged)
-            written.extend(tokenizer)
+            for name, data in tokenizer.files.items():
+                staged.write(out / name, lambda f, data=data: f.write(data))
+            written.extend(tokenizer.files)
     except BaseException:
         remove_folders(made)
         raise
-    return written, tokenizer
+    return written
 
 
 def _check_empty_inits(graph: Graph, source: Path, named: str, layout: str) -> None:

@@ -162,6 +162,12 @@ class Generator:
         """How many positions the decoder's cache holds (padding included)."""
         return self._rows.past
 
+    def drop_pending(self) -> bool:
+        """Forget each row's last generated token, picked but not fed yet: the next
+        ``generate(..., reset=False)`` goes on right after the tokens the cache holds (a chat turn
+        whose template does not write the eos token that ended the reply). Whether there was one."""
+        return self._rows.drop_pending()
+
     @property
     def history(self) -> list[list[int]]:
         """Each row's tokens since the last reset: prompts and generated tokens, the last one not yet fed."""

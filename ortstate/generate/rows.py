@@ -63,6 +63,15 @@ class CacheRows:
         self.prompts = np.zeros(0, dtype=np.int64)
         self.history, self.pending, self.stale = [], [], False
 
+    def drop_pending(self) -> bool:
+        """Forget each row's tokens picked but not fed (the next feed does not go on from them);
+        whether there were any."""
+        if not any(self.pending):
+            return False
+        self.history = [h[: len(h) - len(p)] for h, p in zip(self.history, self.pending)]
+        self.pending = [[] for _ in self.pending]
+        return True
+
     def start(self, chunks: Sequence[Sequence[int]], prompts: np.ndarray) -> None:
         """A fresh cache about to be fed ``chunks`` (one per row)."""
         self.clear()

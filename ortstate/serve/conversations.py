@@ -65,12 +65,6 @@ class Conversation:
     text: str | None = None
     ids: list[int] = field(default_factory=list)
 
-    def continued(self, text: str) -> int | None:
-        """Where ``text`` (a new turn's whole prompt) goes on past what the last turn was, or None
-        when it does not start with it."""
-        last = self.text
-        return len(last) if last and len(text) > len(last) and text.startswith(last) else None
-
 
 class Conversations:
     """The conversations of one server (``state_dir``: parked there, found there again)."""

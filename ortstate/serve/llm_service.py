@@ -35,6 +35,7 @@ from ..generate import (
 )
 from ..generate.engine import Scored
 from ..generate.prompts import check_prompts
+from ..generate.turns import continued_at, continued_ids, turn_ids
 from .conversations import Conversation, Conversations
 from .openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
 
@@ -107,9 +108,8 @@ class Generation:
         tokens went on past its text."""
         if self.conversation is None:
             return
-        ended = bool(self.tokens) and self.tokens[-1] in self.service.batcher.eos_token_ids
         self.conversation.text = None if self.prompt_text is None or cut else self.prompt_text + self.text
-        self.conversation.ids = self.prompt + (self.tokens[:-1] if ended else self.tokens)
+        self.conversation.ids = turn_ids(self.prompt, self.tokens, self.service.batcher.eos_token_ids)
 
 
 def _first_stop(text: str, stops: tuple[str, ...], start: int) -> int | None:
@@ -305,13 +305,16 @@ class LlmService:
                 text, special = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True), False
             else:
                 text, special = str(request.prompt), True
-            at = conversation.continued(text) if conversation is not None else None
-            held = list(conversation.ids) if conversation is not None and at is not None else []
-            rest = text if at is None else text[at:]
-            fewest = self.tokenizer.fewest_tokens(rest, self.context - len(held) - least)
+            at = continued_at(conversation.text, text) if conversation is not None else None
+            held = 0 if conversation is None or at is None else len(conversation.ids)
+            fewest = self.tokenizer.fewest_tokens(text[at or 0 :], self.context - held - least)
             if fewest:
-                raise self._too_long(len(held) + fewest, least, param)
-            return held + self.tokenizer.encode(rest, add_special_tokens=special and at is None), text
+                raise self._too_long(held + fewest, least, param)
+            if conversation is None or at is None:
+                return self.tokenizer.encode(text, add_special_tokens=special), text
+            ids = continued_ids(conversation.text, conversation.ids, text, self.tokenizer)
+            assert ids is not None  # continued_at found where it goes on
+            return ids, text
         except GenerationError as exc:
             raise ApiError(str(exc), param=param) from None
 

@@ -88,12 +88,15 @@ def test_chat_turns_from_standard_input_continue_the_cache(chat_llama: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     chat = Chat(Generator.from_dir(chat_llama))
-    replies = [chat.say("t5 t6", 4, stop_at_eos=False), chat.say("t7 t8 t9", 4, stop_at_eos=False)]
+    replies, uses = [], []
+    for turn in ("t5 t6", "t7 t8 t9"):
+        replies.append(chat.say(turn, 4, stop_at_eos=False))
+        uses.append(f"chat: {chat.cached} prompt tokens from the cache, {chat.fed} fed")
     assert done.stdout == "".join(r + "\n" for r in replies)
-    assert chat.refed == 0  # the second turn fed only what the template added
-    assert len(done.stderr.splitlines()) == 2 and all(
-        SUMMARY.fullmatch(line + "\n") for line in done.stderr.splitlines()
-    )
+    assert chat.refed == 0 and chat.cached == len(chat.prompt_ids) - chat.fed > 0  # only what the template added
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2 and [line.rpartition("; ")[2] for line in lines] == uses
+    assert all(SUMMARY.fullmatch(line.rpartition("; ")[0] + "\n") for line in lines)
 
 
 def test_search_argument_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
