@@ -152,10 +152,12 @@ class Guard:
         await send({"type": "http.response.body", "body": self.full_body})
 
     def close_all(self) -> None:
-        """Close every unproven connection (at shutdown: uvicorn closes the ones it counts)."""
-        for connection in list(self.unproven):
+        """Close every connection not being answered (at shutdown: uvicorn would wait for one
+        sending a body until its graceful shutdown runs out; it closes the others it counts)."""
+        for connection in [*self.unproven, *self.waiting]:
             connection.transport.close()
         self.unproven.clear()
+        self.waiting.clear()
 
 
 class GuardedProtocol(HttpToolsProtocol):

@@ -71,7 +71,7 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.service.drain(GRACE_SECONDS)
-        self.config.http.guard.close_all()  # uvicorn closes the connections it counts
+        self.config.http.guard.close_all()  # those not being answered: uvicorn waits for the ones it counts
         await super().shutdown(sockets)
 
     @contextlib.contextmanager

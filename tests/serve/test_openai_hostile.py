@@ -37,12 +37,16 @@ def server() -> Iterator[Any]:
         yield running
 
 
-def post(url: str, path: str, body: bytes, timeout: float = 60) -> tuple[int, dict[str, str], bytes]:
-    """A raw request (the bytes as given): status, headers (names lower-cased), body."""
+def post(
+    url: str, path: str, body: bytes | None, timeout: float = 60, conversation: str | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    """A raw request (the bytes as given; None: a GET): status, headers (names lower-cased), body."""
     host, port = url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
         headers = {"content-type": "application/json", "authorization": f"Bearer {TOKEN}"}
+        if conversation is not None:
+            headers["x-ortstate-conversation"] = conversation
         connection.request("POST" if body is not None else "GET", path, body=body, headers=headers)
         response = connection.getresponse()
         return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
@@ -213,6 +217,28 @@ def test_a_request_is_tokenized_once(server, tokenizer_spy) -> None:
     status, _, reply = post(server.url, "/v1/completions", completion("Once upon a time"))
     assert status == 200, reply
     assert calls == ["Once upon a time"]
+
+
+def test_a_conversations_turn_is_tokenized_once_what_it_adds(server, tokenizer_spy) -> None:
+    """A turn going on from the last one (X-Ortstate-Conversation) tokenizes only the text it adds."""
+    calls: list[str] = []
+
+    def wrap(real: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(text: str, **options: Any) -> list[int]:
+            calls.append(text)
+            return real(text, **options)
+
+        return counted
+
+    tokenizer_spy(wrap)
+    first = "Once upon a time"
+    status, _, reply = post(server.url, "/v1/completions", completion(first), conversation="hostile-c1")
+    assert status == 200, reply
+    second = first + json.loads(reply)["choices"][0]["text"] + " and then"
+    status, _, reply = post(server.url, "/v1/completions", completion(second), conversation="hostile-c1")
+    assert status == 200, reply
+    assert json.loads(reply)["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert calls == [first, " and then"]
 
 
 def test_health_answers_while_a_request_tokenizes(server, tokenizer_spy) -> None:
