@@ -12,12 +12,12 @@ import pytest
 from oracle import REPO
 
 tokenizers = pytest.importorskip("tokenizers")
+from text_tokenizers import CORPUS, byte_bpe, metaspace_bpe, word_tokenizer  # noqa: E402
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
 from ortstate.generate import Tokenizer  # noqa: E402
 from ortstate.generate.token_bound import TokenBound  # noqa: E402
 
-CORPUS = ["the quick brown fox jumps over the lazy dog", "stateful models run in ONNX Runtime", "café 你好 세계"] * 50
 PIECES = [
     "the",
     " ",
@@ -31,7 +31,8 @@ PIECES = [
     "\u4f60\u597d",
     "\U0001f600",
     "\x00",
-    "<|endoftext|>",
+    "<eos>",  # special tokens written as text
+    "<|assistant|>",
     "zzzz",
     "\n",
 ]
@@ -53,18 +54,18 @@ def trained(model: object, trainer: object, pre: object = None, normalizer: obje
     return Tokenizer(backend)
 
 
-def byte_level(normalizer: object = None) -> Tokenizer:
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=alphabet, special_tokens=["<|endoftext|>"])
-    return trained(models.BPE(), trainer, pre_tokenizers.ByteLevel(add_prefix_space=False), normalizer)
+def normalized(backend: tokenizers.Tokenizer, normalizer: object) -> Tokenizer:
+    backend.normalizer = normalizer
+    return Tokenizer(backend)
 
 
 BOUNDED = {
     "llama (Metaspace, unknown characters one <unk> each)": lambda: Tokenizer.from_dir(REPO / "models/llm/llama"),
-    "byte-level": byte_level,
-    "byte-level, NFC": lambda: byte_level(normalizers.NFC()),
-    "byte-level, NFKC and lower case": lambda: byte_level(
-        normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+    "Metaspace": lambda: Tokenizer(metaspace_bpe()),
+    "byte-level": lambda: Tokenizer(byte_bpe()),
+    "byte-level, NFC": lambda: normalized(byte_bpe(), normalizers.NFC()),
+    "byte-level, NFKC and lower case": lambda: normalized(
+        byte_bpe(), normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
     ),
 }
 
@@ -120,6 +121,7 @@ def unbounded() -> dict[str, tuple[object, str]]:
     word_piece = trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[UNK]"])
     unigram = trainers.UnigramTrainer(vocab_size=100, special_tokens=["[UNK]"], unk_token="[UNK]")
     return {
+        "words, whitespace dropped": (lambda: Tokenizer(word_tokenizer()), SPACES),
         "WordPiece, a word one [UNK]": (
             lambda: trained(models.WordPiece(unk_token="[UNK]"), word_piece, pre_tokenizers.Whitespace()),
             UNKNOWN,
