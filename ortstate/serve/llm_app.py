@@ -5,11 +5,11 @@
 is server-sent events: a chunk per generated token (``data: {...}``, then ``data: [DONE]``); an
 error after the first chunk is sent as a last ``data: {"error": ...}`` event. A client that goes
 away (closes the stream, or its connection while waiting for a whole response) cancels its request.
-Every error, routing ones and 401 included, has OpenAI's body (``application/json``); a body is read
-within bounds (:mod:`.json_body`); a 503 says when to come back (``Retry-After``); an internal error
-is a 500 whose message is a log id, the server's log line with that id holds the traceback. A request with the header
-``X-Ortstate-Conversation`` continues that conversation's cache (:mod:`.conversations`); its answer
-names the server that held it in ``X-Ortstate-Server``.
+Every error, routing ones and 401 included, has OpenAI's body (``application/json``); a body is
+read within bounds (:mod:`.json_body`); a 503 says when to come back (``Retry-After``); an internal
+error is a 500 whose message is a log id, and the server's log line with that id holds the
+traceback. A request with the header ``X-Ortstate-Conversation`` continues that conversation's
+cache (:mod:`.conversations`); its answer names the server that held it in ``X-Ortstate-Server``.
 """
 
 from __future__ import annotations

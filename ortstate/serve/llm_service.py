@@ -7,9 +7,7 @@ the pieces streamed add up to the decoded tokens exactly); a stop string ends th
 soon as the text holds it, and the text from it on is left out (as OpenAI does). While stop strings
 are asked for, the text that could be the start of one is held back until it is known not to be.
 
-A request is tokenized once, in one of :data:`TOKENIZE_THREADS` threads (the ``tokenizers`` package
-lets go of the GIL there, so the event loop answers meanwhile); a prompt whose text is too long to
-fit the context by its length alone is refused before it is tokenized (:mod:`..generate.token_bound`).
+A request is tokenized once, off the event loop (:mod:`.prompt_tokens`).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,13 +32,12 @@ from ..generate import (
 )
 from ..generate.engine import Scored
 from ..generate.prompts import check_prompts
-from ..generate.turns import continued_at, continued_ids, turn_ids
+from ..generate.turns import turn_ids
 from .conversations import Conversation, Conversations
 from .openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
+from .prompt_tokens import PromptTokens
 
-__all__ = ["TOKENIZE_THREADS", "Generation", "LlmService"]
-
-TOKENIZE_THREADS = 2  # requests tokenized at once (more wait their turn: each holds a place already)
+__all__ = ["Generation", "LlmService"]
 
 
 @dataclass
@@ -144,7 +140,7 @@ class LlmService:
         self.created = int(time.time())
         self.in_flight = 0
         self.draining = False
-        self._tokenizing = ThreadPoolExecutor(TOKENIZE_THREADS, thread_name_prefix="ortstate-tokenize")
+        self.prompts = PromptTokens(tokenizer, self.context)
 
     @classmethod
     def from_dir(
@@ -271,10 +267,7 @@ class LlmService:
         if isinstance(request, CompletionRequest) and not isinstance(request.prompt, str):
             prompt = list(request.prompt)
         else:
-            loop = asyncio.get_running_loop()
-            prompt, text = await loop.run_in_executor(
-                self._tokenizing, self._tokenize, request, conversation, param, least
-            )
+            prompt, text = await self.prompts.of(request, conversation, least)
         room = self.context - len(prompt)
         wanted = sampling.max_tokens if sampling.max_tokens is not None else room
         if room < 1 or wanted > room:
@@ -295,40 +288,6 @@ class LlmService:
             generation.kept, generation.cached = conversation.kept, conversation.kept.reuses(prompt)
         return generation
 
-    def _tokenize(
-        self, request: CompletionRequest | ChatRequest, conversation: Conversation | None, param: str, least: int
-    ) -> tuple[list[int], str]:
-        """In a tokenizing thread: the request's token ids and text (``least``: new tokens the
-        context must leave room for)."""
-        try:
-            if isinstance(request, ChatRequest):
-                text, special = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True), False
-            else:
-                text, special = str(request.prompt), True
-            at = continued_at(conversation.text, text) if conversation is not None else None
-            held = 0 if conversation is None or at is None else len(conversation.ids)
-            fewest = self.tokenizer.fewest_tokens(text[at or 0 :], self.context - held - least)
-            if fewest:
-                raise self._too_long(held + fewest, least, param)
-            if conversation is None or at is None:
-                return self.tokenizer.encode(text, add_special_tokens=special), text
-            ids = continued_ids(conversation.text, conversation.ids, text, self.tokenizer)
-            assert ids is not None  # continued_at found where it goes on
-            return ids, text
-        except GenerationError as exc:
-            raise ApiError(str(exc), param=param) from None
-
-    def _too_long(self, fewest: int, least: int, param: str) -> ApiError:
-        bound = self.tokenizer.bound
-        assert bound is not None
-        return ApiError(
-            f"this model's maximum context length is {self.context} tokens; the request asks for at least "
-            f"{fewest + least} (at least {fewest} in the {param}, by the length of its text: no token of this "
-            f"model stands for more than {bound.max_bytes} bytes; {least} for the completion)",
-            param=param,
-            error_code="context_length_exceeded",
-        )
-
     # -- what the server's lifecycle calls ------------------------------------------------------------
     async def drain(self, timeout: float) -> None:
         """Take no new request; wait (up to ``timeout`` seconds) for those generating to end."""
@@ -344,6 +303,6 @@ class LlmService:
     def release(self) -> None:
         """Stop the batcher's and the tokenizing threads and let go of the state directory (once the
         server has stopped)."""
-        self._tokenizing.shutdown(wait=False, cancel_futures=True)
+        self.prompts.close()
         self.batcher.close()
         self.conversations.release()
