@@ -29,8 +29,8 @@ import onnxruntime as ort
 
 import ortstate
 from benchmarks.common import child_command, child_env
-from ortstate.bench import model_workload, session_options
 from ortstate.meta import read_meta
+from ortstate.timing import model_workload, session_options
 
 FORMS = ("custom-op", "explicit", "bare", "bare-processes")
 PROCESS_REQUESTS = 16  # the only request count the process control runs at

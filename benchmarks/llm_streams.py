@@ -50,23 +50,21 @@ realsize_build.py's docstring). OV GenAI: ``pip install -r benchmarks/requiremen
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import shutil
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from benchmarks import llm_streams_report as report
-from benchmarks.common import RESULTS, ROOT, loadavg, machine, ortstate_source
+from benchmarks.common import RESULTS, ROOT, loadavg, shown_path, start_run, write_results
 from benchmarks.realsize_build import DEFAULT_CACHE, ir_dir
 from benchmarks.realsize_runs import run_child
 from benchmarks.report import rewrite_readme
-from ortstate.bench import plot_unavailable
+from ortstate.timing import plot_unavailable
 
 CHILD = "llm_streams_child"
 TINY = ROOT / "models" / "llm" / "llama"
@@ -165,18 +163,6 @@ def kv_cache_gb(model_dir: Path, streams: int, tokens: int) -> int:
     return max(1, math.ceil(streams * (tokens + 32) * kv_bytes_per_token(model_dir) / 2**30))
 
 
-def versions() -> dict[str, str]:
-    import ortstate
-
-    out = {}
-    for dist in ("openvino", "openvino-genai", "onnxruntime"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "missing"
-    return out | {"ortstate": ortstate_source(ortstate)}
-
-
 def _convert(
     a: argparse.Namespace, work: Path, name: str = "exact", kwargs: str = "{}"
 ) -> tuple[Path | None, str | None]:
@@ -229,7 +215,7 @@ def _measure(
     }
 
 
-def run(a: argparse.Namespace, doc: dict[str, Any], write: Any) -> None:
+def run(a: argparse.Namespace, data: dict[str, Any], write: Any) -> None:
     """Every stream count, round and engine (alternating order), each in its own process."""
     work = Path(tempfile.mkdtemp(prefix="llm-streams-"))
     try:
@@ -241,38 +227,27 @@ def run(a: argparse.Namespace, doc: dict[str, Any], write: Any) -> None:
         for n in a.streams:
             for k in range(a.rounds):
                 for engine in a.engines if k % 2 == 0 else a.engines[::-1]:
-                    doc["runs"].append(_measure(engine, n, k, a, files))
-                    doc["summary"] = report.summarize(doc["runs"])
-                    doc["tokens"] = report.compare_tokens(doc["runs"])
-                    write(doc)  # after every run: a killed benchmark keeps what it measured
+                    data["runs"].append(_measure(engine, n, k, a, files))
+                    data["summary"] = report.summarize(data["runs"])
+                    data["tokens"] = report.compare_tokens(data["runs"])
+                    write(data)  # after every run: a killed benchmark keeps what it measured
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def write_results(doc: dict[str, Any], out: Path, name: str) -> None:
-    """JSON, markdown and the plot (when matplotlib is there)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    image = None
-    if not plot_unavailable() and doc["summary"]:
-        report.plot(doc, out / f"{name}.png")
-        image = f"{name}.png"
-    title = f"# LLM streams: {report.model_label(doc['config'])} ({name})\n\n"
-    (out / f"{name}.md").write_text(title + report.markdown(doc, image) + "\n", encoding="utf-8")
+def _plot(doc: dict[str, Any], out: Path) -> list[str]:
+    """``NAME.png``: tokens/s against streams (when matplotlib is there and something ran)."""
+    if plot_unavailable() or not doc["data"]["summary"]:
+        return []
+    report.plot(doc["data"], out / f"{doc['name']}.png")
+    return [f"{doc['name']}.png"]
 
 
-def _shown(path: Path) -> str:
-    """``path`` as results show it: ``~/...`` under the home folder (no machine's own paths in them)."""
-    try:
-        return "~/" + str(path.resolve().relative_to(Path.home().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _rewrite_docs(doc: dict[str, Any], name: str) -> None:
+def _rewrite_docs(doc: dict[str, Any]) -> None:
     """docs/streams.md's ``<!-- NAME-results:start/end -->`` block, from this run's report."""
-    image = f"../benchmarks/results/{name}.png" if (RESULTS / f"{name}.png").is_file() else None
-    body = f"Measured by `python -m benchmarks llm-streams` ({name}):\n\n" + report.markdown(doc, image)
+    name = doc["name"]
+    image = f"../benchmarks/results/{name}.png" if doc["images"] else None
+    body = f"Measured by `python -m benchmarks llm-streams` ({name}):\n\n" + report.body(doc, image)
     if not rewrite_readme(ROOT / "docs" / "streams.md", body, f"{name}-results"):
         progress(f"docs/streams.md has no {name}-results markers: not rewritten")
 
@@ -282,33 +257,17 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     _check(p, a)
     config = {k: getattr(a, k) for k in ("streams", "prompt", "new", "threads", "engines", "rounds", "seed", "warmup")}
-    config |= {"model_dir": _shown(a.model_dir), "model": model_name(a.model_dir), "precision": a.label}
+    config |= {"model_dir": shown_path(a.model_dir), "model": model_name(a.model_dir), "precision": a.label}
     config |= {"label": a.label, "pool_same_kv": a.pool_same_kv}
     config |= {"kv_cache_gb": a.kv_cache_gb or {n: kv_cache_gb(a.model_dir, n, a.prompt + a.new) for n in a.streams}}
     config["sequential_limit"] = a.sequential_limit
-    doc: dict[str, Any] = {
-        "schema": report.SCHEMA,
-        "started": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": machine(),
-        "versions": versions(),
-        "config": config,
-        "loadavg_start": loadavg(),
-        "runs": [],
-        "summary": {},
-        "tokens": {},
-        "seconds": 0.0,
-    }
-    started = time.time()
-
-    def write(d: dict[str, Any]) -> None:
-        d["seconds"], d["loadavg_end"] = time.time() - started, loadavg()
-        write_results(d, a.out, a.name)
-
-    run(a, doc, write)
-    write(doc)
+    data: dict[str, Any] = {"config": config, "runs": [], "summary": {}, "tokens": {}}
+    this_run = start_run("llm-streams")
+    run(a, data, lambda d: write_results(a.out, a.name, this_run, d, report.markdown, _plot))
+    doc = write_results(a.out, a.name, this_run, data, report.markdown, _plot)
     if a.out.resolve() == RESULTS.resolve():  # the committed results: docs/streams.md shows them
-        _rewrite_docs(doc, a.name)
-    for t in report.targets(doc):
+        _rewrite_docs(doc)
+    for t in report.targets(data):
         print(f"{t['status']:4}  {t['target']}: {t['detail']}")
     progress(f"done in {doc['seconds'] / 60:.1f} min; wrote {a.out / (a.name + '.md')}")
     return 0

@@ -44,7 +44,7 @@ from typing import Any
 
 from benchmarks.llm_streams_report import queue_times, stream_metrics
 from benchmarks.realsize_engines import OV_EXACT, Engine, load_engine, peak_rss_mib, rss_mib
-from ortstate.bench.llm_streams import Streams, openvino_genai_pipeline, prompts, run_openvino_genai
+from ortstate.timing.llm_streams import Streams, openvino_genai_pipeline, prompts, run_openvino_genai
 
 OV_ENGINES = {"ov-exact": OV_EXACT, "ov-default": {}}
 POOL_ENGINES = {"pool": False, "pool-int8": True}  # name -> int8_activations

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import RESULTS, loadavg, machine, ortstate_source, write_results
+from benchmarks.common import RESULTS, conditions, shown_path, start_run, write_results
 from benchmarks.realsize_build import DEFAULT_CACHE, ir_dir
 
 SEED = 20240607
@@ -123,18 +123,16 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
     prompts = [rng.integers(100, config["vocab_size"] - 100, a.prompt).tolist() for _ in range(a.streams)]
     batcher.generate_many(prompts[:1], max_new_tokens=2)  # warm-up: the first prompt run and a decode
     runs = batcher.pool.stats().runs
-    before = loadavg()
     t0 = time.perf_counter()
     batcher.generate_many(prompts, max_new_tokens=a.new, stop_at_eos=False)
     wall = time.perf_counter() - t0
-    after = loadavg()
     runs = batcher.pool.stats().runs - runs
     path = Path(batcher.pool.loaded.session.end_profiling())
     groups = parse(path, config["vocab_size"], runs)
     path.unlink()
     runs_ms = sum(g["run ms"] for g in groups.values())
     return {
-        "model_dir": str(folder).replace(str(Path.home()), "~"),
+        "model_dir": shown_path(folder),
         "streams": a.streams,
         "prompt": a.prompt,
         "new": a.new,
@@ -142,37 +140,35 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
         "wall_s": round(wall, 2),
         "runs_s": round(runs_ms / 1e3, 2),
         "tokens_per_s": round(a.streams * a.new / wall, 1),
-        "load_before": before,
-        "load_after": after,
         "groups": {n: {k: round(v, 2) for k, v in g.items()} for n, g in groups.items()},
     }
 
 
-def document(doc: dict[str, Any], info: dict[str, Any]) -> str:
+def markdown(doc: dict[str, Any]) -> str:
+    """The run's conditions and setup, then a row per kind of run."""
+    data = doc["data"]
     return "\n".join(
         [
-            f"# Where a ContinuousBatcher's time goes: {Path(doc['model_dir']).name} (llm-streams-profile)",
+            f"# Where a ContinuousBatcher's time goes: {Path(data['model_dir']).name} ({doc['name']})",
             "",
-            f"- model: `{doc['model_dir']}`, {doc['streams']} streams, prompts of {doc['prompt']} random ids, "
-            f"{doc['new']} new greedy tokens, {doc['threads']} threads, ONNX Runtime's profiler on",
-            f"- machine: {info.get('cpu', '?')}, {info.get('cores', '?')} cores; flags: {', '.join(info['cpu_flags'])}",
-            f"- versions: onnxruntime {info.get('onnxruntime', '?')}, ortstate {info.get('ortstate', '?')}",
-            f"- load average (1/5/15 min) at the start {' / '.join(map(str, doc['load_before']))}, "
-            f"at the end {' / '.join(map(str, doc['load_after']))}; started {doc['started']}",
-            f"- the generation took {doc['wall_s']} s ({doc['tokens_per_s']} tokens/s with the profiler on), "
-            f"of which ONNX Runtime's runs {doc['runs_s']} s",
+            conditions(doc),
+            "",
+            f"- model: `{data['model_dir']}`, {data['streams']} streams, prompts of {data['prompt']} random ids, "
+            f"{data['new']} new greedy tokens, {data['threads']} threads, ONNX Runtime's profiler on",
+            f"- the generation took {data['wall_s']} s ({data['tokens_per_s']} tokens/s with the profiler on), "
+            f"of which ONNX Runtime's runs {data['runs_s']} s",
             "",
             "Per kind of run: ms a run and its kernels' ms a run by part (medians are not taken: sums over "
             "the runs, divided by their count).",
             "",
-            table(doc["groups"]),
+            table(data["groups"]),
             "",
         ]
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", type=Path, help="optimum-intel IR folder (default: the --precision real-size IR)")
     p.add_argument("--precision", choices=("int4", "fp32"), default="int4", help="which real-size IR (default int4)")
     p.add_argument("--streams", type=int, default=32, help="streams at once (default 32)")
@@ -186,15 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     folder = a.model_dir or ir_dir(DEFAULT_CACHE, a.precision)
     if not (folder / "openvino_model.xml").is_file():
         p.error(f"{folder} has no openvino_model.xml: build it with `python -m benchmarks real-size-build`")
-    started = time.strftime("%Y-%m-%dT%H:%M:%S")
-    doc = {"schema": "ortstate.llm-streams-profile/1", "started": started} | measure(a)
-    import ortstate
-
-    info = machine() | {"ortstate": ortstate_source(ortstate)}
+    run = start_run("llm-streams-profile")
+    data = measure(a)
     name = a.name or ("llm-streams-profile" if a.precision == "int4" else f"llm-streams-profile-{a.precision}")
-    markdown = document(doc, info)
-    write_results(a.out, name, doc | {"machine": info}, markdown)
-    print(markdown)
+    doc = write_results(a.out, name, run, data, markdown)
+    print(markdown(doc))
     return 0
 
 

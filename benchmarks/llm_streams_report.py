@@ -1,9 +1,10 @@
 """What the LLM-streams benchmark's numbers say: per-run metrics, medians over rounds, token agreement,
 issue 29's targets (PASS/MISS), the markdown report and the plot.
 
-Pure functions of what ``llm_streams_child.py`` measures and ``llm_streams.py`` collects (``schema:
-ortstate.llm-streams/1``): ``runs`` is every measuring process (engine, streams, round, the load
-average before and after, its result); ``summary[engine][streams]`` the medians over rounds.
+Pure functions of what ``llm_streams_child.py`` measures and ``llm_streams.py`` collects (the
+``data`` of its results document, see ``benchmarks.common``): ``config``; ``runs``, every measuring
+process (engine, streams, round, the load average before and after, its result);
+``summary[engine][streams]`` the medians over rounds; ``tokens``, the streams' agreement.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import conditions
 from benchmarks.report import ratio_text, target, targets_table
-from ortstate.bench.llm_streams import stream_metrics
+from ortstate.timing.llm_streams import stream_metrics
 
 __all__ = [
     "ENGINES",
     "TARGETS",
+    "body",
     "compare_tokens",
     "markdown",
     "plot",
@@ -29,7 +32,6 @@ __all__ = [
     "targets_table",
 ]
 
-SCHEMA = "ortstate.llm-streams/1"
 # name -> what the tables call it; the order is the run order of round 1 (round 2 runs it backwards)
 ENGINES = {
     "ov-exact": "OpenVINO GenAI CB, exact config",
@@ -116,8 +118,8 @@ def compare_tokens(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
     }
 
 
-def _get(doc: dict[str, Any], engine: str, streams: int, key: str) -> float | None:
-    value = doc.get("summary", {}).get(engine, {}).get(str(streams), {}).get(key)
+def _get(data: dict[str, Any], engine: str, streams: int, key: str) -> float | None:
+    value = data.get("summary", {}).get(engine, {}).get(str(streams), {}).get(key)
     return value if isinstance(value, (int, float)) and not math.isnan(value) else None
 
 
@@ -130,7 +132,7 @@ def _num(value: float | None, fmt: str = ",.0f") -> str:
 
 
 def _ratio_target(
-    doc: dict[str, Any],
+    data: dict[str, Any],
     name: str,
     mine: tuple[str, int, str],
     theirs: tuple[str, int, str],
@@ -139,19 +141,19 @@ def _ratio_target(
     unit: str,
     fmt: str = ",.1f",
 ) -> dict[str, Any]:
-    a, b = _get(doc, *mine), _get(doc, *theirs)
+    a, b = _get(data, *mine), _get(data, *theirs)
     r = _ratio(a, b)
     ok = None if r is None else (r <= limit if at_most else r >= limit)
     return target(name, r, ok, f"{_num(a, fmt)} vs {_num(b, fmt)} {unit} = {ratio_text(r)}")
 
 
-def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 29's targets on this run; a target whose engines or stream count were not measured is n/a."""
-    p, t, out = doc["config"]["precision"], TARGETS, []
+    p, t, out = data["config"]["precision"], TARGETS, []
     for n in (8, 32, 64):
         out.append(
             _ratio_target(
-                doc,
+                data,
                 f"{p}: pool tokens/s ≥ {t['pool_over_ov_exact']}× OV GenAI exact at {n} streams",
                 ("pool", n, "tokens_per_s"),
                 ("ov-exact", n, "tokens_per_s"),
@@ -162,7 +164,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         )
     out.append(
         _ratio_target(
-            doc,
+            data,
             f"{p}: pool-int8 tokens/s ≥ {t['pool_int8_over_ov_default']}× OV GenAI default at 32 streams",
             ("pool-int8", 32, "tokens_per_s"),
             ("ov-default", 32, "tokens_per_s"),
@@ -173,7 +175,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     )
     out.append(
         _ratio_target(
-            doc,
+            data,
             f"{p}: pool tokens/s ≥ {t['pool_over_sequential']}× one stream at a time at 32 streams",
             ("pool", 32, "tokens_per_s"),
             ("sequential", 32, "tokens_per_s"),
@@ -184,7 +186,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     )
     out.append(
         _ratio_target(
-            doc,
+            data,
             f"{p}: pool inter-token p99 ≤ {t['itl_p99_over_ov_exact']}× OV GenAI exact's at 32 streams",
             ("pool", 32, "itl_p99_ms"),
             ("ov-exact", 32, "itl_p99_ms"),
@@ -193,21 +195,21 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
             "ms",
         )
     )
-    out.append(_rss_target(doc, p))
-    out.append(_tokens_target(doc, p))
+    out.append(_rss_target(data, p))
+    out.append(_tokens_target(data, p))
     return out
 
 
-def _rss_target(doc: dict[str, Any], p: str) -> dict[str, Any]:
+def _rss_target(data: dict[str, Any], p: str) -> dict[str, Any]:
     """Peak RSS, the worst ratio over the stream counts both ran."""
     limit = TARGETS["rss_over_ov_exact"]
     worst: tuple[float, int, float, float] | None = None
-    for n in doc["config"]["streams"]:
-        a, b = _get(doc, "pool", n, "peak_rss_mib"), _get(doc, "ov-exact", n, "peak_rss_mib")
+    for n in data["config"]["streams"]:
+        a, b = _get(data, "pool", n, "peak_rss_mib"), _get(data, "ov-exact", n, "peak_rss_mib")
         r = _ratio(a, b)
         if r is not None and (worst is None or r > worst[0]):
             worst = (r, n, a, b)  # type: ignore[assignment]
-    budget = "the same KV budget" if doc["config"].get("pool_same_kv") else "the pool's default KV budget"
+    budget = "the same KV budget" if data["config"].get("pool_same_kv") else "the pool's default KV budget"
     name = f"{p}: pool peak RSS ≤ {limit}× OV GenAI exact's (worst stream count; {budget})"
     if worst is None:
         return target(name, None, None, "n/a")
@@ -215,8 +217,8 @@ def _rss_target(doc: dict[str, Any], p: str) -> dict[str, Any]:
     return target(name, r, r <= limit, f"{a:,.0f} vs {b:,.0f} MiB at {n} stream{'s' * (n != 1)} = {ratio_text(r)}")
 
 
-def _tokens_target(doc: dict[str, Any], p: str) -> dict[str, Any]:
-    cells = doc.get("tokens", {}).get("pool", {})
+def _tokens_target(data: dict[str, Any], p: str) -> dict[str, Any]:
+    cells = data.get("tokens", {}).get("pool", {})
     equal = sum(c["equal"] for c in cells.values())
     compared = sum(c["compared"] for c in cells.values())
     name = f"{p}: every pool stream's tokens = a lone Generator's (one stream at a time)"
@@ -235,7 +237,7 @@ def _cell(value: float | None, fmt: str = ",.1f") -> str:
     return "" if value is None else format(value, fmt)
 
 
-def results_table(doc: dict[str, Any]) -> str:
+def results_table(data: dict[str, Any]) -> str:
     """One row per stream count and engine: the medians over rounds, tokens against the reference,
     the load average around the runs."""
     head = (
@@ -244,22 +246,22 @@ def results_table(doc: dict[str, Any]) -> str:
     )
     lines = [head, "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     loads: dict[tuple[str, int], list[str]] = {}
-    for run in doc["runs"]:
+    for run in data["runs"]:
         before, after = run["loadavg_before"][0], run["loadavg_after"][0]
         loads.setdefault((run["engine"], run["streams"]), []).append(f"{before:.2f} → {after:.2f}")
-    for n in doc["config"]["streams"]:
-        for engine in doc["config"]["engines"]:
-            cell = doc["summary"].get(engine, {}).get(str(n))
+    for n in data["config"]["streams"]:
+        for engine in data["config"]["engines"]:
+            cell = data["summary"].get(engine, {}).get(str(n))
             if cell is None:
                 continue
             label = ENGINES.get(engine, engine)
             if "error" in cell:
                 lines.append(f"| {n} | {label} | not available: {cell['error']} | | | | | | | |")
                 continue
-            tok = doc.get("tokens", {}).get(engine, {}).get(str(n))
+            tok = data.get("tokens", {}).get(engine, {}).get(str(n))
             same = "" if tok is None else f"{tok['equal']}/{tok['compared']}"
             rate = cell["tokens_per_s"]
-            vs_ov = ratio_text(_ratio(rate, _get(doc, "ov-exact", n, "tokens_per_s")))
+            vs_ov = ratio_text(_ratio(rate, _get(data, "ov-exact", n, "tokens_per_s")))
             note = f" ({cell['note']})" if cell.get("note") else ""
             lines.append(
                 f"| {n} | {label}{note} | {_cell(rate)} | {vs_ov} "
@@ -270,20 +272,14 @@ def results_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def machine_text(doc: dict[str, Any]) -> str:
-    m, c, v = doc["machine"], doc["config"], doc["versions"]
-    flags = ", ".join(f for f in m.get("cpu_flags", []) if f in FLAGS_SHOWN) or "none of " + ", ".join(FLAGS_SHOWN)
-    return "\n".join(
-        [
-            f"- model: {model_label(c)} (`{c['model_dir']}`), prompts of {c['prompt']} random ids (seed {c['seed']}), "
-            f"{c['new']} new greedy tokens per stream, {c['threads']} threads, {c['rounds']} round(s), "
-            f"OV GenAI KV cache {_gib(c['kv_cache_gb'])}; pool KV budget: "
-            + ("the same" if c.get("pool_same_kv") else "its default"),
-            f"- machine: {m['cpu']}, {m['cores']} cores; flags: {flags}",
-            "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
-            f"- load average (1/5/15 min) at the start {_loads(doc['loadavg_start'])}, at the end "
-            f"{_loads(doc.get('loadavg_end'))}; started {doc['started']}, {doc['seconds'] / 60:.1f} min",
-        ]
+def setup_text(data: dict[str, Any]) -> str:
+    """What ran: the model, the prompts and new tokens, threads, rounds, the KV budgets."""
+    c = data["config"]
+    return (
+        f"- model: {model_label(c)} (`{c['model_dir']}`), prompts of {c['prompt']} random ids (seed {c['seed']}), "
+        f"{c['new']} new greedy tokens per stream, {c['threads']} threads, {c['rounds']} round(s), "
+        f"OV GenAI KV cache {_gib(c['kv_cache_gb'])}; pool KV budget: "
+        + ("the same" if c.get("pool_same_kv") else "its default")
     )
 
 
@@ -298,26 +294,27 @@ def _gib(value: int | dict[str, int]) -> str:
     )
 
 
-FLAGS_SHOWN = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
-
-
-def _loads(values: list[float] | None) -> str:
-    return "n/a" if not values else " / ".join(f"{x:.2f}" for x in values)
-
-
-def markdown(doc: dict[str, Any], image: str | None) -> str:
-    """The whole report: setup, targets, the table, the plot."""
+def body(doc: dict[str, Any], image: str | None) -> str:
+    """The report without its title: conditions, setup, targets, the table, the plot (``image``)."""
+    data = doc["data"]
     parts = [
-        machine_text(doc),
-        "### Targets (issue 29)\n\n" + targets_table(targets(doc)),
-        "### Streams (medians over rounds; TTFT from the moment all requests were made)\n\n" + results_table(doc),
+        conditions(doc),
+        setup_text(data),
+        "### Targets (issue 29)\n\n" + targets_table(targets(data)),
+        "### Streams (medians over rounds; TTFT from the moment all requests were made)\n\n" + results_table(data),
     ]
     if image:
         parts.append(f"![aggregate tokens/s vs streams]({image})")
     return "\n\n".join(parts)
 
 
-def plot(doc: dict[str, Any], path: Path) -> None:
+def markdown(doc: dict[str, Any]) -> str:
+    """The whole report, titled, its plot beside it."""
+    title = f"# LLM streams: {model_label(doc['data']['config'])} ({doc['name']})"
+    return f"{title}\n\n{body(doc, next(iter(doc['images']), None))}\n"
+
+
+def plot(data: dict[str, Any], path: Path) -> None:
     """Aggregate output tokens/s against the number of streams, one line per engine (log x)."""
     import matplotlib
 
@@ -325,17 +322,17 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for engine in doc["config"]["engines"]:
-        points = [(n, _get(doc, engine, n, "tokens_per_s")) for n in doc["config"]["streams"]]
+    for engine in data["config"]["engines"]:
+        points = [(n, _get(data, engine, n, "tokens_per_s")) for n in data["config"]["streams"]]
         points = [(n, v) for n, v in points if v is not None]
         if points:
             ax.plot(*zip(*points), marker="o", label=ENGINES.get(engine, engine))
-    streams = doc["config"]["streams"]
+    streams = data["config"]["streams"]
     ax.set_xscale("log", base=2)
     ax.set_xticks(streams, [str(n) for n in streams])
     ax.set_xlabel("concurrent streams")
     ax.set_ylabel("aggregate output tokens/s")
-    c = doc["config"]
+    c = data["config"]
     ax.set_title(f"{model_label(c)}: prompt {c['prompt']}, {c['new']} new, {c['threads']} threads")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)

@@ -10,7 +10,7 @@ concatenated. It takes the converted model's own weights (already in ONNX's gate
 input and output names, so one driver runs both and their outputs must agree. Checked op for op
 against a real ``torch.onnx.export(nn.LSTM(8, 16, 2, batch_first=True), ..., dynamo=False)``.
 
-:func:`compare` runs both as the floor does (:class:`ortstate.bench.runners.Floor`: the explicit
+:func:`compare` runs both as the floor does (:class:`ortstate.timing.runners.Floor`: the explicit
 form's graph in a bare ``InferenceSession``, states in two pre-bound IOBindings), in alternating
 rounds.
 """
@@ -27,9 +27,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 import ortstate
-from ortstate.bench import model_workload
-from ortstate.bench.runners import Floor
 from ortstate.meta import read_meta, write_meta
+from ortstate.timing import model_workload
+from ortstate.timing.runners import Floor
 
 __all__ = ["compare", "native_export"]
 

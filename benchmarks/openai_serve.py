@@ -28,11 +28,12 @@ import sys
 import time
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 import numpy as np
 from openai import AsyncOpenAI
 
-from benchmarks.common import RESULTS, ROOT, loadavg, machine, write_results
+from benchmarks.common import RESULTS, ROOT, conditions, shown_path, start_run, write_results
 from ortstate.generate import ContinuousBatcher
 
 TARGET_RATIO = 0.9  # HTTP output tokens/s over the pool's own, issue 30
@@ -41,16 +42,18 @@ TARGET_SECOND_TURN = 0.25  # a conversation's second turn's time to first token 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_dir", type=Path)
-    parser.add_argument("--streams", type=int, default=32)
-    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per request")
-    parser.add_argument("--new", type=int, default=64, help="new tokens per request")
-    parser.add_argument("--history", type=int, default=1000, help="tokens of history before a second turn")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("model_dir", type=Path, help="an optimum-intel LLM folder (ortstate serve's MODEL)")
+    parser.add_argument("--streams", type=int, default=32, help="concurrent streamed completions (default 32)")
+    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per request (default 128)")
+    parser.add_argument("--new", type=int, default=64, help="new tokens per request (default 64)")
+    parser.add_argument(
+        "--history", type=int, default=1000, help="tokens of history before a second turn (default 1000)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    parser.add_argument("--threads", type=int, default=2, help="threads of the server and the batcher (default 2)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where results go (default benchmarks/results)")
     args = parser.parse_args(argv)
-    load_before = loadavg()
+    run = start_run("openai-serve")
     server, url = _start(args.model_dir, args.streams, args.threads)
     rounds = []
     try:
@@ -76,13 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
-    document = {
-        "schema": "ortstate.openai-serve/1",
-        "started": time.strftime("%Y-%m-%d"),
-        "machine": machine(),
-        "load_before": load_before,
-        "load_after": loadavg(),
-        "model": _shown(args.model_dir),
+    data = {
+        "model": shown_path(args.model_dir),
         "streams": args.streams,
         "prompt": args.prompt,
         "new": args.new,
@@ -90,9 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "rounds": rounds,
     }
-    table = _table(document)
-    write_results(args.out, "openai-serve", document, table)
-    print(table)
+    doc = write_results(args.out, "openai-serve", run, data, markdown)
+    print(markdown(doc))
     ratio = median(r["ratio"] for r in rounds)
     print(f"{'PASS' if ratio >= TARGET_RATIO else 'MISS'} ratio: median {ratio:.3f} (target at least {TARGET_RATIO})")
     second = median(r["second_turn_ratio"] for r in rounds)
@@ -192,30 +189,20 @@ async def _second_turn(url: str, model: str, history: list[int], cid: str) -> di
     }
 
 
-def _shown(path: Path) -> str:
-    """``path`` as results show it: under the home folder as ``~/...`` (no machine's own paths)."""
-    resolved = path.resolve()
-    try:
-        return "~/" + str(resolved.relative_to(Path.home()))
-    except ValueError:
-        return str(path)
-
-
-def _table(document: dict) -> str:
-    m = document["machine"]
+def markdown(doc: dict[str, Any]) -> str:
+    """Each round: HTTP against in process, and a second turn against a whole prefill."""
+    data = doc["data"]
     lines = [
-        f"# `ortstate serve` (OpenAI API): {document['streams']} streamed completions, prompt {document['prompt']}, "
-        f"{document['new']} new, `{document['model']}`",
+        f"# `ortstate serve` (OpenAI API): {data['streams']} streamed completions, prompt {data['prompt']}, "
+        f"{data['new']} new, `{data['model']}`",
         "",
-        f"{m['cpu']}, {m['cores']} cores ({m['isa']}); server and driver on the same cores, {document['threads']} "
-        f"threads each; load average {document['load_before'][0]} before, {document['load_after'][0]} after; run "
-        f"{document['started']}.",
+        conditions(doc) + f" Server and driver on the same cores, {data['threads']} threads each.",
         "",
         "| round | HTTP tokens/s | pool in process tokens/s | ratio | TTFT p50 ms | TTFT p99 ms | same tokens "
-        f"| 2nd turn after {document['history']} TTFT ms | whole history TTFT ms | ratio |",
+        f"| 2nd turn after {data['history']} TTFT ms | whole history TTFT ms | ratio |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | :---: | ---: | ---: | ---: |",
     ]
-    for k, r in enumerate(document["rounds"], 1):
+    for k, r in enumerate(data["rounds"], 1):
         lines.append(
             f"| {k} | {r['tokens_per_s']:,} | {r['pool_tokens_per_s']:,} | {r['ratio']:.3f} | {r['ttft_p50_ms']} | "
             f"{r['ttft_p99_ms']} | {'yes' if r['same_tokens'] else 'no'} | {r['second_turn_ttft_ms']} | "

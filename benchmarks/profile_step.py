@@ -29,12 +29,12 @@ import onnxruntime as ort
 from onnxruntime_extensions import get_library_path
 
 import ortstate
-from ortstate.bench import model_workload, session_options
-from ortstate.bench.runners import Floor
 from ortstate.meta import CONTRIB_DOMAIN, read_meta
 from ortstate.passes import fusable, fuse_state_ops
 from ortstate.runtime import pyops
 from ortstate.runtime.store import StateStore
+from ortstate.timing import model_workload, session_options
+from ortstate.timing.runners import Floor
 
 
 def _median_us(step: Any, feeds: list[dict[str, np.ndarray]], repeats: int) -> float:

@@ -28,52 +28,67 @@ Real-size runs need GBs of RAM: on a shared machine, hold a lock around the whol
 
     flock /tmp/realsize.lock python -m benchmarks real-size --cache DIR --optimum-python ~/venvs/optimum/bin/python
 
-Writes ``benchmarks/results/NAME.json``, ``NAME.md`` and ``NAME.png`` (``--name``, default ``realsize``,
-``realsize-context`` with ``--contexts``)
-and, with ``--readme``, the section between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` of
-``benchmarks/README.md``. Timings are informative: the exit code is 0 whatever they say.
+Writes ``benchmarks/results/NAME.json`` (the results document, suite ``real-size`` or
+``real-size-context``), ``NAME.md`` and ``NAME.png`` (``--name``, default ``realsize``,
+``realsize-context`` with ``--contexts``) and, with ``--readme``, the section between
+``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` of ``benchmarks/README.md``. Timings are
+informative: the exit code is 0 whatever they say.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 # first: it takes the environment of the measured processes before anything imports ortstate
 from benchmarks import realsize_context_report, realsize_report, report
-from benchmarks.common import RESULTS, ROOT, machine, ortstate_source
+from benchmarks.common import RESULTS, ROOT, start_run, write_results
 from benchmarks.realsize_build import DEFAULT_CACHE, DEFAULT_VARIANT, PRECISIONS, VARIANTS
 from benchmarks.realsize_engines import CONTEXT_ENGINES, DEFAULT_ENGINES, parse_engine
 from benchmarks.realsize_runs import build_ir, progress, run_contexts, run_precision
-from ortstate.bench import plot_unavailable
+from ortstate.timing import plot_unavailable
 
-SCHEMA = "ortstate.realsize/1"
-CONTEXT_SCHEMA = realsize_context_report.SCHEMA
+SUITE, CONTEXT_SUITE = "real-size", "real-size-context"
 
 
 def _reporter(doc: dict[str, Any]) -> Any:
-    return realsize_context_report if doc.get("schema") == CONTEXT_SCHEMA else realsize_report
+    return realsize_context_report if doc["suite"] == CONTEXT_SUITE else realsize_report
 
 
-def write(doc: dict[str, Any], out: Path, name: str, readme: bool) -> None:
-    """JSON, markdown and plot; the README section when asked."""
+def plots(doc: dict[str, Any], out: Path) -> list[str]:
+    """``NAME.png`` (when matplotlib is there and a precision ran)."""
+    if plot_unavailable() or not doc["data"]["precisions"]:
+        return []
+    _reporter(doc).plot(doc, out / f"{doc['name']}.png")
+    return [f"{doc['name']}.png"]
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    image = next(iter(doc["images"]), None)
+    return f"# Real-size benchmark: {doc['name']}\n\n" + _reporter(doc).markdown(doc, image) + "\n"
+
+
+def rewrite_readme(doc: dict[str, Any]) -> None:
+    """The section between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` of benchmarks/README.md
+    (appended as a section of its own for a new result name)."""
+    name, image = doc["name"], next(iter(doc["images"]), None)
+    body = _reporter(doc).markdown(doc, f"results/{image}" if image else None)
+    readme_path = ROOT / "benchmarks" / "README.md"
+    if not report.rewrite_readme(readme_path, body, name):
+        section = f"\n### Real-size results: `{name}`\n\n<!-- {name}:start -->\n{body}\n<!-- {name}:end -->\n"
+        readme_path.write_text(readme_path.read_text(encoding="utf-8") + section, encoding="utf-8")
+
+
+def rerender(path: Path, out: Path, readme: bool) -> None:
+    """The markdown and plot of an earlier run's results document (its JSON left as it is)."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    reporter, image = _reporter(doc), None
-    if not plot_unavailable() and doc["precisions"]:
-        reporter.plot(doc, out / f"{name}.png")
-        image = f"{name}.png"
-    (out / f"{name}.md").write_text(f"# Real-size benchmark: {name}\n\n" + reporter.markdown(doc, image) + "\n")
+    doc["images"] = plots(doc, out)
+    (out / f"{doc['name']}.md").write_text(markdown(doc), encoding="utf-8")
     if readme:
-        body = reporter.markdown(doc, f"results/{image}" if image else None)
-        readme_path = ROOT / "benchmarks" / "README.md"
-        if not report.rewrite_readme(readme_path, body, name):  # a new result name: a section of its own
-            section = f"\n### Real-size results: `{name}`\n\n<!-- {name}:start -->\n{body}\n<!-- {name}:end -->\n"
-            readme_path.write_text(readme_path.read_text(encoding="utf-8") + section, encoding="utf-8")
+        rewrite_readme(doc)
 
 
 def _contexts(text: str) -> list[int]:
@@ -164,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p = _parser()
     a = p.parse_args(argv)
     if a.from_json:
-        write(json.loads(a.from_json.read_text(encoding="utf-8")), a.out, a.from_json.stem, a.readme)
+        rerender(a.from_json, a.out, a.readme)
         return 0
     _check(p, a)
     try:
@@ -173,41 +188,34 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     if len({e.name for e in engines}) != len(engines):
         p.error("engine names must be unique")
-    import ortstate
-
     config = {"threads": a.threads, "steps": a.steps, "rounds": a.rounds}
     if a.contexts:
         config |= {"contexts": a.contexts, "warmup": a.warmup, "rss_steps": a.rss_steps}
         config["prefill_rounds"] = a.prefill_rounds
     else:
         config["prompt"] = a.prompt
-    doc: dict[str, Any] = {
-        "schema": CONTEXT_SCHEMA if a.contexts else SCHEMA,
+    data: dict[str, Any] = {
         "model": "; ".join(f"{VARIANTS[v].model} ({VARIANTS[v].description})" for v in a.variant),
-        "started": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": machine(),
-        "ortstate": ortstate_source(ortstate),
         "config": config,
         "engines": [e.to_dict() for e in engines],
         "precisions": [],
         "skipped": {},
-        "seconds": 0.0,
     }
-    started = time.time()
+    run = start_run(CONTEXT_SUITE if a.contexts else SUITE)
     for variant in a.variant:
         for precision in [q for q in PRECISIONS if q in (a.precisions or PRECISIONS)]:
             why = build_ir(precision, variant, a)
             if why:
                 progress(f"{precision} {variant}: skipped: {why}")
-                doc["skipped"][f"{precision} {variant}"] = why
+                data["skipped"][f"{precision} {variant}"] = why
                 continue
-            run = run_contexts if a.contexts else run_precision
-            doc["precisions"].append(run(precision, variant, engines, a))
-            doc["seconds"] = time.time() - started
-            write(doc, a.out, a.name, a.readme)  # after every run: a killed run keeps what it measured
-    doc["seconds"] = time.time() - started
-    write(doc, a.out, a.name, a.readme)
-    for entry in doc["precisions"]:
+            measure = run_contexts if a.contexts else run_precision
+            data["precisions"].append(measure(precision, variant, engines, a))
+            write_results(a.out, a.name, run, data, markdown, plots)  # a killed run keeps what it measured
+    doc = write_results(a.out, a.name, run, data, markdown, plots)
+    if a.readme:
+        rewrite_readme(doc)
+    for entry in data["precisions"]:
         for t in _reporter(doc).targets(entry):
             print(f"{t['status']:4}  {t['target']}: {t['detail']}")
     progress(f"done in {doc['seconds'] / 60:.0f} min; wrote {a.out / (a.name + '.md')}")

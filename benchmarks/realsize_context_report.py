@@ -1,7 +1,8 @@
 """What the long-context run of the real-size benchmark says (issue 19): targets, tables, a plot.
 
-Pure functions of the document ``realsize.py --contexts`` writes (``schema: ortstate.realsize-context/1``):
-one entry per model variant and precision under ``"precisions"``, each with ``contexts`` (per engine, per
+Pure functions of the results document ``realsize.py --contexts`` writes (suite ``real-size-context``):
+its ``data`` holds ``model``, ``config``, ``engines``, ``skipped`` and one entry per model variant and
+precision under ``"precisions"``, each with ``contexts`` (per engine, per
 context length as a string: ``prefill_ms``, ``decode_p50_ms``, ``timed_positions``, ``tokens_match``,
 ``max_abs_logits_diff``, ...), ``load`` (per engine: a process of its own prefilling the longest context:
 ``peak_rss_mib``, ...), ``conversions`` and ``loadavg_1_5_15`` (start, end).
@@ -12,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import conditions, plot_caption
 from benchmarks.report import target, targets_table
 
-__all__ = ["SCHEMA", "TARGETS", "context_table", "growth", "markdown", "memory_table", "plot", "targets"]
+__all__ = ["TARGETS", "context_table", "growth", "markdown", "memory_table", "plot", "targets"]
 
-SCHEMA = "ortstate.realsize-context/1"
 REFERENCE = "openvino-exact"
 # issue 19's targets
 TARGETS = {
@@ -181,18 +182,17 @@ def _load_text(e: dict[str, Any]) -> str:
 
 def markdown(doc: dict[str, Any], image: str | None = None) -> str:
     """The whole report: conditions, per-entry context tables, targets, memory, engines, the plot."""
-    entries, c, m = doc["precisions"], doc["config"], doc["machine"]
-    flags = ", ".join(m.get("cpu_flags") or []) or "n/a"
+    data = doc["data"]
+    entries, c = data["precisions"], data["config"]
     parts = [
-        f"Run {doc['started']} ({doc['seconds'] / 60:.0f} min): {doc['model']}; batch 1, {c['threads']} threads, "
+        conditions(doc),
+        f"{data['model']}; batch 1, {c['threads']} threads, "
         f"greedy. Per context length every engine, in one process, prefills that many tokens (timed, "
         f"{c.get('prefill_rounds', 1)}× alternating, median), "
         f"decodes {c['warmup']} checked untimed steps, then {c['rounds']} rounds of {c['steps']} decode steps "
         f"alternate between the engines, each continuing its own cache (so the timed positions drift by the "
         f"steps taken: the table gives them); decode = p50 over all timed steps. Peak RSS: each engine in a "
         f"process of its own, loading, prefilling the longest context and decoding {c['rss_steps']} steps.",
-        f"Machine: {m['cpu']}, {m['cores']} cores (shared with other work); CPU flags: {flags}. "
-        f"onnxruntime {m['onnxruntime']}, OpenVINO {m['openvino']}, ortstate {doc.get('ortstate', m['ortstate'])}. "
         "Load average (1/5/15 min) per run, start → end: "
         + "; ".join(f"{_name(e)} {_load_text(e)}" for e in entries)
         + ". A timing counts only from a quiet machine (load well below the 2 cores): read ratios of one run.",
@@ -214,9 +214,9 @@ def markdown(doc: dict[str, Any], image: str | None = None) -> str:
         else ""
     )
     parts.append("### Memory at the longest context, and conversion\n\n" + memory_table(entries) + note)
-    parts.append("Engines:\n\n" + "\n".join(f"- `{e['name']}`: {e['label']}" for e in doc["engines"]))
+    parts.append("Engines:\n\n" + "\n".join(f"- `{e['name']}`: {e['label']}" for e in data["engines"]))
     errors = [f"- {_name(e)}: {msg}" for e in entries for msg in e.get("errors", [])]
-    errors += [f"- {what}: skipped: {why}" for what, why in doc.get("skipped", {}).items()]
+    errors += [f"- {what}: skipped: {why}" for what, why in data.get("skipped", {}).items()]
     if errors:
         parts.append("### Errors\n\n" + "\n".join(errors))
     if image:
@@ -232,7 +232,8 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    entries = doc["precisions"]
+    data = doc["data"]
+    entries = data["precisions"]
     fig, axes = plt.subplots(2, len(entries), figsize=(5.5 * len(entries) + 1, 8), squeeze=False)
     for col, e in enumerate(entries):
         ls = lengths(e)
@@ -262,11 +263,8 @@ def plot(doc: dict[str, Any], path: Path) -> None:
                 ax.set_title(
                     f"{_name(e)}\nload average (1 min) {' → '.join(map(str, e.get('loadavg', [])))}", fontsize=9
                 )
-    c, m = doc["config"], doc["machine"]
     fig.suptitle(
-        f"decode and prefill against context, batch 1, {c['threads']} threads; ortstate "
-        f"{doc.get('ortstate', m['ortstate'])}\n{m['cpu']}, {m['cores']} cores (shared); onnxruntime "
-        f"{m['onnxruntime']}, OpenVINO {m['openvino']}; {doc['started'][:10]}",
+        f"decode and prefill against context, batch 1, {data['config']['threads']} threads\n{plot_caption(doc)}",
         fontsize=10,
     )
     fig.tight_layout()

@@ -188,7 +188,7 @@ def load_engine(engine: Engine, ir_dir: Path, onnx_path: Path | None, threads: i
     import onnx
 
     from ortstate import StatefulSession
-    from ortstate.bench import session_options
+    from ortstate.timing import session_options
 
     assert onnx_path is not None
     # ortstate's own session choices for this model need its metadata only: read without the weights

@@ -24,7 +24,6 @@ Writes ``benchmarks/results/realsize-profile.json`` and ``.md`` (``--name``).
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import re
@@ -34,7 +33,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, loadavg, machine, ortstate_source, write_results
+from benchmarks.common import RESULTS, conditions, start_run, write_results
 from benchmarks.realsize_build import DEFAULT_CACHE, DEFAULT_VARIANT, PRECISIONS, VARIANTS, ir_dir, ir_ready, model_dir
 from benchmarks.realsize_engines import greedy, parse_engine, prompt_ids
 from benchmarks.realsize_runs import progress, run_child
@@ -167,8 +166,8 @@ def _profile_one(onnx_path: Path, ir: Path, engine: Any, prompt: list[int], writ
     import onnx
 
     from ortstate import StatefulSession
-    from ortstate.bench import session_options
     from ortstate.generate import Generator, read_config
+    from ortstate.timing import session_options
 
     with tempfile.TemporaryDirectory(prefix="ortstate-profile-") as tmp:
         options = session_options(a.threads, onnx.load(str(onnx_path), load_external_data=False))
@@ -210,16 +209,12 @@ def growth_table(first: dict[str, Any], last: dict[str, Any], key: str, label: s
 
 
 def markdown(doc: dict[str, Any], top: int = 12) -> str:
-    """Per precision: ms per decode step, then op types and model parts with their share of ``model_run``."""
-    c, m, parts = doc["config"], doc["machine"], []
-    if "started" in doc:
-        load = " → ".join("/".join(f"{x:.2f}" for x in one) for one in doc.get("loadavg_1_5_15", []))
-        parts.append(
-            f"Run {doc['started']}: {m['cpu']}, {m['cores']} cores (shared), CPU flags "
-            f"{', '.join(m.get('cpu_flags', [])) or 'n/a'}; onnxruntime {m['onnxruntime']}, ortstate "
-            f"{doc.get('ortstate', m['ortstate'])}; load average (1/5/15 min) start → end {load or 'n/a'}."
-        )
-    for e in doc["precisions"]:
+    """The run's conditions; per precision: ms per decode step, then op types and model parts with
+    their share of ``model_run``; what grows between the shortest and the longest context."""
+    data = doc["data"]
+    c = data["config"]
+    parts = [f"# Where ortstate's decode time goes (real-size model): {doc['name']}", conditions(doc)]
+    for e in data["precisions"]:
         ctx = e.get("context", c.get("prompt"))
         head = f"#### {e['precision']} {e.get('variant', '')} ({e['engine']['name']}), context {ctx}"
         if "error" in e:
@@ -246,9 +241,10 @@ def markdown(doc: dict[str, Any], top: int = 12) -> str:
         if others:
             lines += ["", f"Heaviest nodes in *other* (ms / step): {others}."]
         parts.append("\n".join(lines))
-    ok = [e for e in doc["precisions"] if "error" not in e]
+    ok = [e for e in data["precisions"] if "error" not in e]
     for key in dict.fromkeys((e["precision"], e.get("variant")) for e in ok):
-        runs = sorted((e for e in ok if (e["precision"], e.get("variant")) == key), key=lambda e: e["context"])
+        # runs from before --context profiled one prompt length (config's prompt) per precision
+        runs = sorted((e for e in ok if (e["precision"], e.get("variant")) == key), key=lambda e: e.get("context", 0))
         if len(runs) > 1:
             first, last = runs[0], runs[-1]
             parts.append(
@@ -258,7 +254,7 @@ def markdown(doc: dict[str, Any], top: int = 12) -> str:
                 + "\n\n"
                 + growth_table(first, last, "by_part", "model part")
             )
-    return "\n\n".join(parts)
+    return "\n\n".join(parts) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "--engine", default="ortstate", help="the ortstate engine (as realsize.py --engine; default ortstate)"
     )
     p.add_argument("--reconvert", action="store_true", help="convert even when CACHE/onnx holds a converted model")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="ONNX Runtime's threads (default 2)")
     p.add_argument("--variant", choices=VARIANTS, default=DEFAULT_VARIANT, help="the model variant (realsize_build.py)")
     p.add_argument("--prompt", type=int, default=32, help="tokens prefilled before the profiled decode steps")
     p.add_argument(
@@ -284,11 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda t: [int(x) for x in t.split(",")],
         help="comma-separated prompt lengths, each profiled in a session of its own (default: --prompt)",
     )
-    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--steps", type=int, default=64, help="profiled decode steps (default 64)")
     p.add_argument("--warmup", type=int, default=4, help="decode steps of the warm-up generation (default 4)")
-    p.add_argument("--timeout", type=float, default=3600)
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per converting process (default 3600)")
     p.add_argument("--name", default="realsize-profile", help="result file stem (default realsize-profile)")
-    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--out", type=Path, default=RESULTS, help="where results go (default benchmarks/results)")
     a = p.parse_args(argv)
     a.cache = a.cache.expanduser().resolve()
     a.context = a.context or [a.prompt]
@@ -296,20 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [q for q in precisions if q not in PRECISIONS or not ir_ready(a.cache, q, a.variant)]
     if unknown:
         p.error(f"no built IR for {', '.join(unknown)} in {a.cache}: run realsize_build.py first")
-    import ortstate
-
-    load = loadavg()
-    doc: dict[str, Any] = {
-        "schema": "ortstate.realsize-profile/1",
-        "started": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": machine(),
-        "ortstate": ortstate_source(ortstate),
+    run = start_run("real-size-profile")
+    data: dict[str, Any] = {
         "config": {"threads": a.threads, "prompt": a.prompt, "steps": a.steps, "contexts": a.context},
         "precisions": [e for q in precisions for e in profile(q, a)],
     }
-    doc["loadavg_1_5_15"] = [load, loadavg()]
-    title = f"# Where ortstate's decode time goes (real-size model): {a.name}\n\n"
-    write_results(a.out, a.name, doc, title + markdown(doc) + "\n")
+    doc = write_results(a.out, a.name, run, data, markdown)
     print(markdown(doc))
     return 0
 

@@ -1,8 +1,9 @@
 """What the real-size benchmark's results say: the issue's targets (PASS/MISS), markdown tables, a plot.
 
-Pure functions of the result document ``realsize.py`` writes (``schema: ortstate.realsize/1``): one
-entry per precision under ``"precisions"``, each with ``ir_bin_mib``, ``conversions`` (per ortstate
-engine: ``onnx_mib``, ``seconds``, ``peak_rss_mib``), ``load`` and ``speed`` (per engine).
+Pure functions of the results document ``realsize.py`` writes (suite ``real-size``): its ``data``
+holds ``model``, ``config``, ``engines`` and one entry per precision under ``"precisions"``, each
+with ``ir_bin_mib``, ``conversions`` (per ortstate engine: ``onnx_mib``, ``seconds``,
+``peak_rss_mib``), ``load`` and ``speed`` (per engine).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import conditions, plot_caption
 from benchmarks.report import target, targets_table
 
 __all__ = ["TARGETS", "issue_table", "markdown", "memory_table", "plot", "speed_table", "targets", "targets_table"]
@@ -203,22 +205,21 @@ def speed_table(entries: list[dict[str, Any]]) -> str:
 
 def markdown(doc: dict[str, Any], image: str | None = None) -> str:
     """The whole report: conditions, the issue's table, targets, the detail tables, the plot."""
-    entries = doc["precisions"]
-    c, m = doc["config"], doc["machine"]
+    data = doc["data"]
+    entries, c = data["precisions"], data["config"]
     errors = [f"- {e['precision']}: {msg}" for e in entries for msg in e.get("errors", [])]
     parts = [
-        f"Run {doc['started']} ({doc['seconds'] / 60:.0f} min): {doc['model']}, prompt {c['prompt']} tokens + "
-        f"{c['steps']} decode steps, batch 1, {c['threads']} threads, {c['rounds']} alternating rounds (medians). "
-        f"{m['cpu']}, {m['cores']} cores; onnxruntime {m['onnxruntime']}, OpenVINO {m['openvino']}, ortstate "
-        f"{doc.get('ortstate', m['ortstate'])}. Load average (1 min) per precision, start → end: "
+        conditions(doc),
+        f"{data['model']}, prompt {c['prompt']} tokens + {c['steps']} decode steps, batch 1, {c['threads']} threads, "
+        f"{c['rounds']} alternating rounds (medians). Load average (1 min) per precision, start → end: "
         + ", ".join(f"{e['precision']} {e['loadavg'][0]} → {e['loadavg'][1]}" for e in entries if "loadavg" in e)
-        + ". The machine is shared: read ratios from one run, not absolute times.",
+        + ".",
         "### The issue's table, re-measured\n\n" + issue_table(entries),
         "### Targets\n\n" + targets_table([t for e in entries for t in targets(e)]),
         "### Sizes, conversion and memory (each load in its own process: load, prefill, decode steps)\n\n"
         + memory_table(entries),
         "### Speed (all engines in one process, alternating rounds)\n\n" + speed_table(entries),
-        "Engines:\n\n" + "\n".join(f"- `{e['name']}`: {e['label']}" for e in doc["engines"]),
+        "Engines:\n\n" + "\n".join(f"- `{e['name']}`: {e['label']}" for e in data["engines"]),
     ]
     if errors:
         parts.append("### Errors\n\n" + "\n".join(errors))
@@ -227,11 +228,9 @@ def markdown(doc: dict[str, Any], image: str | None = None) -> str:
     return "\n\n".join(parts)
 
 
-def _converts(doc: dict[str, Any], engine: str) -> bool:
+def _converts(entries: list[dict[str, Any]], engine: str) -> bool:
     """True for an ortstate engine with a conversion of its own (not one shared with another engine)."""
-    return any(
-        engine in e.get("conversions", {}) and "shared_with" not in e["conversions"][engine] for e in doc["precisions"]
-    )
+    return any(engine in e.get("conversions", {}) and "shared_with" not in e["conversions"][engine] for e in entries)
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
@@ -241,8 +240,9 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    entries = doc["precisions"]
-    names = [e["name"] for e in doc["engines"]]
+    data = doc["data"]
+    entries = data["precisions"]
+    names = [e["name"] for e in data["engines"]]
     precisions = [e["precision"] for e in entries]
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
 
@@ -268,12 +268,12 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         axes[0, 1],
         {n: col("speed", n, "prefill_ms") for n in names},
         "ms (median)",
-        f"prefill, {doc['config']['prompt']} tokens",
+        f"prefill, {data['config']['prompt']} tokens",
         ".0f",
     )
     rss: dict[str, list[float | None]] = {}
     for n in names:
-        if _converts(doc, n):
+        if _converts(entries, n):
             rss[f"{n}: convert"] = [
                 None if (v := e.get("conversions", {}).get(n, {}).get("peak_rss_mib")) is None else v / 1024
                 for e in entries
@@ -282,14 +282,13 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     bars(axes[1, 0], rss, "GiB (peak RSS of the process)", "peak memory", ".2f")
     sizes: dict[str, list[float | None]] = {"IR .bin": [e["ir_bin_mib"] for e in entries]}
     for n in names:
-        if _converts(doc, n):
+        if _converts(entries, n):
             sizes[f"{n} ONNX + data"] = [e.get("conversions", {}).get(n, {}).get("onnx_mib") for e in entries]
     bars(axes[1, 1], sizes, "MiB", "model files", ",.0f")
-    c, m = doc["config"], doc["machine"]
+    c = data["config"]
     fig.suptitle(
-        f"{doc['model']}: prompt {c['prompt']} + {c['steps']} decode steps, batch 1, {c['threads']} threads\n"
-        f"ortstate {doc.get('ortstate', m['ortstate'])}; {m['cpu']}, {m['cores']} cores (shared); "
-        f"onnxruntime {m['onnxruntime']}, OpenVINO {m['openvino']}; {doc['started'][:10]}",
+        f"{data['model']}: prompt {c['prompt']} + {c['steps']} decode steps, batch 1, {c['threads']} threads\n"
+        + plot_caption(doc),
         fontsize=11,
     )
     fig.tight_layout()

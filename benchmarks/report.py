@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import concurrency
-from ortstate.bench import LABELS, BenchResult, markdown_table, plot_results
+from ortstate.timing import LABELS, BenchResult, markdown_table, plot_results
 
 COLUMNS = ["openvino", "openvino-shared", "custom-op", "auto", "explicit", "floor", "torch"]
 SHORT = {"openvino": "OpenVINO", "openvino-shared": "OV shared", "custom-op": "custom-op", "explicit": "explicit"}

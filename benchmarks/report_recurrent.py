@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from benchmarks.report import RUNNER_TARGET, ratio_text, target
-from ortstate.bench import BenchResult, markdown_table
+from ortstate.timing import BenchResult, markdown_table
 
 __all__ = ["LSTM2_LIMIT", "NATIVE_LIMIT", "issue22_targets", "lstm2_text", "native_text"]
 

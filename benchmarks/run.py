@@ -7,16 +7,13 @@ PASS/MISS lines to stdout. Timings are informative: the exit code is 0 whatever 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks import report, report_recurrent, suite
-from benchmarks.common import RESULTS, ROOT, loadavg, machine
-from ortstate.bench import BenchResult, markdown_table, plot_unavailable
+from benchmarks.common import RESULTS, ROOT, conditions, start_run, write_results
+from ortstate.timing import BenchResult, markdown_table, plot_unavailable
 
 
 def _jsonable(value: Any) -> Any:
@@ -38,16 +35,9 @@ def _repo_relative(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _machine_line(machine: dict[str, Any]) -> str:
-    isa = f" ({machine['isa']})" if machine.get("isa") else ""
-    return (
-        f"{machine['cpu']}{isa}, {machine['cores']} cores; Python {machine['python']}, onnxruntime "
-        f"{machine['onnxruntime']}, onnxruntime-extensions {machine['onnxruntime-extensions']}, "
-        f"OpenVINO {machine['openvino']}, numpy {machine['numpy']}"
-    )
-
-
-def _markdown(data: dict[str, Any], images: list[str], image_dir: str) -> str:
+def _markdown(doc: dict[str, Any], data: dict[str, Any], image_dir: str) -> str:
+    """The report without its title (``data``: the run's own, its results as measured), the
+    plots' links relative to ``image_dir``."""
     llm = data["llm"]
     demo: BenchResult = data["demo"]
     llama_note = (
@@ -61,10 +51,8 @@ def _markdown(data: dict[str, Any], images: list[str], image_dir: str) -> str:
     else:
         llama_note += " Positions beyond that are measured on the stand-in below."
     parts = [
-        f"Run {data['started']} ({'--quick' if data['quick'] else 'full suite'}, {data['seconds']:.0f} s); "
-        f"{_machine_line(data['machine'])}. Load average at start/end: {data['load'][0]} / {data['load'][1]} "
-        "(other engineers run tests on this 2-core machine: medians and ratios from one run, alternating "
-        "rounds, are what to read).",
+        conditions(doc) + f" {'The short version (`--quick`)' if data['quick'] else 'The full suite'}; "
+        "medians and ratios from one run, alternating rounds, are what to read.",
         "### Targets (batch 1, 1 thread, ratios of p50s from this run)\n\n" + report.targets_table(data["targets"]),
         f"### Demo char LSTM ({demo.steps} steps × {demo.rounds} rounds)\n\n{markdown_table(demo)}",
         report_recurrent.lstm2_text(data["lstm2"]),
@@ -92,28 +80,20 @@ def _markdown(data: dict[str, Any], images: list[str], image_dir: str) -> str:
         "each through the prefill and one step, divided by their number):\n\n" + report.memory_table(data["memory"]),
         "### Where the time goes: one step of the demo LSTM\n\n" + report.profile_text(data["profile"]),
     ]
-    if images:
-        parts.append("### Plots\n\n" + "\n".join(f"![{i}]({image_dir}{i})" for i in images))
+    if doc["images"]:
+        parts.append("### Plots\n\n" + "\n".join(f"![{i}]({image_dir}{i})" for i in doc["images"]))
     return "\n\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a short version (a few minutes less)")
+    parser.add_argument("--quick", action="store_true", help="a short version (~20 s on 2 quiet cores)")
     parser.add_argument("--no-readme", action="store_true", help="leave benchmarks/README.md alone")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where results go (default benchmarks/results)")
     args = parser.parse_args(argv)
     cfg = suite.QUICK if args.quick else suite.FULL
-    args.out.mkdir(parents=True, exist_ok=True)
-    started = time.time()
-    load_start = loadavg()[0]
-    data: dict[str, Any] = {
-        "schema": "ortstate.bench-suite/1",
-        "started": datetime.datetime.now().isoformat(timespec="seconds"),
-        "quick": args.quick,
-        "machine": machine(),
-        "config": cfg.__dict__,
-    }
+    run = start_run("per-step")
+    data: dict[str, Any] = {"quick": args.quick, "config": cfg.__dict__}
     with tempfile.TemporaryDirectory(prefix="ortstate-bench-") as tmp:
         data["demo"] = suite.demo(cfg)
         data["lstm2"] = suite.lstm2(cfg)
@@ -125,19 +105,23 @@ def main(argv: list[str] | None = None) -> int:
     data["profile"] = suite.profile(cfg)
     data["targets"] = report.targets(data["demo"], data["llm"], data["concurrency"])
     data["targets"] += report_recurrent.issue22_targets(data["lstm2"], data["native"])
-    data["seconds"] = time.time() - started
-    data["load"] = [load_start, loadavg()[0]]
-    missing = plot_unavailable()
-    images = [] if missing else report.plots(args.out, data["demo"], data["sweeps"], data["llm"], data["concurrency"])
-    if missing:
-        suite.progress(f"no plots: {missing}")
-    (args.out / "latest.json").write_text(json.dumps(_jsonable(data), indent=1) + "\n", encoding="utf-8")
-    (args.out / "latest.md").write_text("# ortstate benchmarks: latest run\n\n" + _markdown(data, images, "") + "\n")
+
+    def plots(doc: dict[str, Any], out: Path) -> list[str]:
+        missing = plot_unavailable()
+        if missing:
+            suite.progress(f"no plots: {missing}")
+            return []
+        return report.plots(out, data["demo"], data["sweeps"], data["llm"], data["concurrency"])
+
+    def markdown(doc: dict[str, Any]) -> str:  # from the results as measured (the JSON keeps their medians)
+        return "# ortstate benchmarks: latest run\n\n" + _markdown(doc, data, "")
+
+    doc = write_results(args.out, "latest", run, _jsonable(data), markdown, plots)
     if not args.no_readme and args.out.resolve() == RESULTS.resolve():
-        report.rewrite_readme(ROOT / "benchmarks" / "README.md", _markdown(data, images, "results/"))
+        report.rewrite_readme(ROOT / "benchmarks" / "README.md", _markdown(doc, data, "results/"))
     for t in data["targets"]:
         print(f"{t['status']:4}  {t['target']}: {t['detail']}")
-    suite.progress(f"done in {data['seconds']:.0f} s; wrote {args.out / 'latest.md'}")
+    suite.progress(f"done in {doc['seconds']:.0f} s; wrote {args.out / 'latest.md'}")
     return 0
 
 

@@ -28,12 +28,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from statistics import median
+from typing import Any
 
-from benchmarks.common import RESULTS, ROOT, loadavg, machine, write_results
+from benchmarks.common import RESULTS, ROOT, conditions, start_run, write_results
 
 MODEL = ROOT / "models" / "lstm_2l_dynbatch" / "model.xml"
 # issue 21, 256 streams on 2 cores: aggregate steps/s, client p99 (ms), the server's mean batch
@@ -45,15 +45,15 @@ _SUMMARY = re.compile(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--streams", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
+    parser.add_argument("--streams", type=int, default=256, help="concurrent WebSocket streams (default 256)")
+    parser.add_argument("--steps", type=int, default=400, help="steps of every stream per round (default 400)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where results go (default benchmarks/results)")
     parser.add_argument("--durable", action="store_true", help="compare a plain server with a --durable one")
     args = parser.parse_args(argv)
     if args.durable:
         return _durable(args)
-    load_before = loadavg()
+    run = start_run("serve")
     server, url = _start_server()
     rounds = []
     try:
@@ -68,27 +68,22 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
-    load_after = loadavg()
-    document = {
-        "machine": machine(),
-        "load_before": load_before,
-        "load_after": load_after,
+    data = {
         "model": str(MODEL.relative_to(ROOT)),
         "streams": args.streams,
         "steps": args.steps,
         "rounds": rounds,
         "server_stats": {k: stats[k] for k in ("step_p50_ms", "step_p99_ms", "run_p50_ms", "mean_batch", "steps")},
     }
-    table = _table(document)
-    write_results(args.out, "serve", document, table)
-    print(table)
+    doc = write_results(args.out, "serve", run, data, markdown)
+    print(markdown(doc))
     print("\n".join(_targets(rounds)))
     return 0
 
 
 def _durable(args: argparse.Namespace) -> int:
     """Plain and ``--durable`` servers, rounds alternating; their steps/s side by side."""
-    load_before = loadavg()
+    run = start_run("serve-durable")
     rounds: dict[str, list[dict]] = {"plain": [], "durable": []}
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.out) as state:
@@ -103,37 +98,38 @@ def _durable(args: argparse.Namespace) -> int:
                 server.send_signal(signal.SIGTERM)
                 server.wait(60)
     ratio = median(d["steps_per_s"] / p["steps_per_s"] for p, d in zip(rounds["plain"], rounds["durable"]))
-    document = {
-        "machine": machine(),
-        "load_before": load_before,
-        "load_after": loadavg(),
+    data = {
         "model": str(MODEL.relative_to(ROOT)),
         "streams": args.streams,
         "steps": args.steps,
         "rounds": rounds,
         "durable_over_plain": round(ratio, 3),
     }
-    m = document["machine"]
+    doc = write_results(args.out, "serve-durable", run, data, durable_markdown)
+    print(durable_markdown(doc))
+    print(f"{'PASS' if ratio >= 0.5 else 'MISS'} durable_over_plain: {ratio:.2f} (target at least 0.5)")
+    return 0
+
+
+def durable_markdown(doc: dict[str, Any]) -> str:
+    """Both servers' medians over the rounds, and the ratio of their steps/s."""
+    data = doc["data"]
     lines = [
-        f"### `ortstate serve --durable` vs plain: {args.streams} streams × {args.steps} steps, {document['model']}",
+        f"# `ortstate serve --durable` vs plain: {data['streams']} streams × {data['steps']} steps, {data['model']}",
         "",
-        f"{m['cpu']}, {m['cores']} cores ({m['isa']}); servers and bench client on the same cores; rounds "
-        f"alternating; load average {document['load_before'][0]} before, {document['load_after'][0]} after; "
-        f"{time.strftime('%Y-%m-%d')}.",
+        conditions(doc) + " Servers and bench client on the same cores; rounds alternating.",
         "",
         "| server | steps/s (median) | step p50 ms | step p99 ms | server's mean batch |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
-    for kind, done in rounds.items():
+    for kind, done in data["rounds"].items():
         lines.append(
             f"| {kind} | {median(r['steps_per_s'] for r in done):,.0f} | {median(r['p50_ms'] for r in done):.2f} | "
             f"{median(r['p99_ms'] for r in done):.2f} | {median(r['mean_batch'] for r in done):.1f} |"
         )
+    ratio = data["durable_over_plain"]
     lines += ["", f"durable / plain steps/s: **{ratio:.2f}×** (median of the rounds' ratios; target ≥ 0.5×).", ""]
-    write_results(args.out, "serve-durable", document, "\n".join(lines))
-    print("\n".join(lines))
-    print(f"{'PASS' if ratio >= 0.5 else 'MISS'} durable_over_plain: {ratio:.2f} (target at least 0.5)")
-    return 0
+    return "\n".join(lines)
 
 
 def _start_server(*extra: str) -> tuple[subprocess.Popen, str]:
@@ -174,24 +170,23 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _table(document: dict) -> str:
-    m = document["machine"]
+def markdown(doc: dict[str, Any]) -> str:
+    """Each round's figures, and the server's own over all rounds."""
+    data = doc["data"]
     lines = [
-        f"### `ortstate serve`: {document['streams']} streams × {document['steps']} steps, {document['model']}",
+        f"# `ortstate serve`: {data['streams']} streams × {data['steps']} steps, {data['model']}",
         "",
-        f"{m['cpu']}, {m['cores']} cores ({m['isa']}); server and bench client on the same cores; "
-        f"load average {document['load_before'][0]} before, {document['load_after'][0]} after; "
-        f"{time.strftime('%Y-%m-%d')}.",
+        conditions(doc) + " Server and bench client on the same cores.",
         "",
         "| round | steps/s | step p50 ms | step p99 ms | server's mean batch | server CPU ms / 1,000 steps |",
         "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for k, r in enumerate(document["rounds"], 1):
+    for k, r in enumerate(data["rounds"], 1):
         lines.append(
             f"| {k} | {r['steps_per_s']:,} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['mean_batch']:.1f} | "
             f"{r['server_cpu_ms_per_1000_steps']} |"
         )
-    s = document["server_stats"]
+    s = data["server_stats"]
     lines += [
         "",
         f"The server's own `/v1/stats` over all rounds: a step (message in to reply out) p50 {s['step_p50_ms']} ms, "

@@ -13,7 +13,7 @@ from typing import Any
 
 import ortstate
 from benchmarks import concurrency, irs, native, profile_step, torch_runner
-from ortstate.bench import BenchResult, make_runners, max_positions, measure, model_workload
+from ortstate.timing import BenchResult, make_runners, max_positions, measure, model_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "ortstate" / "_demo" / "char_lstm.xml"
@@ -180,7 +180,9 @@ def profile(cfg: Config) -> dict[str, Any]:
 
 def _section_args(argv: list[str] | None, what: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog=f"python -m benchmarks {what}", description=f"The per-step suite's {what} section alone: prints its table."
+        prog=f"python -m benchmarks {what}",
+        description=f"The per-step suite's {what} section alone: prints its table (no results file: "
+        "the per-step suite records it).",
     )
     parser.add_argument("--quick", action="store_true", help="the short version")
     return parser.parse_args(argv)

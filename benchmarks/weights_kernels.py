@@ -1,6 +1,6 @@
 """Which ONNX Runtime kernel should carry a compressed weight? (the converter's choice, measured)
 
-    python -m benchmarks weights-kernels [--threads 2] [--rounds 20] [--rows 1,32] [--json OUT]
+    python -m benchmarks weights-kernels [--threads 2] [--rounds 20] [--rows 1,32] [--out DIR]
 
 ONNX Runtime 1.31, CPU provider, the linear shapes of a Qwen2-0.5B-sized decoder (hidden 896,
 intermediate 4864, 2 KV heads of 64, vocab 151936): each variant is one model holding 24 distinct
@@ -22,15 +22,18 @@ MatMul, which ORT fuses into MatMulNBits at its session option's default accurac
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+
+from benchmarks.common import RESULTS, conditions, start_run, write_results
 
 SHAPES = {  # name: (K, N)
     "q/o 896x896": (896, 896),
@@ -237,19 +240,40 @@ def measure(variant: str, shape: str, threads: int, rounds: int, copies: int, ro
     return row
 
 
+def markdown(doc: dict[str, Any]) -> str:
+    """The run's conditions and one row per shape and variant."""
+    data = doc["data"]
+    ms = data["activation_rows"]
+    head = ["shape", "variant", *(f"M={m} ms" for m in ms), f"max abs error M={ms[0]}", "load s"]
+    lines = ["| " + " | ".join(head) + " |", "| --- | --- |" + " ---: |" * (len(ms) + 2)]
+    for row in data["rows"]:
+        cells = [row["shape"], row["variant"], *(f"{row[f'M{m}_ms']:.3f}" for m in ms)]
+        lines.append("| " + " | ".join([*cells, f"{row[f'M{ms[0]}_err']:.1e}", f"{row['load_s']:.2f}"]) + " |")
+    return (
+        "# The compressed-weight kernels: ms per linear\n\n"
+        + conditions(doc)
+        + f" {data['threads']} threads, {data['copies']} distinct weights per model, median of {data['rounds']} "
+        "runs; the error is against the same product in float64 from the dequantized weight.\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--copies", type=int, default=24, help="distinct weights per model (layers)")
-    parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
-    parser.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2, help="ONNX Runtime's threads (default 2)")
+    parser.add_argument("--rounds", type=int, default=20, help="runs per variant and row count, median (default 20)")
+    parser.add_argument("--copies", type=int, default=24, help="distinct weights per model (layers; default 24)")
+    parser.add_argument("--shapes", nargs="*", choices=list(SHAPES), default=list(SHAPES), help="default all")
+    parser.add_argument("--variants", nargs="*", choices=list(VARIANTS), default=list(VARIANTS), help="default all")
     parser.add_argument(
         "--rows", default="1,32", help="rows M of the activations, comma-separated (default 1,32: a step, a prefill)"
     )
-    parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--name", default="weights-kernels", help="result file stem (default weights-kernels)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where results go (default benchmarks/results)")
     args = parser.parse_args(argv)
     ms = [int(m) for m in args.rows.split(",")]
+    run = start_run("weights-kernels")
     print(f"onnxruntime {ort.__version__}, {args.threads} threads; ms per linear (median), max |error| vs float64")
     heads = " ".join(f"{f'M={m} ms':>9}" for m in ms)
     print(f"{'shape':20} {'variant':34} {heads} {f'err M={ms[0]}':>9} {'load s':>7}")
@@ -263,9 +287,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             times = " ".join(f"{row[f'M{m}_ms']:9.3f}" for m in ms)
             print(f"{shape:20} {variant:34} {times} {row[f'M{ms[0]}_err']:9.1e} {row['load_s']:7.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"onnxruntime": ort.__version__, "threads": args.threads, "rows": rows}, f, indent=1)
+    data = {"threads": args.threads, "rounds": args.rounds, "copies": args.copies, "activation_rows": ms, "rows": rows}
+    write_results(args.out, args.name, run, data, markdown)
     return 0
 
 

@@ -2,11 +2,13 @@
 
 Usage: ``python scripts/make_performance_doc.py [--check]``.
 
-Numbers are never typed into the doc: each ``*.json`` in the results folder whose ``schema`` is an
-ortstate one has a markdown twin (same name, ``.md``) that the benchmark rendered from it when it
-wrote both. This script puts the twins together under a header listing each run (file, date,
-machine, versions, read from the JSON), shifts their headings under its own, and rewrites their
-relative links so they resolve from ``docs/``.
+Numbers are never typed into the doc: each ``*.json`` in the results folder is a results document
+(``benchmarks/common.py``: schema ``ortstate.results/1``, one shape for every suite) with a markdown
+twin (same name, ``.md``) that the benchmark rendered from it when it wrote both. This script puts
+the twins together under a header listing each run (file, date, machine, versions and source, read
+from the JSON), shifts their headings under its own, and rewrites their relative links so they
+resolve from ``docs/``. A JSON of any other shape is an error (``python -m
+benchmarks.upgrade_results`` converts results written before the one shape).
 
 Whatever results are there make the doc; none is required. A baseline ``NAME-before.json`` is
 shown until its benchmark's own run, ``NAME.json``, is in the folder, then only listed (the
@@ -30,13 +32,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # the benchmarks package, as `python -m benchmarks` imports it
+    sys.path.append(str(ROOT))
+
+from benchmarks.common import shape_problems  # noqa: E402 (the one results shape; the standard library only)
+
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "performance.md"
-SCHEMA_PREFIX = "ortstate."
-# Sections in this order (schema names without their version); other ortstate schemas follow, by file name.
-ORDER = ("ortstate.bench-suite", "ortstate.realsize", "ortstate.realsize-profile")
-# The machine fields the runs table shows, in order, where a run records them.
-VERSIONS = ("ortstate", "onnxruntime", "onnxruntime-extensions", "OpenVINO")
+# Sections in this order (by the suite that wrote them); other suites follow, by file name.
+ORDER = ("per-step", "real-size", "real-size-profile")
+# The versions the runs table shows, in order, where a run records them (ortstate's with its source).
+VERSIONS = {"onnxruntime": "onnxruntime", "onnxruntime-extensions": "onnxruntime-extensions", "openvino": "OpenVINO"}
 SECTION_LEVEL = 3  # the twins' own headings go below this doc's "## <run title>"
 BASELINE_SUFFIX = "-before"  # NAME-before.json: the run NAME.json is measured against
 
@@ -67,29 +73,36 @@ class DocError(ValueError):
 
 @dataclass(frozen=True)
 class Run:
-    """One benchmark run: its JSON (for the runs table) and the markdown rendered from it."""
+    """One benchmark run: its results document (for the runs table) and the markdown rendered from it."""
 
     json_path: Path
-    schema: str
     data: dict[str, Any]
     title: str
     body: str
 
     @property
     def rank(self) -> tuple[int, str]:
-        family = self.schema.split("/")[0]
-        return (ORDER.index(family) if family in ORDER else len(ORDER), self.json_path.name)
+        suite = self.data["suite"]
+        return (ORDER.index(suite) if suite in ORDER else len(ORDER), self.json_path.name)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """The document in ``path`` if it is an ortstate results file, else None."""
+def _read_json(path: Path) -> dict[str, Any]:
+    """The results document in ``path``.
+
+    Raises:
+        DocError: ``path`` is not JSON, or not a results document of the one shape.
+    """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DocError(f"{path}: not a readable JSON results file ({exc})") from None
-    if isinstance(data, dict) and str(data.get("schema", "")).startswith(SCHEMA_PREFIX):
-        return data
-    return None
+    problems = shape_problems(data)
+    if problems:
+        raise DocError(
+            f"{path}: not a results document ({'; '.join(problems)}): results written before the one shape "
+            "convert with python -m benchmarks.upgrade_results, other files belong elsewhere"
+        )
+    return data
 
 
 def _split_title(md_path: Path, text: str) -> tuple[str, str]:
@@ -127,7 +140,7 @@ def collect(results: Path) -> Results:
     """
     if not results.is_dir():
         raise DocError(f"{results}: no such results folder")
-    found = {path: data for path in sorted(results.glob("*.json")) if (data := _read_json(path)) is not None}
+    found = {path: _read_json(path) for path in sorted(results.glob("*.json"))}
     runs, left_out = [], []
     for json_path, data in found.items():
         stem = json_path.stem
@@ -146,7 +159,7 @@ def collect(results: Path) -> Results:
         if started and str(started) not in text:
             raise DocError(f"{md_path}: not rendered from {json_path.name} (its run {started} is not named in it)")
         title, body = _split_title(md_path, text)
-        runs.append(Run(json_path, str(data["schema"]), data, title, body))
+        runs.append(Run(json_path, data, title, body))
     return Results(sorted(runs, key=lambda r: r.rank), left_out)
 
 
@@ -205,16 +218,26 @@ def runs_table(runs: list[Run], doc_dir: Path) -> str:
     """One row per run: where its numbers come from, when, and on what."""
     lines = ["| section | results file | run started | machine | versions |", "| --- | --- | --- | --- | --- |"]
     for run in runs:
-        machine = run.data.get("machine") or {}
-        lowered = {str(k).lower(): v for k, v in machine.items()}
-        host = f"{_cell(machine.get('cpu'))}, {_cell(machine.get('cores'))} cores" if machine else "—"
-        versions = ", ".join(f"{name} {lowered[name.lower()]}" for name in VERSIONS if lowered.get(name.lower()))
+        machine = run.data["machine"] or {}
+        host = f"{_cell(machine.get('cpu'))}, {_cell(machine.get('cores'))} cores" if machine.get("cpu") else "—"
+        versions = [_ortstate(run.data)] if run.data["versions"].get("ortstate") else []
+        versions += [f"{label} {v}" for key, label in VERSIONS.items() if (v := run.data["versions"].get(key))]
         link = Path(os.path.relpath(run.json_path, doc_dir)).as_posix()
         lines.append(
             f"| [{run.title}](#{slug(run.title)}) | [`{run.json_path.name}`]({link}) "
-            f"| {_cell(run.data.get('started'))} | {host} | {_cell(versions)} |"
+            f"| {_cell(run.data['started'])} | {host} | {_cell(', '.join(versions))} |"
         )
     return "\n".join(lines)
+
+
+def _ortstate(data: dict[str, Any]) -> str:
+    """``ortstate 0.1.0 (main 4552e62, modified)``: the version and, where recorded, the commit."""
+    source = data["source"]
+    text = f"ortstate {data['versions']['ortstate']}"
+    if source.get("commit"):
+        where = f"{source.get('branch') or 'commit'} {source['commit'][:7]}"
+        text += f" ({where}{', modified' if source.get('dirty') else ''})"
+    return text
 
 
 def slug(title: str) -> str:

@@ -1,4 +1,4 @@
-"""The package's import structure: data flows ir -> convert -> passes -> runtime -> generate/bench/
+"""The package's import structure: data flows ir -> convert -> passes -> runtime -> generate/timing/
 verify -> cli, with ``decoders`` (what an optimum-intel decoder takes, read from its IR and folder)
 on ir beside the converter, under everything that feeds or exports a decoder. Each part imports
 only what its place allows (``ALLOWED``; ``NARROWER`` for modules held to less), with no import
@@ -8,6 +8,7 @@ the source, so a late import inside a function counts as much as one at the top.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import ortstate
@@ -34,7 +35,7 @@ ALLOWED = {
     "convert": BASE | {"ir", "passes"},
     "runtime": BASE | {"passes"},
     # What an optimum-intel decoder takes (folder, config, feeding rules, graph roles): generate,
-    # bench, verify and export read decoders through it, and none of them reads another for it.
+    # timing, verify and export read decoders through it, and none of them reads another for it.
     "decoders": BASE | {"ir"},
     # generation of many requests at once runs on the KV stream pool (ContinuousBatcher)
     "generate": BASE | {"ir", "convert", "runtime", "decoders", "streams"},
@@ -42,8 +43,8 @@ ALLOWED = {
     # rewrites that make a model batchable are passes (passes/batchable), which never import streams;
     # an LLM's streams are batched by what its inputs are (decoders)
     "streams": BASE | {"passes", "runtime", "decoders"},
-    # bench compares with OpenVINO in verify's exact config (verify.reference.OV_CONFIG)
-    "bench": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate", "verify"},
+    # timing (``ortstate bench``) compares with OpenVINO in verify's exact config (verify.reference.OV_CONFIG)
+    "timing": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate", "verify"},
     "verify": BASE | {"ir", "convert", "runtime", "decoders"},
     "export": BASE | {"ir", "convert", "passes", "decoders"},  # an LLM folder for other tools
     # streams over the network, and an LLM's generations (OpenAI's API): at the command line's level
@@ -56,7 +57,7 @@ ALLOWED = {
         "runtime",
         "decoders",
         "generate",
-        "bench",
+        "timing",
         "verify",
         "export",
         "streams",
@@ -66,11 +67,11 @@ ALLOWED = {
 
 # Modules held to less than their part's place (a name covers the module or package and what is
 # under it): verify's inputs and OpenVINO's side sit under the run (no converter, no runtime), and
-# bench takes from verify OpenVINO's exact config alone.
+# timing takes from verify OpenVINO's exact config alone.
 NARROWER = {
     "verify.inputs": BASE | {"ir", "decoders"},
     "verify.reference": BASE | {"ir", "verify.inputs"},
-    "bench": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate", "verify.reference"},
+    "timing": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate", "verify.reference"},
 }
 
 
@@ -230,4 +231,144 @@ def test_only_the_ort_adapter_reads_private_attributes_it_does_not_define() -> N
             and not n.attr.endswith("__")
             and n.attr not in own
         ]
+    assert wrong == []
+
+
+# -- benchmarks/: on top of the package, held to its public names -----------------------------------
+
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+# what runs before (or without) ortstate: the entry point, the results' writer, the real-size IR
+# builder (in a venv holding optimum-intel), the converter of older results
+STDLIB_ONLY = {"__init__", "__main__", "common", "realsize_build", "upgrade_results"}
+
+
+def _static_all(path: Path) -> set[str] | None:
+    """A module's ``__all__`` as written (None where it has none)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return {e.value for e in node.value.elts if isinstance(e, ast.Constant)}  # type: ignore[attr-defined]
+    return None
+
+
+def _ortstate_imports(tree: ast.Module) -> list[tuple[str, list[str], int]]:
+    """``(module, names taken, line)`` for each import of ortstate in a benchmark module, anywhere in it."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "ortstate":
+            found.append((node.module or "", [a.name for a in node.names], node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, [], node.lineno) for a in node.names if a.name.split(".")[0] == "ortstate"]
+    return found
+
+
+BENCHMARK_TREES = {path.stem: ast.parse(path.read_text()) for path in sorted(BENCHMARKS.glob("*.py"))}
+
+
+def test_the_package_never_imports_the_benchmarks() -> None:
+    wrong = [
+        f"{name} (line {node.lineno})"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "benchmarks")
+        or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "benchmarks" for a in node.names))
+    ]
+    assert wrong == []
+
+
+def test_benchmarks_take_only_public_names_from_ortstate() -> None:
+    """No private module or name, and from a module with an ``__all__`` only what it lists (or its
+    submodules): a benchmark measures what a user of ortstate gets."""
+    wrong = []
+    for stem, tree in BENCHMARK_TREES.items():
+        for module, names, line in _ortstate_imports(tree):
+            path = MODULES.get(module)
+            if path is None or any(part.startswith("_") for part in module.split(".")):
+                wrong.append(f"benchmarks/{stem}.py (line {line}): module {module}")
+                continue
+            public = _static_all(path)
+            for taken in names:
+                private = taken.startswith("_") and not taken.endswith("__")
+                listed = public is None or taken in public or f"{module}.{taken}" in MODULES
+                if private or not listed:
+                    wrong.append(f"benchmarks/{stem}.py (line {line}): {taken} from {module}")
+    assert wrong == []
+
+
+def _patched(tree: ast.Module) -> list[str]:
+    """Assignments to, deletions of and setattr on what a module imported from ortstate."""
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ortstate":
+            bound |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            bound |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "ortstate"}
+
+    def root(node: ast.AST) -> str | None:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            targets = [ast.Attribute(value=node.args[0], attr="?")] if node.args else []
+        found += [
+            f"line {node.lineno}: {ast.unparse(t)}"
+            for t in targets
+            if isinstance(t, (ast.Attribute, ast.Subscript)) and root(t) in bound
+        ]
+    return found
+
+
+def test_benchmarks_patch_nothing_of_ortstate() -> None:
+    """Suites set ortstate up through its public options (ORTSTATE_* settings, session options,
+    arguments), never by assigning to its modules' or classes' attributes."""
+    wrong = [f"benchmarks/{stem}.py {patch}" for stem, tree in BENCHMARK_TREES.items() for patch in _patched(tree)]
+    assert wrong == []
+
+
+def test_a_patch_of_an_ortstate_module_is_caught() -> None:
+    """The check above, on what realsize_grouped.py did before the setting existed."""
+    source = "import ortstate.runtime.loaded as loaded\nloaded.group_decode = lambda *args: 0\n"
+    assert _patched(ast.parse(source)) == ["line 2: loaded.group_decode"]
+    assert _patched(ast.parse("from ortstate import timing\nsetattr(timing, 'x', 1)\n")) == ["line 2: timing.?"]
+
+
+def test_benchmarks_read_no_private_attributes_they_do_not_define() -> None:
+    wrong = [
+        f"benchmarks/{stem}.py (line {n.lineno}): {ast.unparse(n)}"
+        for stem, tree in BENCHMARK_TREES.items()
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and n.attr.startswith("_")
+        and not n.attr.endswith("__")
+        and n.attr not in _own_names(tree)
+    ]
+    assert wrong == []
+
+
+def test_the_benchmarks_entry_point_imports_only_the_standard_library() -> None:
+    """At their top (a suite's modules are imported once it is chosen), so ``python -m benchmarks``
+    and ``real-size-build`` run in a Python without ortstate or onnxruntime."""
+    wrong = []
+    for stem in sorted(STDLIB_ONLY):
+        for node in BENCHMARK_TREES[stem].body:
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            wrong += [
+                f"benchmarks/{stem}.py (line {node.lineno}): {name}"
+                for name in names
+                if name.split(".")[0] not in sys.stdlib_module_names | {"__future__", "benchmarks"}
+            ]
     assert wrong == []

@@ -9,10 +9,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import bench
-from ..bench import llm_streams, streams
+from .. import timing
 from ..errors import OrtStateError, OutputFileError, RunError, UsageError
 from ..output_files import check_writable, write_text
+from ..timing import llm_streams, streams
 from .args import add_verbose_option, existing_file, parse_shapes
 from .command import EXIT_OK, Command
 from .report import count, progress
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, option) < 1:
             raise UsageError(f"--{option} must be at least 1, got {getattr(args, option)}")
     counts = _stream_counts(args.streams) if args.streams is not None else None
-    problem = bench.plot_unavailable(args.plot) if args.plot else None
+    problem = timing.plot_unavailable(args.plot) if args.plot else None
     if problem:  # say so before minutes of measuring, not after
         raise UsageError(f"--plot: {problem}")
     for option in ("json", "markdown", "plot"):  # before minutes of measuring
@@ -116,24 +116,24 @@ def run(args: argparse.Namespace) -> int:
     if counts is not None:
         return _run_streams(args, xml, counts)
     try:
-        workload = bench.model_workload(xml, args.steps, args.position, shapes=parse_shapes(args.shape))
+        workload = timing.model_workload(xml, args.steps, args.position, shapes=parse_shapes(args.shape))
     except ValueError as exc:
         raise UsageError(f"{xml}: {exc}") from None
     if workload.rules is not None and workload.rules.notes:
         print(f"ortstate: note: {xml}: {'; '.join(workload.rules.notes)}", file=sys.stderr)
-    limit = bench.max_positions(xml)
+    limit = timing.max_positions(xml)
     if limit is not None and args.position + args.steps > limit and workload.prefill:
         print(
             f"ortstate: note: positions up to {args.position + args.steps} exceed max_position_embeddings={limit}",
             file=sys.stderr,
         )
-    names = [n for n in bench.RUNNERS if not (args.no_openvino and n.startswith("openvino"))]
+    names = [n for n in timing.RUNNERS if not (args.no_openvino and n.startswith("openvino"))]
     progress(f"bench: {xml.name}: converting and loading {len(names)} runners")
-    runners, skipped = bench.make_runners(workload, args.threads, names)
+    runners, skipped = timing.make_runners(workload, args.threads, names)
     if "custom-op" in skipped and "explicit" in skipped:
         raise OrtStateError(f"{xml}: cannot run in ortstate: {skipped['custom-op']}")
     try:
-        result = bench.measure(
+        result = timing.measure(
             workload, runners, args.rounds, threads=args.threads, skipped=skipped, progress=_progress
         )
     except RunError as exc:
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         remedy = workload.rules.remedy if workload.rules is not None else ""
         remedy = remedy or "give fitting shapes with --shape NAME=D0,D1,..."
         raise RunError(f"{xml}: {exc}; the inputs were {shown}: {remedy}") from None
-    table = bench.markdown_table(result)
+    table = timing.markdown_table(result)
     head = (
         f"{workload.model}: {workload.description}; weights {workload.precision}; "
         f"{count(args.steps, 'step')} × {count(args.rounds, 'round')}, {count(args.threads, 'thread')}"
@@ -151,9 +151,9 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         _output("markdown", lambda: write_text(args.markdown, f"{head}\n\n{table}\n"))
     if args.json:
-        _output("json", lambda: write_text(args.json, json.dumps(bench.document([result]), indent=1) + "\n"))
+        _output("json", lambda: write_text(args.json, json.dumps(timing.document([result]), indent=1) + "\n"))
     if args.plot:
-        _output("plot", lambda: bench.plot_results([result], args.plot))
+        _output("plot", lambda: timing.plot_results([result], args.plot))
     return EXIT_OK
 
 

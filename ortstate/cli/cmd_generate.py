@@ -16,16 +16,17 @@ from ..generate import (
     Chat,
     GenerationError,
     Generator,
-    SearchOptions,
     TextStreamer,
     Tokenizer,
     find_model_files,
+    read_config,
 )
-from ..generate.prompts import check_prompts
+from ..generate.prompts import FirstRow, check_context, check_prompts
 from ..generate.tokenizer import TOKENIZER_FILE
 from .args import add_form_option, add_verbose_option, load_npy
 from .command import EXIT_OK, Command
 from .generate_output import IdPrinter, latency_summary, write_out
+from .generate_search import add_search_options, search_options
 from .report import progress
 
 DESCRIPTION = """\
@@ -35,11 +36,16 @@ the model's variables; each step feeds only the new token, with the attention ma
 beam_idx the model's inputs call for. New tokens (or text, with a tokenizer) stream to stdout as they
 come; the latency summary (prefill, decode median/p90 per token) goes to stderr.
 
-Search: greedy by default; --do-sample samples (--temperature, --top-k, --top-p; --seed repeats a
-run); --num-beams N runs beam search through the model's own beam_idx input (the best beam is printed
-at the end); --repetition-penalty applies to all three. The parameters mean what they mean in
-transformers' generate(), with its defaults (top-k 50); generation_config.json's values are the
-defaults where it gives them. --stop TEXT and --stop-id N end generation early (repeatable).
+Search: greedy by default; --do-sample samples (--temperature, --top-k, --top-p, --min-p; --seed
+repeats a run; --choices N gives N samples of one prompt, one line each, choice i seeded with
+seed + i); --num-beams N runs beam search through the model's own beam_idx input (the best beam is
+printed at the end); --repetition-penalty applies to all three. The parameters mean what they mean
+in transformers' generate(), with its defaults (top-k 50); generation_config.json's values are the
+defaults where it gives them. vLLM's/OpenAI's --presence-penalty, --frequency-penalty, --logit-bias
+ID=BIAS and --min-tokens N apply to greedy decoding and sampling (not beam search). Order: min-tokens
+and logit bias, then the penalties (what greedy takes the best of), then temperature, min-p, top-k,
+top-p. --stop TEXT and --stop-id N end generation early (repeatable). A prompt whose tokens and -n
+pass the model's context (config.json's max_position_embeddings, n_positions, ...) is refused.
 
 --prompt TEXT, --stop and --chat need the folder's tokenizer.json and the 'tokenizers' package;
 --chat also needs a chat template (tokenizer_config.json's chat_template, or chat_template.jinja)
@@ -56,6 +62,8 @@ examples:
   ortstate generate models/llm/llama --prompt-ids 18,152,24,240,209
   ortstate generate models/llm/llama --prompt-ids 18,152,24 -n 32 --do-sample --temperature 0.8 --top-p 0.9 --seed 7
   ortstate generate models/llm/llama --prompt-ids 18,152,24 --num-beams 4 --stop-id 77
+  ortstate generate models/llm/llama --prompt-ids 18,152,24 --do-sample --choices 3 --min-p 0.05 --seed 1
+  ortstate generate models/llm/llama --prompt-ids 18,152,24 --presence-penalty 1.5 --logit-bias 77=-100
   ortstate generate models/llm/mamba --prompt-ids 163,36,172 --max-new-tokens 32 --form custom-op
   ortstate generate models/llm/whisper --encoder-input features.npy
   ortstate generate path/to/export --prompt "Once upon a time" --stop "The end"
@@ -80,81 +88,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--encoder-input", metavar="FILE.npy", help="the encoder's input (Whisper/T5)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at the end-of-sequence token")
-    search = p.add_argument_group("search (as transformers' generate())")
-    search.add_argument("--do-sample", action="store_true", help="sample the next token (default: greedy)")
-    search.add_argument("--temperature", type=float, metavar="T", help="divide the scores by T > 0 before sampling")
-    search.add_argument(
-        "--top-k", type=int, metavar="K", help="sample from the K most likely tokens (default 50; 0: all)"
-    )
-    search.add_argument(
-        "--top-p", type=float, metavar="P", help="sample from the most likely tokens holding probability P, in (0, 1]"
-    )
-    search.add_argument("--seed", type=int, metavar="S", help="seed the sampling (the summary shows the seed used)")
-    search.add_argument(
-        "--repetition-penalty",
-        type=float,
-        metavar="R",
-        help="penalise tokens already in the text (R > 1: less repetition)",
-    )
-    search.add_argument(
-        "--num-beams", type=int, metavar="N", help="beam search with N beams (prints the best at the end)"
-    )
-    search.add_argument(
-        "--length-penalty",
-        type=float,
-        metavar="L",
-        help="beam scores divide by length ** L (default 1; > 0 favours longer)",
-    )
-    search.add_argument(
-        "--stop",
-        action="append",
-        metavar="TEXT",
-        help="stop when the generated text contains TEXT (needs the tokenizer)",
-    )
-    search.add_argument("--stop-id", action="append", type=int, metavar="N", help="stop after token id N (like eos)")
+    add_search_options(p)
     chat = p.add_argument_group("chat")
     chat.add_argument("--chat", action="store_true", help="apply the folder's chat template (see above)")
     chat.add_argument("--system", metavar="TEXT", help="with --chat: a system message opening the conversation")
     add_verbose_option(p)
-
-
-SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "seed")
-
-
-def search_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The search keywords the command line gives (checked; those not given are left out).
-
-    Raises:
-        UsageError: a value out of range, or a sampling parameter without --do-sample.
-    """
-    given = {
-        "do_sample": True if args.do_sample else None,
-        "temperature": args.temperature,
-        "top_k": args.top_k,
-        "top_p": args.top_p,
-        "seed": args.seed,
-        "repetition_penalty": args.repetition_penalty,
-        "num_beams": args.num_beams,
-        "length_penalty": args.length_penalty,
-        "stop_token_ids": args.stop_id,
-        "stop_strings": args.stop,
-    }
-    given = {k: v for k, v in given.items() if v is not None}
-    stray = [f"--{k.replace('_', '-')}" for k in SAMPLING_FLAGS if k in given and not args.do_sample]
-    if stray:
-        raise UsageError(f"{', '.join(stray)} appl{'ies' if len(stray) == 1 else 'y'} to sampling: add --do-sample")
-    if "length_penalty" in given and given.get("num_beams", 1) <= 1:
-        raise UsageError("--length-penalty applies to beam search: add --num-beams N (N > 1)")
-    try:
-        SearchOptions.build(**given)
-    except GenerationError as exc:
-        raise UsageError(f"{flag(exc.field)}: {exc}" if exc.field else str(exc)) from None
-    return given
-
-
-def flag(keyword: str) -> str:
-    """The command-line flag of a generation keyword (an error's ``field``)."""
-    return {"stop_strings": "--stop", "stop_token_ids": "--stop-id"}.get(keyword, "--" + keyword.replace("_", "-"))
 
 
 def _parse_ids(text: str) -> list[int]:
@@ -240,10 +178,15 @@ def run(args: argparse.Namespace) -> int:
     if args.system is not None and not args.chat:
         raise UsageError("--system applies to --chat only")
     search = search_options(args)
+    if args.chat and search.get("n", 1) > 1:
+        raise UsageError("--choices applies to one prompt, not --chat (a conversation continues one answer)")
     try:
         find_model_files(model_dir)
     except GenerationError as exc:
         raise UsageError(str(exc)) from None
+    if args.prompt_ids is not None:  # past the model's context: said before converting it
+        context = read_config(model_dir).max_context
+        check_context(len(_parse_ids(args.prompt_ids)), args.max_new_tokens, context, "the model's context")
     why = "--chat" if args.chat else "--prompt" if args.prompt is not None else "--stop" if args.stop else None
     tokenizer = load_tokenizer(model_dir, why) if why else None
     if args.chat:
@@ -262,21 +205,22 @@ def run(args: argparse.Namespace) -> int:
     encoder_input = _encoder_input(args, model_dir, generator)
     prompt = _prompt(args, generator, tokenizer if args.prompt is not None else None)
     _notes(args, generator, model_dir)
-    beams = search.get("num_beams", 1) > 1
+    at_end = search.get("num_beams", 1) > 1 or search.get("n", 1) > 1  # known once generation ends
     stream: Any = None
-    if not beams:
+    if not at_end:
         stream = TextStreamer(tokenizer, on_text=write_out) if args.prompt is not None else IdPrinter()
     with _remedied(generator):
-        tokens = generator.generate(
-            prompt,
+        rows = generator.generate_batch(
+            [prompt],
             args.max_new_tokens,
-            stream=stream,
+            stream=None if stream is None else FirstRow(stream),
             encoder_input=encoder_input,
             stop_at_eos=not args.ignore_eos,
             **search,
         )
-    if beams:
-        write_out(tokenizer.decode(tokens) if args.prompt is not None else " ".join(map(str, tokens)))
+    if at_end:
+        text = [tokenizer.decode(r) if args.prompt is not None else " ".join(map(str, r)) for r in rows]
+        write_out("\n".join(text))
     print(flush=True)
     assert generator.last_run is not None
     print(latency_summary(generator.last_run, generator.session.form), file=sys.stderr)

@@ -18,7 +18,15 @@ from typing import Any
 
 from ..errors import DecoderError, OrtStateError
 
-__all__ = ["DecoderError", "ModelConfig", "ModelFiles", "find_model_files", "read_config", "read_json_object"]
+__all__ = [
+    "CONTEXT_KEYS",
+    "DecoderError",
+    "ModelConfig",
+    "ModelFiles",
+    "find_model_files",
+    "read_config",
+    "read_json_object",
+]
 
 DECODER_ONLY = "openvino_model.xml"
 LANGUAGE_MODEL = "openvino_language_model.xml"
@@ -26,7 +34,17 @@ TEXT_EMBEDDINGS = "openvino_text_embeddings_model.xml"
 ENCODER = "openvino_encoder_model.xml"
 DECODER = "openvino_decoder_model.xml"
 # generation_config.json keys giving a search parameter's default (transformers' names)
-SEARCH_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "length_penalty", "early_stopping")
+SEARCH_KEYS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "length_penalty", "early_stopping")
+# config.json keys giving the positions a model was made for, in the order transformers' families spell them
+# (whisper's decoder: max_target_positions); a VLM gives its language model's in text_config
+CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+    "max_target_positions",
+)
 
 
 @dataclass(frozen=True)
@@ -88,6 +106,9 @@ class ModelConfig:
             (:func:`~ortstate.generate.options.file_defaults` checks them).
         requested: what ``generation_config.json`` switches on that ortstate leaves off unless asked
             (``do_sample=true``, ``num_beams=4``).
+        max_context: the positions the model was made for (``config.json``'s
+            ``max_position_embeddings``, ``n_positions``, ... see :data:`CONTEXT_KEYS`), None when it
+            names none (an SSM, T5's relative positions): a prompt and its new tokens must fit in it.
     """
 
     model_type: str = ""
@@ -98,6 +119,7 @@ class ModelConfig:
     conv_kernel: int | None = None
     search_defaults: tuple[tuple[str, Any], ...] = ()
     requested: tuple[str, ...] = ()
+    max_context: int | None = None
 
     @property
     def model_types(self) -> tuple[str, ...]:
@@ -128,6 +150,7 @@ class ModelConfig:
         )
         pad, start = first("pad_token_id"), first("decoder_start_token_id")
         kernel = first("conv_kernel", "mamba_d_conv")
+        context = next(((k, s[k]) for s in (config, text) for k in CONTEXT_KEYS if s.get(k) is not None), None)
         generation = generation or {}
         search = tuple((k, generation[k]) for k in SEARCH_KEYS if generation.get(k) is not None)
         requested = []
@@ -145,6 +168,7 @@ class ModelConfig:
             conv_kernel=None if kernel[1] is None else _integer(kernel[1], kernel[0], lo=1),
             search_defaults=search,
             requested=tuple(requested),
+            max_context=None if context is None else _integer(context[1], context[0], lo=1),
         )
 
 

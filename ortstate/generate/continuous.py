@@ -9,52 +9,30 @@ between them (see :mod:`.schedule`). Each request's tokens are those a lone
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-import numpy as np
 import onnxruntime as ort
 
 from ..decoders import FeedRules
 from ..errors import GenerationError, StateError
 from ..streams.kv_pool import KvPool
+from .batch_plan import batch_options, plan_requests
 from .engine import END, Engine, Request, Scored
+from .kept import KeptStream
 from .options import SearchOptions
 from .outbox import Outbox
 from .pooled_decoder import pool_decoder
 from .prompts import check_prompts
-from .stopping import StopCriteria
 
 __all__ = ["ContinuousBatcher", "KeptStream"]
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 256
-
-
-@dataclass
-class KeptStream:
-    """A stream of the pool kept open between generations (a conversation's cache).
-
-    Attributes:
-        sid: the pool's stream.
-        tokens: what its cache holds: the first ``len(tokens)`` positions (prompts and generated
-            tokens as they were fed; a generation's last token is never fed).
-        busy: a generation runs on it (set from the engine's thread when it ends).
-    """
-
-    sid: int
-    tokens: list[int] = field(default_factory=list)
-    busy: bool = False
-
-    def reuses(self, prompt: Sequence[int]) -> int:
-        """How many of ``prompt``'s tokens its cache holds already: all it holds if they start the
-        prompt and leave at least one token to feed, else 0 (it is emptied and fed again)."""
-        held = self.tokens
-        return len(held) if len(held) < len(prompt) and list(prompt[: len(held)]) == held else 0
 
 
 class ContinuousBatcher:
@@ -109,7 +87,7 @@ class ContinuousBatcher:
             slots: requests generating at once (more wait their turn).
             kv_cache_bytes: the KV memory of all requests (default: a quarter of the machine's).
             max_context: positions one request may reach (default: the config's
-                ``max_position_embeddings``, else 4096).
+                ``max_position_embeddings``, ``n_positions``, ..., else 4096; at most the config's).
             threads: ONNX Runtime's intra-op threads (default: its own choice).
             int8_activations: compressed weights compute on int8-quantized activations (faster;
                 logits move ~1e-2, see ``ortstate.convert``).
@@ -144,37 +122,37 @@ class ContinuousBatcher:
         self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 16, *, stop_at_eos: bool = True, **search: Any
     ) -> list[list[int]]:
         """Generate for every prompt (at once, as the pool allows); each list of new tokens is what
-        ``Generator.generate(prompt, max_new_tokens, **search)`` gives.
+        ``Generator.generate(prompt, max_new_tokens, **search)`` gives (with ``n`` > 1: ``n`` lists
+        per prompt, prompt ``p``'s choice ``i`` at ``p * n + i``, as ``Generator.generate_batch``).
 
         Raises:
             GenerationError: a bad prompt or option (before anything runs); RunError and the like:
                 a request whose run failed (the others finish first).
         """
         rows = check_prompts(prompts, max_new_tokens, vocab_size=self.vocab_size)
-        requests = [self._request(row, max_new_tokens, stop_at_eos, search) for row in rows]
+        groups = [self._requests(row, max_new_tokens, stop_at_eos, search) for row in rows]
+        requests = [r for group in groups for r in group]
         done = threading.Semaphore(0)
         errors: list[BaseException] = []
 
-        def sink_for(request: Request):
-            def sink(item: Any) -> None:
-                if item is END or isinstance(item, BaseException):
-                    if isinstance(item, BaseException):
-                        errors.append(item)
-                    done.release()
-
-            return sink
+        def sink(item: Any) -> None:
+            if item is END or isinstance(item, BaseException):
+                if isinstance(item, BaseException):
+                    errors.append(item)
+                done.release()
 
         for request in requests:
-            request.sink = sink_for(request)
+            request.sink = sink
             request.streamed = False  # the tokens are read from request.tokens at the end
-            self._engine.submit(request)
+        for group in groups:
+            self._engine.submit(group[0])
         for _ in requests:
             done.acquire()
         if errors:
             raise errors[0]
         return [r.tokens for r in requests]
 
-    async def stream(
+    def stream(
         self,
         prompt: Sequence[int],
         max_new_tokens: int = 16,
@@ -190,47 +168,87 @@ class ContinuousBatcher:
             kept: continue this kept stream (:meth:`keep`): only what its cache does not hold yet
                 is fed (all of the prompt, from an empty cache, when the cache is not its start:
                 see :meth:`KeptStream.reuses`); afterwards its ``tokens`` say what it holds.
-            logprobs: each token comes as a :class:`~.engine.Scored` with that many top tokens.
+            logprobs: each token comes as a :class:`~.scored.Scored` with that many top tokens.
 
         Raises:
-            GenerationError: a bad prompt or option, or ``kept`` busy with another generation.
+            GenerationError: a bad prompt or option (now), or ``kept`` busy with another generation
+                (at the first item); ``n`` > 1 is :meth:`stream_choices`'.
         """
+        if search.get("n") not in (None, 1):
+            raise GenerationError("stream() gives one choice: for n > 1 use stream_choices()", field="n")
+        requests = self._stream_requests(prompt, max_new_tokens, stop_at_eos, logprobs, search)
+        return self._items(requests, kept, tagged=False)
+
+    def stream_choices(
+        self,
+        prompt: Sequence[int],
+        max_new_tokens: int = 16,
+        *,
+        stop_at_eos: bool = True,
+        logprobs: int | None = None,
+        **search: Any,
+    ) -> AsyncIterator[tuple[int, int | Scored]]:
+        """:meth:`stream` for ``n`` choices (``n`` in ``search``, sampling): ``(choice, token)`` as each
+        is picked. The prompt is fed once; then each choice runs on its own copy of the stream
+        (:meth:`KvPool.fork <ortstate.streams.kv_pool.KvPool.fork>`), choice ``i`` sampled with
+        ``seed + i``. Each choice's tokens are those ``Generator.generate_batch`` gives it.
+
+        Raises:
+            GenerationError: a bad prompt or option, ``n`` above the pool's slots.
+        """
+        requests = self._stream_requests(prompt, max_new_tokens, stop_at_eos, logprobs, search)
+        return self._items(requests, None, tagged=True)
+
+    def _stream_requests(
+        self, prompt: Sequence[int], max_new_tokens: int, stop_at_eos: bool, logprobs: int | None, search: dict
+    ) -> list[Request]:
         (row,) = check_prompts([prompt], max_new_tokens, vocab_size=self.vocab_size)
-        request = self._request(row, max_new_tokens, stop_at_eos, search)
-        request.logprobs, request.plain = logprobs, request.plain and logprobs is None
+        requests = self._requests(row, max_new_tokens, stop_at_eos, search)
+        for request in requests:
+            request.logprobs, request.plain = logprobs, request.plain and logprobs is None
+        return requests
+
+    async def _items(self, requests: list[Request], kept: KeptStream | None, tagged: bool) -> AsyncIterator[Any]:
+        """The requests' items as the engine hands them over (``tagged``: as ``(choice, item)``)."""
+        first = requests[0]
         if kept is not None:
-            self._continue_kept(request, kept, row)
+            kept.attach(first, self.pool.length)
         loop = asyncio.get_running_loop()
         outbox = self._outbox(loop)
         items: deque[Any] = deque()
         key = id(items)
-        request.sink = items.append
-        request.notify = outbox.wake
+        for index, request in enumerate(requests):
+            request.sink = functools.partial(_tag, items.append, index) if tagged else items.append
+            request.notify = outbox.wake
         try:
-            rid = self._engine.submit(request)
+            self._engine.submit(first)
         except BaseException:
             if kept is not None:
                 kept.busy = False
             raise
-        finished = False
+        left = len(requests)
         try:
             while True:
                 while not items:  # one future a wait, awaited here: no coroutine between
                     waiter = loop.create_future()
                     outbox.waiting[key] = (items, waiter)  # the drain takes it out as it wakes us
                     await waiter
-                item = items.popleft()
+                entry = items.popleft()
+                item = entry[1] if tagged else entry
                 if item is END:
-                    finished = True
-                    return
+                    left -= 1
+                    if not left:
+                        return
+                    continue
                 if isinstance(item, BaseException):
-                    finished = True
+                    left -= 1  # its request ended; the other choices' are cancelled
                     raise item
-                yield item
+                yield entry
         finally:
             outbox.waiting.pop(key, None)  # left while waiting (cancelled, or the loop closed)
-            if not finished:
-                self._engine.cancel(rid)
+            if left:
+                for request in requests:
+                    self._engine.cancel(request.rid)
 
     # -- kept streams (conversations) -------------------------------------------------------------
     def keep(self) -> KeptStream:
@@ -285,36 +303,22 @@ class ContinuousBatcher:
                 outbox = self._outboxes[loop] = Outbox(loop)
             return outbox
 
-    def _continue_kept(self, request: Request, kept: KeptStream, row: list[int]) -> None:
-        """Make ``request`` run on ``kept`` (busy until it ends), feeding only what its cache lacks."""
-        if kept.busy:
-            raise GenerationError(f"kept stream {kept.sid} is busy with another generation")
-        request.fed = kept.reuses(row)
-        request.sid, request.keep, request.reset_first = kept.sid, True, request.fed == 0 and bool(kept.tokens)
-        kept.busy = True
-        if request.reset_first:
-            kept.tokens = []
+    def search_options(self, max_new_tokens: int = 16, **search: Any) -> SearchOptions:
+        """The :class:`SearchOptions` a request with these keywords uses (``generation_config.json``
+        filling the rest), checked against this batcher (see :func:`~.batch_plan.batch_options`).
 
-        def ended(r: Request) -> None:  # in the engine's thread: the stream is idle again
-            kept.tokens = (r.prompt + r.tokens)[: self.pool.length(kept.sid)]
-            kept.busy = False
+        Raises:
+            GenerationError: naming the field at fault.
+        """
+        return batch_options(self.search_defaults, self.pool.slots, self.vocab_size, max_new_tokens, search)
 
-        request.on_end = ended
-
-    def _request(self, prompt: list[int], max_new_tokens: int, stop_at_eos: bool, search: dict[str, Any]) -> Request:
-        options = SearchOptions.build(self.search_defaults, **search)
-        if options.beam_search:
-            raise GenerationError("ContinuousBatcher does not batch beam search; use Generator for num_beams > 1")
-        if options.stop_strings:
-            raise GenerationError("ContinuousBatcher takes stop_token_ids, not stop strings (no tokenizer)")
-        if len(prompt) + max_new_tokens > self.pool.max_context:
-            raise GenerationError(
-                f"a prompt of {len(prompt)} tokens and max_new_tokens {max_new_tokens} reach past the pool's "
-                f"max_context of {self.pool.max_context}",
-                field="max_new_tokens",
-            )
-        seed = options.draw_seed()
+    def _requests(
+        self, prompt: list[int], max_new_tokens: int, stop_at_eos: bool, search: dict[str, Any]
+    ) -> list[Request]:
+        options = self.search_options(max_new_tokens, **search)
         eos = self.eos_token_ids if stop_at_eos else ()
-        criteria = StopCriteria(eos, options.stop_token_ids, (), None)
-        rng = np.random.default_rng(seed) if seed is not None else None
-        return Request(list(prompt), int(max_new_tokens), options, criteria, sink=lambda _: None, rng=rng)
+        return plan_requests(prompt, max_new_tokens, options, eos, self.pool.max_context)
+
+
+def _tag(append: Callable[[Any], None], index: int, item: Any) -> None:
+    append((index, item))

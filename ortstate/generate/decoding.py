@@ -1,5 +1,11 @@
 """The decoding loops: greedy or sampled tokens, and beam search through the model's ``beam_idx``.
 
+Greedy and sampled rows pick their tokens through :func:`~.sampler.choose` (penalties, bias,
+``min_tokens``, then the sampling warpers, each row with its own generator). ``n`` > 1 choices per
+prompt share one prefill where every variable is reordered by ``beam_idx`` (the first decode step's
+``beam_idx`` repeats each prompt's row ``n`` times, as beam search does); elsewhere each choice's
+row is prefilled.
+
 Both run the decoder through :meth:`Stepper.feed <ortstate.generate.stepper.Stepper.feed>`, which
 keeps the attention mask and the rows' prompts; they keep each row's tokens in the stepper's
 :class:`~ortstate.generate.rows.CacheRows` after every step that ran, so a failing run (a
@@ -22,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from .beam_search import BeamSearch, Hypothesis
-from .logits_process import log_softmax, process, sample
+from .logits_process import log_softmax, process
 from .options import SearchOptions
 from .rows import left_pad
+from .sampler import RowState, choose
 from .stepper import Stepper
 from .stopping import StopCriteria
 
@@ -36,7 +43,9 @@ class GenerationRun:
     """What one :meth:`Generator.generate` call did.
 
     Attributes:
-        tokens: the new tokens of each row (a row ends with the token that stopped it, if one did).
+        tokens: the new tokens of each row (a row ends with the token that stopped it, if one did;
+            with ``n`` > 1, each prompt's ``n`` choices in a row: prompt ``p``'s choice ``i`` is row
+            ``p * n + i``).
         logits: the last-position logits of every step ``[steps, rows, vocab]`` when asked for, else None
             (beam search: ``num_beams`` rows per prompt).
         step_seconds: wall time of every step, feeds and token choice included; step 0 is the prefill.
@@ -77,7 +86,11 @@ class Job:
         from_empty: start from the initial state (else continue the stepper's rows).
         histories: each prompt's tokens once ``chunks`` are fed (for the repetition penalty); the
             loops append to them and hand them to the stepper's rows.
-        rng: draws the samples (None: greedy / plain beam search).
+        rows: greedy / sampling: each row's picking state (``n`` per prompt), its output the
+            run's ``tokens`` of the row.
+        expand: ``n`` > 1 rows made from each prompt's prefilled row by the first decode step's
+            ``beam_idx`` (else ``chunks`` are fed once per row).
+        rng: beam sampling's generator (None: plain beam search, or not beam search).
         stream: called with every step's tokens (one per row).
         pad: the token fed to padded positions and to rows that stopped.
     """
@@ -89,6 +102,8 @@ class Job:
     options: SearchOptions
     criteria: StopCriteria
     run: GenerationRun
+    rows: list[RowState]
+    expand: bool
     rng: np.random.Generator | None
     stream: Callable[[list[int]], Any] | None
     keep_logits: bool
@@ -96,25 +111,35 @@ class Job:
 
 
 def sample_or_greedy(stepper: Stepper, job: Job) -> None:
-    """Feed ``job.chunks`` (one per row), then pick one token per row per step until every row stopped."""
-    chunks, histories, options, run, stream, pad = job.chunks, job.histories, job.options, job.run, job.stream, job.pad
-    criteria, rng = job.criteria, job.rng
-    stepper.check_padding(chunks)
-    state, rows = stepper.rows, len(chunks)
+    """Feed ``job.chunks`` (once per prompt, or once per row), then pick a token per row per step
+    until every row stopped."""
+    run, stream, pad, criteria = job.run, job.stream, job.pad, job.criteria
+    n, prompts = job.options.n, len(job.chunks)
+    stepper.check_padding(job.chunks)
+    state, rows = stepper.rows, prompts * n
+    once = n == 1 or job.expand  # one prefill row per prompt
+    first = job.chunks if once else [c for c in job.chunks for _ in range(n)]
     if job.from_empty:
-        stepper.start(chunks, np.arange(rows))
-    ids, chunk_mask = left_pad(chunks, pad)
+        stepper.start(first, np.arange(prompts) if once else np.repeat(np.arange(prompts), n))
+    histories = job.histories if n == 1 else [list(h) for h in job.histories for _ in range(n)]
+    ids, chunk_mask = left_pad(first, pad)
+    beam_idx = None
     finished = np.zeros(rows, dtype=bool)
     run.stop_reasons = ["max_new_tokens"] * rows
     kept: list[np.ndarray] = []
-    for _ in range(job.max_new_tokens):
+    for step in range(job.max_new_tokens):
         start = time.perf_counter()
-        logits = stepper.feed(ids, chunk_mask)
+        logits = stepper.feed(ids, chunk_mask, beam_idx)
         if not chunk_mask.all() and stepper.padding_problem():
             state.stale = True  # pad tokens reached a state that takes them in (rows that stopped)
-        state.history, state.pending = histories, [[] for _ in range(rows)]
-        scores = process(logits, histories, options)
-        picked = sample(scores, rng) if rng is not None else np.argmax(scores, axis=-1).astype(np.int64)
+        if step == 0 and n > 1 and job.expand:  # the cache holds a row per prompt until the next run
+            logits = np.repeat(logits, n, axis=0)
+            beam_idx = np.repeat(np.arange(prompts), n)
+            state.history, state.pending = job.histories, [[] for _ in job.histories]
+        else:
+            beam_idx = None
+            state.history, state.pending = histories, [[] for _ in range(rows)]
+        picked = choose(logits, job.rows)
         real = ~finished  # rows still generating: their pick is a real token
         picked = np.where(real, picked, pad).astype(np.int64)
         for row in np.flatnonzero(real):
@@ -125,7 +150,8 @@ def sample_or_greedy(stepper: Stepper, job: Job) -> None:
             if why:
                 finished[row] = True
                 run.stop_reasons[row] = run.stop_reason = why
-        state.pending = [[int(picked[r])] if real[r] else [] for r in range(rows)]
+        if beam_idx is None:
+            state.pending = [[int(picked[r])] if real[r] else [] for r in range(rows)]
         run.step_seconds.append(time.perf_counter() - start)
         if job.keep_logits:
             kept.append(np.array(logits, dtype=np.float32))
@@ -137,6 +163,8 @@ def sample_or_greedy(stepper: Stepper, job: Job) -> None:
     if not finished.all():
         run.stop_reason = "max_new_tokens"
     run.logits = np.stack(kept) if kept else None
+    if beam_idx is not None:  # ended before the rows were made: continuing re-feeds their histories
+        state.history, state.pending, state.stale = histories, [[] for _ in range(rows)], True
 
 
 def beam_search(stepper: Stepper, job: Job) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,72 +30,12 @@ import numpy as np
 from ..decoders import FeedRules
 from ..errors import OrtStateError, RunError
 from ..streams.kv_pool import KvPool
-from .logits_process import process, sample
-from .options import SearchOptions
+from .request import END, Request
+from .sampler import choose
 from .schedule import Progress, schedule
-from .stopping import StopCriteria
+from .scored import Scored
 
 __all__ = ["END", "Engine", "Request", "Scored"]
-
-END = object()  # a sink's last item: the request ended
-
-
-@dataclass(frozen=True)
-class Scored:
-    """A picked token with its log-probability, the log-softmax of the model's raw logits (before
-    temperature, top-p or penalties, as vLLM's default), and the ``top`` most likely tokens'
-    ``(id, logprob)``, most likely first (ties: the lower id first)."""
-
-    token: int
-    logprob: float
-    top: tuple[tuple[int, float], ...]
-
-    @classmethod
-    def of(cls, logits: np.ndarray, token: int, top: int) -> Scored:
-        x = logits.astype(np.float64).ravel()
-        x -= x.max()
-        logprobs = x - np.log(np.exp(x).sum())
-        ids = np.argpartition(-logprobs, top - 1)[:top] if 0 < top < len(x) else np.arange(len(x))[:top]
-        ids = ids[np.lexsort((ids, -logprobs[ids]))]
-        return cls(token, float(logprobs[token]), tuple((int(i), float(logprobs[i])) for i in ids))
-
-
-@dataclass
-class Request:
-    """One generation: its prompt, limits, search, and where its tokens go (``sink``: each token,
-    then an error or :data:`END`; called from the engine's thread, a tick's items at a time, then
-    ``notify`` once, where given, for all the requests that share it)."""
-
-    prompt: list[int]
-    max_new_tokens: int
-    options: SearchOptions
-    criteria: StopCriteria
-    sink: Callable[[Any], None]
-    rng: np.random.Generator | None = None
-    notify: Callable[[], None] | None = None  # called once after a batch of items went to the sinks
-    streamed: bool = True  # False: the sink gets only the end (an error or END), not each token
-    rid: int = -1
-    sid: int | None = None  # given: a kept stream whose cache holds ``fed`` of the prompt's tokens
-    fed: int = 0  # prompt tokens fed
-    next_token: int | None = None
-    tokens: list[int] = field(default_factory=list)
-    keep: bool = False  # the stream ``sid`` stays open when the request ends
-    reset_first: bool = False  # the kept stream is emptied before the prompt is fed
-    on_end: Callable[[Request], None] | None = None  # called from the engine's thread as it ends
-    logprobs: int | None = None  # given: each token goes to the sink as a Scored with that many top tokens
-    scored: Scored | None = None  # the last token picked, scored (with ``logprobs``)
-    progress: Progress | None = None  # what schedule() reads; None: it moved since (made again)
-    stops: frozenset[int] | None = field(init=False)  # the tokens that stop it (None: stop strings)
-
-    plain: bool = field(init=False)  # greedy, no penalty, no logprobs: its token is its logits' argmax
-
-    def __post_init__(self) -> None:
-        self.stops = None if self.criteria.strings else self.criteria.token_ids
-        self.plain = not self.options.do_sample and self.options.repetition_penalty == 1.0 and self.logprobs is None
-
-    @property
-    def reach(self) -> int:
-        return len(self.prompt) + self.max_new_tokens
 
 
 class Engine:
@@ -130,7 +69,8 @@ class Engine:
         with self._lock:
             if self._stop:
                 raise OrtStateError("the batcher is closed")
-            request.rid, self._next = self._next, self._next + 1
+            for r in (request, *request.siblings):
+                r.rid, self._next = self._next, self._next + 1
             self._waiting.append(request)
         self.loop.wake()
         return request.rid
@@ -233,7 +173,8 @@ class Engine:
                 if not self._waiting:
                     return
                 request = self._waiting[0]
-                if self._running and (len(self._running) >= self.pool.slots or reach + request.reach > self.positions):
+                full = len(self._running) + request.rows > self.pool.slots or reach + request.reach > self.positions
+                if self._running and full:
                     return
                 self._waiting.popleft()
             try:
@@ -274,6 +215,8 @@ class Engine:
             widths[rid] = count
         results = self.pool.step(feeds, errors="return", logits="last", before_run=self._flush) if feeds else {}
         self.ticks += 1
+        picking: list[Request] = []
+        logits: list[np.ndarray] = []
         for rid in widths:
             r = running[rid]
             out = results[r.sid]
@@ -285,7 +228,26 @@ class Engine:
                 r.progress = None
                 if r.fed < len(r.prompt):
                     continue
-            self._accept(r, self._pick(r, out["logits"][:, -1]))
+            group = self._fork(r) if r.siblings else [r]
+            picking += group
+            logits += [out["logits"][0, -1]] * len(group)
+        if picking:
+            self._pick(picking, np.stack(logits))
+
+    def _fork(self, r: Request) -> list[Request]:
+        """``r`` and its siblings, each on a copy of ``r``'s stream now that its prompt is fed."""
+        group = [r]
+        for sibling in r.siblings:
+            try:
+                sibling.sid = self.pool.fork(r.sid)  # type: ignore[arg-type]
+            except OrtStateError as exc:
+                self._end(sibling, exc)
+                continue
+            sibling.fed = r.fed
+            self._running[sibling.rid] = sibling
+            group.append(sibling)
+        r.siblings = []
+        return group
 
     def _decode(self, decoding: list[Request]) -> None:
         """Every decoding request's one-token step as one batch (``KvPool.decode``): feeds built
@@ -307,20 +269,25 @@ class Engine:
             for r in decoding:
                 self._end(r, exc)
             return
-        greedy = logits.argmax(axis=-1).tolist()
-        accept = self._accept
-        for k, r in enumerate(decoding):
-            accept(r, greedy[k] if r.plain else self._pick(r, logits[k : k + 1]))
+        self._pick(decoding, logits)
 
-    def _pick(self, r: Request, logits: np.ndarray) -> int:
-        """Request ``r``'s next token from its ``[1, vocab]`` logits, by its own search options."""
-        if r.plain:  # greedy, no penalty: process() would hand the scores back as they are
-            return int(logits.argmax())
-        scores = process(logits, [r.prompt + r.tokens], r.options)
-        token = int(sample(scores, r.rng)[0] if r.rng is not None else np.argmax(scores, axis=-1)[0])
-        if r.logprobs is not None:
-            r.scored = Scored.of(logits, token, r.logprobs)
-        return token
+    def _pick(self, requests: list[Request], logits: np.ndarray) -> None:
+        """Each request's next token from its row of ``logits`` ``[requests, vocab]``, by its own
+        options: the plain greedy ones in one argmax, the others together (:func:`~.sampler.choose`)."""
+        accept = self._accept
+        if all(r.plain for r in requests):  # the common case: no per-row work at all
+            for r, token in zip(requests, logits.argmax(axis=-1).tolist()):
+                accept(r, token)
+            return
+        tokens = logits.argmax(axis=-1)
+        others = [k for k, r in enumerate(requests) if not r.plain]
+        tokens[others] = choose(logits[others], [requests[k].row for k in others])
+        for k in others:
+            r = requests[k]
+            if r.logprobs is not None:
+                r.scored = Scored.of(logits[k], int(tokens[k]), r.logprobs)
+        for r, token in zip(requests, tokens.tolist()):
+            accept(r, token)
 
     def _accept(self, r: Request, token: int) -> None:
         r.tokens.append(token)
@@ -337,6 +304,9 @@ class Engine:
     def _end(self, request: Request, last: Any) -> None:
         if self._running.pop(request.rid, None) is not None and request.sid is not None and not request.keep:
             self.pool.close(request.sid)
+        siblings, request.siblings = request.siblings, []
+        for sibling in siblings:  # never forked: they end as it does
+            self._end(sibling, last)
         if request.on_end is not None:
             try:
                 request.on_end(request)

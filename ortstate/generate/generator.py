@@ -38,6 +38,10 @@ from .tokenizer import Tokenizer
 
 __all__ = ["GenerationRun", "Generator"]
 
+_ONE_SEQUENCE = (
+    "generate() returns one sequence: for n > 1 choices use generate_batch(), whose rows are each prompt's n choices"
+)
+
 
 class Generator:
     """Generation with a stateful decoder converted by ortstate.
@@ -246,8 +250,10 @@ class Generator:
                 ``prompt_ids`` are the next turn's tokens only (may be empty), fed after the last
                 token generated.
             **search: :class:`~ortstate.generate.SearchOptions` (``do_sample``, ``temperature``,
-                ``top_k``, ``top_p``, ``repetition_penalty``, ``num_beams``, ``length_penalty``,
-                ``early_stopping``, ``seed``, ``stop_token_ids``, ``stop_strings``).
+                ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``, ``presence_penalty``,
+                ``frequency_penalty``, ``logit_bias``, ``min_tokens``, ``num_beams``,
+                ``length_penalty``, ``early_stopping``, ``seed``, ``stop_token_ids``,
+                ``stop_strings``; ``n`` > 1 only through :meth:`generate_batch`).
 
         Returns:
             the new tokens (beam search: the best beam's; all in ``last_run.beams``).
@@ -264,6 +270,8 @@ class Generator:
             raise GenerationError(
                 "generate() takes one prompt (a list of token ids); for several, use generate_batch()"
             )
+        if search.get("n") not in (None, 1):
+            raise GenerationError(_ONE_SEQUENCE, field="n")
         row_stream = None if stream is None else FirstRow(stream)
         rows = self.generate_batch(
             [prompt_ids],
@@ -293,7 +301,11 @@ class Generator:
 
         Prompts of different lengths are padded on the left and masked, as transformers and optimum
         do (refused for a model whose state would take the pad tokens in: see :meth:`padding_problem`).
-        A row that stopped is fed the pad token afterwards, masked, and gets no more tokens.
+        A row that stopped is fed the pad token afterwards, masked, and gets no more tokens. With
+        ``n`` > 1 (sampling), each prompt gives ``n`` rows: prompt ``p``'s choice ``i`` is row
+        ``p * n + i``, sampled with ``seed + i``; the state then holds those rows (a ``reset=False``
+        turn gives one prompt per row). A prompt whose tokens and ``max_new_tokens`` pass the model's
+        context (``config.json``'s ``max_position_embeddings``, ``n_positions``, ...) is refused.
         """
         job = plan_job(self, prompts, max_new_tokens, stream, encoder_input, stop_at_eos, keep_logits, reset, search)
         self.last_run = job.run

@@ -11,7 +11,9 @@ import numpy as np
 
 from ..errors import GenerationError
 from .decoding import GenerationRun, Job
-from .prompts import check_prompts
+from .options import SearchOptions
+from .prompts import check_context, check_prompts
+from .sampler import RowState
 from .stopping import StopCriteria
 
 if TYPE_CHECKING:
@@ -41,15 +43,21 @@ def plan_job(
         raise GenerationError("beam search cannot stream: its tokens are only known when it ends")
     held = generator.stepper.rows.rows if not reset and generator.stepper.rows.rows > 0 else None
     rows = check_prompts(prompts, max_new_tokens, vocab_size=generator.vocab_size, held_rows=held)
+    options.check_tokens(generator.vocab_size, max_new_tokens)
+    stepper = generator.stepper
+    expand = options.n > 1 and stepper.beam_problem() is None and generator.layout.expands_by_beam_idx
+    rebuild = (options.beam_search and not generator.layout.expands_by_beam_idx) or (options.n > 1 and not expand)
+    chunks, from_empty, histories = stepper.rows.first_feed(rows, reset, rebuild=rebuild)
+    check_context(max(map(len, histories)), max_new_tokens, generator.config.max_context, "the model's context")
     _encoder_context(generator, len(rows), encoder_input, reset)
-    rebuild = options.beam_search and not generator.layout.expands_by_beam_idx
-    chunks, from_empty, histories = generator.stepper.rows.first_feed(rows, reset, rebuild=rebuild)
     seed = options.draw_seed()
     encoded = generator.encoder.last_seconds if (generator.encoder and encoder_input is not None) else 0.0
-    run = GenerationRun(max(len(c) for c in chunks), [[] for _ in rows], encoder_seconds=encoded, seed=seed)
+    run = GenerationRun(
+        max(len(c) for c in chunks), [[] for _ in range(len(rows) * options.n)], encoder_seconds=encoded, seed=seed
+    )
     eos = generator.config.eos_token_ids if stop_at_eos else ()
     tokenizer = generator.tokenizer if options.stop_strings else None
-    criteria = StopCriteria(eos, options.stop_token_ids, options.stop_strings, tokenizer)
+    criteria = StopCriteria(eos, options.stop_token_ids, options.stop_strings, tokenizer, options.min_tokens)
     return Job(
         chunks=chunks,
         from_empty=from_empty,
@@ -58,11 +66,32 @@ def plan_job(
         options=options,
         criteria=criteria,
         run=run,
-        rng=np.random.default_rng(seed) if seed is not None else None,
+        rows=[] if options.beam_search else _row_states(options, histories, criteria, run, seed),
+        expand=expand,
+        rng=np.random.default_rng(seed) if seed is not None and options.beam_search else None,
         stream=stream,
         keep_logits=keep_logits,
         pad=generator.config.pad_token_id if generator.config.pad_token_id is not None else 0,
     )
+
+
+def _row_states(
+    options: SearchOptions, histories: list[list[int]], criteria: StopCriteria, run: GenerationRun, seed: int | None
+) -> list[RowState]:
+    """Each row's picking state: prompt ``p``'s choice ``i`` is row ``p * n + i``, sampled with
+    ``seed + i`` (as vLLM seeds its ``n`` children: choice 0 is what ``n=1`` gives)."""
+    n = options.n
+    return [
+        RowState.start(
+            options,
+            history,
+            criteria.token_ids,
+            None if seed is None else np.random.default_rng(seed + i),
+            output=run.tokens[p * n + i],
+        )
+        for p, history in enumerate(histories)
+        for i in range(n)
+    ]
 
 
 def _encoder_context(generator: Generator, rows: int, encoder_input: np.ndarray | None, reset: bool) -> None:

@@ -1,11 +1,12 @@
-"""transformers' logits processors and warpers, in numpy, applied in transformers' order.
+"""transformers' logits processors and warpers, in numpy, applied in transformers' order: beam
+search's (greedy decoding and sampling pick through :mod:`.sampler`, vLLM's rules).
 
 ``process`` does what transformers' ``LogitsProcessorList`` built by ``GenerationMixin`` does for
-the options ortstate takes: the repetition penalty first (a processor: greedy, sampling and beam
-search alike), then, when sampling, the warpers temperature, top-k and top-p, in that order. Each
-function follows the transformers class of the same name (``RepetitionPenaltyLogitsProcessor``,
-``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``): same thresholds, same
-ties kept, same tokens removed (their score set to ``-inf``).
+the options beam search takes: the repetition penalty first, then, for beam sampling, the warpers
+temperature, top-k and top-p, in that order. Each function follows the transformers class of the
+same name (``RepetitionPenaltyLogitsProcessor``, ``TemperatureLogitsWarper``, ``TopKLogitsWarper``,
+``TopPLogitsWarper``): same thresholds, same ties kept, same tokens removed (their score set to
+``-inf``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from .options import SearchOptions
 
-__all__ = ["log_softmax", "process", "repetition_penalty", "sample", "softmax", "temperature", "top_k", "top_p"]
+__all__ = ["log_softmax", "process", "repetition_penalty", "softmax", "temperature", "top_k", "top_p"]
 
 
 def repetition_penalty(scores: np.ndarray, sequences: Sequence[Sequence[int]], penalty: float) -> np.ndarray:
@@ -93,14 +94,3 @@ def process(
         if options.top_p < 1.0:
             out = top_p(out, options.top_p, min_tokens_to_keep)
     return out
-
-
-def sample(scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One token per row drawn from ``softmax(scores)`` (inverse CDF on one uniform draw per row)."""
-    probs = softmax(scores)
-    cumulative = np.cumsum(probs, axis=-1)
-    draws = rng.random(probs.shape[0]) * cumulative[:, -1]
-    picked = np.array([np.searchsorted(c, u, side="right") for c, u in zip(cumulative, draws)], dtype=np.int64)
-    # a draw can land past the last positive probability through rounding: take the last kept token
-    kept_last = probs.shape[1] - 1 - np.argmax(probs[:, ::-1] > 0, axis=-1)
-    return np.minimum(picked, kept_last)

@@ -5,11 +5,9 @@ config allows."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
@@ -60,13 +58,18 @@ def pool_decoder(
     if files.encoder or files.embeddings:
         raise GenerationError(f"{files.folder}: ContinuousBatcher takes decoder-only LLMs (token ids in)")
     config = read_config(files.folder)
+    if max_context is not None and config.max_context is not None and max_context > config.max_context:
+        raise GenerationError(
+            f"max_context {max_context} is over the model's context of {config.max_context} positions "
+            f"({files.folder / 'config.json'}): positions past it are ones the model was not made for"
+        )
     defaults = file_defaults(dict(config.search_defaults))
     graph = read_ir(files.decoder)  # what it tells about feeding it (its weights are not read)
     window = cache_position_window(graph)
     source = _decoder_source(files, graph, model, int8_activations)
     del graph
     options = _session_options(sess_options, threads)
-    context = max_context or _config_context(files.folder) or DEFAULT_MAX_CONTEXT
+    context = max_context or config.max_context or DEFAULT_MAX_CONTEXT
     pool = KvPool(source, slots, kv_cache_bytes=kv_cache_bytes, max_context=context, sess_options=options)
     rules = FeedRules.for_model(input_specs(pool.inputs), config, window=window)
     logits = next((o for o in pool.loaded.outputs if o.name == "logits"), None)
@@ -92,22 +95,3 @@ def _session_options(sess_options: ort.SessionOptions | None, threads: int | Non
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
     return options
-
-
-def _config_context(folder: Path) -> int | None:
-    """``max_position_embeddings`` (or ``n_positions``) of the folder's config.json, if it says."""
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = config.get(key) if isinstance(config, dict) else None
-        if isinstance(value, int) and value > 0:
-            return value
-    text = config.get("text_config") if isinstance(config, dict) else None
-    return _config_context_of(text) if isinstance(text, dict) else None
-
-
-def _config_context_of(config: dict[str, Any]) -> int | None:
-    value = config.get("max_position_embeddings")
-    return value if isinstance(value, int) and value > 0 else None

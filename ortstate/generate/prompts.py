@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import GenerationError
 
-__all__ = ["FirstRow", "check_prompts", "is_sequence", "nested"]
+__all__ = ["FirstRow", "check_context", "check_prompts", "is_sequence", "nested"]
 
 _MAX_ID = 2**63 - 1  # token ids are fed as int64
 
@@ -52,6 +52,23 @@ def check_prompts(
             f"token id(s) {', '.join(map(str, bad))} outside the vocabulary ({limit})", field="prompts"
         )
     return rows
+
+
+def check_context(tokens: int, max_new_tokens: int, context: int | None, what: str) -> None:
+    """Refuse a prompt of ``tokens`` tokens whose ``max_new_tokens`` would pass ``context``
+    positions (``what`` names it: the model's, from its config, or a pool's ``max_context``; None:
+    no limit), as vLLM refuses a request past ``max_model_len``: the positions past it are ones the
+    model was not made for (learned position tables such as gpt2's have none).
+
+    Raises:
+        GenerationError: one line naming both numbers; its ``field`` is ``max_new_tokens``.
+    """
+    if context is not None and tokens + max_new_tokens > context:
+        raise GenerationError(
+            f"a prompt of {tokens} tokens and max_new_tokens {max_new_tokens} reach past {what} of {context} "
+            f"positions ({tokens + max_new_tokens} > {context})",
+            field="max_new_tokens",
+        )
 
 
 def is_sequence(value: object) -> bool:

@@ -27,6 +27,8 @@ class StopCriteria:
         stop_token_ids: more tokens that stop a row (reason ``"stop_token"``).
         stop_strings: texts that stop a row (reason ``"stop_string"``; needs ``tokenizer``).
         tokenizer: anything with ``decode(ids, skip_special_tokens=...)``.
+        min_tokens: no row stops before it has more tokens than this (vLLM's ``min_tokens``: the stop
+            tokens are masked meanwhile, see :mod:`.sampler`; stop strings are not looked for).
     """
 
     def __init__(
@@ -35,6 +37,7 @@ class StopCriteria:
         stop_token_ids: Iterable[int] = (),
         stop_strings: Sequence[str] = (),
         tokenizer: Any = None,
+        min_tokens: int = 0,
     ) -> None:
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.stop_ids = frozenset(int(t) for t in stop_token_ids) - self.eos
@@ -43,6 +46,7 @@ class StopCriteria:
             raise ValueError("stop strings need a tokenizer")
         self.tokenizer = tokenizer
         self.window = 4 * max((len(s) for s in self.strings), default=0) + 2
+        self.min_tokens = min_tokens
 
     @property
     def token_ids(self) -> frozenset[int]:
@@ -51,7 +55,7 @@ class StopCriteria:
 
     def reason(self, tokens: Sequence[int]) -> str | None:
         """Why a row whose generated tokens are ``tokens`` stops now, or None."""
-        if not len(tokens):
+        if len(tokens) <= self.min_tokens:
             return None
         last = int(tokens[-1])
         if last in self.eos:

@@ -25,6 +25,10 @@ heads per KV head: reading the cache once instead of twice does not pay for the 
 the condition (13 small nodes a layer) runs on every step, short contexts included. Done on load,
 for a session's KV buffers only: an exported model keeps the kernel (another runtime's buffers may
 hold anything in their spare rows).
+
+``always`` drops both thresholds (any grouped kernel, every one-row step with room takes the
+products): to measure or test them where the thresholds would keep the kernel. The runtime takes
+the choice from ``ORTSTATE_GROUPED_DECODE`` (:data:`MODES`; ``ortstate.runtime.grouped_choice``).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from ..meta import ModelMeta
 from .build import NewNames, NodeWriter
 from .walk import all_names, graphs, rename_in_nodes
 
-__all__ = ["group_decode"]
+__all__ = ["MODES", "group_decode"]
 
 _MS = "com.microsoft"
 _PAST_K, _PAST_V, _TOTAL, _BIAS = 3, 4, 6, 10  # GroupQueryAttention's inputs
@@ -50,22 +54,26 @@ _MIN_ROWS = 2048
 # thread, bound buffers; 2026-11-27): the products took 1.07x the kernel's step at 2,100 rows and
 # 1.02x at 4,000, and the condition alone 1.09x a step at 16 rows; Qwen2-0.5B's 7 over 1: above.
 _MIN_GROUP = 4
+#: How a session's load may take the products: by the thresholds above, wherever it can, or never.
+MODES = ("auto", "on", "off")
 
 
-def group_decode(model: onnx.ModelProto, meta: ModelMeta) -> int:
+def group_decode(model: onnx.ModelProto, meta: ModelMeta, always: bool = False) -> int:
     """Give every ``If`` whose else branch runs a grouped ``GroupQueryAttention`` over two shared KV
-    variables the decode branch described above, in place; how many were given one."""
+    variables the decode branch described above, in place; how many were given one. ``always``:
+    without the row and group thresholds."""
     shared = {v.state_input for v in meta.variables if v.length_input and v.state_input}
+    min_group, min_rows = (1, 0) if always else (_MIN_GROUP, _MIN_ROWS)
     taken = all_names(model.graph)
     done = 0
     for graph in reversed(graphs(model.graph)):  # inner graphs first: a rebuilt list copies its nodes
-        found = {i: k for i, node in enumerate(graph.node) if (k := _kernel_of(node, shared)) is not None}
+        found = {i: k for i, node in enumerate(graph.node) if (k := _kernel_of(node, shared, min_group)) is not None}
         if not found:
             continue
         rebuilt: list[onnx.NodeProto] = []
         for index, node in enumerate(graph.node):
             if index in found:
-                rebuilt += _Branch(found[index], taken).around(node)
+                rebuilt += _Branch(found[index], taken, min_rows).around(node)
                 done += 1
             else:
                 rebuilt.append(node)
@@ -76,7 +84,7 @@ def group_decode(model: onnx.ModelProto, meta: ModelMeta) -> int:
     return done
 
 
-def _kernel_of(node: onnx.NodeProto, shared: set[str]) -> onnx.NodeProto | None:
+def _kernel_of(node: onnx.NodeProto, shared: set[str], min_group: int) -> onnx.NodeProto | None:
     """The qualifying kernel an ``If``'s else branch runs at its top level, reading only values of
     the graph around the ``If`` (so the condition can be computed there); else None."""
     if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
@@ -84,7 +92,7 @@ def _kernel_of(node: onnx.NodeProto, shared: set[str]) -> onnx.NodeProto | None:
     branch = next((a.g for a in node.attribute if a.name == "else_branch"), None)
     if branch is None:
         return None
-    kernels = [n for n in branch.node if _qualifies(n, shared)]
+    kernels = [n for n in branch.node if _qualifies(n, shared, min_group)]
     if len(kernels) != 1:
         return None
     made = {out for n in branch.node for out in n.output} | {i.name for i in branch.initializer}
@@ -95,7 +103,7 @@ def _attrs(node: onnx.NodeProto) -> dict[str, object]:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _qualifies(node: onnx.NodeProto, shared: set[str]) -> bool:
+def _qualifies(node: onnx.NodeProto, shared: set[str], min_group: int) -> bool:
     if node.op_type != "GroupQueryAttention" or node.domain != _MS or len(node.input) > _BIAS + 1:
         return False
     attrs = _attrs(node)
@@ -105,7 +113,7 @@ def _qualifies(node: onnx.NodeProto, shared: set[str]) -> bool:
     if not isinstance(heads, int) or not isinstance(kv_heads, int) or kv_heads < 1 or heads <= kv_heads:
         return False
     unused = [node.input[i] for i in (7, 8, 9) if i < len(node.input)]  # cos/sin caches, position ids
-    grouped = heads % kv_heads == 0 and heads // kv_heads >= _MIN_GROUP and len(node.output) == 3
+    grouped = heads % kv_heads == 0 and heads // kv_heads >= min_group and len(node.output) == 3
     return grouped and not any(unused) and node.input[_PAST_K] in shared and node.input[_PAST_V] in shared
 
 
@@ -113,8 +121,8 @@ class _Branch:
     """The nodes that replace the converter's ``If`` around one kernel: the grouped condition, and
     the widened ``If`` (see :meth:`around`)."""
 
-    def __init__(self, kernel: onnx.NodeProto, taken: set[str]) -> None:
-        self.kernel = kernel
+    def __init__(self, kernel: onnx.NodeProto, taken: set[str], min_rows: int) -> None:
+        self.kernel, self.min_rows = kernel, min_rows
         self.base = kernel.name or kernel.output[0]
         self.fresh = NewNames(taken)
         self._writer = NodeWriter(self.fresh, f"{self.base}/grouped")
@@ -129,11 +137,11 @@ class _Branch:
         kernel = self.kernel
         query, total = kernel.input[0], kernel.input[_TOTAL]
         past_k, past_v = kernel.input[_PAST_K], kernel.input[_PAST_V]
-        # the condition: one new row, at least _MIN_ROWS rows after it, and room for it in both buffers
+        # the condition: one new row, at least min_rows rows after it, and room for it in both buffers
         total64 = self.op("Reshape", [self.op("Cast", [total], to=onnx.TensorProto.INT64), self.const([1])])
         room = [self.op("LessOrEqual", [total64, self.op("Shape", [p], start=2, end=3)]) for p in (past_k, past_v)]
         one_row = self.op("Equal", [self.op("Shape", [query], start=1, end=2), self.const([1])])
-        long = self.op("GreaterOrEqual", [total64, self.const([_MIN_ROWS])])
+        long = self.op("GreaterOrEqual", [total64, self.const([self.min_rows])])
         grouped = self.op("And", [self.op("And", [one_row, long]), self.op("And", room)])
         either = self.op("Or", [outer.input[0], grouped])
         conditions = self._writer.take()

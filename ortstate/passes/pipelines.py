@@ -64,11 +64,13 @@ class PassResult:
 
 @dataclass(frozen=True)
 class PassOptions:
-    """What a pipeline's steps take besides the model: the model's origin (for messages), and which
-    computed inits the converter guards (``guard_inits``'s ``worth``)."""
+    """What a pipeline's steps take besides the model: the model's origin (for messages), which
+    computed inits the converter guards (``guard_inits``'s ``worth``), and how a session's load
+    takes the grouped decode step (``group_decode``: one of :data:`.grouped_decode.MODES`)."""
 
     origin: str = ""
     worth: Worth | None = None
+    grouped_decode: str = "auto"
 
 
 Done = Mapping[str, PassResult]  # the results of the steps run so far, by step name
@@ -173,6 +175,12 @@ def _share_kv(model: onnx.ModelProto, meta: ModelMeta, options: PassOptions) -> 
     return _with_meta(model, meta, share_kv(model, meta))
 
 
+def _group_decode(model: onnx.ModelProto, meta: ModelMeta, options: PassOptions) -> PassResult:
+    if options.grouped_decode == "off":
+        return _counted(0, meta)
+    return _counted(group_decode(model, meta, always=options.grouped_decode == "on"), meta)
+
+
 def _fuse(model: onnx.ModelProto, meta: ModelMeta, options: PassOptions) -> PassResult:
     fuse_state_ops(model, meta)
     return PassResult(True, meta)
@@ -244,7 +252,7 @@ LOAD = Pipeline(
     (
         TO_EXPLICIT,
         Step("share_kv", _share_kv, _shares),
-        Step("group_decode", lambda m, meta, o: _counted(group_decode(m, meta), meta), _shared),
+        Step("group_decode", _group_decode, _shared),
     ),
 )
 #: A session of the custom-op form: one state op per dtype group.

@@ -21,9 +21,10 @@ import onnxruntime as ort
 
 from ..errors import OrtStateError, PassError, RunError
 from ..meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
-from ..passes.pipelines import LOAD, LOAD_CUSTOM_OP
+from ..passes.pipelines import LOAD, LOAD_CUSTOM_OP, PassOptions
 from ..passes.walk import nodes
 from . import pyops, snapshot
+from .grouped_choice import grouped_decode_mode
 from .guards import Guard, empty_input_guards
 from .large import adds_to_options, hand_over, release_mapped_pages
 from .model_check import check_model
@@ -176,6 +177,7 @@ def _open(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) ->
     """Read ``model``, check it against its metadata, and rewrite it to the form it runs in."""
     if form not in FORMS:
         raise OrtStateError(f"form {form!r}: expected one of {', '.join(FORMS)}")
+    grouped = grouped_decode_mode()  # a bad setting refused whatever the model
     source = read_source(model)
     try:
         meta = read_meta(source.model) or ModelMeta(form=EXPLICIT, variables=())
@@ -185,7 +187,7 @@ def _open(model: str | os.PathLike[str] | bytes | onnx.ModelProto, form: str) ->
     # What snapshots must match: the IR the converter hashed, else (an older conversion) this graph.
     fingerprint = snapshot.model_fingerprint(source.model, meta)
     model_form = meta.form
-    meta = _pick_form(source, meta, form)
+    meta = _pick_form(source, meta, form, PassOptions(source.origin, grouped_decode=grouped))
     if source.converted:  # an IR given: it is in the form it was converted to
         model_form = meta.form
     return _Opened(source, meta, model_form, fingerprint)
@@ -240,8 +242,9 @@ def _session(
         raise OrtStateError(f"{source.origin}{converted}: {layer}onnxruntime cannot load the model: {exc}") from None
 
 
-def _pick_form(source: Source, meta: ModelMeta, form: str) -> ModelMeta:
-    """The metadata of the form the model runs in, ``source``'s model rewritten to it if need be."""
+def _pick_form(source: Source, meta: ModelMeta, form: str, passes: PassOptions) -> ModelMeta:
+    """The metadata of the form the model runs in, ``source``'s model rewritten to it if need be
+    (by :data:`~ortstate.passes.pipelines.LOAD`, given ``passes``)."""
     if not meta.variables:
         return meta
     if meta.form == EXPLICIT:
@@ -249,13 +252,13 @@ def _pick_form(source: Source, meta: ModelMeta, form: str) -> ModelMeta:
             raise OrtStateError(
                 f"{source.origin}: an explicit-form model has no custom state ops to run (form='custom-op')"
             )
-        return LOAD.run(source.model, meta, own=source.own).meta
+        return LOAD.run(source.model, meta, passes, own=source.own).meta
     if form == CUSTOM_OP:
         return meta
     # The explicit form, the faster (no Python in the graph), through the same pass as
     # convert(explicit_state=True), then the KV buffers (see passes.pipelines.LOAD).
     try:
-        return LOAD.run(source.model, meta, own=source.own).meta
+        return LOAD.run(source.model, meta, passes, own=source.own).meta
     except PassError as exc:
         if form == EXPLICIT:
             why = f"its state ops are not laid out as ortstate writes them: {exc}"

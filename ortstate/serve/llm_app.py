@@ -35,9 +35,11 @@ from .auth import BearerAuth, Receive, Scope, Send
 from .conversations import HEADER
 from .guard import RETRY_AFTER
 from .json_body import read_json
+from .llm_choices import choice_pieces, choices_of
 from .llm_service import Generation, LlmService
 from .openai_api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
 from .openai_logprobs import LogprobsShaper
+from .openai_responses import choice, response
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_HEADER", "UNAUTHORIZED", "create_llm_app", "full_body"]
 
@@ -233,6 +235,8 @@ async def _answer(
     headers = {} if cid is None else {HEADER: cid, SERVER_HEADER: service.conversations.name}
 
     rid = new_id(chat)
+    if generation.sampling.n > 1:
+        return await _answer_choices(service, request, choices_of(generation), rid, chat, release)
     if generation.sampling.stream:
         return StreamingResponse(
             _events(generation, rid, chat, release),
@@ -332,6 +336,77 @@ async def _events(
         parked = release()
         if parked is not None:  # before the last event: a next turn sent once it arrives finds it parked
             await parked
+        yield b"data: [DONE]\n\n"
+    finally:
+        release()
+
+
+# -- n > 1 choices -----------------------------------------------------------------------------------
+async def _answer_choices(
+    service: LlmService, request: Request, choices: list[Generation], rid: str, chat: bool, release: Callable[[], Any]
+) -> Response:
+    """The answer of ``n`` > 1 choices (never in a conversation): ``choices`` in one body, or each
+    streamed chunk carrying its choice's ``index``; usage counts every choice's tokens."""
+    if choices[0].sampling.stream:
+        return StreamingResponse(
+            _choice_events(choices, rid, chat, release),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+            background=BackgroundTask(_on_loop, release),
+        )
+    try:
+        await _unless_gone(request, _run_choices(choices))
+    finally:
+        release()
+    sampling = choices[0].sampling
+    bodies = []
+    for c in choices:
+        ids = (c.prompt, c.tokens) if sampling.token_ids else None
+        shaped = None if sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat).shape(c.scored)
+        bodies.append(choice(chat, c.index, c.text, str(c.finish), ids, shaped))
+    return JSONResponse(response(rid, service.model_id, chat, bodies, _choices_usage(choices)))
+
+
+def _choices_usage(choices: list[Generation]) -> dict[str, Any]:
+    return usage(len(choices[0].prompt), sum(len(c.tokens) for c in choices))
+
+
+async def _run_choices(choices: list[Generation]) -> None:
+    try:
+        async for _ in choice_pieces(choices):
+            pass
+    except OrtStateError as exc:
+        raise _failed(exc) from None
+
+
+async def _choice_events(
+    choices: list[Generation], rid: str, chat: bool, release: Callable[[], Any]
+) -> AsyncIterator[bytes]:
+    """The server-sent events of ``n`` choices: each chunk one choice's piece (its ``index``), the
+    finish chunks once every choice ended, then the usage (if asked for) and ``[DONE]``."""
+    first = choices[0]
+    model, sampling = first.service.model_id, first.sampling
+    extra = {"with_usage": sampling.include_usage}
+    shaper = None if sampling.logprobs is None else LogprobsShaper(first.service.tokenizer, chat)
+    shaped = [0] * len(choices)  # tokens of each choice whose logprobs went out
+    try:
+        for c in choices if chat else ():
+            yield _event(chunk(rid, model, chat, role=True, index=c.index, **extra))
+        try:
+            async for index, text, ids in choice_pieces(choices):
+                logprobs, done = None, shaped[index]
+                if shaper is not None:
+                    logprobs = shaper.shape(choices[index].scored[done : done + len(ids)])
+                    shaped[index] = done + len(ids)
+                pieces = ids if sampling.token_ids else None
+                yield _event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, index=index, **extra))
+        except OrtStateError as exc:
+            yield _event(_failed(exc).body())
+            return
+        for c in choices:
+            yield _event(chunk(rid, model, chat, "", c.finish, index=c.index, **extra))
+        if sampling.include_usage:
+            yield _event(chunk(rid, model, chat, used=_choices_usage(choices)))
         yield b"data: [DONE]\n\n"
     finally:
         release()

@@ -26,14 +26,13 @@ from ..generate import (
     ContinuousBatcher,
     IncrementalDecoder,
     KeptStream,
-    SearchOptions,
     Tokenizer,
     find_model_files,
 )
 from ..generate.engine import Scored
 from ..generate.prompts import check_prompts
 from ..generate.turns import turn_ids
-from .conversations import Conversation, Conversations
+from .conversations import HEADER, Conversation, Conversations
 from .openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
 from .prompt_tokens import PromptTokens
 
@@ -61,41 +60,70 @@ class Generation:
     scored: list[Scored] = field(default_factory=list)  # each token's logprobs, when asked for
     text: str = ""
     finish: str | None = None
+    index: int = 0  # its choice (n > 1)
+    _decoder: IncrementalDecoder = field(init=False, repr=False)
+    _given: list[str] = field(init=False, default_factory=list)  # the text given out, piece by piece
+    _tail: str = field(init=False, default="")  # the text decoded since (held back: a stop string may start)
+    _pending: list[int] = field(init=False, default_factory=list)  # tokens not given out with a piece yet
+
+    def __post_init__(self) -> None:
+        self._decoder = IncrementalDecoder(self.service.tokenizer)
 
     async def pieces(self) -> AsyncIterator[tuple[str, list[int]]]:
         """Each new token as (the text now final, possibly "", the tokens since the last piece)."""
-        batcher, stops = self.service.batcher, self.sampling.stop
-        hold = max((len(s) for s in stops), default=1) - 1
-        decoder = IncrementalDecoder(self.service.tokenizer)
-        full, sent, pending = "", 0, []
-        logprobs = self.sampling.logprobs
-        stream = batcher.stream(self.prompt, self.max_tokens, kept=self.kept, logprobs=logprobs, **self.search)
+        logprobs, ignore_eos = self.sampling.logprobs, self.sampling.ignore_eos
+        stream = self.service.batcher.stream(
+            self.prompt, self.max_tokens, kept=self.kept, logprobs=logprobs, stop_at_eos=not ignore_eos, **self.search
+        )
         async with contextlib.aclosing(stream):
             async for item in stream:
-                if isinstance(item, Scored):
-                    self.scored.append(item)
-                token = item.token if isinstance(item, Scored) else item
-                self.tokens.append(token)
-                pending.append(token)
-                full += decoder.push(token)
-                cut = _first_stop(full, stops, sent)
-                if cut is not None:
-                    self.text, self.finish = full[:cut], "stop"
-                    self._remember(cut=True)
-                    yield full[sent:cut], pending
+                yield self.take(item)
+                if self.finish is not None:  # cut at a stop string
                     return
-                upto = max(sent, len(full) - hold)
-                yield full[sent:upto], pending
-                sent, pending = upto, []
-        full += decoder.flush()
-        cut = _first_stop(full, stops, sent)
-        end = len(full) if cut is None else cut
-        self.text = full[:end]
-        ended = cut is not None or (self.tokens and self.tokens[-1] in batcher.eos_token_ids)
+        last = self.close()
+        if last is not None:
+            yield last
+
+    def take(self, item: int | Scored) -> tuple[str, list[int]]:
+        """Add one token: the text now final and the tokens since the last piece. A stop string in
+        the text (once more than ``min_tokens`` tokens came, as vLLM) ends it: ``finish`` is "stop"
+        and the text stops before the stop string."""
+        if isinstance(item, Scored):
+            self.scored.append(item)
+        token = item.token if isinstance(item, Scored) else item
+        self.tokens.append(token)
+        self._pending.append(token)
+        self._tail += self._decoder.push(token)
+        tail, pending = self._tail, self._pending
+        cut = self._stop_in(tail)
+        if cut is not None:
+            self.text, self.finish = "".join(self._given) + tail[:cut], "stop"
+            self._remember(cut=True)
+            return tail[:cut], pending
+        hold = max((len(s) for s in self.sampling.stop), default=1) - 1
+        upto = max(0, len(tail) - hold)
+        self._given.append(tail[:upto])
+        self._tail, self._pending = tail[upto:], []
+        return tail[:upto], pending
+
+    def close(self) -> tuple[str, list[int]] | None:
+        """The generation ended (not at a stop string): the text held back, if any, as the last piece."""
+        tail, pending = self._tail + self._decoder.flush(), self._pending
+        cut = self._stop_in(tail)
+        end = len(tail) if cut is None else cut
+        self.text = "".join(self._given) + tail[:end]
+        stops = self.search.get("stop_token_ids") or ()
+        eos = () if self.sampling.ignore_eos else self.service.batcher.eos_token_ids
+        ended = cut is not None or bool(self.tokens and (self.tokens[-1] in eos or self.tokens[-1] in stops))
         self.finish = "length" if not ended and len(self.tokens) >= self.max_tokens else "stop"
         self._remember(cut=cut is not None)
-        if end > sent or pending:
-            yield full[sent:end], pending
+        return (tail[:end], pending) if end or pending else None
+
+    def _stop_in(self, tail: str) -> int | None:
+        """Where the first stop string starts in the text not given out yet (none before ``min_tokens``)."""
+        if len(self.tokens) <= self.search.get("min_tokens", 0):
+            return None
+        return _first_stop(tail, self.sampling.stop, 0)
 
     def _remember(self, cut: bool) -> None:
         """Tell the conversation what this turn was: the prompt and the reply as the client got
@@ -234,19 +262,15 @@ class LlmService:
         return release
 
     # -- requests -----------------------------------------------------------------------------------
-    def check(self, request: CompletionRequest | ChatRequest) -> dict[str, Any]:
-        """What is refused before a request takes a place, without tokenizing; its search options.
+    def check(self, request: CompletionRequest | ChatRequest) -> None:
+        """What is refused before a request takes a place, without tokenizing: another model,
+        search options out of range (against as many new tokens as it may ask for).
 
         Raises:
-            ApiError: 404 for another model; 400 for search options out of range.
+            ApiError: 404 for another model; 400 naming a search option out of range.
         """
         self.check_model(request.sampling.model)
-        search = request.sampling.search(dict(self.batcher.search_defaults))
-        try:
-            SearchOptions.build(self.batcher.search_defaults, **search)
-        except GenerationError as exc:
-            raise ApiError(str(exc)) from None
-        return search
+        self._search(request.sampling, request.sampling.max_tokens or self.context, None)
 
     async def start(
         self, request: CompletionRequest | ChatRequest, conversation: Conversation | None = None
@@ -260,7 +284,7 @@ class LlmService:
                 out of the vocabulary, a prompt and ``max_tokens`` over the context length.
         """
         sampling = request.sampling
-        search = self.check(request)
+        self.check(request)
         param = "messages" if isinstance(request, ChatRequest) else "prompt"
         least = sampling.max_tokens or 1  # new tokens the context must leave room for
         text: str | None = None
@@ -283,10 +307,26 @@ class LlmService:
             check_prompts([prompt], 1, vocab_size=self.batcher.vocab_size)
         except GenerationError as exc:
             raise ApiError(str(exc), param=param) from None
+        search = self._search(sampling, wanted, conversation)
         generation = Generation(self, prompt, wanted, sampling, search, prompt_text=text, conversation=conversation)
         if conversation is not None:
             generation.kept, generation.cached = conversation.kept, conversation.kept.reuses(prompt)
         return generation
+
+    def _search(self, sampling: Sampling, max_tokens: int, conversation: Conversation | None) -> dict[str, Any]:
+        """The request's search keywords, checked against the batcher.
+
+        Raises:
+            ApiError: 400 naming the field out of range or that this server cannot apply.
+        """
+        search = sampling.search(dict(self.batcher.search_defaults))
+        try:
+            self.batcher.search_options(max_tokens, **search)
+        except GenerationError as exc:
+            raise ApiError(str(exc), param=exc.field) from None
+        if sampling.n > 1 and conversation is not None:
+            raise ApiError(f"n must be 1 in a conversation ({HEADER}): it continues one answer", param="n")
+        return search
 
     # -- what the server's lifecycle calls ------------------------------------------------------------
     async def drain(self, timeout: float) -> None:

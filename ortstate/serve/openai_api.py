@@ -1,10 +1,16 @@
-"""The OpenAI API's request and response shapes, as ``ortstate serve`` speaks them for an LLM folder.
+"""The OpenAI API's requests, as ``ortstate serve`` takes them for an LLM folder (its responses:
+:mod:`.openai_responses`).
 
 A request body is checked whole before anything runs: a field of the wrong type or out of range,
-a feature this server does not have (``n`` > 1, tools, penalties, ``echo``, ...) is
-an :class:`ApiError` naming the field, answered in OpenAI's error body
-``{"error": {"message", "type", "param", "code"}}`` with its HTTP status. Fields no check names
-(``user``, ``metadata``, ...) are ignored, as OpenAI's clients send them freely.
+a feature this server does not have (tools, ``echo``, ``response_format``, ...) is an
+:class:`ApiError` naming the field, answered in OpenAI's error body
+``{"error": {"message", "type", "param", "code"}}`` with its HTTP status. Every field is applied or
+refused: the sampling fields are OpenAI's and vLLM's (``top_k``, ``min_p``, ``repetition_penalty``,
+``presence_penalty``, ``frequency_penalty``, ``logit_bias``, ``ignore_eos``, ``min_tokens``, ``n``,
+``stop_token_ids``, with vLLM's meaning: see :class:`~ortstate.generate.SearchOptions`); the
+fields in :data:`~.openai_fields.NO_EFFECT` cannot change the output and are accepted as they come;
+any other field (vLLM's ``use_beam_search``, ``bad_words``, ``guided_json``, ..., or a typo) is a
+400 naming it (:mod:`.openai_fields`).
 
 One ortstate extension, vLLM's: ``"return_token_ids": true`` adds ``token_ids`` (the generated
 token ids) and ``prompt_token_ids`` to a choice (a streamed chunk: the ids of its text).
@@ -13,13 +19,13 @@ token ids) and ``prompt_token_ids`` to a choice (a streamed chunk: the ids of it
 from __future__ import annotations
 
 import math
-import secrets
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ServeError
+from .openai_fields import SEARCH_FIELDS, short, unsupported
+from .openai_responses import chunk, completion, new_id, usage  # noqa: F401 - their old home, still imported from here
 
 __all__ = ["ApiError", "Sampling", "chunk", "completion", "parse_chat", "parse_completion", "usage"]
 
@@ -72,14 +78,23 @@ class Sampling:
     include_usage: bool
     token_ids: bool
     logprobs: int | None = None  # asked for: the top tokens per token (None: no logprobs)
+    # vLLM's and OpenAI's sampling fields, as given (None: not given; checked by SearchOptions)
+    extra: tuple[tuple[str, Any], ...] = ()
+    ignore_eos: bool = False
+    n: int = 1
 
     def search(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
-        """The :class:`~ortstate.generate.SearchOptions` keywords: greedy at temperature 0, else
-        sampling over every token (``top_k`` only when ``generation_config.json`` sets one)."""
+        """The :class:`~ortstate.generate.SearchOptions` keywords, as vLLM turns a request into its
+        ``SamplingParams``: greedy at temperature 0 (``top_k``, ``top_p``, ``min_p`` then ignored),
+        else sampling; ``top_k`` off unless the request or ``generation_config.json`` sets it; the
+        penalties, ``logit_bias``, ``min_tokens``, ``n`` and ``stop_token_ids`` as given."""
+        search: dict[str, Any] = {k: v for k, v in self.extra if v is not None}
         if self.temperature == 0:
-            return {}
-        search: dict[str, Any] = {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
-        if "top_k" not in defaults:
+            for key in ("top_k", "min_p"):
+                search.pop(key, None)
+            return search
+        search.update(do_sample=True, temperature=self.temperature, top_p=self.top_p)
+        if "top_k" not in defaults and "top_k" not in search:
             search["top_k"] = 0
         if self.seed is not None:
             search["seed"] = self.seed
@@ -103,21 +118,6 @@ class ChatRequest:
 
 
 # -- parsing ----------------------------------------------------------------------------------------
-_REFUSED = {  # field -> what it would need; refused unless absent, null or its neutral value
-    "echo": ("echo is not supported", (None, False)),
-    "best_of": ("best_of is not supported (one choice per request)", (None, 1)),
-    "suffix": ("suffix is not supported", (None, "")),
-    "presence_penalty": ("presence_penalty is not supported", (None, 0)),
-    "frequency_penalty": ("frequency_penalty is not supported", (None, 0)),
-    "logit_bias": ("logit_bias is not supported", (None, {})),
-    "tools": ("tools are not supported", (None, [])),
-    "functions": ("functions are not supported", (None, [])),
-    "tool_choice": ("tool_choice is not supported", (None, "none")),
-    "function_call": ("function_call is not supported", (None, "none")),
-    "response_format": ("response_format is not supported (text only)", (None, {"type": "text"})),
-}
-
-
 def _number(body: Mapping[str, Any], key: str, default: float, lo: float, hi: float, *, open_lo: bool = False) -> float:
     value = body.get(key)
     if value is None:
@@ -157,12 +157,6 @@ def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...]) -> Sampling:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError("model: a model id (a string) is required", param="model")
-    for key, (why, neutral) in _REFUSED.items():
-        if body.get(key) not in neutral:
-            raise ApiError(why, param=key)
-    n = _integer(body, "n", 1)
-    if n is not None and n != 1:
-        raise ApiError(f"n must be 1 (one choice per request), got {n}", param="n")
     max_tokens = None
     for key in max_keys:
         given = _integer(body, key, 1)
@@ -189,6 +183,9 @@ def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...]) -> Sampling:
     token_ids = body.get("return_token_ids")
     if token_ids not in (None, True, False):
         raise ApiError(f"return_token_ids must be true or false, got {token_ids!r}", param="return_token_ids")
+    ignore_eos = body.get("ignore_eos")
+    if ignore_eos not in (None, True, False):
+        raise ApiError(f"ignore_eos must be true or false, got {ignore_eos!r}", param="ignore_eos")
     return Sampling(
         model=model,
         max_tokens=max_tokens,
@@ -200,6 +197,9 @@ def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...]) -> Sampling:
         include_usage=bool(options and options.get("include_usage")),
         token_ids=bool(token_ids),
         logprobs=_logprobs(body, chat="max_completion_tokens" in max_keys),
+        extra=tuple((key, body.get(key)) for key in SEARCH_FIELDS),
+        ignore_eos=bool(ignore_eos),
+        n=_integer(body, "n", 1) or 1,
     )
 
 
@@ -223,9 +223,10 @@ def parse_completion(body: Any) -> CompletionRequest:
     if not (isinstance(prompt, str) or ids):
         many = isinstance(prompt, list) and all(isinstance(p, (str, list)) for p in prompt)
         why = "one prompt per request" if many and prompt else "a string or a list of token ids"
-        raise ApiError(f"prompt must be {why}, got {_short(prompt)}", param="prompt")
+        raise ApiError(f"prompt must be {why}, got {short(prompt)}", param="prompt")
     if not prompt:
         raise ApiError("prompt is empty", param="prompt")
+    _refuse_unsupported(body, frozenset({"prompt", "max_tokens"}))
     return CompletionRequest(prompt, _sampling(body, ("max_tokens",)))
 
 
@@ -239,12 +240,12 @@ def parse_chat(body: Any) -> ChatRequest:
     body = _object(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise ApiError(f"messages must be a non-empty list, got {_short(messages)}", param="messages")
+        raise ApiError(f"messages must be a non-empty list, got {short(messages)}", param="messages")
     out = []
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-            raise ApiError(f"{where} must be an object with a role, got {_short(message)}", param=where)
+            raise ApiError(f"{where} must be an object with a role, got {short(message)}", param=where)
         content = message.get("content")
         if isinstance(content, list):
             if not all(
@@ -253,98 +254,14 @@ def parse_chat(body: Any) -> ChatRequest:
                 raise ApiError(f"{where}.content: only text parts are supported", param=f"{where}.content")
             content = "".join(p["text"] for p in content)
         if not isinstance(content, str):
-            raise ApiError(f"{where}.content must be text, got {_short(content)}", param=f"{where}.content")
+            raise ApiError(f"{where}.content must be text, got {short(content)}", param=f"{where}.content")
         role = "system" if message["role"] == "developer" else message["role"]  # OpenAI's newer name for it
         out.append({"role": role, "content": content})
+    _refuse_unsupported(body, frozenset({"messages", "max_completion_tokens", "max_tokens", "top_logprobs"}))
     return ChatRequest(out, _sampling(body, ("max_completion_tokens", "max_tokens")))
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-# -- responses --------------------------------------------------------------------------------------
-def new_id(chat: bool) -> str:
-    return f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}"
-
-
-def usage(prompt_tokens: int, completion_tokens: int, cached: int = 0) -> dict[str, Any]:
-    """OpenAI's usage; ``cached``: prompt tokens a conversation's cache held already."""
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached},
-    }
-
-
-def _choice(chat: bool, text: str, finish: str | None, delta: bool, role: bool = False) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": 0}
-    if not chat:
-        choice["text"] = text
-    elif delta:  # the finish chunk's delta is empty
-        choice["delta"] = {} if finish else {"role": "assistant", "content": text} if role else {"content": text}
-    else:
-        choice["message"] = {"role": "assistant", "content": text}
-    choice["logprobs"] = None
-    choice["finish_reason"] = finish
-    return choice
-
-
-def completion(
-    rid: str,
-    model: str,
-    chat: bool,
-    text: str,
-    finish: str,
-    used: dict[str, Any],
-    ids: tuple[list[int], list[int]] | None,
-    logprobs: Any = None,
-) -> dict[str, Any]:
-    """A whole response; ``ids``: (prompt, generated) token ids, ``logprobs``: the choice's, when asked for."""
-    choice = _choice(chat, text, finish, delta=False)
-    choice["logprobs"] = logprobs
-    if ids is not None:
-        choice["prompt_token_ids"], choice["token_ids"] = ids
-    return {
-        "id": rid,
-        "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-        "usage": used,
-    }
-
-
-def chunk(
-    rid: str,
-    model: str,
-    chat: bool,
-    text: str = "",
-    finish: str | None = None,
-    *,
-    role: bool = False,
-    ids: list[int] | None = None,
-    used: dict[str, Any] | None = None,
-    with_usage: bool = False,
-    logprobs: Any = None,
-) -> dict[str, Any]:
-    """A streamed chunk: a piece of text (``role``: the first of a chat), the finish, or (``used``
-    given) the usage chunk with no choice; ``with_usage``: the others carry ``"usage": null``."""
-    body: dict[str, Any] = {
-        "id": rid,
-        "object": "chat.completion.chunk" if chat else "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [],
-    }
-    if used is None:
-        choice = _choice(chat, text, finish, delta=True, role=role)
-        choice["logprobs"] = logprobs
-        if ids is not None:
-            choice["token_ids"] = ids
-        body["choices"] = [choice]
-    if used is not None or with_usage:
-        body["usage"] = used
-    return body
+def _refuse_unsupported(body: Mapping[str, Any], own: frozenset[str]) -> None:
+    problem = unsupported(body, own)
+    if problem is not None:
+        raise ApiError(problem[0], param=problem[1])

@@ -120,6 +120,26 @@ class KvPool(StreamPool):
                 self._rows.give_back(stream.slot)
             del self._streams[sid]
 
+    def fork(self, sid: int) -> int:
+        """A new stream whose caches and states are a copy of stream ``sid``'s (a prompt fed once,
+        continued several ways); copied inside the arena, row to row, when ``sid`` holds one.
+
+        Raises:
+            StateError: ``sid`` is not open; PoolFullError: no row or KV budget for the copy.
+        """
+        with self._lock:
+            source = self._rows.get(sid)
+            slot = self._rows.take_slot({sid}, "fork a stream", self._rows.length(source))
+            if source.slot is None:  # moved out (preempted or parked): copied from there
+                kv, fixed = self._rows.values(source)
+            else:
+                length = int(self._arena.lengths[source.slot])
+                kv = [a[source.slot : source.slot + 1, :, :length] for a in self._arena.arrays]
+                fixed = [a[source.slot : source.slot + 1] for a in self._fixed]
+            self._arena.put(slot, kv)
+            self._rows.fixed_put(slot, fixed)
+            return self._rows.add(KvStream(slot))
+
     def save(self, sid: int, path: str | os.PathLike[str]) -> None:
         """Write stream ``sid``'s variables as a ``StatefulSession`` snapshot of the model."""
         with self._lock:

@@ -110,7 +110,7 @@ def test_search_argument_errors(capsys: pytest.CaptureFixture[str], tmp_path: Pa
         ([*base, "--temperature", "0.5", "--seed", "3"], "--temperature, --seed apply to sampling: add --do-sample"),
         ([*base, "--do-sample", "--top-p", "1.5"], "--top-p: top_p must be in (0, 1], got 1.5"),
         ([*base, "--do-sample", "--top-k", "-2"],
-         "--top-k: top_k must be an integer >= 0 (0 keeps every token), got -2"),
+         "--top-k: top_k must be an integer >= 1, or 0 or -1 to keep every token, got -2"),
         ([*base, "--num-beams", "0"], "--num-beams: num_beams must be an integer >= 1, got 0"),
         ([*base, "--length-penalty", "2"], "--length-penalty applies to beam search: add --num-beams N (N > 1)"),
         ([*base, "--repetition-penalty", "0"], "--repetition-penalty: repetition_penalty must be a number > 0 "

@@ -11,8 +11,9 @@ import pytest
 from text_tokenizers import CORPUS, byte_bpe, metaspace_bpe, word_tokenizer, write_word_tokenizer
 
 from ortstate.generate import GenerationError, IncrementalDecoder, SearchOptions, TextStreamer, Tokenizer
-from ortstate.generate.logits_process import process, repetition_penalty, sample, temperature, top_k, top_p
+from ortstate.generate.logits_process import process, repetition_penalty, temperature, top_k, top_p
 from ortstate.generate.options import file_defaults
+from ortstate.generate.sampler import RowState, choose
 from ortstate.generate.stopping import StopCriteria
 
 NEG = -np.inf
@@ -26,8 +27,25 @@ NEG = -np.inf
         ({"temperature": 0}, "temperature must be a number > 0, got 0 (for greedy decoding, do not sample)"),
         ({"top_p": 0.0}, "top_p must be in (0, 1], got 0.0"),
         ({"top_p": 1.5}, "top_p must be in (0, 1], got 1.5"),
-        ({"top_k": -1}, "top_k must be an integer >= 0 (0 keeps every token), got -1"),
-        ({"top_k": 2.5}, "top_k must be an integer >= 0 (0 keeps every token), got 2.5"),
+        ({"top_k": -2}, "top_k must be an integer >= 1, or 0 or -1 to keep every token, got -2"),
+        ({"top_k": 2.5}, "top_k must be an integer >= 1, or 0 or -1 to keep every token, got 2.5"),
+        ({"min_p": 1.5}, "min_p must be in [0, 1], got 1.5"),
+        ({"min_p": float("nan")}, "min_p must be in [0, 1], got nan"),
+        ({"presence_penalty": 2.5}, "presence_penalty must be in [-2, 2], got 2.5"),
+        ({"frequency_penalty": -3}, "frequency_penalty must be in [-2, 2], got -3"),
+        ({"logit_bias": {"5": 101}}, "logit_bias values must be numbers in [-100, 100], got 101 for token 5"),
+        ({"logit_bias": {"x": 1}}, "logit_bias keys must be token ids (integers >= 0), got 'x'"),
+        ({"logit_bias": {-1: 1}}, "logit_bias keys must be token ids (integers >= 0), got -1"),
+        ({"logit_bias": {5: 1, "5": 2}}, "logit_bias names a token id twice"),
+        ({"logit_bias": [3]}, "logit_bias must map token ids to numbers, got list"),
+        ({"min_tokens": -1}, "min_tokens must be an integer >= 0, got -1"),
+        ({"n": 0}, "n must be an integer >= 1, got 0"),
+        ({"n": 2}, "n must be 1 when decoding greedily, got 2: n > 1 choices need sampling"),
+        ({"n": 2, "do_sample": True, "num_beams": 2}, "n does not apply to beam search (num_beams > 1)"),
+        ({"min_p": 0.1, "num_beams": 2}, "min_p does not apply to beam search (num_beams > 1)"),
+        ({"do_sample": True, "num_beams": 2, "temperature": 1e-40},
+         "temperature must be at least 0.01 for beam sampling, got 1e-40 (its scores, summed over steps, would "
+         "overflow; for the best beams, do not sample)"),
         ({"num_beams": 0}, "num_beams must be an integer >= 1, got 0"),
         ({"num_beams": True}, "num_beams must be an integer >= 1, got True"),
         ({"repetition_penalty": 0}, "repetition_penalty must be a number > 0 (1 = no penalty), got 0"),
@@ -37,8 +55,9 @@ NEG = -np.inf
         ({"do_sample": "yes"}, "do_sample must be true or false, got 'yes'"),
         ({"stop_token_ids": [3, -1]}, "stop_token_ids must be non-negative integers, got -1"),
         ({"stop_strings": ["ok", ""]}, "stop_strings must be non-empty strings, got ''"),
-        ({"topk": 3}, "unknown generation option(s) topk (known: do_sample, early_stopping, length_penalty, "
-         "num_beams, repetition_penalty, seed, stop_strings, stop_token_ids, temperature, top_k, top_p)"),
+        ({"topk": 3}, "unknown generation option(s) topk (known: do_sample, early_stopping, frequency_penalty, "
+         "length_penalty, logit_bias, min_p, min_tokens, n, num_beams, presence_penalty, repetition_penalty, seed, "
+         "stop_strings, stop_token_ids, temperature, top_k, top_p)"),
     ],
 )  # fmt: skip
 def test_bad_options_are_one_line_errors(given: dict, message: str) -> None:
@@ -109,13 +128,17 @@ def test_processors_run_in_transformers_order() -> None:
 
 
 def test_sampling_follows_the_distribution_and_its_seed() -> None:
-    scores = np.tile(np.array([np.log(0.5), np.log(0.3), np.log(0.2), -np.inf], np.float32), (20000, 1))
-    picks = sample(scores, np.random.default_rng(0))
+    """One row per generator: the picks follow softmax(logits); a row's seed repeats its pick."""
+    logits = np.tile(np.array([np.log(0.5), np.log(0.3), np.log(0.2), -np.inf], np.float32), (20000, 1))
+    options = SearchOptions(do_sample=True, top_k=0)
+
+    def rows(seeds: range) -> list[RowState]:
+        return [RowState(options, [], np.random.default_rng(seed)) for seed in seeds]
+
+    picks = choose(logits, rows(range(20000)))
     assert 3 not in picks
     np.testing.assert_allclose(np.bincount(picks, minlength=4) / len(picks), [0.5, 0.3, 0.2, 0.0], atol=0.012)
-    np.testing.assert_array_equal(
-        sample(scores[:50], np.random.default_rng(7)), sample(scores[:50], np.random.default_rng(7))
-    )
+    np.testing.assert_array_equal(choose(logits[:50], rows(range(7, 57))), picks[7:57])
 
 
 # -- stop strings ---------------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ import pytest
 from oracle import REPO
 
 import ortstate
-from ortstate.bench.workloads import model_workload
 from ortstate.generate import Generator, find_model_files, read_config
+from ortstate.timing.workloads import model_workload
 
 ROOT = REPO
 # lstm_2l_dynbatch can't run before its states are set (see models/README.md); test_models_recurrent

@@ -94,14 +94,14 @@ def test_requests_the_server_cannot_take(server: Any) -> None:
             ),
         ),
         (
-            lambda: chat(model="llama", messages=[{"role": "user", "content": "hi"}], n=2),
+            lambda: chat(model="llama", messages=[{"role": "user", "content": "hi"}], n=2, temperature=0),
             400,
-            error("n must be 1 (one choice per request), got 2", "n"),
+            error("n must be 1 when decoding greedily, got 2: n > 1 choices need sampling", "n"),
         ),
         (
-            lambda: chat(model="llama", messages=[{"role": "user", "content": "hi"}], logit_bias={"5": 1}),
+            lambda: chat(model="llama", messages=[{"role": "user", "content": "hi"}], logit_bias={"5": 101}),
             400,
-            error("logit_bias is not supported", "logit_bias"),
+            error("logit_bias values must be numbers in [-100, 100], got 101 for token 5", "logit_bias"),
         ),
         (
             lambda: chat(model="llama", messages=[{"role": "tool", "content": "hi"}]),

@@ -18,7 +18,17 @@ from ..version import __version__
 from .measure import BenchResult
 from .runners import LABELS
 
-__all__ = ["SCHEMA", "document", "machine_info", "markdown_table", "plot_figure", "plot_results", "plot_unavailable"]
+__all__ = [
+    "SCHEMA",
+    "cpu_name",
+    "document",
+    "isa_flags",
+    "machine_info",
+    "markdown_table",
+    "plot_figure",
+    "plot_results",
+    "plot_unavailable",
+]
 
 SCHEMA = "ortstate.bench/1"
 
@@ -26,13 +36,22 @@ SCHEMA = "ortstate.bench/1"
 _ISA_FLAGS = ("avx", "amx", "fma", "f16c", "vnni")
 
 
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what the platform says of it."""
+    return cpu_fields().get("model name") or platform.processor() or platform.machine()
+
+
+def isa_flags() -> list[str]:
+    """The CPU's vector extensions kernels pick their paths by (AVX*, AMX, FMA, F16C, VNNI), sorted:
+    what moves one machine's timings against another's."""
+    return sorted(f for f in cpu_flags() if f.startswith(_ISA_FLAGS))
+
+
 def machine_info() -> dict[str, Any]:
     """CPU model, cores, its vector extensions (from /proc/cpuinfo's flags), and the versions that
     matter."""
-    cpu = cpu_fields().get("model name") or platform.processor() or platform.machine()
-    flags = sorted(f for f in cpu_flags() if f.startswith(_ISA_FLAGS))
-    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
-    info["isa"] = " ".join(flags) or None  # the vector extensions kernels pick their paths by
+    info: dict[str, Any] = {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version()}
+    info["isa"] = " ".join(isa_flags()) or None  # the vector extensions kernels pick their paths by
     info["ortstate"] = __version__
     for dist in ("onnxruntime", "onnxruntime-extensions", "onnx", "openvino", "numpy"):
         try:

@@ -18,7 +18,7 @@ from ..runtime.ort_adapter import FastRun
 from ..runtime.pingpong import bind_output
 from .workloads import Feeds, Workload
 
-__all__ = ["LABELS", "RUNNERS", "Runner", "make_runners", "session_options"]
+__all__ = ["LABELS", "RUNNERS", "Floor", "Runner", "make_runners", "session_options"]
 
 LABELS = {
     "openvino": "OpenVINO `infer(feeds)`",

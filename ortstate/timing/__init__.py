@@ -12,11 +12,11 @@ Runners, each doing one model step per call (ONNX Runtime sessions: ``intra_op_n
 - ``floor``: the explicit form's graph in a bare ``InferenceSession`` (onnxruntime's own session
   object), the states plain inputs/outputs carried by two ping-pong buffer sets bound once their
   shapes are steady, init flags False after the first run: the same ONNX compute with no state
-  management at all, the leanest loop there is (see :class:`~ortstate.bench.runners.Floor`).
+  management at all, the leanest loop there is (see :class:`~ortstate.timing.runners.Floor`).
 
 Ratios to OpenVINO are against its fastest way here (the lower p50 of its two runners), with the
 plain ``infer(feeds)`` beside it. A stateful decoder is fed as ``generate`` feeds it (the same
-feeding rules); see :func:`~ortstate.bench.workloads.model_workload`.
+feeding rules); see :func:`~ortstate.timing.workloads.model_workload`.
 
 Each round resets every runner, runs the workload's prefill untimed, then times each step; the
 runners' order alternates between rounds (ABC, CBA, ...) so drift falls on all of them alike.
@@ -31,7 +31,16 @@ Typical use::
 """
 
 from .measure import BenchResult, RunnerStats, measure
-from .report import document, machine_info, markdown_table, plot_figure, plot_results, plot_unavailable
+from .report import (
+    cpu_name,
+    document,
+    isa_flags,
+    machine_info,
+    markdown_table,
+    plot_figure,
+    plot_results,
+    plot_unavailable,
+)
 from .runners import LABELS, RUNNERS, Runner, make_runners, session_options
 from .workloads import Feeds, Workload, max_positions, model_label, model_workload, weight_precision
 
@@ -43,7 +52,9 @@ __all__ = [
     "Runner",
     "RunnerStats",
     "Workload",
+    "cpu_name",
     "document",
+    "isa_flags",
     "machine_info",
     "make_runners",
     "markdown_table",

@@ -8,18 +8,15 @@ its numbers is checked here, because those PASS/MISS lines decide whether issue 
 import argparse
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # the benchmarks package, as `python -m benchmarks` imports it
-    sys.path.append(str(ROOT))
+from benchmarks import llm_streams_child as child
+from benchmarks import llm_streams_report as report
 
-from benchmarks import llm_streams_child as child  # noqa: E402
-from benchmarks import llm_streams_report as report  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_stream_metrics_pool_every_gap_and_time_from_the_first_request():
@@ -95,18 +92,18 @@ def test_targets_pass_miss_and_unmeasured():
     }
 
 
-def test_markdown_shows_unavailable_engines_and_the_load():
+def test_markdown_shows_unavailable_engines_and_the_load(results_doc):
     runs = [_run("ov-exact", 8, 100.0, [[1]] * 8), _run("sequential", 8, 40.0, [[1]] * 8)]
     runs.append({**_run("pool", 8, 0, []), "result": {"error": "LookupError: no ContinuousBatcher"}})
-    doc = _doc(runs, (8,))
-    doc["config"] |= {"model_dir": "/m/int4", "prompt": 128, "new": 64, "threads": 2, "rounds": 1, "seed": 7}
-    doc["config"]["kv_cache_gb"] = {"8": 1}
-    doc |= {"machine": {"cpu": "CPU X", "cores": 2, "cpu_flags": ["avx2", "fma"]}, "versions": {"openvino": "1"}}
-    doc |= {"loadavg_start": [0.1, 0.2, 0.3], "loadavg_end": [0.4, 0.5, 0.6], "started": "now", "seconds": 60.0}
-    text = report.markdown(doc, "x.png")
+    data = _doc(runs, (8,))
+    data["config"] |= {"model_dir": "/m/int4", "prompt": 128, "new": 64, "threads": 2, "rounds": 1, "seed": 7}
+    data["config"]["kv_cache_gb"] = {"8": 1}
+    text = report.markdown(results_doc(data, "llm-streams", "llm-streams", images=["x.png"]))
+    assert text.startswith("# LLM streams: int4 (llm-streams)\n\nRun 2026-01-01T00:00:00 (60 s); CPU X, 2 cores")
     assert "| 8 | ortstate ContinuousBatcher | not available: LookupError: no ContinuousBatcher |" in text
     assert "| 8 | ortstate, one stream at a time | 40.0 | 0.40× |" in text and "1.00 → 1.50" in text
-    assert "2 cores; flags: avx2\n" in text  # the flags that move the engines' ratios only
+    assert "(1/5/15 min) 0.50/0.40/0.30 before, 0.70/0.50/0.30 after" in text  # the run's, around every run
+    assert "ortstate 0.1.0 (main 0123456789)" in text
     assert "![aggregate tokens/s vs streams](x.png)" in text
 
 

@@ -4,17 +4,10 @@ The benchmark itself never runs in tests (it needs GBs and minutes); what it con
 is checked here, because those PASS/MISS lines decide whether issue 12 is done.
 """
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # the benchmarks package, as `python -m benchmarks` imports it
-    sys.path.append(str(ROOT))
-
-from benchmarks import realsize_context_report, realsize_report  # noqa: E402
-from benchmarks.realsize_engines import BUILTIN, parse_engine  # noqa: E402
+from benchmarks import realsize_context_report, realsize_report
+from benchmarks.realsize_engines import BUILTIN, parse_engine
 
 
 def _entry() -> dict:
@@ -52,17 +45,16 @@ def test_targets_pass_and_miss_by_the_issues_limits():
     ]
 
 
-def test_markdown_holds_every_table():
-    doc = {
-        "started": "2026-01-01T00:00:00",
-        "seconds": 60.0,
+def test_markdown_holds_every_table(results_doc):
+    data = {
         "model": "m",
         "config": {"threads": 2, "prompt": 32, "steps": 64, "rounds": 5},
-        "machine": {"cpu": "cpu", "cores": 2, "onnxruntime": "1", "openvino": "2", "ortstate": "0"},
         "engines": _entry()["engines"][:2],
         "precisions": [_entry() | {"loadavg": [1.0, 2.0]}],
     }
-    text = realsize_report.markdown(doc)
+    text = realsize_report.markdown(results_doc(data, "real-size"))
+    assert text.startswith("Run 2026-01-01T00:00:00 (60 s); CPU X, 2 cores (avx2, fma); Python 3.11.7")
+    assert "Load average (1 min) per precision, start → end: int4 1.0 → 2.0." in text
     assert "| int4 | 400 MiB | 440 MiB | 0.88 GiB / 1.56 GiB |" in text
     assert "| int4 | ortstate | 120.0 | 29.0 | n/a | 0.97× |" in text
 
@@ -124,20 +116,17 @@ def test_context_targets_by_issue_19s_limits():
     ]
 
 
-def test_context_markdown_rows():
-    doc = {
-        "started": "2026-01-01T00:00:00",
-        "seconds": 60.0,
+def test_context_markdown_rows(results_doc):
+    data = {
         "model": "m",
         "config": {"threads": 2, "steps": 16, "rounds": 5, "warmup": 4, "rss_steps": 8, "contexts": [32, 2048, 4000]},
-        "machine": {"cpu": "cpu", "cores": 2, "onnxruntime": "1", "openvino": "2", "ortstate": "0", "cpu_flags": []},
         "engines": _context_entry()["engines"][:2],
         "precisions": [
             _context_entry()
             | {"loadavg_1_5_15": [[1.0, 2.0, 3.0], [1.5, 2.0, 3.0]], "contexts_process": {"peak_rss_mib": 3072.0}}
         ],
     }
-    text = realsize_context_report.markdown(doc)
+    text = realsize_context_report.markdown(results_doc(data, "real-size-context"))
     row = "| 4000 | 4004–4083 | 48.0 → 60.0 | 1.25× | 1.20× / 1.46× | 30,000.0 → 31,000.0 | 1.03× | yes | 1.0e-05 |"
     assert row in text
     assert "| int4 m, 2 KV heads | ortstate |" in text and "1.00/2.00/3.00 → 1.50/2.00/3.00" in text

@@ -1,4 +1,4 @@
-"""``ortstate bench`` and :mod:`ortstate.bench`: outputs, formats, error paths. Never asserts timings."""
+"""``ortstate bench`` and :mod:`ortstate.timing`: outputs, formats, error paths. Never asserts timings."""
 
 import contextlib
 import io
@@ -11,10 +11,10 @@ import pytest
 from oracle import REPO
 
 import ortstate
-from ortstate import bench
-from ortstate.bench.runners import Floor
+from ortstate import timing
 from ortstate.cli import main
 from ortstate.extras import install_hint
+from ortstate.timing.runners import Floor
 
 ROOT = REPO
 DEMO = ROOT / "ortstate" / "_demo" / "char_lstm.xml"
@@ -24,7 +24,7 @@ LLM = ROOT / "models" / "llm"
 LLAMA = LLM / "llama" / "openvino_model.xml"
 MAMBA = LLM / "mamba" / "openvino_model.xml"
 DYNBATCH = ROOT / "models" / "lstm_2l_dynbatch" / "model.xml"
-LABELS = [bench.LABELS[n] for n in bench.RUNNERS]
+LABELS = [timing.LABELS[n] for n in timing.RUNNERS]
 HEADER = "| runner | p50 µs | p90 µs | p99 µs | × floor | × OpenVINO | × `infer(feeds)` |"
 
 
@@ -60,14 +60,14 @@ def test_table_has_every_runner_and_the_ratio_columns(demo_run):
     assert HEADER in lines
     rows = table_rows(out)
     assert list(rows) == LABELS
-    assert rows[bench.LABELS["floor"]][3] == "1.00×"  # × floor
-    assert rows[bench.LABELS["openvino"]][5] == "1.00×"  # × infer(feeds)
+    assert rows[timing.LABELS["floor"]][3] == "1.00×"  # × floor
+    assert rows[timing.LABELS["openvino"]][5] == "1.00×"  # × infer(feeds)
     # the headline × OpenVINO is against OpenVINO's fastest way, whichever it was this time
-    p50 = {n: float(rows[bench.LABELS[n]][0]) for n in ("openvino", "openvino-shared")}
+    p50 = {n: float(rows[timing.LABELS[n]][0]) for n in ("openvino", "openvino-shared")}
     best = min(p50, key=p50.__getitem__)
-    assert rows[bench.LABELS[best]][4] == "1.00×"
+    assert rows[timing.LABELS[best]][4] == "1.00×"
     assert lines[-1].startswith(
-        f"× floor, × OpenVINO: p50 over the floor's and over OpenVINO's fastest way here ({bench.LABELS[best]})"
+        f"× floor, × OpenVINO: p50 over the floor's and over OpenVINO's fastest way here ({timing.LABELS[best]})"
     )
     assert err == ""  # progress only on a terminal
 
@@ -95,9 +95,9 @@ def test_json_schema(demo_run):
     assert result["workload"] == "char_lstm" and result["steps"] == 20 and result["rounds"] == 2
     assert result["threads"] == 1 and result["model"].endswith("char_lstm.xml")
     assert result["label"] == "_demo/char_lstm.xml" and result["precision"] == "f32"
-    assert [r["name"] for r in result["runners"]] == list(bench.RUNNERS)
+    assert [r["name"] for r in result["runners"]] == list(timing.RUNNERS)
     for r in result["runners"]:
-        assert r["status"] == "ok" and r["label"] == bench.LABELS[r["name"]]
+        assert r["status"] == "ok" and r["label"] == timing.LABELS[r["name"]]
         assert r["samples"] == 40 and len(r["round_p50_us"]) == 2
         for key in ("p50_us", "p90_us", "p99_us", "mean_us", "vs_floor", "vs_openvino", "vs_openvino_infer"):
             assert isinstance(r[key], float) and r[key] > 0
@@ -120,8 +120,9 @@ def test_plot_without_matplotlib_fails_before_measuring(capsys, monkeypatch, tmp
     def never(*args, **kwargs):
         raise AssertionError("the benchmark ran")
 
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    monkeypatch.setattr(bench, "make_runners", never)
+    for name in [m for m in sys.modules if m.split(".")[0] == "matplotlib"] + ["matplotlib"]:
+        monkeypatch.setitem(sys.modules, name, None)  # import matplotlib(.anything) -> ImportError, loaded or not
+    monkeypatch.setattr(timing, "make_runners", never)
     code, out, err = run_cli(capsys, "bench", DEMO, "--steps", 3, "--rounds", 1, "--plot", tmp_path / "p.png")
     assert (code, out) == (2, "")
     assert err == f"ortstate: error: --plot: plots need matplotlib: {install_hint('plot')}\n"
@@ -135,7 +136,7 @@ def test_a_plot_format_matplotlib_does_not_write_fails_before_measuring(capsys, 
     assert err.startswith(f"ortstate: error: --plot: {target}: matplotlib writes no .xyz files (it writes ")
     assert "png" in err and err.count("\n") == 1 and not target.exists()
     with pytest.raises(ortstate.OutputFileError, match=r"matplotlib writes no \.xyz files"):
-        bench.plot_results([fake_result("m/model.xml", "f32", 10.0)], target)
+        timing.plot_results([fake_result("m/model.xml", "f32", 10.0)], target)
 
 
 def test_plot_writes_a_png(capsys, tmp_path):
@@ -144,33 +145,33 @@ def test_plot_writes_a_png(capsys, tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def fake_result(label: str, precision: str, p50_us: float) -> bench.BenchResult:
-    runners = [bench.RunnerStats(n, np.full(10, p50_us * (i + 1))) for i, n in enumerate(bench.RUNNERS)]
-    return bench.BenchResult("w", f"x/{label}", "one step per run", 1, 10, 1, runners, label, precision)
+def fake_result(label: str, precision: str, p50_us: float) -> timing.BenchResult:
+    runners = [timing.RunnerStats(n, np.full(10, p50_us * (i + 1))) for i, n in enumerate(timing.RUNNERS)]
+    return timing.BenchResult("w", f"x/{label}", "one step per run", 1, 10, 1, runners, label, precision)
 
 
 def test_a_plot_says_model_workload_precision_and_machine():
-    fig = bench.plot_figure([fake_result("llama_int4/openvino_model.xml", "int4 + int8", 2000.0)])
+    fig = timing.plot_figure([fake_result("llama_int4/openvino_model.xml", "int4 + int8", 2000.0)])
     (ax,) = fig.axes
     title = ax.get_title()
     assert title.startswith("llama_int4/openvino_model.xml: one step per run\nweights int4 + int8, ")
-    assert bench.machine_info()["cpu"] in title and "1 thread;" in title
+    assert timing.machine_info()["cpu"] in title and "1 thread;" in title
     assert ax.get_xlabel().startswith("ms per step")  # 2,000 µs and more read as ms
     names = [t.get_text() for t in ax.get_yticklabels()]
-    assert names == [bench.LABELS[n].replace("`", "") for n in bench.RUNNERS]  # no markdown in a plot
+    assert names == [timing.LABELS[n].replace("`", "") for n in timing.RUNNERS]  # no markdown in a plot
     values = [t.get_text() for t in ax.texts]
     assert values == ["2.00", "4.00", "6.00", "8.00", "10.0", "12.0"]  # every bar labelled with its p50
 
 
 def test_several_results_share_a_plot_with_the_legend_below_the_bars():
     results = [fake_result("a/model.xml", "f32", 10.0), fake_result("b/model.xml", "f16", 20.0)]
-    fig = bench.plot_figure(results, "two models")
+    fig = timing.plot_figure(results, "two models")
     (ax,) = fig.axes
     assert ax.get_title().startswith("two models\n") and ax.get_ylabel().startswith("µs per step")
     ticks = [t.get_text() for t in ax.get_xticklabels()]
     assert ticks == ["a/model.xml\none step per run\nweights f32", "b/model.xml\none step per run\nweights f16"]
     legend = ax.get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == [bench.LABELS[n].replace("`", "") for n in bench.RUNNERS]
+    assert [t.get_text() for t in legend.get_texts()] == [timing.LABELS[n].replace("`", "") for n in timing.RUNNERS]
     assert legend.get_bbox_to_anchor().y1 < ax.get_window_extent().y0  # below the axes, covering no bar
 
 
@@ -194,7 +195,7 @@ def test_model_ortstate_cannot_run_is_one_line_exit_1(capsys, monkeypatch):
     def nothing_runs(workload, threads, names):
         return [], {"custom-op": "conversion failed: unsupported operations: Foo-1", "explicit": "same"}
 
-    monkeypatch.setattr(bench, "make_runners", nothing_runs)
+    monkeypatch.setattr(timing, "make_runners", nothing_runs)
     code, out, err = run_cli(capsys, "bench", DEMO, "--steps", 3)
     assert code == 1 and out == ""
     assert err.splitlines()[-1] == (
@@ -230,7 +231,7 @@ def test_shapes_for_what_dims_of_1_cannot_run(capsys):
 
 def test_a_model_whose_state_starts_empty(capsys):
     """Its zero state is empty ([2,0,16]): every runner starts it as zeros of batch 1 after each reset."""
-    workload = bench.model_workload(DYNBATCH, steps=2)
+    workload = timing.model_workload(DYNBATCH, steps=2)
     assert {n: v.shape for n, v in workload.initial.items()} == {"c_inc_out": (2, 1, 16), "h_inh_out": (2, 1, 16)}
     code, out, err = run_cli(capsys, "bench", DYNBATCH, "--steps", 2, "--rounds", 1)
     assert code == 0, err
@@ -239,20 +240,20 @@ def test_a_model_whose_state_starts_empty(capsys):
 
 # -- the library ------------------------------------------------------------------------------------
 def test_decoder_workload_prefills_then_decodes_one_token_per_step():
-    w = bench.model_workload(LLAMA, steps=3, position=10)
+    w = timing.model_workload(LLAMA, steps=3, position=10)
     assert [f["input_ids"].shape for f in w.prefill] == [(1, 9), (1, 1)]
     assert [f["attention_mask"].shape[1] for f in w.prefill + w.steps] == [9, 10, 11, 12, 13]
     assert [int(f["position_ids"][0, -1]) for f in w.prefill + w.steps] == [8, 9, 10, 11, 12]
     assert w.steps[0]["beam_idx"].dtype == np.int32 and w.steps[0]["input_ids"].dtype == np.int64
     assert w.ov_config == {"KV_CACHE_PRECISION": "f32"}
     assert (w.model, w.precision) == ("llama/openvino_model.xml", "f32")
-    assert bench.max_positions(LLAMA) == 128 and bench.max_positions(DEMO) is None
+    assert timing.max_positions(LLAMA) == 128 and timing.max_positions(DEMO) is None
 
 
 def test_mamba_workload_follows_its_feeding_rules():
     """cache_position covers the 4-wide convolution window at prefill, then the position; the mask
     covers the current token only (what generate feeds: the graph's ScatterND needs it)."""
-    w = bench.model_workload(MAMBA, steps=2, position=10)
+    w = timing.model_workload(MAMBA, steps=2, position=10)
     feeds = w.prefill + w.steps
     assert [f["input_ids"].shape for f in feeds] == [(1, 9), (1, 1), (1, 1), (1, 1)]
     assert [f["cache_position"].tolist() for f in feeds] == [[0, 1, 2, 3], [9], [10], [11]]
@@ -264,9 +265,9 @@ def test_weights_are_named_by_how_the_ir_stores_them():
 
     expected = {"llama": "f32", "llama_fp16": "f16", "llama_int8": "int8", "llama_int4": "int4 + int8"}
     for name, precision in expected.items():
-        assert bench.weight_precision(read_ir(LLM / name / "openvino_model.xml")) == precision
-    assert bench.weight_precision(read_ir(ACCUMULATOR)) == "none"
-    assert bench.model_label(ACCUMULATOR) == "accumulator/model.xml" and bench.model_label("m.xml") == "m.xml"
+        assert timing.weight_precision(read_ir(LLM / name / "openvino_model.xml")) == precision
+    assert timing.weight_precision(read_ir(ACCUMULATOR)) == "none"
+    assert timing.model_label(ACCUMULATOR) == "accumulator/model.xml" and timing.model_label("m.xml") == "m.xml"
 
 
 @pytest.mark.parametrize(
@@ -276,7 +277,7 @@ def test_weights_are_named_by_how_the_ir_stores_them():
 def test_floor_carries_the_state_like_the_explicit_session(xml, binds):
     """The floor does no state management, but it must compute the same steps; states that keep
     their shapes (declared static or not) go through its pre-bound IOBindings, growing ones do not."""
-    workload = bench.model_workload(xml, steps=6)
+    workload = timing.model_workload(xml, steps=6)
     model = ortstate.convert(xml, explicit_state=True)
     session = ortstate.StatefulSession(model)
     floor = Floor(model, 1, initial=workload.initial)
@@ -307,8 +308,8 @@ def test_measure_alternates_rounds_and_resets_each_round():
         def step(self, feeds):
             calls.append(f"{self.name}.{'pre' if 'p' in feeds else 'step'}")
 
-    w = bench.Workload("fake", Path("fake.xml"), [{"s": np.zeros(1)}] * 2, prefill=[{"p": np.zeros(1)}])
-    result = bench.measure(w, [Fake("floor"), Fake("explicit")], rounds=2, warmup=1)
+    w = timing.Workload("fake", Path("fake.xml"), [{"s": np.zeros(1)}] * 2, prefill=[{"p": np.zeros(1)}])
+    result = timing.measure(w, [Fake("floor"), Fake("explicit")], rounds=2, warmup=1)
     timed = calls[calls.index("explicit.step") + 1 :]  # after the warm-up of both
     round_one = ["floor.reset", "floor.pre", "floor.step", "floor.step"]
     round_one += ["explicit.reset", "explicit.pre", "explicit.step", "explicit.step"]

@@ -41,8 +41,10 @@ __all__ = [
     "Streams",
     "llm_table",
     "measure_llm_streams",
+    "openvino_genai_pipeline",
     "openvino_genai_unavailable",
     "prompts",
+    "run_openvino_genai",
     "stream_metrics",
 ]
 

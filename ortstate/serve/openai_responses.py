@@ -1,0 +1,117 @@
+"""The OpenAI API's response shapes, as ``ortstate serve`` answers for an LLM folder: a whole
+response of one or ``n`` choices, a streamed chunk of one choice, the usage."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+__all__ = ["choice", "chunk", "completion", "new_id", "response", "usage"]
+
+
+def new_id(chat: bool) -> str:
+    return f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached: int = 0) -> dict[str, Any]:
+    """OpenAI's usage; ``cached``: prompt tokens a conversation's cache held already."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def _choice(
+    chat: bool, text: str, finish: str | None, delta: bool, role: bool = False, index: int = 0
+) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": index}
+    if not chat:
+        choice["text"] = text
+    elif delta:  # the finish chunk's delta is empty
+        choice["delta"] = {} if finish else {"role": "assistant", "content": text} if role else {"content": text}
+    else:
+        choice["message"] = {"role": "assistant", "content": text}
+    choice["logprobs"] = None
+    choice["finish_reason"] = finish
+    return choice
+
+
+def choice(
+    chat: bool,
+    index: int,
+    text: str,
+    finish: str,
+    ids: tuple[list[int], list[int]] | None,
+    logprobs: Any = None,
+) -> dict[str, Any]:
+    """One choice of a whole response; ``ids``: (prompt, generated) token ids, ``logprobs``: the
+    choice's, when asked for."""
+    out = _choice(chat, text, finish, delta=False, index=index)
+    out["logprobs"] = logprobs
+    if ids is not None:
+        out["prompt_token_ids"], out["token_ids"] = ids
+    return out
+
+
+def completion(
+    rid: str,
+    model: str,
+    chat: bool,
+    text: str,
+    finish: str,
+    used: dict[str, Any],
+    ids: tuple[list[int], list[int]] | None,
+    logprobs: Any = None,
+) -> dict[str, Any]:
+    """A whole response of one choice (see :func:`choice`)."""
+    return response(rid, model, chat, [choice(chat, 0, text, finish, ids, logprobs)], used)
+
+
+def response(rid: str, model: str, chat: bool, choices: list[dict[str, Any]], used: dict[str, Any]) -> dict[str, Any]:
+    """A whole response of ``choices`` (:func:`choice`)."""
+    return {
+        "id": rid,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": used,
+    }
+
+
+def chunk(
+    rid: str,
+    model: str,
+    chat: bool,
+    text: str = "",
+    finish: str | None = None,
+    *,
+    role: bool = False,
+    ids: list[int] | None = None,
+    used: dict[str, Any] | None = None,
+    with_usage: bool = False,
+    logprobs: Any = None,
+    index: int = 0,
+) -> dict[str, Any]:
+    """A streamed chunk of choice ``index``: a piece of text (``role``: the first of a chat), the
+    finish, or (``used`` given) the usage chunk with no choice; ``with_usage``: the others carry
+    ``"usage": null``."""
+    body: dict[str, Any] = {
+        "id": rid,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [],
+    }
+    if used is None:
+        piece = _choice(chat, text, finish, delta=True, role=role, index=index)
+        piece["logprobs"] = logprobs
+        if ids is not None:
+            piece["token_ids"] = ids
+        body["choices"] = [piece]
+    if used is not None or with_usage:
+        body["usage"] = used
+    return body
