@@ -68,7 +68,7 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     from ..serve import server
     from ..serve.app import DEFAULT_MAX_MESSAGE_BYTES
     from ..serve.auth import check_exposure
-    from ..serve.llm_app import full_body
+    from ..serve.openai_errors import full_body
 
     try:
         check_exposure(args.host, args.token)

@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -31,101 +29,23 @@ from starlette.routing import Route
 
 from ..errors import OrtStateError, ServeError
 from .app import parking_lifespan
-from .auth import BearerAuth, Receive, Scope, Send
+from .auth import BearerAuth
 from .conversations import HEADER
-from .guard import RETRY_AFTER
 from .json_body import read_json
 from .llm_choices import choice_pieces, choices_of
 from .llm_service import Generation, LlmService
 from .openai_api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
+from .openai_errors import api_error, failed, http_error, internal_error, logged_app
 from .openai_logprobs import LogprobsShaper
 from .openai_responses import choice, response
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_HEADER", "UNAUTHORIZED", "create_llm_app", "full_body"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_HEADER", "UNAUTHORIZED", "create_llm_app"]
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 SERVER_HEADER = "x-ortstate-server"  # on a conversation's answers: the server (host-pid) that held it
 UNAUTHORIZED = ApiError(
     "missing or wrong API key (send Authorization: Bearer TOKEN)", 401, error_code="invalid_api_key"
 )
-_LOG_ID = "ortstate.log_id"  # the scope's key for an internal error's log id
-logger = logging.getLogger("ortstate.serve")
-
-
-def full_body() -> bytes:
-    """The body of the 503 a server whose every connection is being answered gives a new one."""
-    error = ApiError("server full: try again later", 503, kind="server_error", error_code="server_full")
-    return json.dumps(error.body()).encode()
-
-
-async def _api_error(request: Request, exc: Exception) -> JSONResponse:
-    """An :class:`ApiError` as OpenAI's error body."""
-    assert isinstance(exc, ApiError)
-    headers = {"retry-after": RETRY_AFTER.decode()} if exc.code == 503 else None
-    return JSONResponse(exc.body(), status_code=exc.code, headers=headers)
-
-
-async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's answer to an exception nothing else handled: logged with a log id and its
-    traceback, then a 500 naming the id, no text of the exception's."""
-    return JSONResponse(_internal(_log(request.scope, exc)).body(), status_code=500)
-
-
-def _log(scope: Scope, exc: BaseException) -> str:
-    """Log ``exc`` with its traceback under a new log id, kept in the request's scope; the id."""
-    log_id = scope[_LOG_ID] = secrets.token_hex(6)
-    logger.error(
-        "ortstate serve: internal error, log id %s (%s %s)",
-        log_id,
-        scope.get("method"),
-        scope.get("path"),
-        exc_info=exc,
-    )
-    return log_id
-
-
-def _internal(log_id: str) -> ApiError:
-    return ApiError(
-        f"internal error (log id {log_id}): the server's log has the details",
-        500,
-        kind="server_error",
-        error_code="internal_error",
-    )
-
-
-def _logged(app: Any) -> Any:
-    """``app``, an exception out of which is not raised on to uvicorn (whose answer is plain text,
-    and whose log line has no id): Starlette raises again what :func:`_internal_error` logged and
-    answered; anything else (an answer that had begun) is logged here, and answered if it had not."""
-
-    async def logged(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # the lifespan's failures are uvicorn's to report
-            await app(scope, receive, send)
-            return
-        started = False
-
-        async def sending(message: Any) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await app(scope, receive, sending)
-        except Exception as exc:  # noqa: BLE001 - the last resort: nothing of it reaches the client
-            if _LOG_ID in scope:
-                return
-            log_id = _log(scope, exc)
-            if not started:
-                await JSONResponse(_internal(log_id).body(), status_code=500)(scope, receive, send)
-
-    return logged
-
-
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's own errors (no such route, a method not allowed) as OpenAI's error body."""
-    assert isinstance(exc, HTTPException)
-    error = ApiError(f"{request.method} {request.url.path}: {exc.detail}", exc.status_code)
-    return JSONResponse(error.body(), status_code=exc.status_code)
 
 
 def create_llm_app(
@@ -169,16 +89,16 @@ def create_llm_app(
         Route("/v1/chat/completions", chat, methods=["POST"]),
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
-        ApiError: _api_error,
-        HTTPException: _http_error,
-        Exception: _internal_error,
+        ApiError: api_error,
+        HTTPException: http_error,
+        Exception: internal_error,
     }
 
     async def park_idle(seconds: float) -> None:
         await service.conversations.park_idle(seconds)
 
     lifespan = parking_lifespan(park_idle, service.park_all, idle_park, "conversations", (OrtStateError, OSError))
-    app = _logged(Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan))
+    app = logged_app(Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan))
     body = json.dumps(UNAUTHORIZED.body()).encode()
     return app if token is None else BearerAuth(app, token, error_body=body)
 
@@ -274,14 +194,7 @@ async def _run(generation: Generation) -> None:
         async for _ in generation.pieces():
             pass
     except OrtStateError as exc:
-        raise _failed(exc) from None
-
-
-def _failed(exc: OrtStateError) -> ApiError:
-    """A generation the engine could not run: the log has why, the client a log id."""
-    log_id = secrets.token_hex(6)
-    logger.error("ortstate serve: a generation failed, log id %s: %s", log_id, exc, exc_info=exc)
-    return _internal(log_id)
+        raise failed(exc) from None
 
 
 async def _unless_gone(request: Request, work: Awaitable[None]) -> None:
@@ -328,7 +241,7 @@ async def _events(
                     logprobs, shaped = scored.shape(generation.scored[shaped : shaped + len(ids)]), shaped + len(ids)
                 yield _event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, **extra))
         except OrtStateError as exc:
-            yield _event(_failed(exc).body())
+            yield _event(failed(exc).body())
             return
         yield _event(chunk(rid, model, chat, "", generation.finish, **extra))
         if sampling.include_usage:
@@ -376,7 +289,7 @@ async def _run_choices(choices: list[Generation]) -> None:
         async for _ in choice_pieces(choices):
             pass
     except OrtStateError as exc:
-        raise _failed(exc) from None
+        raise failed(exc) from None
 
 
 async def _choice_events(
@@ -401,7 +314,7 @@ async def _choice_events(
                 pieces = ids if sampling.token_ids else None
                 yield _event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, index=index, **extra))
         except OrtStateError as exc:
-            yield _event(_failed(exc).body())
+            yield _event(failed(exc).body())
             return
         for c in choices:
             yield _event(chunk(rid, model, chat, "", c.finish, index=c.index, **extra))

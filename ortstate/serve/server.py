@@ -26,8 +26,9 @@ from .auth import check_exposure
 from .compat import run_with
 from .config import ServeConfig
 from .guard import Deadlines, Guard, raise_open_files
-from .llm_app import DEFAULT_MAX_BODY_BYTES, create_llm_app, full_body
+from .llm_app import DEFAULT_MAX_BODY_BYTES, create_llm_app
 from .llm_service import LlmService
+from .openai_errors import full_body
 from .service import StreamService
 
 __all__ = [
