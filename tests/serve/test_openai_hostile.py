@@ -131,6 +131,22 @@ def tokenizer_spy(server: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[[Cal
     return install
 
 
+@pytest.fixture
+def encoded(tokenizer_spy: Callable[[Callable[[Callable[..., Any]], Any]], None]) -> list[str]:
+    """Every text the server's tokenizer encodes during one test, in order."""
+    texts: list[str] = []
+
+    def wrap(real: Callable[..., Any]) -> Callable[..., Any]:
+        def recorded(text: str, **options: Any) -> list[int]:
+            texts.append(text)
+            return real(text, **options)
+
+        return recorded
+
+    tokenizer_spy(wrap)
+    return texts
+
+
 def test_an_internal_error_is_a_json_500_naming_a_log_id(server, tokenizer_spy, caplog) -> None:
     def wrap(real: Callable[..., Any]) -> Callable[..., Any]:
         def broken(text: str, **options: Any) -> list[int]:
@@ -203,34 +219,14 @@ def test_no_reply_names_a_path_of_the_server(server: Any, tmp_path: Path) -> Non
         assert [r for r in replies if where.encode() in r[2]] == []
 
 
-def test_a_request_is_tokenized_once(server, tokenizer_spy) -> None:
-    calls: list[str] = []
-
-    def wrap(real: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(text: str, **options: Any) -> list[int]:
-            calls.append(text)
-            return real(text, **options)
-
-        return counted
-
-    tokenizer_spy(wrap)
+def test_a_request_is_tokenized_once(server, encoded) -> None:
     status, _, reply = post(server.url, "/v1/completions", completion("Once upon a time"))
     assert status == 200, reply
-    assert calls == ["Once upon a time"]
+    assert encoded == ["Once upon a time"]
 
 
-def test_a_conversations_turn_is_tokenized_once_what_it_adds(server, tokenizer_spy) -> None:
+def test_a_conversations_turn_is_tokenized_once_what_it_adds(server, encoded) -> None:
     """A turn going on from the last one (X-Ortstate-Conversation) tokenizes only the text it adds."""
-    calls: list[str] = []
-
-    def wrap(real: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(text: str, **options: Any) -> list[int]:
-            calls.append(text)
-            return real(text, **options)
-
-        return counted
-
-    tokenizer_spy(wrap)
     first = "Once upon a time"
     status, _, reply = post(server.url, "/v1/completions", completion(first), conversation="hostile-c1")
     assert status == 200, reply
@@ -238,7 +234,7 @@ def test_a_conversations_turn_is_tokenized_once_what_it_adds(server, tokenizer_s
     status, _, reply = post(server.url, "/v1/completions", completion(second), conversation="hostile-c1")
     assert status == 200, reply
     assert json.loads(reply)["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
-    assert calls == [first, " and then"]
+    assert encoded == [first, " and then"]
 
 
 def test_health_answers_while_a_request_tokenizes(server, tokenizer_spy) -> None:
@@ -268,19 +264,9 @@ def test_health_answers_while_a_request_tokenizes(server, tokenizer_spy) -> None
     assert done == [200]
 
 
-def test_a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized(server, tokenizer_spy) -> None:
+def test_a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized(server, encoded) -> None:
     """llama's context is 128 tokens, and no token of its vocabulary stands for more than 13 bytes:
     a megabyte of text cannot fit, and is refused without tokenizing it (token_bound.py)."""
-    calls: list[int] = []
-
-    def wrap(real: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(text: str, **options: Any) -> list[int]:
-            calls.append(len(text))
-            return real(text, **options)
-
-        return counted
-
-    tokenizer_spy(wrap)
     text = "Hello world, ortstate runs stateful models. " * 23_000
     fewest = -(-len(text) // 13)  # ASCII: a byte a character
     status, _, reply = post(server.url, "/v1/completions", completion(text))
@@ -297,4 +283,4 @@ def test_a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized(ser
     chat = {"model": "llama", "messages": [{"role": "user", "content": text}], "max_tokens": 2}
     status, _, reply = post(server.url, "/v1/chat/completions", json.dumps(chat).encode())
     assert (status, json.loads(reply)["error"]["code"]) == (400, "context_length_exceeded")
-    assert calls == []
+    assert encoded == []
