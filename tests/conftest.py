@@ -31,6 +31,8 @@ LLM_FILES = {
     TESTS / "serve" / "test_conversations_bounded.py",
     TESTS / "serve" / "test_ray_llm.py",
     TESTS / "serve" / "test_openai_logprobs.py",
+    TESTS / "serve" / "test_openai_hostile.py",
+    TESTS / "serve" / "test_connection_deadlines.py",
 }
 NO_LLM_ON_310 = "onnxruntime 1.23, the last with a Python 3.10 wheel, has no GroupQueryAttention causal attribute"
 

@@ -55,8 +55,11 @@ resumes by itself. Models with KV caches are refused (their state grows every st
 security: with --token T (or {TOKEN_VARIABLE}=T) every request and WebSocket must carry
 "Authorization: Bearer T" (else 401, or close code 4401). Without a token the server listens on
 loopback only: any other --host is refused. No TLS: put a TLS proxy in front for a network.
-Connections that have not shown the token (any complete request, without one) are counted apart
-from authorised ones, 1,024 at most, and closed unless their first request is whole within 5 s.
+Every request has deadlines: its headers within 5 s of its first byte, its body within 10 s of its
+headers (408 beyond), and a connection idle between requests is closed after 5 s. Connections that
+have not shown the token (any request's headers, without one) are counted apart, 1,024 at most;
+authorised ones have 4 x --max-streams + 64 places, an idle one yielding its place to a new one;
+when every place is being answered, a new request gets 503 {{"error": ...}} with Retry-After.
 
 limits: --max-streams open streams (parked ones included: each keeps its slot, so it can always come
 back); one more is refused (503 {{"error": ...}}), none is ever evicted. A step message over

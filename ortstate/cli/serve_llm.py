@@ -33,8 +33,12 @@ temperature (0: greedy), top_p, seed, stop (strings, left out of the text), logp
 0-5; chat: true, with top_logprobs 0-20: log-softmax of the raw logits); n must be 1; no tools or
 penalties. Errors have OpenAI's body {"error": {"message", "type", "param",
 "code"}}: 400 a bad request (malformed JSON, a bad field, a prompt over the context length), 401
-no or a wrong token, 404 another model, 503 full. A client that goes away cancels its request.
-The same --token and loopback rules.
+no or a wrong token, 404 another model, 408 a request too slow, 503 full (with Retry-After), 500
+an internal error (its message a log id; the traceback in the server's log under that id). A
+client that goes away cancels its request. The same --token, loopback and connection rules. A body
+is JSON nested 64 deep at most, numbers of 100 characters at most, no lone surrogate; a request is
+tokenized once, off the event loop, and a text prompt too long for the context by its length
+alone is refused before it is tokenized (docs/serve.md).
 
 conversations (an ortstate extension): a request with the header "X-Ortstate-Conversation: ID"
 keeps conversation ID's KV cache between turns, so the next turn prefills only what its prompt adds
@@ -76,6 +80,7 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     from ..serve import server
     from ..serve.app import DEFAULT_MAX_MESSAGE_BYTES
     from ..serve.auth import check_exposure
+    from ..serve.openai_errors import full_body
 
     try:
         check_exposure(args.host, args.token)
@@ -85,7 +90,7 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     slots = _slots(args)
     service, app = _build(args, folder, slots, sock)
     try:
-        settings = server.config(app, DEFAULT_MAX_MESSAGE_BYTES, args.max_streams, args.token)
+        settings = server.config(app, DEFAULT_MAX_MESSAGE_BYTES, args.max_streams, args.token, full=full_body())
     except ServeError as exc:  # too few open files
         sock.close()
         service.release()

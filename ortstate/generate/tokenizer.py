@@ -11,10 +11,16 @@ sandboxed Jinja environment with ``trim_blocks``/``lstrip_blocks`` and loop cont
 ``tojson`` filter, ``raise_exception`` and ``strftime_now``, the special tokens of
 ``tokenizer_config.json`` (``bos_token``, ``eos_token``, ...), ``messages`` and
 ``add_generation_prompt``; the text it makes is tokenized without adding special tokens again.
+
+Errors met while loading name files by their path (the folder the caller gave); errors met while
+rendering a conversation's messages name the template's file by its name in the model folder only
+(a server answers them to its clients), and say the template's own words only for the template's
+errors (``raise_exception``, an undefined name, the sandbox), not another exception's internals.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -23,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GenerationError
+from .token_bound import TokenBound, token_bound
 
 __all__ = ["TOKENIZER_FILE", "Tokenizer"]
 
@@ -126,7 +133,31 @@ class Tokenizer:
         )
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
-        return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
+        # A batch of one: ``tokenizers`` lets go of the GIL in its batch call only, so a long text
+        # tokenized in a thread does not stop the others (a server's event loop).
+        return list(self.backend.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
+
+    @functools.cached_property
+    def bound(self) -> TokenBound | None:
+        """The most bytes of text one token stands for, where a bound is known (:mod:`.token_bound`)."""
+        from tokenizers.pre_tokenizers import ByteLevel
+
+        return token_bound(json.loads(self.backend.to_str()), frozenset(ByteLevel.alphabet()))
+
+    def fewest_tokens(self, text: str, beyond: int) -> int:
+        """The fewest tokens :meth:`encode` can make of ``text`` (special tokens aside), known from
+        its length (:mod:`.token_bound`), when that is more than ``beyond``; else 0 (no more known).
+        A normalizer's pass over the text is only made when its raw length is over already."""
+        bound = self.bound
+        if bound is None:
+            return 0
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size <= beyond * bound.max_bytes:
+            return 0
+        if bound.normalizes:
+            size = len(self.backend.normalizer.normalize_str(text).encode("utf-8", "surrogatepass"))
+        fewest = -(-size // bound.max_bytes)
+        return fewest if fewest > beyond else 0
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return str(self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens))
@@ -137,22 +168,21 @@ class Tokenizer:
         return None if found is None else int(found)
 
     def check_chat_template(self) -> None:
-        """Raise what :meth:`apply_chat_template` would for a missing or unparseable template, or no jinja2."""
-        if not self.chat_template:
-            raise GenerationError(
-                f"{self.template_source}: no chat_template (nor chat_template.jinja beside it): "
-                "the model has no chat format to apply"
-            )
-        _compile(self.chat_template, self.template_source)
+        """Raise what :meth:`apply_chat_template` would for a missing or unparseable template, or no
+        jinja2 (naming the template's file by its path)."""
+        self._template(self.template_source)
 
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
         """The conversation as the model's chat template writes it.
 
         Raises:
-            GenerationError: no chat template, ``jinja2`` missing, or the template fails (its message).
+            GenerationError: no chat template, ``jinja2`` missing, or the template fails (its
+                message, for the template's own errors), naming the template's file by its name.
         """
-        self.check_chat_template()
-        template = _compile(str(self.chat_template), self.template_source)
+        where = Path(self.template_source).name  # in the model folder: no path of this machine
+        template = self._template(where)  # jinja2 is there once this returns
+        import jinja2
+
         try:
             return str(
                 template.render(
@@ -161,10 +191,17 @@ class Tokenizer:
                     **self.special_tokens,
                 )
             )
-        except Exception as exc:  # noqa: BLE001 - a template raises anything (raise_exception, sandbox errors)
+        except jinja2.exceptions.TemplateError as exc:  # raise_exception, an undefined name, the sandbox
+            raise GenerationError(f"{where}: chat template failed: {' '.join(str(exc).split())}") from None
+        except Exception as exc:  # noqa: BLE001 - a template may raise anything; its text is Python's own
+            raise GenerationError(f"{where}: chat template failed on these messages ({type(exc).__name__})") from None
+
+    def _template(self, where: str) -> Any:
+        if not self.chat_template:
             raise GenerationError(
-                f"{self.template_source}: chat template failed: {' '.join(str(exc).split())}"
-            ) from None
+                f"{where}: no chat_template (nor chat_template.jinja beside it): the model has no chat format to apply"
+            )
+        return _compile(self.chat_template, where)
 
 
 def _compile(source: str, where: str) -> Any:

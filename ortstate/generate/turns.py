@@ -17,20 +17,27 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
-__all__ = ["continued_ids", "turn_ids"]
+__all__ = ["continued_at", "continued_ids", "turn_ids"]
 
 
 class _Encodes(Protocol):
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]: ...
 
 
-def continued_ids(last_text: str | None, last_ids: Sequence[int], text: str, tokenizer: _Encodes) -> list[int] | None:
-    """``text`` (a turn's whole prompt) as the tokens continuing the last turn: ``last_ids``, then
-    the tokens of what follows ``last_text`` in it (no special tokens added); None when ``text``
-    does not start with ``last_text`` and go on past it (or there was no last turn's text)."""
+def continued_at(last_text: str | None, text: str) -> int | None:
+    """Where ``text`` (a turn's whole prompt) goes on past the last turn's text: its length; None
+    when ``text`` does not start with ``last_text`` and go on past it (or there was no last turn's text)."""
     if not last_text or len(text) <= len(last_text) or not text.startswith(last_text):
         return None
-    return [*last_ids, *tokenizer.encode(text[len(last_text) :], add_special_tokens=False)]
+    return len(last_text)
+
+
+def continued_ids(last_text: str | None, last_ids: Sequence[int], text: str, tokenizer: _Encodes) -> list[int] | None:
+    """``text`` (a turn's whole prompt) as the tokens continuing the last turn: ``last_ids``, then
+    the tokens of what follows ``last_text`` in it (no special tokens added); None where
+    :func:`continued_at` is."""
+    at = continued_at(last_text, text)
+    return None if at is None else [*last_ids, *tokenizer.encode(text[at:], add_special_tokens=False)]
 
 
 def turn_ids(prompt: Sequence[int], reply: Sequence[int], eos_token_ids: Collection[int]) -> list[int]:

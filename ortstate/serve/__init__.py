@@ -5,7 +5,7 @@ OpenAI's API, on a :class:`~ortstate.generate.ContinuousBatcher` (needs the ``se
 :class:`Client` and :class:`AsyncClient` talk to such a server; :func:`create_app` builds the ASGI
 app around a :class:`StreamService` for another ASGI server to run; :func:`serve_in_thread`
 runs one in this process; :func:`create_llm_app` and :func:`serve_llm_in_thread` do the same for an
-:class:`LlmService`.
+:class:`LlmService`; :class:`Deadlines` are each connection's.
 """
 
 from ..extras import require_extra
@@ -16,6 +16,7 @@ from ..errors import ServeError  # noqa: E402
 from .app import create_app  # noqa: E402
 from .async_client import AsyncClient, AsyncStream  # noqa: E402
 from .client import Client, Stream  # noqa: E402
+from .guard import Deadlines  # noqa: E402
 from .llm_app import create_llm_app  # noqa: E402
 from .llm_service import LlmService  # noqa: E402
 from .server import Running, serve_in_thread, serve_llm_in_thread  # noqa: E402
@@ -25,6 +26,7 @@ __all__ = [
     "AsyncClient",
     "AsyncStream",
     "Client",
+    "Deadlines",
     "LlmService",
     "Running",
     "ServeError",

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ServeError
 from . import npz
+from .json_body import read_json
 
 __all__ = ["OK", "decode_npz", "encode_npz", "error_text", "parse_op"]
 
@@ -137,9 +138,9 @@ def parse_op(text: str, limit: int) -> str:
     if len(text) > limit:
         raise ServeError(f"message of {len(text)} characters is over the limit of {limit} bytes")
     try:
-        message = json.loads(text)
-    except ValueError:
-        raise ServeError('text message is not JSON (ops: {"op": "reset"}, {"op": "close"})') from None
+        message = read_json(text.encode("utf-8", "surrogatepass"), "text message")
+    except ServeError as exc:  # its code is an HTTP status: here the error is a reply, the socket stays
+        raise ServeError(f'{exc} (ops: {{"op": "reset"}}, {{"op": "close"}})') from None
     op = message.get("op") if isinstance(message, dict) else None
     if op not in OPS:
         shown = json.dumps(op) if isinstance(op, (str, int, float, bool)) else "missing"

@@ -1,63 +1,117 @@
-"""Connections that have not yet shown who they are, kept apart from those that have.
+"""Every connection under deadlines, and no connection able to keep the others out.
 
-uvicorn counts every open connection against ``limit_concurrency`` and gives none a deadline before
-its first request, so a few thousand sockets that connect and send nothing (or drip header lines)
-make every request answer 503, authorised ones included. Here a connection is *unproven* until a
-request's headers are complete and carry the token (any complete request, without a token): only
-then is it one of uvicorn's connections and counted against its limit. Unproven connections are
-counted apart, at most :data:`MAX_UNPROVEN` (a new one closes the oldest), and each has a deadline:
-its first request whole within :data:`FIRST_REQUEST_SECONDS`, each later request's headers within
-:data:`HEADERS_SECONDS` of their first byte (uvicorn's keep-alive timeout closes an idle connection
-between requests), headers of :data:`MAX_HEADER_BYTES` at most.
+uvicorn gives a connection no deadline before its first request nor for any request's body, counts
+every open connection against ``limit_concurrency`` (a connection idle between requests, or
+dripping a body, holds its place for as long as it likes) and refuses in plain text. Here, with a
+few of uvicorn's httptools protocol's callbacks extended:
 
-This is uvicorn's httptools protocol with a few of its callbacks extended; uvicorn offers no
-deadline before a first request (``timeout_keep_alive`` starts after a response) and no header
-limit for httptools (``h11_max_incomplete_event_size`` is h11's).
+- **Deadlines, on every request** (:class:`Deadlines`): its line and headers within ``headers``
+  seconds of its first byte (a new connection's first request: of connecting), at most
+  :data:`MAX_HEADER_BYTES` (431); its body within ``body`` seconds of its headers; a kept-alive
+  connection idle between requests ``idle`` seconds at most. A request late with its headers or body
+  is answered 408 and its connection closed (closed without an answer if nothing came, or if an
+  answer had begun). A request being answered (its body whole) has no deadline here: its answer
+  takes what it takes.
+- **Unproven connections**, those yet to send a request whose headers carry the token (without a
+  token: yet to send a request's headers), are counted apart: at most :data:`MAX_UNPROVEN`, a new
+  one closes the oldest.
+- **Proven connections** are uvicorn's, ``limit`` at most. One that is not being answered (idle
+  between requests, or sending its next request) keeps its place only until a new connection needs
+  it: when one proves itself with ``limit`` open, the one waiting longest is closed. A place is
+  held for good only while a whole request is answered, and by a WebSocket (uvicorn never refuses
+  one; the stream server bounds them by its streams). When every place is held so, a new request is
+  answered 503 with the server's JSON body and ``Retry-After``, and its connection closed.
+
+So a socket that connects and sends nothing, drips its headers or its body, or sits between
+requests holds nothing another client needs for longer than a deadline, and a place no longer than
+until another client needs it. uvicorn offers no header limit for httptools
+(``h11_max_incomplete_event_size`` is h11's).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import hmac
+import math
 import resource
+from dataclasses import dataclass
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..errors import ServeError
 
-__all__ = [
-    "FIRST_REQUEST_SECONDS",
-    "HEADERS_SECONDS",
-    "MAX_HEADER_BYTES",
-    "MAX_UNPROVEN",
-    "Guard",
-    "raise_open_files",
-]
+__all__ = ["MAX_HEADER_BYTES", "MAX_UNPROVEN", "RETRY_AFTER", "Deadlines", "Guard", "raise_open_files"]
 
-FIRST_REQUEST_SECONDS = 5.0  # a new connection's first request, headers and body
-HEADERS_SECONDS = 5.0  # each later request's headers, from their first byte
 MAX_HEADER_BYTES = 64 * 1024  # a request line and headers (what came with them included)
 MAX_UNPROVEN = 1024  # connections yet to show a token: beyond, the oldest is closed
+RETRY_AFTER = b"1"  # seconds, on a 503: a place frees as soon as one answer ends
 _SPARE_FILES = 256  # besides connections: the model, parked states, ONNX Runtime, Python's own
 _TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 _TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+_FULL = b'{"error": "server full: every connection is being answered; try again later"}'
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long a connection may take, in seconds, at each point of a request (see the module).
+
+    Raises:
+        ServeError: a deadline that is not a positive number.
+    """
+
+    headers: float = 5.0  # a request's line and headers, from its first byte (a new connection: from connecting)
+    body: float = 10.0  # its body, from the end of its headers
+    idle: float = 5.0  # a kept-alive connection between requests
+
+    def __post_init__(self) -> None:
+        for name in ("headers", "body", "idle"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ServeError(f"the {name} deadline must be a positive number of seconds, got {value!r}")
+
+
+class _Phase(enum.Enum):
+    HEADERS = "headers"  # a request's line and headers are coming
+    BODY = "body"  # its body is coming
+    ANSWERING = "answering"  # it is whole: the server answers it
+    IDLE = "idle"  # between requests
 
 
 class Guard:
-    """One server's unproven connections (oldest first) and what was done to them.
+    """One server's connections as the module describes: its deadlines, the unproven connections
+    (oldest first), the proven ones not being answered (longest waiting first), and what was done.
+
+    Args:
+        limit: proven connections at most (uvicorn's, WebSockets included).
+        full_body: the 503's JSON body when every place is held.
 
     Attributes:
         closed_late: connections closed at a deadline.
         closed_oldest: unproven connections closed to make room for a new one.
+        closed_waiting: proven connections not being answered closed to make room for a new one.
         closed_large: connections closed for headers over :data:`MAX_HEADER_BYTES`.
+        refused_full: requests answered 503, every place held.
     """
 
-    def __init__(self, token: str | None, max_unproven: int = MAX_UNPROVEN) -> None:
+    def __init__(
+        self,
+        token: str | None,
+        limit: int,
+        *,
+        deadlines: Deadlines | None = None,
+        full_body: bytes | None = None,
+        max_unproven: int = MAX_UNPROVEN,
+    ) -> None:
         self.expected = None if token is None else f"Bearer {token}".encode()
+        self.limit = limit
+        self.deadlines = deadlines or Deadlines()
+        self.full_body = full_body or _FULL
         self.max_unproven = max_unproven
         self.unproven: dict[GuardedProtocol, None] = {}
-        self.closed_late = self.closed_oldest = self.closed_large = 0
+        self.waiting: dict[GuardedProtocol, None] = {}
+        self.closed_late = self.closed_oldest = self.closed_waiting = self.closed_large = self.refused_full = 0
 
     def protocol(self) -> type[GuardedProtocol]:
         """The protocol class uvicorn makes each connection's protocol from (``http=``)."""
@@ -78,11 +132,32 @@ class Guard:
         given = [v for k, v in headers if k == b"authorization"]
         return len(given) == 1 and hmac.compare_digest(given[0], self.expected)
 
+    def make_room(self, proven: set[Any]) -> bool:
+        """Whether ``proven`` (uvicorn's connections) has room for one more, once connections not
+        being answered are closed for it, longest waiting first."""
+        while len(proven) >= self.limit and self.waiting:
+            self.closed_waiting += 1
+            next(iter(self.waiting)).close_for_room()
+        return len(proven) < self.limit
+
+    async def full(self, scope: Any, receive: Any, send: Any) -> None:
+        """The ASGI app a request is given when every place is held: 503, ``Retry-After``, closed."""
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(self.full_body)).encode()),
+            (b"retry-after", RETRY_AFTER),
+            (b"connection", b"close"),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": self.full_body})
+
     def close_all(self) -> None:
-        """Close every unproven connection (at shutdown: uvicorn closes the ones it counts)."""
-        for connection in list(self.unproven):
+        """Close every connection not being answered (at shutdown: uvicorn would wait for one
+        sending a body until its graceful shutdown runs out; it closes the others it counts)."""
+        for connection in [*self.unproven, *self.waiting]:
             connection.transport.close()
         self.unproven.clear()
+        self.waiting.clear()
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -94,60 +169,88 @@ class GuardedProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
-        self._first = True  # no request complete yet: the deadline runs to the first one's end
-        self._heading = False  # a request's headers are awaited
+        self._phase = _Phase.HEADERS
         self._header_bytes = 0
+        self._answering: set[Any] = set()  # cycles whose request is whole and whose answer is not
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.connections.discard(self)  # uvicorn counts it once it proves itself
         self.guard.admit(self)
-        self._arm(FIRST_REQUEST_SECONDS)
+        self._expect(_Phase.HEADERS)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        self.guard.unproven.pop(self, None)
+        self._forget()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if not self._heading and (self.cycle is None or self.cycle.response_complete):
-            self._arm(HEADERS_SECONDS)  # the next request begins (uvicorn's keep-alive timer stops)
-        if self._heading:
+        if self._phase in (_Phase.IDLE, _Phase.ANSWERING):
+            self._expect(_Phase.HEADERS)  # the next request begins (uvicorn's keep-alive timer stops)
+        if self._phase is _Phase.HEADERS:
             self._header_bytes += len(data)
         super().data_received(data)
-        if self._heading and self._header_bytes > MAX_HEADER_BYTES:
+        if self._phase is _Phase.HEADERS and self._header_bytes > MAX_HEADER_BYTES:
             self.guard.closed_large += 1
             self._refuse(_TOO_LARGE)
 
     def on_message_begin(self) -> None:
-        if not self._heading:  # a pipelined request, begun in the data of the one before
-            self._arm(HEADERS_SECONDS)
+        if self._phase is not _Phase.HEADERS:  # a pipelined request, begun in the data of the one before
+            self._expect(_Phase.HEADERS)
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
-        self._heading = False
-        if not self._first:
-            self._disarm()
+        self._expect(_Phase.BODY)
+        app = self.app
         if self in self.guard.unproven and self.guard.proves(self.headers):
             del self.guard.unproven[self]
-            self.connections.add(self)
-        super().on_headers_complete()
+            if self.guard.make_room(self.connections) or self.parser.should_upgrade():
+                self.connections.add(self)
+                self.guard.waiting[self] = None
+            else:  # every place is held: this request is refused, and its connection closed
+                self.guard.refused_full += 1
+                self.app = self.guard.full
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
 
     def on_message_complete(self) -> None:
-        if self._first:
-            self._first = False
-            self._disarm()
         super().on_message_complete()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._answering.add(self.cycle)
+            self.guard.waiting.pop(self, None)
+            self._phase = _Phase.ANSWERING
+            self._disarm()
+        else:  # answered before its body ended (401, 413): idle now
+            self._expect(_Phase.IDLE)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._answering = {cycle for cycle in self._answering if not cycle.response_complete}
+        if self._answering or self.transport.is_closing():
+            return
+        if self._phase is _Phase.ANSWERING:
+            self._expect(_Phase.IDLE)
+        if self in self.connections:  # waiting again, last in line
+            self.guard.waiting.pop(self, None)
+            self.guard.waiting[self] = None
 
     def handle_websocket_upgrade(self) -> None:
-        self._disarm()  # the WebSocket protocol takes the transport: it counts itself
-        self.guard.unproven.pop(self, None)
+        self._forget()  # the WebSocket protocol takes the transport: uvicorn counts it
         super().handle_websocket_upgrade()
 
-    def _arm(self, seconds: float) -> None:
+    def close_for_room(self) -> None:
+        """Close this connection, not being answered, for a new one (:meth:`Guard.make_room`)."""
+        self._forget()
+        self.connections.discard(self)  # now: the room is counted before the socket is gone
+        self.transport.close()
+
+    def _expect(self, phase: _Phase) -> None:
         self._disarm()
-        self._heading = True
+        self._phase = phase
         self._header_bytes = 0
+        d = self.guard.deadlines
+        seconds = d.headers if phase is _Phase.HEADERS else d.body if phase is _Phase.BODY else d.idle
         self._deadline = self.loop.call_later(seconds, self._late)
 
     def _disarm(self) -> None:
@@ -155,16 +258,26 @@ class GuardedProtocol(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
 
+    def _forget(self) -> None:
+        self._disarm()
+        self.guard.unproven.pop(self, None)
+        self.guard.waiting.pop(self, None)
+
     def _late(self) -> None:
         self._deadline = None
         self.guard.closed_late += 1
-        self._refuse(_TIMEOUT if self._header_bytes or not self._heading else b"")
+        begun = self._phase is _Phase.BODY or (self._phase is _Phase.HEADERS and self._header_bytes > 0)
+        self._refuse(_TIMEOUT if begun else b"")
 
     def _refuse(self, response: bytes) -> None:
-        self._disarm()
-        self.guard.unproven.pop(self, None)
+        self._forget()
+        self.connections.discard(self)
         if not self.transport.is_closing():
-            if response and (self.cycle is None or not self.cycle.response_started):
+            # a request's cycle is made once its headers are whole: before, self.cycle is the last one's
+            answered = self._answering or (
+                self._phase is _Phase.BODY and self.cycle is not None and self.cycle.response_started
+            )
+            if response and not answered:
                 self.transport.write(response)
             self.transport.close()
 

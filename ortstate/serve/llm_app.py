@@ -5,9 +5,12 @@
 is server-sent events: a chunk per generated token (``data: {...}``, then ``data: [DONE]``); an
 error after the first chunk is sent as a last ``data: {"error": ...}`` event. A client that goes
 away (closes the stream, or its connection while waiting for a whole response) cancels its request.
-Every error, routing ones and 401 included, has OpenAI's body. A request with the header
-``X-Ortstate-Conversation`` continues that conversation's cache (:mod:`.conversations`); its answer
-names the server that held it in ``X-Ortstate-Server``. ``DELETE /v1/conversations/{id}`` removes one.
+Every error, routing ones and 401 included, has OpenAI's body (``application/json``); a body is
+read within bounds (:mod:`.json_body`); a 503 says when to come back (``Retry-After``); an internal
+error is a 500 whose message is a log id, and the server's log line with that id holds the
+traceback. A request with the header ``X-Ortstate-Conversation`` continues that conversation's
+cache (:mod:`.conversations`); its answer names the server that held it in ``X-Ortstate-Server``.
+``DELETE /v1/conversations/{id}`` removes one.
 """
 
 from __future__ import annotations
@@ -15,24 +18,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import OrtStateError
+from ..errors import OrtStateError, ServeError
 from .app import parking_lifespan
 from .auth import BearerAuth
 from .conversations import HEADER
+from .json_body import read_json
 from .llm_choices import choice_pieces, choices_of
 from .llm_service import Generation, LlmService
 from .openai_api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
+from .openai_errors import api_error, failed, http_error, internal_error, logged_app
 from .openai_logprobs import LogprobsShaper
 from .openai_responses import choice, response
 
@@ -43,20 +47,6 @@ SERVER_HEADER = "x-ortstate-server"  # on a conversation's answers: the server (
 UNAUTHORIZED = ApiError(
     "missing or wrong API key (send Authorization: Bearer TOKEN)", 401, error_code="invalid_api_key"
 )
-logger = logging.getLogger("ortstate.serve")
-
-
-async def _api_error(request: Request, exc: Exception) -> JSONResponse:
-    """An :class:`ApiError` as OpenAI's error body."""
-    assert isinstance(exc, ApiError)
-    return JSONResponse(exc.body(), status_code=exc.code)
-
-
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's own errors (no such route, a method not allowed) as OpenAI's error body."""
-    assert isinstance(exc, HTTPException)
-    error = ApiError(f"{request.method} {request.url.path}: {exc.detail}", exc.status_code)
-    return JSONResponse(error.body(), status_code=exc.status_code)
 
 
 def create_llm_app(
@@ -106,8 +96,9 @@ def create_llm_app(
         Route("/v1/conversations/{id}", delete_conversation, methods=["DELETE"]),
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
-        ApiError: _api_error,
-        HTTPException: _http_error,
+        ApiError: api_error,
+        HTTPException: http_error,
+        Exception: internal_error,
     }
 
     conversations = service.conversations
@@ -121,26 +112,30 @@ def create_llm_app(
 
     every = min((s for s in (idle_park, conversations.ttl) if s is not None), default=None)
     lifespan = parking_lifespan(tend, stop, every, "conversations", (OrtStateError, OSError))
-    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+    app = logged_app(Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan))
     body = json.dumps(UNAUTHORIZED.body()).encode()
     return app if token is None else BearerAuth(app, token, error_body=body)
 
 
 async def _body(request: Request, limit: int) -> Any:
-    """The request's JSON body, read up to ``limit`` bytes.
+    """The request's JSON body, read up to ``limit`` bytes, parsed within :mod:`.json_body`'s bounds.
 
     Raises:
-        ApiError: 413 over the limit; 400 not JSON.
+        ApiError: 413 over the limit; 400 not UTF-8, not JSON, or out of those bounds (naming the
+            field of a lone surrogate); 499 the client went away (a deadline closed its connection).
     """
     data = bytearray()
-    async for part in request.stream():
-        data += part
-        if len(data) > limit:
-            raise ApiError(f"the request body is over {limit} bytes", 413)
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(f"the request body is not valid JSON: {exc}") from None
+        async for part in request.stream():
+            data += part
+            if len(data) > limit:
+                raise ApiError(f"the request body is over {limit} bytes", 413)
+    except ClientDisconnect:
+        raise ApiError("the client went away", 499) from None
+    try:
+        return read_json(data)
+    except ServeError as exc:
+        raise ApiError(str(exc), param=exc.field) from None
 
 
 async def _answer(
@@ -148,7 +143,7 @@ async def _answer(
 ) -> Response:
     parsed = parse(await _body(request, limit))
     cid = request.headers.get(HEADER)
-    service.start(parsed)  # a bad request is refused before it waits for its conversation
+    service.check(parsed)  # another model, bad options: refused before a place or a conversation is taken
     admitted = service.admit()  # 503 now, before any byte of the answer; given back when it ends
 
     conversation = None
@@ -167,7 +162,7 @@ async def _answer(
 
     try:
         conversation = None if cid is None else await service.conversations.take(cid)
-        generation = service.start(parsed, conversation)
+        generation = await service.start(parsed, conversation)
     except BaseException:
         release()
         raise
@@ -225,12 +220,7 @@ async def _run(generation: Generation) -> None:
         async for _ in generation.pieces():
             pass
     except OrtStateError as exc:
-        raise _failed(exc) from None
-
-
-def _failed(exc: OrtStateError) -> ApiError:
-    logger.warning("ortstate serve: a generation failed: %s", exc)
-    return ApiError(f"generation failed: {exc}", 500, kind="server_error")
+        raise failed(exc) from None
 
 
 async def _unless_gone(request: Request, work: Awaitable[None]) -> None:
@@ -277,7 +267,7 @@ async def _events(
                     logprobs, shaped = scored.shape(generation.scored[shaped : shaped + len(ids)]), shaped + len(ids)
                 yield _event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, **extra))
         except OrtStateError as exc:
-            yield _event(_failed(exc).body())
+            yield _event(failed(exc).body())
             return
         yield _event(chunk(rid, model, chat, "", generation.finish, **extra))
         if sampling.include_usage:
@@ -327,7 +317,7 @@ async def _run_choices(choices: list[Generation]) -> None:
         async for _ in choice_pieces(choices):
             pass
     except OrtStateError as exc:
-        raise _failed(exc) from None
+        raise failed(exc) from None
 
 
 async def _choice_events(
@@ -352,7 +342,7 @@ async def _choice_events(
                 pieces = ids if sampling.token_ids else None
                 yield _event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, index=index, **extra))
         except OrtStateError as exc:
-            yield _event(_failed(exc).body())
+            yield _event(failed(exc).body())
             return
         for c in choices:
             yield _event(chunk(rid, model, chat, "", c.finish, index=c.index, **extra))

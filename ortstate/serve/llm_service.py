@@ -6,6 +6,8 @@ A request's text is decoded token by token (:class:`~ortstate.generate.Increment
 the pieces streamed add up to the decoded tokens exactly); a stop string ends the generation as
 soon as the text holds it, and the text from it on is left out (as OpenAI does). While stop strings
 are asked for, the text that could be the start of one is held back until it is known not to be.
+
+A request is tokenized once, off the event loop (:mod:`.prompt_tokens`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from ..generate import (
 )
 from ..generate.engine import Scored
 from ..generate.prompts import check_prompts
-from ..generate.turns import continued_ids, turn_ids
+from ..generate.turns import turn_ids
 from .conversations import HEADER, Conversation, Conversations
 from .openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
+from .prompt_tokens import PromptTokens
 
 __all__ = ["Generation", "LlmService"]
 
@@ -166,6 +169,7 @@ class LlmService:
         self.created = int(time.time())
         self.in_flight = 0
         self.draining = False
+        self.prompts = PromptTokens(tokenizer, self.context)
 
     @classmethod
     def from_dir(
@@ -201,6 +205,7 @@ class LlmService:
         tokenizer = Tokenizer.from_dir(folder)
         if tokenizer.chat_template:  # one that does not parse is refused now; none: chat requests get a 400
             tokenizer.check_chat_template()
+        tokenizer.bound  # noqa: B018 - read the vocabulary for it now, not in the first request
         batcher = ContinuousBatcher.from_dir(folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes)
         try:
             conversations = Conversations(
@@ -264,36 +269,36 @@ class LlmService:
         return release
 
     # -- requests -----------------------------------------------------------------------------------
-    def start(self, request: CompletionRequest | ChatRequest, conversation: Conversation | None = None) -> Generation:
-        """Tokenize a request and check it fits, before anything runs. In a ``conversation`` whose
-        last turn (prompt and reply) starts the request's text, the prompt is that turn's token ids,
-        the reply's as generated, then the rest of the text's.
+    def check(self, request: CompletionRequest | ChatRequest) -> None:
+        """What is refused before a request takes a place, without tokenizing: another model,
+        search options out of range (against as many new tokens as it may ask for).
 
         Raises:
-            ApiError: 404 for another model; 400 for a prompt the tokenizer or template refuses, token
-                ids out of the vocabulary, a prompt and ``max_tokens`` over the context length, or
-                search options out of range.
+            ApiError: 404 for another model; 400 naming a search option out of range.
+        """
+        self.check_model(request.sampling.model)
+        self._search(request.sampling, request.sampling.max_tokens or self.context, None)
+
+    async def start(
+        self, request: CompletionRequest | ChatRequest, conversation: Conversation | None = None
+    ) -> Generation:
+        """Tokenize a request (once, off the event loop) and check it fits, before anything runs. In
+        a ``conversation`` whose last turn (prompt and reply) starts the request's text, the prompt is
+        that turn's token ids, the reply's as generated, then the rest of the text's.
+
+        Raises:
+            ApiError: as :meth:`check`; 400 for a prompt the tokenizer or template refuses, token ids
+                out of the vocabulary, a prompt and ``max_tokens`` over the context length.
         """
         sampling = request.sampling
-        self.check_model(sampling.model)
+        self.check(request)
         param = "messages" if isinstance(request, ChatRequest) else "prompt"
+        least = sampling.max_tokens or 1  # new tokens the context must leave room for
         text: str | None = None
-        try:
-            if isinstance(request, ChatRequest):
-                text = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True)
-                prompt = self.tokenizer.encode(text, add_special_tokens=False)
-            elif isinstance(request.prompt, str):
-                text = request.prompt
-                prompt = self.tokenizer.encode(text)
-            else:
-                prompt = list(request.prompt)
-            if conversation is not None and text is not None:
-                prompt = continued_ids(conversation.text, conversation.ids, text, self.tokenizer) or prompt
-            if not prompt:
-                raise GenerationError("the prompt makes no tokens")
-            check_prompts([prompt], 1, vocab_size=self.batcher.vocab_size)
-        except GenerationError as exc:
-            raise ApiError(str(exc), param=param) from None
+        if isinstance(request, CompletionRequest) and not isinstance(request.prompt, str):
+            prompt = list(request.prompt)
+        else:
+            prompt, text = await self.prompts.of(request, conversation, least)
         room = self.context - len(prompt)
         wanted = sampling.max_tokens if sampling.max_tokens is not None else room
         if room < 1 or wanted > room:
@@ -303,6 +308,12 @@ class LlmService:
                 param=param,
                 error_code="context_length_exceeded",
             )
+        try:
+            if not prompt:
+                raise GenerationError("the prompt makes no tokens")
+            check_prompts([prompt], 1, vocab_size=self.batcher.vocab_size)
+        except GenerationError as exc:
+            raise ApiError(str(exc), param=param) from None
         search = self._search(sampling, wanted, conversation)
         generation = Generation(self, prompt, wanted, sampling, search, prompt_text=text, conversation=conversation)
         if conversation is not None:
@@ -337,6 +348,8 @@ class LlmService:
         return await self.conversations.park_all()
 
     def release(self) -> None:
-        """Stop the batcher's thread and let go of the state directory (once the server has stopped)."""
+        """Stop the batcher's and the tokenizing threads and let go of the state directory (once the
+        server has stopped)."""
+        self.prompts.close()
         self.batcher.close()
         self.conversations.release()

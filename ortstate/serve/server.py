@@ -25,12 +25,14 @@ from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
 from .auth import check_exposure
 from .compat import run_with
 from .config import ServeConfig
-from .guard import Guard, raise_open_files
+from .guard import Deadlines, Guard, raise_open_files
 from .llm_app import DEFAULT_MAX_BODY_BYTES, create_llm_app
 from .llm_service import LlmService
+from .openai_errors import full_body
 from .service import StreamService
 
 __all__ = [
+    "Deadlines",
     "Running",
     "ServeConfig",
     "Service",
@@ -70,7 +72,7 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.service.drain(GRACE_SECONDS)
-        self.config.http.guard.close_all()  # uvicorn closes the connections it counts
+        self.config.http.guard.close_all()  # those not being answered: uvicorn waits for the ones it counts
         await super().shutdown(sockets)
 
     @contextlib.contextmanager
@@ -112,19 +114,29 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def config(app: Any, max_message_bytes: int, max_streams: int, token: str | None) -> uvicorn.Config:
-    """uvicorn's settings for ``app``: quiet, bounded, connections not yet authorised kept apart
-    (:mod:`.guard`), with a graceful shutdown of a few seconds. The limit of open files is raised
-    to what that takes.
+def config(
+    app: Any,
+    max_message_bytes: int,
+    max_streams: int,
+    token: str | None,
+    *,
+    deadlines: Deadlines | None = None,
+    full: bytes | None = None,
+) -> uvicorn.Config:
+    """uvicorn's settings for ``app``: quiet, bounded, every connection under :mod:`.guard`'s
+    deadlines (``deadlines``) and places (4 × ``max_streams`` + 64 authorised connections; ``full``:
+    the JSON body of the 503 when all are held, the guard's own if None), with a graceful shutdown
+    of a few seconds. The limit of open files is raised to what that takes.
 
     Raises:
         ServeError: the hard limit of open files is too low for ``max_streams``.
     """
     connections = 4 * max_streams + 64
     raise_open_files(connections)
+    guard = Guard(token, connections, deadlines=deadlines, full_body=full)
     return uvicorn.Config(
         app,
-        http=Guard(token).protocol(),
+        http=guard.protocol(),
         log_level="warning",
         access_log=False,
         lifespan="on",
@@ -135,7 +147,8 @@ def config(app: Any, max_message_bytes: int, max_streams: int, token: str | None
         # Step messages are small arrays: compressing each costs more than sending it (zlib was a
         # tenth of the server's time at 256 streams).
         ws_per_message_deflate=False,
-        limit_concurrency=connections,  # authorised ones: the others are the guard's
+        limit_concurrency=None,  # the guard's places instead: uvicorn's count every idle connection
+        timeout_keep_alive=guard.deadlines.idle,  # the guard's idle deadline too: either closes
         timeout_graceful_shutdown=GRACE_SECONDS,
     )
 
@@ -244,23 +257,27 @@ def serve_in_thread(
     host: str = "127.0.0.1",
     port: int = 0,
     start_timeout: float = 60.0,
+    deadlines: Deadlines | None = None,
     **settings: Any,
 ) -> Iterator[Running]:
     """``ortstate serve`` in a thread of this process, for as long as the ``with`` block runs (a
     notebook, a test): the same app; ``settings`` are :class:`ServeConfig`'s (``max_delay`` in
-    seconds, ``state_dir``, ``token``, ``durable``, ...).
+    seconds, ``state_dir``, ``token``, ``durable``, ...); ``deadlines`` each connection's
+    (:class:`~.guard.Deadlines`, its defaults if None).
 
     Raises:
         ServeError: a setting out of range, the address is refused (not loopback without a token,
             taken), ``state_dir`` cannot be written or another server holds it (``shared`` takes
             no lock), the open files limit is too low, or the server does not start.
     """
-    config = ServeConfig(model, max_streams, **settings)
-    check_exposure(host, config.token)
-    service, app = build(config)
-    with _in_thread(
-        service, app, config.max_message_bytes, max_streams, config.token, host, port, start_timeout
-    ) as running:
+    given = ServeConfig(model, max_streams, **settings)
+    check_exposure(host, given.token)
+    service, app = build(given)
+
+    def uvicorn_settings() -> uvicorn.Config:
+        return config(app, given.max_message_bytes, max_streams, given.token, deadlines=deadlines)
+
+    with _in_thread(service, uvicorn_settings, host, port, start_timeout) as running:
         yield running
 
 
@@ -282,9 +299,10 @@ def serve_llm_in_thread(
     max_parked_bytes: int | None = None,
     conversation_ttl: float | None = None,
     start_timeout: float = 60.0,
+    deadlines: Deadlines | None = None,
 ) -> Iterator[Running]:
     """``ortstate serve FOLDER`` (an optimum-intel LLM folder: OpenAI's API) in a thread of this
-    process, for as long as the ``with`` block runs.
+    process, for as long as the ``with`` block runs (``deadlines``: as :func:`serve_in_thread`'s).
 
     Raises:
         ServeError: as :func:`serve_in_thread`; GenerationError and the like: the folder cannot be served.
@@ -304,23 +322,21 @@ def serve_llm_in_thread(
         max_parked_bytes=max_parked_bytes,
         conversation_ttl=conversation_ttl,
     )
-    with _in_thread(service, app, DEFAULT_MAX_MESSAGE_BYTES, max_requests, token, host, port, start_timeout) as running:
+
+    def uvicorn_settings() -> uvicorn.Config:
+        return config(app, DEFAULT_MAX_MESSAGE_BYTES, max_requests, token, deadlines=deadlines, full=full_body())
+
+    with _in_thread(service, uvicorn_settings, host, port, start_timeout) as running:
         yield running
 
 
 @contextlib.contextmanager
 def _in_thread(
-    service: Service,
-    app: Any,
-    max_message_bytes: int,
-    connections: int,
-    token: str | None,
-    host: str,
-    port: int,
-    start_timeout: float,
+    service: Service, settings: Callable[[], uvicorn.Config], host: str, port: int, start_timeout: float
 ) -> Iterator[Running]:
+    """Serve in a thread with uvicorn's ``settings()`` (which may refuse: ``service`` is let go)."""
     try:
-        server = _Server(config(app, max_message_bytes, connections, token), service)
+        server = _Server(settings(), service)
         sock = bind(host, port)
     except BaseException:
         service.release()

@@ -240,12 +240,15 @@ def test_tokenizer_and_chat_template(tmp_path: Path) -> None:
 def test_chat_template_sources_and_errors(tmp_path: Path) -> None:
     folder = write_word_tokenizer(tmp_path, template=None)
     tokenizer = Tokenizer.from_dir(folder)
-    with pytest.raises(GenerationError) as info:
+    with pytest.raises(GenerationError) as info:  # rendering a request: the file by its name in the folder
         tokenizer.apply_chat_template([{"role": "user", "content": "t1"}])
     assert str(info.value) == (
-        f"{folder / 'tokenizer_config.json'}: no chat_template (nor chat_template.jinja beside it): "
-        "the model has no chat format to apply"
+        "tokenizer_config.json: no chat_template (nor chat_template.jinja beside it): the model has no chat "
+        "format to apply"
     )
+    with pytest.raises(GenerationError) as info:  # checking the folder: the file by its path
+        tokenizer.check_chat_template()
+    assert str(info.value).startswith(f"{folder / 'tokenizer_config.json'}: no chat_template")
     (folder / "chat_template.jinja").write_text("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}")
     (folder / "tokenizer_config.json").write_text(json.dumps({"bos_token": {"content": "t1", "special": True}}))
     assert Tokenizer.from_dir(folder).apply_chat_template([{"role": "user", "content": " t4"}]) == "t1 t4"

@@ -230,6 +230,24 @@ def ray_on_this_machine(prepare: Callable[[], None] | None = None) -> Iterator[s
             ray.shutdown()
 
 
+def openai_error(
+    message: str, param: str | None = None, code: str | None = None, kind: str = "invalid_request_error"
+) -> dict[str, Any]:
+    """OpenAI's error body."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+@contextlib.contextmanager
+def sockets() -> Iterator[list[socket.socket]]:
+    """A list to put sockets in, each closed at the end."""
+    opened: list[socket.socket] = []
+    try:
+        yield opened
+    finally:
+        for sock in opened:
+            sock.close()
+
+
 def openai_client(url: str, key: str = "none") -> Any:
     """The official ``openai`` client of the server at ``url`` (no retries: a test sees every error)."""
     import openai

@@ -16,15 +16,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pytest
-from conftest import MODEL, Lone, assert_same, feeds, serving
+from conftest import MODEL, Lone, assert_same, feeds, serving, sockets
 from oracle import REPO
 
 from ortstate.serve import Client
-from ortstate.serve.guard import FIRST_REQUEST_SECONDS, MAX_UNPROVEN
+from ortstate.serve.guard import MAX_UNPROVEN, Deadlines
 
 TOKEN = "s3cret-token"
 IDLE, DRIPS = 2000, 200
@@ -69,16 +69,6 @@ def _closed_by_peer(sock: socket.socket) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _sockets() -> Iterator[list[socket.socket]]:
-    opened: list[socket.socket] = []
-    try:
-        yield opened
-    finally:
-        for sock in opened:
-            sock.close()
-
-
 def _enough_open_files(needed: int) -> None:
     """This process's soft limit of open files raised to ``needed`` (its sockets are one end of the
     flood); the server started after inherits it."""
@@ -92,7 +82,7 @@ def _enough_open_files(needed: int) -> None:
 def test_idle_and_slowloris_sockets_keep_no_authorised_client_out():
     _enough_open_files(IDLE + DRIPS + 1024)
     rng = np.random.default_rng(30)
-    with serving("--token", TOKEN, "--max-streams", "16") as (proc, url), _sockets() as idle, _sockets() as drips:
+    with serving("--token", TOKEN, "--max-streams", "16") as (proc, url), sockets() as idle, sockets() as drips:
         host, port = url.removeprefix("http://").split(":")
         client = Client(url, token=TOKEN)
         stream, lone = client.open(), Lone()
@@ -111,7 +101,7 @@ def test_idle_and_slowloris_sockets_keep_no_authorised_client_out():
 
         slowest: dict[str, float] = {}
         peak_rss = peak_files = 0
-        while time.monotonic() < opened + FIRST_REQUEST_SECONDS + 2:
+        while time.monotonic() < opened + Deadlines().headers + 2:
             for sock in drips:  # a header line each, every half second: never a whole request
                 with contextlib.suppress(OSError):
                     sock.send(b"X-Drip: 1\r\n")
@@ -144,7 +134,7 @@ def test_idle_and_slowloris_sockets_keep_no_authorised_client_out():
 def test_unauthorised_requests_do_not_count_against_the_connection_limit():
     """--max-streams 1 allows 68 authorised connections: 100 keep-alive ones that sent a request
     without the token (401) take none of them."""
-    with serving("--token", TOKEN, "--max-streams", "1") as (proc, url), _sockets() as held:
+    with serving("--token", TOKEN, "--max-streams", "1") as (proc, url), sockets() as held:
         host, port = url.removeprefix("http://").split(":")
         for _ in range(100):
             held.append(socket.create_connection((host, int(port)), timeout=10))
@@ -156,7 +146,7 @@ def test_unauthorised_requests_do_not_count_against_the_connection_limit():
 
 
 def test_headers_are_bounded():
-    with serving("--token", TOKEN) as (proc, url), _sockets() as held:
+    with serving("--token", TOKEN) as (proc, url), sockets() as held:
         host, port = url.removeprefix("http://").split(":")
         held.append(socket.create_connection((host, int(port)), timeout=10))
         with contextlib.suppress(OSError):  # the server may close before all of it is sent

@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import openai_client, serving
+from conftest import openai_client, openai_error, serving
 from oracle import REPO, assert_one_line_error, run_cli
 
 from ortstate.errors import ServeError
@@ -25,8 +25,7 @@ LLM = REPO / "models" / "llm"
 TOKEN = "s3cret"
 
 
-def error(message: str, param: str | None = None, code: str | None = None, kind: str = "invalid_request_error") -> dict:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+error = openai_error
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +107,7 @@ def test_requests_the_server_cannot_take(server: Any) -> None:
             lambda: chat(model="llama", messages=[{"role": "tool", "content": "hi"}]),
             400,
             error(
-                f"{LLM / 'llama' / 'tokenizer_config.json'}: chat template failed: roles are system, user and "
-                "assistant, got tool",
+                "tokenizer_config.json: chat template failed: roles are system, user and assistant, got tool",
                 "messages",
             ),
         ),

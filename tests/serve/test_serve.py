@@ -165,7 +165,15 @@ BAD = [
         _npz_of(**{"x.npy": raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': __import__('os').getpid(), }")}),
         ".npz entry 'x.npy' is not a readable .npy array (its header is not a literal dict)",
     ),
-    ("hello", 'text message is not JSON (ops: {"op": "reset"}, {"op": "close"})'),
+    (
+        "hello",
+        'text message is not valid JSON: Expecting value: line 1 column 1 (char 0) (ops: {"op": "reset"}, '
+        '{"op": "close"})',
+    ),
+    (  # read within bounds (serve/json_body.py): Python's own parser would recurse past its limit
+        "[" * 30000 + "]" * 30000,
+        'text message nests arrays and objects 30000 deep: at most 64 (ops: {"op": "reset"}, {"op": "close"})',
+    ),
     ('{"op": "explode"}', 'unknown op "explode" (ops: reset, close, last, as {"op": "reset"})'),
     ("[1]", 'unknown op missing (ops: reset, close, last, as {"op": "reset"})'),
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from ortstate.serve.guard import GuardedProtocol
 from ortstate.serve.server import _Server
@@ -25,6 +25,7 @@ OVERRIDDEN = {
         "on_message_begin": ["self"],
         "on_headers_complete": ["self"],
         "on_message_complete": ["self"],
+        "on_response_complete": ["self"],
         "handle_websocket_upgrade": ["self"],
     },
 }
@@ -42,5 +43,12 @@ def test_the_overrides_cover_what_they_assume():
     assert issubclass(_Server, uvicorn.Server) and issubclass(GuardedProtocol, HttpToolsProtocol)
     for name in OVERRIDDEN[HttpToolsProtocol]:
         assert name in GuardedProtocol.__dict__, name
-    for attribute in ("transport", "cycle", "headers", "loop"):  # what GuardedProtocol reads of its base
+    headers_complete = inspect.getsource(HttpToolsProtocol.on_headers_complete)
+    assert "app = self.app" in headers_complete and "self.limit_concurrency" in headers_complete
+    assert "on_response=self.on_response_complete" in headers_complete
+    for attribute in ("response_complete", "response_started"):  # what it reads of a cycle
+        assert f"self.{attribute} = " in inspect.getsource(RequestResponseCycle.__init__), attribute
+    # what GuardedProtocol reads of its base: on_headers_complete takes the app from self.app, each
+    # cycle calls self.on_response_complete when its answer ends
+    for attribute in ("transport", "cycle", "headers", "loop", "parser", "connections", "app"):
         assert attribute in inspect.getsource(HttpToolsProtocol.__init__), attribute

@@ -1,0 +1,194 @@
+"""Every request on a connection is under deadlines, and no connection keeps the others out
+(serve/guard.py), with real sockets on 127.0.0.1: connections stalled in a second request's body
+(issue 37: 127 of them made every request answer 503 in plain text) yield their places to new
+clients, the longest waiting first; each request's headers and body, and a kept-alive connection
+between requests, have deadlines; a server whose every place is being answered refuses a new
+request with 503 in JSON and Retry-After. The tests wait on the server's replies and closes (a
+socket timeout only bounds a failure); deadlines are made short through the server's setting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import sockets
+from oracle import REPO
+
+from ortstate.serve import Deadlines, serve_llm_in_thread, server
+from ortstate.serve.openai_errors import full_body
+
+LLM = REPO / "models" / "llm" / "llama"
+LONG = Deadlines(headers=120, body=120, idle=120)  # never met while a test runs
+SHORT = Deadlines(headers=0.5, body=0.5, idle=0.5)
+HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+STALLED_BODY = (
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+)
+
+
+def connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One whole HTTP response read from ``sock`` (a Content-Length body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = sock.recv(65536)
+        assert part, f"closed after {data!r}"
+        data += part
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    while len(body) < int(headers["content-length"]):
+        part = sock.recv(65536)
+        assert part, "closed in the body"
+        body += part
+    return int(lines[0].split()[1]), headers, body
+
+
+def until_closed(sock: socket.socket) -> bytes:
+    """What the server sends before it closes ``sock`` (its close is the event waited for)."""
+    data = b""
+    with contextlib.suppress(ConnectionResetError):
+        while part := sock.recv(65536):
+            data += part
+    return data
+
+
+def still_open(sock: socket.socket) -> bool:
+    """Nothing came on ``sock``, not even its end (looked at without waiting)."""
+    return not select.select([sock], [], [], 0)[0]
+
+
+def test_stalled_second_requests_yield_their_places_to_new_clients() -> None:
+    """``--max-streams 1``: 68 places. 80 keep-alive connections each make a whole request, then
+    start a second whose body never ends; each new one past 68 closes the one waiting longest, and
+    so do a new client's /health and completion, which are answered."""
+    completion = json.dumps({"model": "llama", "prompt": "Hello", "max_tokens": 2, "temperature": 0}).encode()
+    new_client = [
+        HEALTH,
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(completion), completion),
+    ]
+    with serve_llm_in_thread(LLM, 1, slots=1, deadlines=LONG) as running, sockets() as held, sockets() as fresh:
+        for _ in range(80):
+            held.append(connect(running.url))
+            held[-1].sendall(HEALTH)
+            assert response(held[-1])[0] == 200
+            held[-1].sendall(STALLED_BODY)
+        answers = []
+        for request in new_client:  # each on a connection of its own, kept open
+            fresh.append(connect(running.url))
+            fresh[-1].sendall(request)
+            answers.append(response(fresh[-1]))
+        assert (answers[0][0], answers[0][1]["content-type"], json.loads(answers[0][2])) == (
+            200,
+            "application/json",
+            {"ok": True},
+        )
+        assert (answers[1][0], json.loads(answers[1][2])["usage"]["completion_tokens"]) == (200, 2)
+        for sock in held[:14]:  # 12 for the 69th to 80th, one for each new client: closed, nothing said
+            assert until_closed(sock) == b""
+        assert all(still_open(sock) for sock in held[14:])
+
+
+CASES = {  # what a kept-alive connection sends after a whole first request; what it gets, then closed
+    "a second request's body stalls": (STALLED_BODY, b"HTTP/1.1 408 "),
+    "a second request's headers stall": (b"GET /health HTTP/1.1\r\nHost: x\r\n", b"HTTP/1.1 408 "),
+    "nothing after a first request": (b"", b""),
+}
+
+
+@pytest.fixture(scope="module")
+def short() -> Iterator[Any]:
+    with serve_llm_in_thread(LLM, 2, slots=1, deadlines=SHORT) as running:
+        yield running
+
+
+@pytest.mark.parametrize(("then", "said"), CASES.values(), ids=CASES.keys())
+def test_every_request_on_a_connection_has_deadlines(short: Any, then: bytes, said: bytes) -> None:
+    with contextlib.closing(connect(short.url)) as sock:
+        sock.sendall(HEALTH)
+        assert response(sock)[0] == 200
+        sock.sendall(then)
+        got = until_closed(sock)
+    assert got.startswith(said) and (said or got == b"")
+    with contextlib.closing(connect(short.url)) as sock:  # the server goes on
+        sock.sendall(HEALTH)
+        assert response(sock)[0] == 200
+
+
+class _Nothing:
+    """The server lifecycle's protocol, for an app of this test's own."""
+
+    async def drain(self, timeout: float) -> None:
+        pass
+
+    async def park_all(self) -> int:
+        return 0
+
+    def release(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("full", "said"),
+    [
+        (full_body(), json.loads(full_body())),
+        (None, {"error": "server full: every connection is being answered; try again later"}),
+    ],
+    ids=["OpenAI's body", "the stream server's"],
+)
+def test_a_server_whose_every_place_is_answering_refuses_in_json(full: bytes | None, said: dict) -> None:
+    """68 places (``max_streams`` 1), each held by a request being answered: a new request gets
+    503, JSON, ``Retry-After``, and its connection is closed; none of the 68 is closed for it."""
+    release, holding = threading.Event(), []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["path"] == "/hold":
+            holding.append(1)
+            while not release.is_set():
+                await asyncio.sleep(0.01)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    def settings() -> Any:
+        return server.config(app, 1 << 16, 1, None, deadlines=LONG, full=full)
+
+    with server._in_thread(_Nothing(), settings, "127.0.0.1", 0, 60) as running, sockets() as held:
+        for _ in range(68):
+            held.append(connect(running.url))
+            held[-1].sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+        while len(holding) < 68:  # every place is being answered
+            time.sleep(0.01)
+        with contextlib.closing(connect(running.url)) as refused:
+            refused.sendall(HEALTH)
+            status, headers, body = response(refused)
+            assert until_closed(refused) == b""
+        assert (status, headers["content-type"], headers["retry-after"], json.loads(body)) == (
+            503,
+            "application/json",
+            "1",
+            said,
+        )
+        assert all(still_open(sock) for sock in held)
+        release.set()
+        assert [response(sock)[0] for sock in held] == [200] * 68
+        with contextlib.closing(connect(running.url)) as fresh:
+            fresh.sendall(HEALTH)
+            assert response(fresh)[0] == 200
