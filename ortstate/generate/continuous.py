@@ -23,6 +23,7 @@ from ..decoders import FeedRules
 from ..errors import GenerationError, StateError
 from ..streams.kv_pool import KvPool
 from .batch_plan import batch_options, plan_requests
+from .choice_stream import ChoiceStream
 from .engine import END, Engine, Request, Scored
 from .kept import KeptStream
 from .options import SearchOptions
@@ -187,17 +188,19 @@ class ContinuousBatcher:
         stop_at_eos: bool = True,
         logprobs: int | None = None,
         **search: Any,
-    ) -> AsyncIterator[tuple[int, int | Scored]]:
+    ) -> ChoiceStream:
         """:meth:`stream` for ``n`` choices (``n`` in ``search``, sampling): ``(choice, token)`` as each
         is picked. The prompt is fed once; then each choice runs on its own copy of the stream
         (:meth:`KvPool.fork <ortstate.streams.kv_pool.KvPool.fork>`), choice ``i`` sampled with
         ``seed + i``. Each choice's tokens are those ``Generator.generate_batch`` gives it.
+        ``cancel(i)`` on what it returns ends choice ``i`` early (the others go on).
 
         Raises:
             GenerationError: a bad prompt or option, ``n`` above the pool's slots.
         """
         requests = self._stream_requests(prompt, max_new_tokens, stop_at_eos, logprobs, search)
-        return self._items(requests, None, tagged=True)
+        items = self._items(requests, None, tagged=True)
+        return ChoiceStream(items, lambda: [r.rid for r in requests], self._engine.cancel)
 
     def _stream_requests(
         self, prompt: Sequence[int], max_new_tokens: int, stop_at_eos: bool, logprobs: int | None, search: dict

@@ -25,7 +25,7 @@ def choices_of(generation: Generation) -> list[Generation]:
 async def choice_pieces(choices: list[Generation]) -> AsyncIterator[tuple[int, str, list[int]]]:
     """``n`` > 1 choices (:meth:`Generation.choices`) over one prefill: (choice, the text now final,
     its tokens since its last piece) as each token comes, then each choice's last piece. A choice
-    cut at a stop string takes no more tokens (the batcher's request runs on to its end unread)."""
+    cut at a stop string takes no more tokens: its request is cancelled (the others go on)."""
     first = choices[0]
     batcher, sampling = first.service.batcher, first.sampling
     stream = batcher.stream_choices(
@@ -39,7 +39,10 @@ async def choice_pieces(choices: list[Generation]) -> AsyncIterator[tuple[int, s
         async for index, item in stream:
             choice = choices[index]
             if choice.finish is None:
-                yield (index, *choice.take(item))
+                piece = choice.take(item)
+                if choice.finish is not None:  # cut at a stop string: its request ends now
+                    stream.cancel(index)
+                yield (index, *piece)
     for choice in choices:
         last = choice.close() if choice.finish is None else None
         if last is not None:

@@ -189,6 +189,32 @@ def test_n_choices_share_one_prefill_and_each_is_its_seed_alone(
     assert asyncio.run(streamed()) == rows[3:]
 
 
+def test_a_cancelled_choice_ends_and_the_others_go_on(batchers: dict[str, ContinuousBatcher]) -> None:
+    """stream_choices' cancel(i) ends choice i at the engine's next tick (a server cuts it at a stop
+    string); the other choices run to their limit with the tokens they have uncancelled."""
+    import asyncio
+
+    batcher, prompt, limit = batchers["llama"], [18, 152, 24, 240, 209], 100
+    options = {"do_sample": True, "top_k": 20, "seed": SEED, "n": 3, "stop_at_eos": False}
+    whole = batcher.generate_many([prompt], limit, **options)
+
+    async def cancelling() -> list[list[int]]:
+        got: list[list[int]] = [[], [], []]
+        stream = batcher.stream_choices(prompt, limit, **options)
+        async for index, token in stream:
+            got[index].append(token)
+            if index == 1 and len(got[1]) == 2:
+                stream.cancel(1)
+        return got
+
+    got = asyncio.run(cancelling())
+    assert got[0] == whole[0] and got[2] == whole[2]
+    # the engine runs ahead of this loop by the ticks it made before the cancel reached it: far
+    # fewer than the 98 left (each tick waits for nothing but its run)
+    assert got[1] == whole[1][: len(got[1])] and 2 <= len(got[1]) < limit
+    assert batcher.pool.streams == []
+
+
 @pytest.mark.parametrize("steps", [1, 4])
 def test_after_n_choices_the_state_holds_their_rows(steps: int, generators: dict[str, Generator]) -> None:
     """Continuing (reset=False) after n choices takes one prompt per choice, and equals a generation
