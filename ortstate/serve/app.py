@@ -4,8 +4,9 @@ WebSocket per stream for its steps.
 Protocol (docs/serve.md): ``POST /v1/streams`` answers ``{"id": ...}``; ``/v1/streams/{id}`` takes
 binary messages (one step's feeds as ``.npz``, answered by its outputs as ``.npz``) and text ones
 (``{"op": "reset"}``, ``{"op": "close"}``, answered ``{"ok": true}``). A bad message is answered
-``{"error": ...}`` and changes nothing; the socket stays open. The HTTP endpoints are Starlette's;
-the stream sockets go straight to :mod:`.sockets`.
+``{"error": ...}`` and changes nothing; the socket stays open. The HTTP endpoints are Starlette's,
+every error of theirs JSON (``{"error": ...}``; an unexpected one a 500 naming a log id:
+:mod:`.internal_errors`); the stream sockets go straight to :mod:`.sockets`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ..errors import OrtStateError, ServeError
 from .auth import BearerAuth, Receive, Scope, Send
+from .internal_errors import internal_handler, logged_app
 from .service import StreamService
 from .sockets import PREFIX, serve_socket
 from .stream_ids import ID_PATTERN
@@ -52,9 +55,14 @@ def create_app(
             (servers behind a router that moves streams when servers come and go).
     """
 
-    http = Starlette(
-        routes=_http_routes(service),
-        lifespan=parking_lifespan(service.park_idle, service.park_all, idle_park, "streams"),
+    handlers: dict[Any, Any] = {HTTPException: _http_error, Exception: internal_handler(_internal_body)}
+    http = logged_app(
+        Starlette(
+            routes=_http_routes(service),
+            exception_handlers=handlers,
+            lifespan=parking_lifespan(service.park_idle, service.park_all, idle_park, "streams"),
+        ),
+        _internal_body,
     )
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -66,6 +74,16 @@ def create_app(
         await http(scope, receive, send)
 
     return app if token is None else BearerAuth(app, token)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors (no such route, a method not allowed) in the server's JSON shape."""
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"error": f"{request.method} {request.url.path}: {exc.detail}"}, status_code=exc.status_code)
+
+
+def _internal_body(log_id: str) -> dict[str, str]:
+    return {"error": f"internal error (log id {log_id}): the server's log has the details"}
 
 
 def _http_routes(service: StreamService) -> list[Route]:

@@ -16,13 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import OrtStateError
-from .auth import Receive, Scope, Send
 from .guard import RETRY_AFTER
+from .internal_errors import internal_handler
+from .internal_errors import logged_app as _logged_app
 from .openai_api import ApiError
 
 __all__ = ["api_error", "failed", "full_body", "http_error", "internal", "internal_error", "logged_app"]
 
-_LOG_ID = "ortstate.log_id"  # the scope's key for an internal error's log id
 logger = logging.getLogger("ortstate.serve")
 
 
@@ -39,25 +39,6 @@ async def api_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.code, headers=headers)
 
 
-async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's answer to an exception nothing else handled: logged with a log id and its
-    traceback, then a 500 naming the id, no text of the exception's."""
-    return JSONResponse(internal(_log(request.scope, exc)).body(), status_code=500)
-
-
-def _log(scope: Scope, exc: BaseException) -> str:
-    """Log ``exc`` with its traceback under a new log id, kept in the request's scope; the id."""
-    log_id = scope[_LOG_ID] = secrets.token_hex(6)
-    logger.error(
-        "ortstate serve: internal error, log id %s (%s %s)",
-        log_id,
-        scope.get("method"),
-        scope.get("path"),
-        exc_info=exc,
-    )
-    return log_id
-
-
 def internal(log_id: str) -> ApiError:
     return ApiError(
         f"internal error (log id {log_id}): the server's log has the details",
@@ -67,32 +48,17 @@ def internal(log_id: str) -> ApiError:
     )
 
 
+def _internal_body(log_id: str) -> dict[str, Any]:
+    return internal(log_id).body()
+
+
+internal_error = internal_handler(_internal_body)  # Starlette's handler for any other exception
+
+
 def logged_app(app: Any) -> Any:
-    """``app``, an exception out of which is not raised on to uvicorn (whose answer is plain text,
-    and whose log line has no id): Starlette raises again what :func:`internal_error` logged and
-    answered; anything else (an answer that had begun) is logged here, and answered if it had not."""
-
-    async def logged(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # the lifespan's failures are uvicorn's to report
-            await app(scope, receive, send)
-            return
-        started = False
-
-        async def sending(message: Any) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await app(scope, receive, sending)
-        except Exception as exc:  # noqa: BLE001 - the last resort: nothing of it reaches the client
-            if _LOG_ID in scope:
-                return
-            log_id = _log(scope, exc)
-            if not started:
-                await JSONResponse(internal(log_id).body(), status_code=500)(scope, receive, send)
-
-    return logged
+    """``app`` whose unhandled exceptions are logged and answered in OpenAI's shape (see
+    :func:`~.internal_errors.logged_app`)."""
+    return _logged_app(app, _internal_body)
 
 
 async def http_error(request: Request, exc: Exception) -> JSONResponse:

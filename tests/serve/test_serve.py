@@ -407,3 +407,32 @@ def test_an_unknown_stream_is_refused_at_once(shared):
 
     with pytest.raises(ServeError, match="404 no such stream"):
         asyncio.run(attempt())
+
+
+def test_http_errors_are_json_and_an_internal_one_names_a_log_id(monkeypatch, caplog) -> None:
+    """No route and an exception inside a route: JSON bodies (never Starlette's plain text), the
+    internal one naming a log id the server's log line carries, and none of the exception's text."""
+    import json as _json
+
+    with running(slots=2) as r:
+        try:
+            urllib.request.urlopen(r.url + "/v1/nothing", timeout=10)
+            raise AssertionError("no 404")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 404 and exc.headers["content-type"] == "application/json"
+            assert _json.loads(exc.read()) == {"error": "GET /v1/nothing: Not Found"}
+
+        def broken() -> None:
+            raise RuntimeError("secret internals /somewhere/private")
+
+        monkeypatch.setattr(r.service, "stats", broken)
+        with caplog.at_level("ERROR", logger="ortstate.serve"):
+            try:
+                urllib.request.urlopen(r.url + "/v1/stats", timeout=10)
+                raise AssertionError("no 500")
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 500 and exc.headers["content-type"] == "application/json"
+                message = _json.loads(exc.read())["error"]
+        assert "secret" not in message and "private" not in message
+        log_id = message.split("log id ")[1].split(")")[0]
+        assert any(log_id in rec.getMessage() and rec.exc_info for rec in caplog.records)
