@@ -154,8 +154,10 @@ def _fused(node: Node, ctx: Context, kv: KvAttention) -> str:
     total32 = b.op("Cast", [total], {"to": T.INT32})
     seqlens = b.op("Expand", [b.op("Sub", [total32, b.const(np.array(1, np.int32))]), b.op("Unsqueeze", [batch, i64])])
     inputs += [seqlens, total32]
-    if _has_mask(node):
-        inputs += ["", "", "", _bias(node, b, seq, total)]
+    if _has_mask(node) or kv.sink is not None:
+        inputs += ["", "", "", _bias(node, b, seq, total) if _has_mask(node) else ""]
+    if kv.sink is not None:
+        inputs.append(b.const(kv.sink))
     attrs = {"num_heads": kv.heads, "kv_num_heads": kv.kv_heads, "scale": kv.scale, "causal": 0}
     one = b.const(np.array(1, np.int64))
     several = b.op("And", [b.op("Greater", [batch, one]), b.op("Greater", [seq, one])])
