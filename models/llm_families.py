@@ -275,6 +275,42 @@ FAMILIES: list[Family] = [
     ),
 ]
 
+# Families whose attention the converter did not fuse at first (found by the survey in
+# docs/streams.md): gpt-oss's attention sinks (now GroupQueryAttention's head_sink) and XGLM's eager
+# attention (batched MatMul/Softmax over [batch * heads, ...], no ScaledDotProductAttention: its
+# caches are copied by the pool).
+FAMILIES += [
+    Family(
+        "gpt_oss",
+        "GptOssConfig",
+        _common(
+            head_dim=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=4,  # window < prompt + new tokens
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+    ),
+    Family(
+        "xglm",
+        "XGLMConfig",
+        {
+            "vocab_size": VOCAB,
+            "d_model": 64,
+            "ffn_dim": 128,
+            "num_layers": 2,
+            "attention_heads": 4,
+            "max_position_embeddings": 128,
+            "tie_word_embeddings": False,
+            "init_std": 0.1,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+        },
+    ),
+]
+
 # A VLM's language model (inputs_embeds instead of input_ids); the text-only prompt goes through the
 # exported text-embeddings IR. Text vocab 257 keeps the image token (256) out of the random prompts.
 FAMILIES.append(

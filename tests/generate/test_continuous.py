@@ -14,7 +14,8 @@ from ortstate.errors import GenerationError, StateError
 from ortstate.generate import ContinuousBatcher, Generator, KeptStream
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "llm"
-NAMES = ["llama", "gemma2", "mistral", "lfm2", "zamba2", "qwen3_next", "llama_int4"]
+# gpt_oss: attention sinks in the fused kernel; xglm: no fused attention (its caches are copied)
+NAMES = ["llama", "gemma2", "mistral", "lfm2", "zamba2", "qwen3_next", "llama_int4", "gpt_oss", "xglm"]
 
 
 def _prompts(seed: int) -> list[list[int]]:

@@ -26,6 +26,7 @@ POOLED = [
     "dbrx",
     "gemma2",
     "gpt2",
+    "gpt_oss",
     "granitemoehybrid",
     "lfm2",
     "llama",
@@ -39,6 +40,7 @@ POOLED = [
     "qwen3",
     "qwen3_5",
     "qwen3_next",
+    "xglm",
     "zamba2",
 ]
 PROMPT = "Stateful models run in ONNX Runtime."

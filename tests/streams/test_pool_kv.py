@@ -23,7 +23,7 @@ DECODERS = sorted(
     p.name for p in MODELS.iterdir() if p.is_dir() and p.name not in ("t5", "whisper", "mamba", "falcon_mamba", "llava")
 )
 RAGGED = {"llama", "llama_fp16", "llama_int4", "llama_int8", "gemma2", "mistral", "gpt2", "phi3", "qwen2", "qwen3",
-          "mixtral", "dbrx"}  # fmt: skip
+          "mixtral", "dbrx", "gpt_oss", "xglm"}  # fmt: skip
 
 
 def _converted(name: str, form: str):
