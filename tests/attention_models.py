@@ -25,6 +25,7 @@ class Spec:
     mask: str = "bool"  # bool | float | none | window (boolean, causal within 3 positions)
     scale: float | None = None
     causal: bool = False
+    sink: str = "none"  # none | heads (a constant logit per head, gpt-oss's) | computed (from x)
 
 
 def _i64(values: list[int]) -> ov.Node:
@@ -85,6 +86,15 @@ def decoder_layer(spec: Spec) -> ov.Model:
             inputs.append(ops.constant(np.float32(0)))
         inputs.append(ops.constant(np.float32(spec.scale)))
     attn = ops.scaled_dot_product_attention(*inputs, causal=spec.causal)
+    if spec.sink != "none":  # the Python API takes no sink: the layer is given its sixth input
+        while len(inputs) < 5:  # no mask (a scalar 0), the default scale
+            default = 0.0 if len(inputs) == 3 else 1 / spec.size**0.5
+            inputs.append(ops.constant(np.float32(default)))
+        sink = ops.constant(rng.standard_normal((1, spec.heads, 1, 1)).astype(np.float32) * 2)
+        if spec.sink == "computed":  # one logit per batch row, from the input
+            sink = ops.unsqueeze(ops.reduce_mean(x, _i64([1, 2]), False), _i64([1, 2, 3]))
+        attn.set_arguments([node.output(0) for node in [*inputs, sink]])
+        attn.validate_and_infer_types()
     out = ops.reshape(ops.transpose(attn, [0, 2, 1, 3]), [0, 0, -1], True)
     result = ops.result(out)
     result.output(0).get_tensor().set_names({"out"})

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kv_models import one_layer
 
 import ortstate
 from ortstate.decoders.feeds import FeedRules
@@ -115,17 +116,32 @@ def test_streams_match_lone_sessions(name: str, form: str, tmp_path: Path) -> No
     assert stats.steps > 0
 
 
-def test_a_batch_of_one_token_steps_is_one_run() -> None:
-    model, files = _converted("llama", "explicit")
+@pytest.mark.parametrize("name", ["llama", "xglm"])  # caches in place (fused attention); copied (composed)
+def test_a_batch_of_one_token_steps_is_one_run(name: str) -> None:
+    model, files = _converted(name, "explicit")
     pool = ortstate.StreamPool(model, 8, max_context=64)
-    rules = _rules(ortstate.StatefulSession(model), files.folder)
+    session = ortstate.StatefulSession(model)
+    rules = _rules(session, files.folder)
     sids = [pool.open() for _ in range(5)]
     for k, sid in enumerate(sids):  # caches of 2, 4, 6, 8, 10 positions
         pool.step({sid: rules.feeds(np.arange(2 + 2 * k)[None] + 3, 0)})
     runs = pool.stats().runs
-    pool.step({sid: rules.feeds(np.array([[7]]), 2 + 2 * k) for k, sid in enumerate(sids)})
+    feeds = {sid: rules.feeds(np.array([[7]]), 2 + 2 * k) for k, sid in enumerate(sids)}
+    got = pool.step(feeds)
     assert pool.stats().runs == runs + 1
     assert pool.stats().max_batch == 5
+    session.run(None, rules.feeds(np.arange(8)[None] + 3, 0))  # the fourth stream, alone
+    _check(got[sids[3]], session.run(None, feeds[sids[3]]), f"{name} stream {sids[3]}")
+
+
+def test_a_model_that_rewrites_a_copied_cache_is_refused(tmp_path: Path) -> None:
+    """A cache no fused attention appends to is copied in and out of its row: the pool keeps only the
+    positions a step appends, so a model that changes the past it reads (here doubles it) is refused."""
+    xml = one_layer(tmp_path, token_ids=True, scaled_past=True, batch_from_ids=True)
+    with pytest.raises(OrtStateError, match="variable '[^']+': its next value is not its past with the step's 1 po"):
+        ortstate.StreamPool(ortstate.convert(str(xml)), 2)
+    plain = one_layer(tmp_path / "plain", token_ids=True, batch_from_ids=True)  # appends only: pooled
+    assert ortstate.StreamPool(ortstate.convert(str(plain)), 2).batching == "ragged"
 
 
 def test_a_failed_step_changes_no_stream() -> None:
