@@ -8,9 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from attention_models import Spec, token_decoder
 from kv_models import one_layer
+from oracle import save_ir
 
 import ortstate
+from ortstate.convert import read_attention_report
 from ortstate.decoders.feeds import FeedRules
 from ortstate.decoders.model_dir import find_model_files, read_config
 from ortstate.errors import OrtStateError, RunError, StateError
@@ -185,3 +188,36 @@ def test_fresh_prompts_of_one_length_are_one_run(name: str) -> None:
     got = pool.step(feeds)
     for sid, session in zip(sids, sessions):
         _check(got[sid], session.run(None, feeds[sid]), f"{name} stream {sid} decode")
+
+
+@pytest.mark.parametrize("form", ["custom-op", "explicit"])
+def test_fused_and_copied_caches_step_in_one_run(form: str, tmp_path: Path) -> None:
+    """A decoder with one attention fused (its cache appended to in place) and one composed (sinks
+    computed at run time: its cache copied in and out): prompts, then ragged one-token steps of all
+    streams in one run, each stream's logits a lone session's."""
+    xml = save_ir(token_decoder([Spec(), Spec(sink="computed")]), tmp_path, "mixed")
+    model = ortstate.convert(str(xml), explicit_state=form == "explicit")
+    assert [row["as"] for row in read_attention_report(model) or []] == ["GroupQueryAttention", "composed"]
+    pool = ortstate.StreamPool(model, 4, max_context=32)
+    assert pool.batching == "ragged"
+
+    def feeds(ids: list[int], past: int) -> dict[str, np.ndarray]:
+        n = len(ids)
+        return {"input_ids": np.array([ids]), "attention_mask": np.ones((1, past + n), np.int64),
+                "beam_idx": np.zeros(1, np.int32)}  # fmt: skip
+
+    rng = np.random.default_rng(4)
+    shadows = [_Shadow(pool.open(), ortstate.StatefulSession(model)) for _ in range(3)]
+    for s, n in zip(shadows, (3, 6, 1)):
+        step = feeds(rng.integers(0, 32, n).tolist(), 0)
+        _check(pool.step({s.sid: step})[s.sid], s.session.run(None, step), f"{form} prompt {s.sid}")
+        s.past = n
+    for round_ in range(4):
+        runs = pool.stats().runs
+        steps = {s.sid: feeds([int(rng.integers(0, 32))], s.past) for s in shadows}
+        got = pool.step(steps)
+        assert pool.stats().runs == runs + 1
+        for s in shadows:
+            _check(got[s.sid], s.session.run(None, steps[s.sid]), f"{form} round {round_} stream {s.sid}")
+            s.past += 1
+            assert pool.length(s.sid) == s.past
