@@ -8,7 +8,7 @@ with OpenVINO alone (``llm_reference.py``).
 optimum-intel pins some architectures to a transformers range, so three venvs are used, each made with
 torch pinned in the same install command (a local CPU build), then ``pip uninstall -y torchvision``::
 
-    python3 -m venv .venv-llm      # transformers 5.5.4: llama*, gpt2, qwen2, qwen3, phi3, mistral,
+    python3 -m venv .venv-llm      # transformers 5.5.4: llama*, gpt2, qwen2, qwen3, phi3, mistral, gpt_oss, xglm,
     .venv-llm/bin/pip install "torch==2.13.0" "optimum-intel[openvino]==2.2.0" "transformers==5.5.4"
     # .venv-llm-52:  transformers==5.2.0  (mamba, falcon_mamba, lfm2, qwen3_5)
     # .venv-llm-457: transformers==4.57.6 (gemma2, zamba2, qwen3_next, dbrx)
