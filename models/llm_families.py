@@ -276,9 +276,9 @@ FAMILIES: list[Family] = [
 ]
 
 # Families whose attention the converter did not fuse at first (found by the survey in
-# docs/streams.md): gpt-oss's attention sinks (now GroupQueryAttention's head_sink) and XGLM's eager
-# attention (batched MatMul/Softmax over [batch * heads, ...], no ScaledDotProductAttention: its
-# caches are copied by the pool).
+# docs/models.md): gpt-oss's attention sinks (now GroupQueryAttention's head_sink); XGLM's and
+# GPT-NeoX-Japanese's eager attention (batched MatMul/Softmax, no ScaledDotProductAttention: the
+# pool copies their caches; gpt_neox_japanese also takes no position_ids).
 FAMILIES += [
     Family(
         "gpt_oss",
@@ -304,6 +304,24 @@ FAMILIES += [
             "max_position_embeddings": 128,
             "tie_word_embeddings": False,
             "init_std": 0.1,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+        },
+    ),
+    Family(
+        "gpt_neox_japanese",
+        "GPTNeoXJapaneseConfig",
+        {
+            "vocab_size": VOCAB,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_multiple_size": 2,
+            "max_position_embeddings": 128,
+            "attention_dropout": 0.0,
+            "tie_word_embeddings": False,
+            "initializer_range": 0.1,
             "bos_token_id": 1,
             "eos_token_id": 2,
             "pad_token_id": 0,

@@ -8,11 +8,11 @@ with OpenVINO alone (``llm_reference.py``).
 optimum-intel pins some architectures to a transformers range, so three venvs are used, each made with
 torch pinned in the same install command (a local CPU build), then ``pip uninstall -y torchvision``::
 
-    python3 -m venv .venv-llm      # transformers 5.5.4: llama*, gpt2, qwen2, qwen3, phi3, mistral, gpt_oss, xglm,
+    python3 -m venv .venv-llm      # transformers 5.5.4: llama*, gpt2, qwen2, qwen3, phi3, mistral,
     .venv-llm/bin/pip install "torch==2.13.0" "optimum-intel[openvino]==2.2.0" "transformers==5.5.4"
     # .venv-llm-52:  transformers==5.2.0  (mamba, falcon_mamba, lfm2, qwen3_5)
     # .venv-llm-457: transformers==4.57.6 (gemma2, zamba2, qwen3_next, dbrx)
-    #   ... mixtral, granitemoehybrid, whisper, t5 use .venv-llm
+    #   ... mixtral, granitemoehybrid, whisper, t5, gpt_oss, xglm, gpt_neox_japanese use .venv-llm
 
 Usage (each family with the venv of its pin; families of another pin are skipped)::
 

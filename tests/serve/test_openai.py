@@ -26,6 +26,7 @@ POOLED = [
     "dbrx",
     "gemma2",
     "gpt2",
+    "gpt_neox_japanese",
     "gpt_oss",
     "granitemoehybrid",
     "lfm2",
