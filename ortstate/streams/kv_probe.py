@@ -65,13 +65,18 @@ def _embed_size(model: KvModel) -> int:
     return size
 
 
+def _scratch(model: KvModel, slots: int, capacity: int) -> tuple[KvArena, list[np.ndarray], KvRunner]:
+    """An arena, fixed states and a runner of the probe's own."""
+    heads, size = model.kv_shape
+    arena = KvArena(model.kv, heads, size, slots, capacity)
+    fixed = [np.zeros((slots, *f.shape[1:]), f.carrier) for f in model.fixed]
+    return arena, fixed, KvRunner(model, arena, fixed, Recorder())
+
+
 def probe_prompts(model: KvModel) -> bool:
     """Whether fresh prompts of one length run together as each alone (a batch of empty caches)."""
     rng = np.random.default_rng(_SEED)
-    heads, size = model.kv_shape
-    arena = KvArena(model.kv, heads, size, 3, 8)
-    fixed = [np.zeros((3, *f.shape[1:]), f.carrier) for f in model.fixed]
-    runner = KvRunner(model, arena, fixed, Recorder())
+    arena, _, runner = _scratch(model, 3, 8)
     try:
         rows = [Row(slot, probe_feeds(model, rng.integers(1, 11, 5), 0, rng), 5, 0) for slot in range(3)]
         alone = [runner.run([row], False) for row in rows]
@@ -103,10 +108,7 @@ def _check_appends(model: KvModel) -> None:
     if all(var.length_input for var in model.kv):
         return
     rng = np.random.default_rng(_SEED)
-    heads, size = model.kv_shape
-    arena = KvArena(model.kv, heads, size, 1, 8)
-    fixed = [np.zeros((1, *f.shape[1:]), f.carrier) for f in model.fixed]
-    runner = KvRunner(model, arena, fixed, Recorder())
+    arena, fixed, runner = _scratch(model, 1, 8)
     runner.copied.check_past = True
     try:
         result = runner.run([Row(0, probe_feeds(model, rng.integers(1, 11, 3), 0, rng), 3, 0)], False)
@@ -121,10 +123,7 @@ def _check_appends(model: KvModel) -> None:
 def _agrees(model: KvModel, prompts: list[int], ragged: bool, mask: str) -> bool:
     """Whether streams prefilled with ``prompts`` tokens step together as each alone."""
     rng = np.random.default_rng(_SEED)
-    heads, size = model.kv_shape
-    arena = KvArena(model.kv, heads, size, len(prompts), max(prompts) + 2)
-    fixed = [np.zeros((len(prompts), *f.shape[1:]), f.carrier) for f in model.fixed]
-    runner = KvRunner(model, arena, fixed, Recorder())
+    arena, fixed, runner = _scratch(model, len(prompts), max(prompts) + 2)
     try:
         for slot, length in enumerate(prompts):
             result = runner.run([Row(slot, probe_feeds(model, rng.integers(1, 11, length), 0, rng), length, 0)], False)
