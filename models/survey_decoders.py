@@ -27,20 +27,12 @@ from collections import Counter
 from pathlib import Path
 
 SEED = 20240607
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llm_families import COMMON as _BASE  # noqa: E402  (the committed families' tiny sizes)
+
 COMMON = {
-    "vocab_size": 256,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
+    **_BASE,
     "head_dim": 16,
-    "max_position_embeddings": 128,
-    "tie_word_embeddings": False,
-    "initializer_range": 0.1,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "pad_token_id": 0,
     "num_local_experts": 4,
     "num_experts": 4,
     "num_experts_per_tok": 2,
