@@ -43,15 +43,15 @@ class CopiedKv:
     def feed(self, lo: int, count: int, rows: np.ndarray, lengths: np.ndarray, past: int) -> list[np.ndarray]:
         """Each copied variable's past for a run of the block ``lo..lo + count``: ``rows`` the
         stepping rows (offsets in the block), ``lengths`` their caches' positions, ``past`` the run's."""
-        heads, size = self.arena.heads, self.arena.size
         pairs = list(zip(rows.tolist(), lengths.tolist()))
         holes = sorted(set(range(count)) - set(rows.tolist()))
         fed = []
         for n, k in enumerate(self.index):
+            source = self.arena.arrays[k]
+            heads, size = source.shape[1], source.shape[3]
             if self._buffers[n].size < count * heads * past * size:
                 self._buffers[n] = np.empty(count * heads * past * size, np.float32)
             value = self._buffers[n][: count * heads * past * size].reshape(count, heads, past, size)
-            source = self.arena.arrays[k]
             for row, length in pairs:
                 value[row, :, : past - length] = 0
                 value[row, :, past - length :] = source[lo + row, :, :length]

@@ -66,7 +66,7 @@ class KvModel:
     loaded: LoadedModel
     fingerprint: str
     kv: tuple[VariableMeta, ...]  # every KV cache: the fused attention's (a length input) and copied ones
-    kv_shape: tuple[int, int]  # (heads, head size) of every KV variable's row
+    kv_shapes: tuple[tuple[int, int], ...]  # (heads, head size) of each KV variable's row
     fixed: tuple[FixedSpec, ...]
     feeds: tuple[FeedSpec, ...]
     seqlens: str  # "" where no attention is fused (no KV cache in place)
@@ -114,9 +114,12 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
     fixed = tuple(_fixed(v, origin) for v in meta.variables if v not in kv)
     if not kv:
         raise OrtStateError(f"{origin}: cannot pool its streams: the model has no KV cache")
-    kv_shape = {(v.shape[1], v.shape[3]) for v in kv if v.shape}  # type: ignore[index]
-    if len(kv_shape) != 1 or not all(isinstance(d, int) for d in next(iter(kv_shape))):
-        raise OrtStateError(f"{origin}: cannot pool its streams: the KV caches' heads and head sizes differ")
+    shapes = tuple((v.shape[1], v.shape[3]) if v.shape and len(v.shape) == 4 else (None, None) for v in kv)
+    for var, shape in zip(kv, shapes):
+        if not all(isinstance(d, int) for d in shape):
+            raise OrtStateError(
+                f"{origin}: cannot pool its streams: KV cache {var.id!r} has no static heads and head size"
+            )
     write_meta(proto, meta)
     loaded = load_model(source, sess_options, providers, form="explicit")
     hidden = {names.seqlens, names.key_index, last} - {""}
@@ -125,7 +128,7 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
         loaded,
         fingerprint,
         kv,
-        next(iter(kv_shape)),  # type: ignore[arg-type]
+        shapes,  # type: ignore[arg-type]
         fixed,
         feeds,
         names.seqlens,

@@ -67,8 +67,7 @@ def _embed_size(model: KvModel) -> int:
 
 def _scratch(model: KvModel, slots: int, capacity: int) -> tuple[KvArena, list[np.ndarray], KvRunner]:
     """An arena, fixed states and a runner of the probe's own."""
-    heads, size = model.kv_shape
-    arena = KvArena(model.kv, heads, size, slots, capacity)
+    arena = KvArena(model.kv, model.kv_shapes, slots, capacity)
     fixed = [np.zeros((slots, *f.shape[1:]), f.carrier) for f in model.fixed]
     return arena, fixed, KvRunner(model, arena, fixed, Recorder())
 

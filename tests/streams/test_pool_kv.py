@@ -193,9 +193,11 @@ def test_fresh_prompts_of_one_length_are_one_run(name: str) -> None:
 @pytest.mark.parametrize("form", ["custom-op", "explicit"])
 def test_fused_and_copied_caches_step_in_one_run(form: str, tmp_path: Path) -> None:
     """A decoder with one attention fused (its cache appended to in place) and one composed (sinks
-    computed at run time: its cache copied in and out): prompts, then ragged one-token steps of all
-    streams in one run, each stream's logits a lone session's."""
-    xml = save_ir(token_decoder([Spec(), Spec(sink="computed")]), tmp_path, "mixed")
+    computed at run time: its cache copied in and out), their caches of other heads and head sizes
+    (2 x 8, 1 x 16): prompts, then ragged one-token steps of all streams in one run, each stream's
+    logits a lone session's."""
+    mixed = token_decoder([Spec(), Spec(heads=2, kv_heads=1, size=16, sink="computed")])
+    xml = save_ir(mixed, tmp_path, "mixed")
     model = ortstate.convert(str(xml), explicit_state=form == "explicit")
     assert [row["as"] for row in read_attention_report(model) or []] == ["GroupQueryAttention", "composed"]
     pool = ortstate.StreamPool(model, 4, max_context=32)
