@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # transformers pins (optimum-intel 2.2's MIN/MAX_TRANSFORMERS_VERSION per architecture)
-PINS = {"main": "5.5.4", "52": "5.2.0", "457": "4.57.6"}
-VENVS = {"main": ".venv-llm", "52": ".venv-llm-52", "457": ".venv-llm-457"}
+PINS = {"main": "5.5.4", "52": "5.2.0", "457": "4.57.6", "50": "5.0.0"}
+VENVS = {"main": ".venv-llm", "52": ".venv-llm-52", "457": ".venv-llm-457", "50": ".venv-llm-50"}
 
 VOCAB = 256
 COMMON: dict[str, Any] = {
@@ -275,10 +275,11 @@ FAMILIES: list[Family] = [
     ),
 ]
 
-# Families whose attention the converter did not fuse at first (found by the survey in
-# docs/models.md): gpt-oss's attention sinks (now GroupQueryAttention's head_sink); XGLM's and
-# GPT-NeoX-Japanese's eager attention (batched MatMul/Softmax, no ScaledDotProductAttention: the
-# pool copies their caches; gpt_neox_japanese also takes no position_ids).
+# Families the stream pool refused at first (found by the survey in docs/models.md): gpt-oss's
+# attention sinks (now GroupQueryAttention's head_sink); XGLM's and GPT-NeoX-Japanese's eager
+# attention (batched MatMul/Softmax, no ScaledDotProductAttention: the pool copies their caches;
+# gpt_neox_japanese also takes no position_ids); Gemma 3n's cross-layer KV sharing (its last two
+# layers attend over the first two layers' caches: two kernels read one cache, so it is copied).
 FAMILIES += [
     Family(
         "gpt_oss",
@@ -326,6 +327,23 @@ FAMILIES += [
             "eos_token_id": 2,
             "pad_token_id": 0,
         },
+    ),
+    Family(
+        "gemma3n_text",
+        "Gemma3nTextConfig",
+        _common(
+            head_dim=16,
+            num_hidden_layers=4,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            num_kv_shared_layers=2,
+            sliding_window=4,
+            hidden_size_per_layer_input=16,
+            vocab_size_per_layer_input=VOCAB,
+            laurel_rank=8,
+            altup_num_inputs=4,
+            activation_sparsity_pattern=[0.0] * 4,
+        ),
+        pin="50",  # optimum-intel 2.2 exports gemma3n with transformers 5.0 exactly
     ),
 ]
 

@@ -15,7 +15,8 @@ from ortstate.generate import ContinuousBatcher, Generator, KeptStream
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "llm"
 # gpt_oss: attention sinks in the fused kernel; xglm, gpt_neox_japanese: no fused attention (their
-# caches are copied), the second batching uniform (no position_ids)
+# caches are copied), the second batching uniform (no position_ids); gemma3n_text: caches shared by
+# two layers (copied)
 NAMES = [
     "llama",
     "gemma2",
@@ -27,6 +28,7 @@ NAMES = [
     "gpt_oss",
     "xglm",
     "gpt_neox_japanese",
+    "gemma3n_text",
 ]
 
 

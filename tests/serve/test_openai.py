@@ -26,6 +26,7 @@ LLM = REPO / "models" / "llm"
 POOLED = [
     "dbrx",
     "gemma2",
+    "gemma3n_text",
     "gpt2",
     "gpt_neox_japanese",
     "gpt_oss",
@@ -122,10 +123,10 @@ def test_completions_and_chat_equal_a_lone_generator(name: str) -> None:
         assert running.service.batcher.pool.streams == [] and running.service.in_flight == 0
 
 
-@pytest.mark.parametrize("name", ["gpt_oss", "xglm", "gpt_neox_japanese"])
+@pytest.mark.parametrize("name", ["gpt_oss", "xglm", "gpt_neox_japanese", "gemma3n_text"])
 def test_the_command_serves_decoders_once_refused(name: str) -> None:
-    """``ortstate serve`` on a folder whose attention was not fused (sinks; eager attention: caches
-    the pool copies) starts and answers as a lone Generator."""
+    """``ortstate serve`` on a folder it refused (sinks; eager attention and caches shared by two
+    layers: caches the pool copies) starts and answers as a lone Generator."""
     gen = Generator.from_dir(LLM / name)
     ids = gen.tokenizer.encode(PROMPT)
     want = gen.generate(ids, 6)
