@@ -21,9 +21,10 @@ fused ``com.microsoft.GroupQueryAttention`` instead: K/V stay at the cache's hea
 the kernel appends this step's rows to the past itself, and its ``present`` outputs become what
 the variables store. It runs with ``causal=0`` and the model's own mask as ``attention_bias``
 (``-inf`` where a boolean mask is false), so it computes exactly what the composition does,
-whatever the mask says (padding, sliding windows, causal or not). The kernel refuses more than
-one new row with a past for batches above 1; that case takes the composition, in the then-branch
-of an ``If``.
+whatever the mask says (padding, sliding windows, causal or not); a sink of one constant logit per
+head is its ``head_sink`` (ONNX Runtime's softmax over the scores and the sink, as OpenVINO's).
+The kernel refuses more than one new row with a past for batches above 1; that case takes the
+composition, in the then-branch of an ``If``.
 """
 
 from __future__ import annotations
