@@ -64,8 +64,16 @@ EXTRA: dict[str, dict] = {
     "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
     "llama4_text": {"intermediate_size_mlp": 128, "num_local_experts": 2, "num_experts_per_tok": 1},
     # multi-head latent attention: keys of 16 + 8, values of 16 (no GQA in optimum's dummy past)
-    "deepseek_v3": {"num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8,
-                    "qk_nope_head_dim": 16, "v_head_dim": 16, "n_routed_experts": 4, "first_k_dense_replace": 1},
+    "deepseek_v3": {
+        "num_key_value_heads": 4,
+        "q_lora_rank": 32,
+        "kv_lora_rank": 16,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 16,
+        "v_head_dim": 16,
+        "n_routed_experts": 4,
+        "first_k_dense_replace": 1,
+    },
 }
 
 
