@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # transformers pins (optimum-intel 2.2's MIN/MAX_TRANSFORMERS_VERSION per architecture)
-PINS = {"main": "5.5.4", "52": "5.2.0", "457": "4.57.6"}
-VENVS = {"main": ".venv-llm", "52": ".venv-llm-52", "457": ".venv-llm-457"}
+PINS = {"main": "5.5.4", "52": "5.2.0", "457": "4.57.6", "50": "5.0.0"}
+VENVS = {"main": ".venv-llm", "52": ".venv-llm-52", "457": ".venv-llm-457", "50": ".venv-llm-50"}
 
 VOCAB = 256
 COMMON: dict[str, Any] = {
@@ -272,6 +272,78 @@ FAMILIES: list[Family] = [
         ),
         pin="52",
         decoding={**_HYBRID_DECODING, "conv_kernel": 4},
+    ),
+]
+
+# Families the stream pool refused at first (found by the survey in docs/models.md): gpt-oss's
+# attention sinks (now GroupQueryAttention's head_sink); XGLM's and GPT-NeoX-Japanese's eager
+# attention (batched MatMul/Softmax, no ScaledDotProductAttention: the pool copies their caches;
+# gpt_neox_japanese also takes no position_ids); Gemma 3n's cross-layer KV sharing (its last two
+# layers attend over the first two layers' caches: two kernels read one cache, so it is copied).
+FAMILIES += [
+    Family(
+        "gpt_oss",
+        "GptOssConfig",
+        _common(
+            head_dim=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=4,  # window < prompt + new tokens
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+    ),
+    Family(
+        "xglm",
+        "XGLMConfig",
+        {
+            "vocab_size": VOCAB,
+            "d_model": 64,
+            "ffn_dim": 128,
+            "num_layers": 2,
+            "attention_heads": 4,
+            "max_position_embeddings": 128,
+            "tie_word_embeddings": False,
+            "init_std": 0.1,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+        },
+    ),
+    Family(
+        "gpt_neox_japanese",
+        "GPTNeoXJapaneseConfig",
+        {
+            "vocab_size": VOCAB,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_multiple_size": 2,
+            "max_position_embeddings": 128,
+            "attention_dropout": 0.0,
+            "tie_word_embeddings": False,
+            "initializer_range": 0.1,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+        },
+    ),
+    Family(
+        "gemma3n_text",
+        "Gemma3nTextConfig",
+        _common(
+            head_dim=16,
+            num_hidden_layers=4,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            num_kv_shared_layers=2,
+            sliding_window=4,
+            hidden_size_per_layer_input=16,
+            vocab_size_per_layer_input=VOCAB,
+            laurel_rank=8,
+            altup_num_inputs=4,
+            activation_sparsity_pattern=[0.0] * 4,
+        ),
+        pin="50",  # optimum-intel 2.2 exports gemma3n with transformers 5.0 exactly
     ),
 ]
 

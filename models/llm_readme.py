@@ -53,8 +53,9 @@ NOTES = """
 ## Notes
 
 - Every family of the list exported; none failed. Venvs: transformers 5.5.4 (llama*, gpt2, qwen2, qwen3,
-  phi3, mistral, mixtral, granitemoehybrid, whisper, llava), 5.2.0 (mamba, falcon_mamba, lfm2, qwen3_5),
-  4.57.6 (gemma2, zamba2, qwen3_next, t5); torch 2.13.0, optimum-intel 2.2.0, nncf 3.4.0.
+  phi3, mistral, mixtral, granitemoehybrid, whisper, llava, gpt_oss, xglm, gpt_neox_japanese), 5.2.0
+  (mamba, falcon_mamba, lfm2, qwen3_5), 4.57.6 (gemma2, zamba2, qwen3_next, t5), 5.0.0 (gemma3n_text);
+  torch 2.13.0, optimum-intel 2.2.0, nncf 3.4.0.
 - `torch_max_abs_diff` in each `reference.json`: OpenVINO's step logits against the torch model run on the
   whole sequence without cache (~1e-6 for fp32; fp16/int8/int4 compare against the *unquantized* torch
   model, so 2e-3 / 9e-2 / 0.6 there only say the weights were compressed).
@@ -67,8 +68,14 @@ NOTES = """
 - zamba2 keeps `num_key_value_heads == num_attention_heads`: with GQA, optimum's dummy past cache has the
   wrong head count and tracing fails (`Sizes of tensors must match except in dimension 2. Expected size 4
   but got size 2`).
-- mistral and gemma2 use `sliding_window=4`, shorter than prompt + new tokens, so the window mask is
-  exercised (both agree with torch).
+- mistral, gemma2 and gpt_oss (on its sliding layer) use `sliding_window=4`, shorter than prompt + new
+  tokens, so the window mask is exercised (all agree with torch).
+- gpt_oss's attention has sinks (one learned logit per head joining the softmax: ScaledDotProductAttention's
+  sixth input); xglm's and gpt_neox_japanese's are eager (batched MatMul/Softmax, no
+  ScaledDotProductAttention), and gpt_neox_japanese takes no `position_ids`; gemma3n_text's last two
+  layers attend over the caches of its first two (`num_kv_shared_layers=2`: 4 variables for 4
+  attention layers). They were added for the stream pool: docs/models.md lists how every
+  optimum-intel decoder family converts and pools.
 - llava (optional VLM): the language model takes `inputs_embeds`; the reference feeds the text-only
   prompt and each new token through `openvino_text_embeddings_model.xml`. The vision IR is kept but
   unused by the reference.

@@ -12,13 +12,15 @@ torch pinned in the same install command (a local CPU build), then ``pip uninsta
     .venv-llm/bin/pip install "torch==2.13.0" "optimum-intel[openvino]==2.2.0" "transformers==5.5.4"
     # .venv-llm-52:  transformers==5.2.0  (mamba, falcon_mamba, lfm2, qwen3_5)
     # .venv-llm-457: transformers==4.57.6 (gemma2, zamba2, qwen3_next, dbrx)
-    #   ... mixtral, granitemoehybrid, whisper, t5 use .venv-llm
+    # .venv-llm-50:  transformers==5.0.0  (gemma3n_text)
+    #   ... mixtral, granitemoehybrid, whisper, t5, gpt_oss, xglm, gpt_neox_japanese use .venv-llm
 
 Usage (each family with the venv of its pin; families of another pin are skipped)::
 
     .venv-llm/bin/python models/make_llm_models.py [FAMILY ...]
     .venv-llm-52/bin/python models/make_llm_models.py mamba falcon_mamba lfm2 qwen3_5
     .venv-llm-457/bin/python models/make_llm_models.py gemma2 zamba2 qwen3_next dbrx
+    .venv-llm-50/bin/python models/make_llm_models.py gemma3n_text
     python3 models/make_llm_models.py --readme      # rewrite models/llm/README.md from the references
 
 Each ``models/llm/<name>/`` gets the IR(s), ``config.json``, ``generation_config.json``,

@@ -25,20 +25,21 @@ class Spec:
     mask: str = "bool"  # bool | float | none | window (boolean, causal within 3 positions)
     scale: float | None = None
     causal: bool = False
+    sink: str = "none"  # none | heads (a constant logit per head, gpt-oss's) | computed (from x)
 
 
 def _i64(values: list[int]) -> ov.Node:
     return ops.constant(np.array(values, np.int64))
 
 
-def decoder_layer(spec: Spec) -> ov.Model:
-    """``x [batch, seq, HIDDEN]``, ``attention_mask [batch, past + seq]`` (1 = attend), ``beam_idx``
-    -> ``out [batch, seq, heads * size]``; variables ``key`` and ``value``."""
-    rng = np.random.default_rng(11)
-    x = ops.parameter([-1, -1, HIDDEN], np.float32, name="x")
-    mask_in = ops.parameter([-1, -1], np.int64, name="attention_mask")
-    beam_idx = ops.parameter([-1], np.int32, name="beam_idx")
-    batch = ops.gather(ops.shape_of(x), _i64([0]), ops.constant(np.int64(0)))
+def attention(
+    x: ov.Node, mask_in: ov.Node, beam_idx: ov.Node, spec: Spec, prefix: str = "", batch_of: ov.Node | None = None
+) -> tuple[ov.Node, list]:
+    """One attention over ``x [batch, seq, HIDDEN]`` with its KV cache in variables ``{prefix}key`` and
+    ``{prefix}value``, empty at first (its batch that of ``batch_of``, default ``x``): ``[batch, seq,
+    heads * size]`` and the variables' Assigns."""
+    rng = np.random.default_rng(11 + len(prefix))
+    batch = ops.gather(ops.shape_of(x if batch_of is None else batch_of), _i64([0]), ops.constant(np.int64(0)))
     init_shape = ops.concat([batch, _i64([spec.kv_heads, 0, spec.size])], 0)
 
     def heads(width: int, n: int) -> ov.Node:
@@ -48,7 +49,7 @@ def decoder_layer(spec: Spec) -> ov.Model:
     query = heads(spec.heads * spec.size, spec.heads)
     caches, assigns = [], []
     for name in ("key", "value"):
-        var = variable(name, [-1, spec.kv_heads, -1, spec.size])
+        var = variable(prefix + name, [-1, spec.kv_heads, -1, spec.size])
         read = opset6.read_value(ops.broadcast(ops.constant(np.array(0, np.float32)), init_shape), var)
         past = ops.gather(read, beam_idx, ops.constant(np.int64(0)))
         cache = ops.concat([past, heads(spec.kv_heads * spec.size, spec.kv_heads)], 2)
@@ -85,10 +86,50 @@ def decoder_layer(spec: Spec) -> ov.Model:
             inputs.append(ops.constant(np.float32(0)))
         inputs.append(ops.constant(np.float32(spec.scale)))
     attn = ops.scaled_dot_product_attention(*inputs, causal=spec.causal)
-    out = ops.reshape(ops.transpose(attn, [0, 2, 1, 3]), [0, 0, -1], True)
+    if spec.sink != "none":  # the Python API takes no sink: the layer is given its sixth input
+        while len(inputs) < 5:  # no mask (a scalar 0), the default scale
+            default = 0.0 if len(inputs) == 3 else 1 / spec.size**0.5
+            inputs.append(ops.constant(np.float32(default)))
+        sink = ops.constant(rng.standard_normal((1, spec.heads, 1, 1)).astype(np.float32) * 2)
+        if spec.sink == "computed":  # one logit per batch row, from the input
+            sink = ops.unsqueeze(ops.reduce_mean(x, _i64([1, 2]), False), _i64([1, 2, 3]))
+        attn.set_arguments([node.output(0) for node in [*inputs, sink]])
+        attn.validate_and_infer_types()
+    return ops.reshape(ops.transpose(attn, [0, 2, 1, 3]), [0, 0, -1], True), assigns
+
+
+def decoder_layer(spec: Spec) -> ov.Model:
+    """``x [batch, seq, HIDDEN]``, ``attention_mask [batch, past + seq]`` (1 = attend), ``beam_idx``
+    -> ``out [batch, seq, heads * size]``; variables ``key`` and ``value``."""
+    x = ops.parameter([-1, -1, HIDDEN], np.float32, name="x")
+    mask_in = ops.parameter([-1, -1], np.int64, name="attention_mask")
+    beam_idx = ops.parameter([-1], np.int32, name="beam_idx")
+    out, assigns = attention(x, mask_in, beam_idx, spec)
     result = ops.result(out)
     result.output(0).get_tensor().set_names({"out"})
     return ov.Model([result], assigns, [x, mask_in, beam_idx], "attention_layer")
+
+
+def token_decoder(specs: list[Spec], vocab: int = 32) -> ov.Model:
+    """A decoder of token ids with one attention per spec (each over its own cache, variables
+    ``layer{k}.key``/``.value``) and a residual between them, as optimum-intel feeds one:
+    ``input_ids``, ``attention_mask``, ``beam_idx`` -> ``logits [batch, seq, vocab]``."""
+    rng = np.random.default_rng(23)
+    ids = ops.parameter([-1, -1], np.int64, name="input_ids")
+    mask_in = ops.parameter([-1, -1], np.int64, name="attention_mask")
+    beam_idx = ops.parameter([-1], np.int32, name="beam_idx")
+    table = ops.constant(rng.standard_normal((vocab, HIDDEN)).astype(np.float32))
+    x = ops.gather(table, ids, ops.constant(np.int64(0)))
+    assigns = []
+    for k, spec in enumerate(specs):
+        out, made = attention(x, mask_in, beam_idx, spec, f"layer{k}.", ids)
+        w = ops.constant(rng.standard_normal((spec.heads * spec.size, HIDDEN)).astype(np.float32) * 0.3)
+        x = ops.add(x, ops.matmul(out, w, False, False))
+        assigns += made
+    head = ops.constant(rng.standard_normal((HIDDEN, vocab)).astype(np.float32))
+    result = ops.result(ops.matmul(x, head, False, False))
+    result.output(0).get_tensor().set_names({"logits"})
+    return ov.Model([result], assigns, [ids, mask_in, beam_idx], "token_decoder")
 
 
 def save_layer(tmp_path, spec: Spec):

@@ -21,10 +21,13 @@ def one_layer(
     token_ids: bool = False,
     init_length: int = 0,
     scaled_past: bool = False,
+    batch_from_ids: bool = False,
 ):
     """One attention-free layer with a key and a value cache; ``token_ids``: fed ``input_ids``
     through an embedding table instead of ``x``; ``init_length``: the caches start that long;
-    ``scaled_past``: the reordered cache is doubled (not a reorder alone any more)."""
+    ``scaled_past``: the reordered cache is doubled (not a reorder alone any more);
+    ``batch_from_ids``: the caches' initial batch read from ``input_ids`` (optimum-intel's way: no
+    init flag in the explicit form) instead of from the embedded ``x``."""
     if token_ids:
         ids_input = ops.parameter([-1, -1], np.int64, name="input_ids")
         table = RNG.standard_normal((16, HIDDEN)).astype(np.float32)
@@ -34,7 +37,8 @@ def one_layer(
         x = ops.parameter([-1, -1, HIDDEN], np.float32, name="x")
         params = [x]
     beam_idx = ops.parameter([-1], np.int32, name="beam_idx")
-    batch = ops.gather(ops.shape_of(x), ops.constant(np.array([0], np.int64)), ops.constant(np.int64(0)))
+    first = ops.constant(np.array([0], np.int64))
+    batch = ops.gather(ops.shape_of(params[0] if batch_from_ids else x), first, ops.constant(np.int64(0)))
     shape = ops.concat([batch, ops.constant(np.array([HEADS, init_length, DIM], np.int64))], 0)
     results, assigns = [], []
     for kind, vid in zip(("key", "value"), ids):

@@ -9,7 +9,10 @@ per layer and for key and value alike::
     past = Gather(past, beam_idx, axis=0)          # optional: the beam reorder
     full = Concat(past, new, axis=-2)              # -> Assign(full): the next value
     full = Reshape(Broadcast(Unsqueeze(full, 2)))  # optional: repeat_kv, kv_heads -> heads
-    out  = ScaledDotProductAttention(query, full_key, full_value, mask?, scale?)
+    out  = ScaledDotProductAttention(query, full_key, full_value, mask?, scale?, sink?)
+
+A sink (gpt-oss's attention sinks: one logit per head joining each softmax) qualifies when it is a
+constant that varies along the heads alone: the kernel's ``head_sink`` is one value per head.
 
 :func:`match` returns a :class:`KvAttention` naming the IR values the fused kernel needs, or the
 reason (one line, for ``inspect``) why this layer keeps the composed attention. Nothing here is
@@ -51,6 +54,7 @@ class KvAttention:
     kv_heads: int
     head_size: int
     scale: float
+    sink: np.ndarray | None = None  # f32 [heads]: the kernel's head_sink, where the layer has one
 
 
 def _static(layer: Layer, index: int, axis: int) -> int | None:
@@ -132,8 +136,6 @@ def match(graph: Graph, sdpa: Layer) -> KvAttention | str:
     the fused kernel can run exactly."""
     if sdpa.attrs.get("causal", "false").strip().lower() in ("true", "1"):
         return "causal attribute (a top-left aligned mask; the kernel aligns to the cache's end)"
-    if len(sdpa.inputs) > _SINK:
-        return "attention sinks (the kernel's head_sink is per head only)"
     if any(sdpa.inputs[i].element_type is None or sdpa.inputs[i].element_type.name != "f32" for i in range(3)):
         return "not f32"
     heads, head_size = _static(sdpa, _QUERY, 1), _static(sdpa, _QUERY, 3)
@@ -157,6 +159,9 @@ def match(graph: Graph, sdpa: Layer) -> KvAttention | str:
         if given is None or np.asarray(given).size != 1:
             return "the scale is not a constant scalar"
         scale = float(np.asarray(given, np.float32).reshape(()))
+    sink = _head_sink(graph, sdpa, heads) if len(sdpa.inputs) > _SINK else None
+    if isinstance(sink, str):
+        return sink
     if len(sdpa.inputs) > _MASK:
         etype = sdpa.inputs[_MASK].element_type
         if etype is None or etype.name not in ("boolean", "f32"):
@@ -164,4 +169,17 @@ def match(graph: Graph, sdpa: Layer) -> KvAttention | str:
         rank = sdpa.inputs[_MASK].shape.rank
         if rank is None or rank > 4:
             return "the mask's rank is not known or above 4"
-    return KvAttention(key, value, heads, kv_heads, head_size, scale)
+    return KvAttention(key, value, heads, kv_heads, head_size, scale, sink)
+
+
+def _head_sink(graph: Graph, sdpa: Layer, heads: int) -> np.ndarray | str:
+    """The sink input as one f32 value per head, or why the kernel cannot take it."""
+    given = constant_value(graph, graph.producer(sdpa, _SINK)[0])
+    if given is None:
+        return "attention sinks computed at run time (the kernel's head_sink is a value per head)"
+    sink = np.asarray(given, np.float32)
+    if sink.ndim > 4 or any(d != 1 for k, d in enumerate(sink.shape[::-1]) if k != 2):
+        return f"attention sinks of shape {list(sink.shape)} (the kernel's head_sink is one value per head)"
+    if sink.ndim >= 3 and sink.shape[-3] not in (1, heads):
+        return f"attention sinks for {sink.shape[-3]} heads, the query has {heads}"
+    return np.ascontiguousarray(np.broadcast_to(sink.reshape(-1), (heads,)))

@@ -19,6 +19,11 @@ lengths is one run if each row is told its own. This pass gives the graph two in
 A batch of one stream feeds ``seqlens_k = [total - 1]`` and ``key_index = arange(total)``: the
 run is the one :mod:`.kv_share` runs. The composed branch of the attention ``If`` (several new
 rows with a past in a batch above 1) keeps the batch's one length: the runtime never takes it.
+
+A KV cache whose attention the converter left composed keeps no length input: the runtime feeds
+it as a lone session does, each row's past right-aligned to the batch's longest (as the left-padded
+mask says), and keeps the rows the run appended (:mod:`ortstate.streams.kv_copied`). A model
+with no fused attention at all gets neither input.
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ _SEQLENS_AT, _BIAS_AT = 5, 10
 
 @dataclasses.dataclass(frozen=True)
 class PoolKv:
-    """The inputs :func:`pool_kv` gave the graph, and how many fused attentions read them."""
+    """The inputs :func:`pool_kv` gave the graph ("" each: none, the model has no fused attention),
+    and how many fused attentions read them."""
 
     seqlens: str
     key_index: str
@@ -64,16 +70,16 @@ def pool_kv(model: onnx.ModelProto, meta: ModelMeta) -> PoolKv:
     in place.
 
     Raises:
-        PassError: a variable that is not a shared KV cache read by a fused attention (it keeps its
-            own length per batch), before anything is changed.
+        PassError: a variable with a length input that no fused attention reads (its length would
+            be one per batch), before anything is changed.
     """
     kernels = _kernels(model)
     pasts = {graph.node[k].input[i] for graph, k in kernels for i in _PASTS if i < len(graph.node[k].input)}
     for var in meta.variables:
         if var.length_input and var.state_input not in pasts:
             raise PassError(f"variable '{var.id}': its cache is not read by a fused attention")
-    if not kernels or not any(v.length_input for v in meta.variables):
-        raise PassError("the model has no KV cache read by a fused attention")
+    if not kernels:
+        return PoolKv("", "", 0)
     fresh = namer(model.graph)
 
     seqlens, key_index = fresh(SEQLENS), fresh(KEY_INDEX)

@@ -1,6 +1,7 @@
 """The KV arena: every KV variable of every stream in one array per variable, a row per slot.
 
-A variable's arena is ``[slots, heads, capacity, head_size]`` (f32), reserved once as anonymous
+A variable's arena is ``[slots, heads, capacity, head_size]`` (f32; heads and head size the
+variable's own: a multi-head latent attention's keys and values differ), reserved once as anonymous
 memory: the operating system gives a page to it only where a run writes, so a row costs what its
 stream's cache holds, not ``capacity`` (the arena is paged, by the machine's pages). A row taken
 back (its stream closed, reset, parked or preempted) returns its pages at once (``MADV_DONTNEED``).
@@ -30,26 +31,30 @@ _PAGE = mmap.PAGESIZE
 
 
 class KvArena:
-    """``slots`` rows of ``capacity`` positions for each KV variable of ``variables``."""
+    """``slots`` rows of ``capacity`` positions for each KV variable of ``variables``, whose rows are
+    ``shapes`` (heads, head size) each."""
 
-    def __init__(self, variables: Sequence[VariableMeta], heads: int, size: int, slots: int, capacity: int) -> None:
-        step = _PAGE // math.gcd(_PAGE, size * 4)  # a head's block page-aligned: a row's pages are its own
+    def __init__(
+        self, variables: Sequence[VariableMeta], shapes: Sequence[tuple[int, int]], slots: int, capacity: int
+    ) -> None:
+        # every head's block page-aligned in every variable: a row's pages are its own
+        step = math.lcm(1, *(_PAGE // math.gcd(_PAGE, size * 4) for _, size in shapes))
         capacity = -(-capacity // step) * step
         self.variables = tuple(variables)
-        self.slots, self.heads, self.size, self.capacity = slots, heads, size, capacity
-        self.row_bytes = heads * capacity * size * 4
-        self.token_bytes = len(self.variables) * heads * size * 4  # one position of one stream, all variables
+        self.slots, self.capacity = slots, capacity
+        self.row_bytes = [heads * capacity * size * 4 for heads, size in shapes]  # a variable's
+        self.token_bytes = sum(heads * size * 4 for heads, size in shapes)  # one position of one stream, all variables
         self.lengths = np.zeros(slots, np.int64)
-        self._maps = [mmap.mmap(-1, max(1, slots * self.row_bytes)) for _ in self.variables]
+        self._maps = [mmap.mmap(-1, max(1, slots * row)) for row in self.row_bytes]
         self.arrays = [
             np.frombuffer(m, np.float32, slots * heads * capacity * size).reshape(slots, heads, capacity, size)
-            for m in self._maps
+            for m, (heads, size) in zip(self._maps, shapes)
         ]
 
     @property
     def reserved(self) -> int:
         """Bytes of address space reserved (not memory: pages come as runs write them)."""
-        return self.row_bytes * self.slots * len(self.variables)
+        return sum(self.row_bytes) * self.slots
 
     def held(self) -> int:
         """Positions the rows hold, all slots."""
@@ -58,10 +63,9 @@ class KvArena:
     def release(self, slot: int) -> None:
         """Empty ``slot``'s row and give its pages back."""
         self.lengths[slot] = 0
-        start, length = slot * self.row_bytes, self.row_bytes
-        if length % _PAGE == 0:
-            for m in self._maps:
-                m.madvise(mmap.MADV_DONTNEED, start, length)
+        for m, row in zip(self._maps, self.row_bytes):
+            if row % _PAGE == 0:
+                m.madvise(mmap.MADV_DONTNEED, slot * row, row)
 
     def values(self, slot: int) -> list[np.ndarray]:
         """Copies of ``slot``'s caches, ``[1, heads, length, size]`` each (what a lone session holds)."""

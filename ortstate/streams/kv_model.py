@@ -9,6 +9,11 @@ Whether the model then computes each row exactly as alone when rows hold caches 
 lengths (*ragged* batches: a model that derives positions from the cache's length instead of
 ``position_ids`` does not) is checked once at load, on random rows; a model that fails the check
 is batched only with streams of one length.
+
+A KV cache is a variable ``[batch, heads, positions, head size]`` (f32, positions growing). One
+the converter's fused attention appends to is read and written in its arena row in place; one
+whose attention stays composed (see ``ortstate inspect``'s attention table) is *copied*: each run
+is fed its rows' caches and keeps what the run appended (:mod:`.kv_copied`).
 """
 
 from __future__ import annotations
@@ -60,11 +65,11 @@ class KvModel:
 
     loaded: LoadedModel
     fingerprint: str
-    kv: tuple[VariableMeta, ...]
-    kv_shape: tuple[int, int]  # (heads, head size) of every KV variable's row
+    kv: tuple[VariableMeta, ...]  # every KV cache: the fused attention's (a length input) and copied ones
+    kv_shapes: tuple[tuple[int, int], ...]  # (heads, head size) of each KV variable's row
     fixed: tuple[FixedSpec, ...]
     feeds: tuple[FeedSpec, ...]
-    seqlens: str
+    seqlens: str  # "" where no attention is fused (no KV cache in place)
     key_index: str
     variables: tuple[VariableMeta, ...]  # all, in the model's order (snapshots)
     batching: str = "ragged"  # see :mod:`.kv_probe`
@@ -105,20 +110,25 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
     except PassError as exc:
         raise OrtStateError(f"{origin}: cannot pool its streams: {exc}") from None
     meta, names, last = ran.meta, ran.found("pool_kv"), ran.found("slice_last_logits")
-    kv = tuple(v for v in meta.variables if v.length_input)
-    fixed = tuple(_fixed(v, origin) for v in meta.variables if not v.length_input)
-    kv_shape = {(v.shape[1], v.shape[3]) for v in kv if v.shape}  # type: ignore[index]
-    if len(kv_shape) != 1 or not all(isinstance(d, int) for d in next(iter(kv_shape))):
-        raise OrtStateError(f"{origin}: cannot pool its streams: the KV caches' heads and head sizes differ")
+    kv = tuple(v for v in meta.variables if v.length_input or _copied(v))
+    fixed = tuple(_fixed(v, origin) for v in meta.variables if v not in kv)
+    if not kv:
+        raise OrtStateError(f"{origin}: cannot pool its streams: the model has no KV cache")
+    shapes = tuple((v.shape[1], v.shape[3]) if v.shape and len(v.shape) == 4 else (None, None) for v in kv)
+    for var, shape in zip(kv, shapes):
+        if not all(isinstance(d, int) for d in shape):
+            raise OrtStateError(
+                f"{origin}: cannot pool its streams: KV cache {var.id!r} has no static heads and head size"
+            )
     write_meta(proto, meta)
     loaded = load_model(source, sess_options, providers, form="explicit")
-    hidden = {names.seqlens, names.key_index, last}
+    hidden = {names.seqlens, names.key_index, last} - {""}
     feeds = tuple(_feed(i, origin) for i in loaded.inputs if i.name not in hidden)
     return KvModel(
         loaded,
         fingerprint,
         kv,
-        next(iter(kv_shape)),  # type: ignore[arg-type]
+        shapes,  # type: ignore[arg-type]
         fixed,
         feeds,
         names.seqlens,
@@ -128,13 +138,18 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
     )
 
 
+def _copied(var: VariableMeta) -> bool:
+    """A KV cache the fused attention does not append to: the pool copies it in and out of its row."""
+    return _grows(var) and not var.init_flag and var.dtype == "float32" and var.carrier in (None, "float32")
+
+
 def _fixed(var: VariableMeta, origin: str) -> FixedSpec:
     shape = var.shape or []
     dims = list(shape[1:])
     if var.reorder or var.init_flag or not shape or not all(isinstance(d, int) for d in dims):
         raise OrtStateError(
-            f"{origin}: cannot pool its streams: variable {var.id!r} is neither a KV cache the fused attention "
-            "appends to nor of a fixed size per stream"
+            f"{origin}: cannot pool its streams: variable {var.id!r} is neither a KV cache (f32, "
+            "[batch, heads, positions, head size]) nor of a fixed size per stream"
         )
     return FixedSpec(var, (1, *dims), np.dtype(var.carrier or var.dtype))
 

@@ -72,10 +72,9 @@ class KvPool(StreamPool):
         self._kv = load_kv_model(model, sess_options, providers)
         self._kv.batching = probe_batching(self._kv)
         self._kv.prompts_batch = self._kv.batching != SINGLE and probe_prompts(self._kv)
-        heads, size = self._kv.kv_shape
         self.slots = slots
         self.max_context = max_context
-        self._arena = KvArena(self._kv.kv, heads, size, slots, max_context + 1)  # +1: a hole's junk position
+        self._arena = KvArena(self._kv.kv, self._kv.kv_shapes, slots, max_context + 1)  # +1: a hole's junk position
         budget = kv_cache_bytes if kv_cache_bytes is not None else default_budget()
         if type(budget) is not int or budget < self._arena.token_bytes * (max_context + 1):
             raise OrtStateError(

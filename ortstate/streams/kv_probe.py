@@ -7,13 +7,17 @@ state, and compares every output and fixed-size state (as the recurrent pool che
 :func:`ortstate.streams.layout.load_pool_model`). A model that derives positions from its cache's
 length instead of ``position_ids`` fails the ragged probe; one whose graph pins the batch to 1
 fails both.
+
+First, a model with copied KV caches (:mod:`.kv_copied`) must append to them and change nothing
+else: one stream's prompt and step are checked for it, and a model that rewrites its past (a
+cache trimmed to a window, say) is refused, since the pool keeps only what a step appends.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import OrtStateError
+from ..errors import OrtStateError, RunError
 from .kv_arena import KvArena
 from .kv_model import MASK, ROWS, KvModel
 from .kv_run import KvRunner, Row, RunResult
@@ -61,13 +65,17 @@ def _embed_size(model: KvModel) -> int:
     return size
 
 
+def _scratch(model: KvModel, slots: int, capacity: int) -> tuple[KvArena, list[np.ndarray], KvRunner]:
+    """An arena, fixed states and a runner of the probe's own."""
+    arena = KvArena(model.kv, model.kv_shapes, slots, capacity)
+    fixed = [np.zeros((slots, *f.shape[1:]), f.carrier) for f in model.fixed]
+    return arena, fixed, KvRunner(model, arena, fixed, Recorder())
+
+
 def probe_prompts(model: KvModel) -> bool:
     """Whether fresh prompts of one length run together as each alone (a batch of empty caches)."""
     rng = np.random.default_rng(_SEED)
-    heads, size = model.kv_shape
-    arena = KvArena(model.kv, heads, size, 3, 8)
-    fixed = [np.zeros((3, *f.shape[1:]), f.carrier) for f in model.fixed]
-    runner = KvRunner(model, arena, fixed, Recorder())
+    arena, _, runner = _scratch(model, 3, 8)
     try:
         rows = [Row(slot, probe_feeds(model, rng.integers(1, 11, 5), 0, rng), 5, 0) for slot in range(3)]
         alone = [runner.run([row], False) for row in rows]
@@ -82,7 +90,12 @@ def probe_prompts(model: KvModel) -> bool:
 
 
 def probe_batching(model: KvModel) -> str:
-    """The way ``model`` batches (see the module docstring), found on a scratch arena of its own."""
+    """The way ``model`` batches (see the module docstring), found on a scratch arena of its own.
+
+    Raises:
+        OrtStateError: the model changes a copied cache's past.
+    """
+    _check_appends(model)
     if not any(s.axis is None for s in model.feeds) and _agrees(model, [3, 6, 4], True, "full"):
         return RAGGED
     if any(_agrees(model, [4, 4, 4], False, mask) for mask in ("full", "current")):
@@ -90,13 +103,26 @@ def probe_batching(model: KvModel) -> str:
     return SINGLE
 
 
+def _check_appends(model: KvModel) -> None:
+    if all(var.length_input for var in model.kv):
+        return
+    rng = np.random.default_rng(_SEED)
+    arena, fixed, runner = _scratch(model, 1, 8)
+    runner.copied.check_past = True
+    try:
+        result = runner.run([Row(0, probe_feeds(model, rng.integers(1, 11, 3), 0, rng), 3, 0)], False)
+        _commit(arena, fixed, 0, 3, result.fixed[0])
+        runner.run([Row(0, probe_feeds(model, rng.integers(1, 11, 1), 3, rng), 1, 3)], False)
+    except RunError as exc:
+        raise OrtStateError(f"{model.loaded.origin}: cannot pool its streams: {exc}") from None
+    finally:
+        arena.close()
+
+
 def _agrees(model: KvModel, prompts: list[int], ragged: bool, mask: str) -> bool:
     """Whether streams prefilled with ``prompts`` tokens step together as each alone."""
     rng = np.random.default_rng(_SEED)
-    heads, size = model.kv_shape
-    arena = KvArena(model.kv, heads, size, len(prompts), max(prompts) + 2)
-    fixed = [np.zeros((len(prompts), *f.shape[1:]), f.carrier) for f in model.fixed]
-    runner = KvRunner(model, arena, fixed, Recorder())
+    arena, fixed, runner = _scratch(model, len(prompts), max(prompts) + 2)
     try:
         for slot, length in enumerate(prompts):
             result = runner.run([Row(slot, probe_feeds(model, rng.integers(1, 11, length), 0, rng), length, 0)], False)

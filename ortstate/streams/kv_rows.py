@@ -152,8 +152,7 @@ class KvRows:
         if isinstance(stream.held, Path):
             return read_stream(self.kv, stream.held)
         if stream.held is None:  # never stepped since it was moved out
-            heads, size = self.kv.kv_shape
-            empty = [np.zeros((1, heads, 0, size), np.float32) for _ in self.kv.kv]
+            empty = [np.zeros((1, heads, 0, size), np.float32) for heads, size in self.kv.kv_shapes]
             return empty, [np.zeros(f.shape, f.carrier) for f in self.kv.fixed]
         return stream.held
 

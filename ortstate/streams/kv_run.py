@@ -2,7 +2,8 @@
 where is decided by the pool).
 
 The rows ``lo..hi`` are one block of each KV variable's arena, bound as the fused attention's
-past and present. Rows of the block that do not step (*holes*: idle streams, free rows) run too,
+past and present (a cache whose attention is composed is copied in and out instead:
+:mod:`.kv_copied`). Rows of the block that do not step (*holes*: idle streams, free rows) run too,
 on harmless feeds (token 0, a mask of ones, their keys where their caches end), and nothing of
 theirs is kept: they write one position past their own length, which no one reads.
 
@@ -27,6 +28,7 @@ from ..runtime.ort_adapter import FastBinding
 from ..runtime.pingpong import QUIET, bind_output
 from ..runtime.runners import ort_error
 from .kv_arena import KvArena
+from .kv_copied import CopiedKv
 from .kv_model import MASK, ROWS, KvModel
 from .stats import Recorder
 
@@ -63,9 +65,11 @@ class KvRunner:
         self.binding, self.raw = self.io.binding, self.io.raw
         self.run_bound = loaded.fast.run_bound
         self.output_names = list(loaded.output_names)
-        self.allocated = self.output_names + [spec.var.state_output or "" for spec in model.fixed]
-        self._lengths = np.zeros(len(model.kv), np.int64)  # one element a variable, all set at once
-        for k, var in enumerate(model.kv):
+        self.copied = CopiedKv(model, arena)
+        self.in_place = [(var, array) for var, array in zip(model.kv, arena.arrays) if var.length_input]
+        self.allocated = self.output_names + [spec.var.state_output or "" for spec in model.fixed] + self.copied.outputs
+        self._lengths = np.zeros(len(self.in_place), np.int64)  # one element a variable, all set at once
+        for k, (var, _) in enumerate(self.in_place):
             self.binding.bind_input(var.length_input or "", "cpu", 0, np.int64, [], self._lengths[k:].ctypes.data)
         self._fed: list[np.ndarray] = []  # the arrays bound as inputs: alive until the next run binds others
         self._bound_block: tuple[int, int] | None = None
@@ -153,7 +157,7 @@ class KvRunner:
                 feeds[spec.name] = joined
         at = np.fromiter(members, np.int64, len(members))
         self._positions(feeds, pasts, at, width, total)
-        outs, states = self._run(lo, hi, logical, feeds, len(members), last, before_run)
+        outs, states = self._run(lo, hi, logical, feeds, (at, pasts[at], width), last, before_run)
         result = RunResult()
         for k in members:
             result.outputs[lo + k] = {n: o[k : k + 1] for n, o in zip(self.output_names, outs)}
@@ -206,7 +210,7 @@ class KvRunner:
                 joined[(slice(None),) * spec.axis + (at,)] = value
                 run[spec.name] = joined
         self._positions(run, block, at, 1, total)
-        outs, states = self._run(lo, hi, total - 1, run, len(slots), last, before_run)
+        outs, states = self._run(lo, hi, total - 1, run, (at, pasts, 1), last, before_run)
         if not in_order:
             outs, states = [o[at] for o in outs], [s[at] for s in states]
         return outs, states
@@ -243,6 +247,8 @@ class KvRunner:
     ) -> None:
         """The pool's own inputs: each row's ``seqlens_k`` and where its keys sit in the mask.
         ``pasts``: the block's cache lengths; ``at``: the stepping rows in it (the others are holes)."""
+        if not self.model.seqlens:  # no fused attention
+            return
         seqlens = pasts.astype(np.int32)  # a hole writes its one junk position where its cache ends
         seqlens[at] += width - 1
         # row k's key j sits at j + pad in the left-padded mask (holes: pad 0)
@@ -258,17 +264,20 @@ class KvRunner:
         hi: int,
         logical: int,
         feeds: dict[str, np.ndarray],
-        batch: int,
+        stepping: tuple[np.ndarray, np.ndarray, int],
         last: bool,
         before_run: Callable[[], None] | None,
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Bind and run; the outputs (``output_names`` order, the last position only when ``last``)
-        and the fixed states after the run, a row per block row. ``before_run`` is called once all
-        is bound, as the last Python before the run: whatever it hands to another thread then runs
-        while ONNX Runtime holds no GIL, rather than taking turns with this thread's binding."""
+        and the fixed states after the run, a row per block row. ``stepping``: the rows that step
+        (offsets in the block), their caches' lengths and the run's new positions, for the copied
+        caches. ``before_run`` is called once all is bound, as the last Python before the run:
+        whatever it hands to another thread then runs while ONNX Runtime holds no GIL, rather than
+        taking turns with this thread's binding."""
         model, binding = self.model, self.binding
+        rows, lengths, width = stepping
         if self._bound_block != (lo, hi):
-            for var, array in zip(model.kv, self.arena.arrays):
+            for var, array in self.in_place:
                 block = array[lo:hi]
                 binding.bind_input(var.state_input or "", "cpu", 0, block.dtype, list(block.shape), block.ctypes.data)
                 bind_output(binding, var.state_output or "", block)
@@ -285,9 +294,13 @@ class KvRunner:
             fed.append(value)
             io.bind_array(name, value)
         for spec, array in zip(model.fixed, self.fixed):  # rows of C-contiguous arrays: bound as they are
-            rows = array[lo:hi]
-            fed.append(rows)
-            io.bind_array(spec.var.state_input or "", rows)
+            block = array[lo:hi]
+            fed.append(block)
+            io.bind_array(spec.var.state_input or "", block)
+        pasts = self.copied.feed(lo, hi - lo, rows, lengths, logical)
+        for name, value in zip(self.copied.inputs, pasts):
+            fed.append(value)
+            io.bind_array(name, value)
         self._fed = fed
         if before_run is not None:
             before_run()
@@ -297,12 +310,15 @@ class KvRunner:
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
             self._bound_block = None
             raise ort_error(exc) from None
-        self.record.run(batch, (perf_counter_ns() - start) * 1e-9)
-        values = io.outputs()  # in the order first bound: the KV presents, then the rest
-        rest = [values[k].numpy() for k in range(len(model.kv), len(model.kv) + len(self.allocated))]
-        outs, states = rest[: len(self.output_names)], rest[len(self.output_names) :]
+        self.record.run(len(rows), (perf_counter_ns() - start) * 1e-9)
+        values = io.outputs()  # in the order first bound: the in-place KV presents, then the rest
+        first = len(self.in_place)
+        rest = [values[k].numpy() for k in range(first, first + len(self.allocated))]
+        named, copied = len(self.output_names), len(rest) - len(pasts)
+        outs, states = rest[:named], rest[named:copied]
         if any(s.shape[0] != hi - lo for s in states):
             raise RunError("a fixed-size state came back with another batch; no stream was changed")
+        self.copied.keep(rest[copied:], pasts, lo, rows, lengths, width)
         if last and not model.last_logits:  # the model computed every position: keep the last
             outs = [o[:, -1:] if o.ndim == 3 else o for o in outs]
         return outs, states

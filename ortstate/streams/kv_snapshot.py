@@ -40,9 +40,8 @@ def read_stream(model: KvModel, path: str | os.PathLike[str]) -> tuple[list[np.n
     """
     store = StateStore(model.variables)
     snapshot.load_state(store, model.variables, path, model.fingerprint)
-    heads, size = model.kv_shape
     kv, lengths = [], set()
-    for var in model.kv:
+    for var, (heads, size) in zip(model.kv, model.kv_shapes):
         value = store.committed(var.id)
         if value is None:
             value = np.zeros((1, heads, 0, size), np.float32)

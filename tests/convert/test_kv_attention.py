@@ -24,6 +24,9 @@ SPECS = {
     "scale": (Spec(scale=0.5), FUSED),
     "head-size-12": (Spec(size=12), "head size 12 is not a multiple of 8"),
     "causal-attribute": (Spec(mask="none", causal=True), "causal attribute"),
+    "sink-per-head": (Spec(sink="heads"), FUSED),  # gpt-oss: the kernel's head_sink
+    "sink-per-head-no-mask": (Spec(mask="none", sink="heads"), FUSED),
+    "sink-computed": (Spec(sink="computed"), "attention sinks computed at run time"),
 }
 RNG = np.random.default_rng(3)
 

@@ -39,7 +39,10 @@ ATOL = 1e-3
 EXPORTED = (
     "dbrx",
     "gemma2",
+    "gemma3n_text",
     "gpt2",
+    "gpt_neox_japanese",
+    "gpt_oss",
     "llama",
     "llama_fp16",
     "llama_int4",
@@ -49,6 +52,7 @@ EXPORTED = (
     "phi3",
     "qwen2",
     "qwen3",
+    "xglm",
 )
 NOT_KV = "is not a [batch, kv_heads, seq, head_size] KV cache (onnxruntime-genai and optimum carry nothing but"
 CONV0 = "'cache_params.past.conv.0' -> 'cache_params.present.conv.0'"

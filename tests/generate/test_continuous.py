@@ -14,7 +14,22 @@ from ortstate.errors import GenerationError, StateError
 from ortstate.generate import ContinuousBatcher, Generator, KeptStream
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "llm"
-NAMES = ["llama", "gemma2", "mistral", "lfm2", "zamba2", "qwen3_next", "llama_int4"]
+# gpt_oss: attention sinks in the fused kernel; xglm, gpt_neox_japanese: no fused attention (their
+# caches are copied), the second batching uniform (no position_ids); gemma3n_text: caches shared by
+# two layers (copied)
+NAMES = [
+    "llama",
+    "gemma2",
+    "mistral",
+    "lfm2",
+    "zamba2",
+    "qwen3_next",
+    "llama_int4",
+    "gpt_oss",
+    "xglm",
+    "gpt_neox_japanese",
+    "gemma3n_text",
+]
 
 
 def _prompts(seed: int) -> list[list[int]]:

@@ -14,6 +14,7 @@ from typing import Any
 import openai
 import pytest
 from conftest import openai_client as client
+from conftest import serving
 from oracle import REPO
 
 from ortstate.generate import Generator
@@ -25,7 +26,10 @@ LLM = REPO / "models" / "llm"
 POOLED = [
     "dbrx",
     "gemma2",
+    "gemma3n_text",
     "gpt2",
+    "gpt_neox_japanese",
+    "gpt_oss",
     "granitemoehybrid",
     "lfm2",
     "llama",
@@ -39,6 +43,7 @@ POOLED = [
     "qwen3",
     "qwen3_5",
     "qwen3_next",
+    "xglm",
     "zamba2",
 ]
 PROMPT = "Stateful models run in ONNX Runtime."
@@ -116,6 +121,18 @@ def test_completions_and_chat_equal_a_lone_generator(name: str) -> None:
         assert [c.choices[0].finish_reason for c in chunks[:-1]] == [None] * (len(reply) + 1) + [finish(gen, reply, 6)]
         assert chunks[-1].choices == [] and used(chunks[-1]) == usage(len(ids), len(reply))
         assert running.service.batcher.pool.streams == [] and running.service.in_flight == 0
+
+
+@pytest.mark.parametrize("name", ["gpt_oss", "xglm", "gpt_neox_japanese", "gemma3n_text"])
+def test_the_command_serves_decoders_once_refused(name: str) -> None:
+    """``ortstate serve`` on a folder it refused (sinks; eager attention and caches shared by two
+    layers: caches the pool copies) starts and answers as a lone Generator."""
+    gen = Generator.from_dir(LLM / name)
+    ids = gen.tokenizer.encode(PROMPT)
+    want = gen.generate(ids, 6)
+    with serving(model=LLM / name) as (_, url):
+        got = client(url).completions.create(model=name, prompt=PROMPT, max_tokens=6, temperature=0)
+    assert got.choices[0].text == gen.tokenizer.decode(want)
 
 
 def test_sampling_with_a_seed_equals_the_generator(llama: tuple[Generator, str, Any]) -> None:

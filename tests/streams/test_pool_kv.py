@@ -8,8 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from attention_models import Spec, token_decoder
+from kv_models import one_layer
+from oracle import save_ir
 
 import ortstate
+from ortstate.convert import read_attention_report
 from ortstate.decoders.feeds import FeedRules
 from ortstate.decoders.model_dir import find_model_files, read_config
 from ortstate.errors import OrtStateError, RunError, StateError
@@ -23,7 +27,7 @@ DECODERS = sorted(
     p.name for p in MODELS.iterdir() if p.is_dir() and p.name not in ("t5", "whisper", "mamba", "falcon_mamba", "llava")
 )
 RAGGED = {"llama", "llama_fp16", "llama_int4", "llama_int8", "gemma2", "mistral", "gpt2", "phi3", "qwen2", "qwen3",
-          "mixtral", "dbrx"}  # fmt: skip
+          "mixtral", "dbrx", "gpt_oss", "xglm"}  # fmt: skip
 
 
 def _converted(name: str, form: str):
@@ -115,17 +119,32 @@ def test_streams_match_lone_sessions(name: str, form: str, tmp_path: Path) -> No
     assert stats.steps > 0
 
 
-def test_a_batch_of_one_token_steps_is_one_run() -> None:
-    model, files = _converted("llama", "explicit")
+@pytest.mark.parametrize("name", ["llama", "xglm"])  # caches in place (fused attention); copied (composed)
+def test_a_batch_of_one_token_steps_is_one_run(name: str) -> None:
+    model, files = _converted(name, "explicit")
     pool = ortstate.StreamPool(model, 8, max_context=64)
-    rules = _rules(ortstate.StatefulSession(model), files.folder)
+    session = ortstate.StatefulSession(model)
+    rules = _rules(session, files.folder)
     sids = [pool.open() for _ in range(5)]
     for k, sid in enumerate(sids):  # caches of 2, 4, 6, 8, 10 positions
         pool.step({sid: rules.feeds(np.arange(2 + 2 * k)[None] + 3, 0)})
     runs = pool.stats().runs
-    pool.step({sid: rules.feeds(np.array([[7]]), 2 + 2 * k) for k, sid in enumerate(sids)})
+    feeds = {sid: rules.feeds(np.array([[7]]), 2 + 2 * k) for k, sid in enumerate(sids)}
+    got = pool.step(feeds)
     assert pool.stats().runs == runs + 1
     assert pool.stats().max_batch == 5
+    session.run(None, rules.feeds(np.arange(8)[None] + 3, 0))  # the fourth stream, alone
+    _check(got[sids[3]], session.run(None, feeds[sids[3]]), f"{name} stream {sids[3]}")
+
+
+def test_a_model_that_rewrites_a_copied_cache_is_refused(tmp_path: Path) -> None:
+    """A cache no fused attention appends to is copied in and out of its row: the pool keeps only the
+    positions a step appends, so a model that changes the past it reads (here doubles it) is refused."""
+    xml = one_layer(tmp_path, token_ids=True, scaled_past=True, batch_from_ids=True)
+    with pytest.raises(OrtStateError, match="variable '[^']+': its next value is not its past with the step's 1 po"):
+        ortstate.StreamPool(ortstate.convert(str(xml)), 2)
+    plain = one_layer(tmp_path / "plain", token_ids=True, batch_from_ids=True)  # appends only: pooled
+    assert ortstate.StreamPool(ortstate.convert(str(plain)), 2).batching == "ragged"
 
 
 def test_a_failed_step_changes_no_stream() -> None:
@@ -169,3 +188,38 @@ def test_fresh_prompts_of_one_length_are_one_run(name: str) -> None:
     got = pool.step(feeds)
     for sid, session in zip(sids, sessions):
         _check(got[sid], session.run(None, feeds[sid]), f"{name} stream {sid} decode")
+
+
+@pytest.mark.parametrize("form", ["custom-op", "explicit"])
+def test_fused_and_copied_caches_step_in_one_run(form: str, tmp_path: Path) -> None:
+    """A decoder with one attention fused (its cache appended to in place) and one composed (sinks
+    computed at run time: its cache copied in and out), their caches of other heads and head sizes
+    (2 x 8, 1 x 16): prompts, then ragged one-token steps of all streams in one run, each stream's
+    logits a lone session's."""
+    mixed = token_decoder([Spec(), Spec(heads=2, kv_heads=1, size=16, sink="computed")])
+    xml = save_ir(mixed, tmp_path, "mixed")
+    model = ortstate.convert(str(xml), explicit_state=form == "explicit")
+    assert [row["as"] for row in read_attention_report(model) or []] == ["GroupQueryAttention", "composed"]
+    pool = ortstate.StreamPool(model, 4, max_context=32)
+    assert pool.batching == "ragged"
+
+    def feeds(ids: list[int], past: int) -> dict[str, np.ndarray]:
+        n = len(ids)
+        return {"input_ids": np.array([ids]), "attention_mask": np.ones((1, past + n), np.int64),
+                "beam_idx": np.zeros(1, np.int32)}  # fmt: skip
+
+    rng = np.random.default_rng(4)
+    shadows = [_Shadow(pool.open(), ortstate.StatefulSession(model)) for _ in range(3)]
+    for s, n in zip(shadows, (3, 6, 1)):
+        step = feeds(rng.integers(0, 32, n).tolist(), 0)
+        _check(pool.step({s.sid: step})[s.sid], s.session.run(None, step), f"{form} prompt {s.sid}")
+        s.past = n
+    for round_ in range(4):
+        runs = pool.stats().runs
+        steps = {s.sid: feeds([int(rng.integers(0, 32))], s.past) for s in shadows}
+        got = pool.step(steps)
+        assert pool.stats().runs == runs + 1
+        for s in shadows:
+            _check(got[s.sid], s.session.run(None, steps[s.sid]), f"{form} round {round_} stream {s.sid}")
+            s.past += 1
+            assert pool.length(s.sid) == s.past

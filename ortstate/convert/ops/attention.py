@@ -21,9 +21,10 @@ fused ``com.microsoft.GroupQueryAttention`` instead: K/V stay at the cache's hea
 the kernel appends this step's rows to the past itself, and its ``present`` outputs become what
 the variables store. It runs with ``causal=0`` and the model's own mask as ``attention_bias``
 (``-inf`` where a boolean mask is false), so it computes exactly what the composition does,
-whatever the mask says (padding, sliding windows, causal or not). The kernel refuses more than
-one new row with a past for batches above 1; that case takes the composition, in the then-branch
-of an ``If``.
+whatever the mask says (padding, sliding windows, causal or not); a sink of one constant logit per
+head is its ``head_sink`` (ONNX Runtime's softmax over the scores and the sink, as OpenVINO's).
+The kernel refuses more than one new row with a past for batches above 1; that case takes the
+composition, in the then-branch of an ``If``.
 """
 
 from __future__ import annotations
@@ -154,8 +155,10 @@ def _fused(node: Node, ctx: Context, kv: KvAttention) -> str:
     total32 = b.op("Cast", [total], {"to": T.INT32})
     seqlens = b.op("Expand", [b.op("Sub", [total32, b.const(np.array(1, np.int32))]), b.op("Unsqueeze", [batch, i64])])
     inputs += [seqlens, total32]
-    if _has_mask(node):
-        inputs += ["", "", "", _bias(node, b, seq, total)]
+    if _has_mask(node) or kv.sink is not None:
+        inputs += ["", "", "", _bias(node, b, seq, total) if _has_mask(node) else ""]
+    if kv.sink is not None:
+        inputs.append(b.const(kv.sink))
     attrs = {"num_heads": kv.heads, "kv_num_heads": kv.kv_heads, "scale": kv.scale, "causal": 0}
     one = b.const(np.array(1, np.int64))
     several = b.op("And", [b.op("Greater", [batch, one]), b.op("Greater", [seq, one])])
