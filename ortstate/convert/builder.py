@@ -30,7 +30,7 @@ class Names:
 
     def __init__(self) -> None:
         self._used: set[str] = set()
-        self._next: dict[str, int] = {}  # the next suffix to try per hint: a layer may make thousands
+        self._tried: dict[str, int] = {}  # a layer may make thousands of one hint (see fresh_name)
 
     def reserve(self, name: str) -> str:
         """Claim ``name`` exactly; callers check availability with :meth:`taken` first."""
@@ -43,9 +43,7 @@ class Names:
     def fresh(self, hint: str) -> str:
         """``hint``, or ``hint_N`` where taken (:func:`~ortstate.meta.fresh_name`'s rule)."""
         base = hint or "v"
-        name = fresh_name(base, self._used, self._next.get(base, 1))
-        if name != base:  # a layer may make thousands of one hint: start the next search past this one
-            self._next[base] = int(name[len(base) + 1 :]) + 1
+        name = fresh_name(base, self._used, self._tried)
         self._used.add(name)
         return name
 

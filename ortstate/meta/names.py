@@ -59,7 +59,8 @@ FUSED_OP = re.compile(rf"({FUSED_READ}|{FUSED_READ_STATES}|{FUSED_ASSIGN})(\d+)(
 # (rows x K) of activations with K columns a 4-bit weight's exact int8 split takes (more take the
 # f32-compute kernel): the converter writes ONNX Runtime's safe row count, the runtime sets the
 # CPU's own as it loads (``ortstate.runtime.split_rows``).
-SPLIT_ROWS = re.compile(r"ortstate\.split_max_rows\.k(\d+)")
+# (K at most 9 digits: rows x K stays an int64, and int() never reads a run of thousands of digits).
+SPLIT_ROWS = re.compile(r"ortstate\.split_max_rows\.k(\d{1,9})")
 
 
 def split_rows_name(k: int) -> str:
@@ -107,18 +108,24 @@ def state_dims(shape: list[int | list[int | None]] | None, var_id: str) -> list[
     return [d if isinstance(d, int) else f"{var_id}_d{i}" for i, d in enumerate(shape)]
 
 
-def fresh_name(base: str, taken: Container[str], start: int = 1) -> str:
-    """``base``, or where the model already uses it, ``base_N`` for the first free N from ``start``.
+def fresh_name(base: str, taken: Container[str], tried: dict[str, int] | None = None) -> str:
+    """``base``, or where the model already uses it, ``base_N`` for the first free N from 1.
 
     The one rule by which every name ortstate makes (the names above, and the converter's own
     value names) steps aside from a name the model already has; ``taken`` is every name of the
     model, subgraphs included (ONNX forbids defining a name twice anywhere in a model).
+
+    ``tried`` (kept by a caller that adds each name it is given to a ``taken`` that only grows)
+    remembers per base the first N not yet seen taken, so a thousand names of one base cost a
+    thousand lookups, not half a million: the names given are the same.
     """
     if base not in taken:
         return base
-    n = start
+    n = tried.get(base, 1) if tried is not None else 1
     while f"{base}_{n}" in taken:
         n += 1
+    if tried is not None:
+        tried[base] = n + 1
     return f"{base}_{n}"
 
 
@@ -132,12 +139,16 @@ def split_id(var_id: str) -> tuple[str, str] | None:
     and at least half of the shorter side (``h_in``/``h_out``, ``cache_params.past.ssm.1``/
     ``cache_params.present.ssm.1``).
     """
+    # Linear in the id's length (an id is the file's to choose, 100,000 characters or more): what
+    # each cut's two sides share at the start and at the end is read off two Z-arrays, one of the id
+    # and one of it reversed, instead of comparing the sides anew at every cut.
+    size = len(var_id)
+    heads, tails = _prefix_runs(var_id), _prefix_runs(var_id[::-1])
     best, best_score = 0, 1
-    for cut in range(2, len(var_id) - 1):
-        left, right = var_id[:cut], var_id[cut:]
-        shorter = min(len(left), len(right))
-        head = _common(left, right, shorter)
-        score = head + _common(left[::-1], right[::-1], shorter - head)
+    for cut in range(2, size - 1):
+        shorter = min(cut, size - cut)
+        head = min(heads[cut], shorter)  # var_id[cut:] against var_id: the sides' common start
+        score = head + min(tails[size - cut], shorter - head)  # var_id[:cut] against var_id: common end
         if score > best_score and 2 * score >= shorter:
             best, best_score = cut, score
     return (var_id[:best], var_id[best:]) if best else None
@@ -150,9 +161,20 @@ def shown_id(var_id: str) -> str:
     return f"'{pair[0]}' -> '{pair[1]}'" if pair else f"'{var_id}'"
 
 
-def _common(a: str, b: str, limit: int) -> int:
-    """How many leading characters ``a`` and ``b`` share, at most ``limit``."""
-    n = 0
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n
+def _prefix_runs(text: str) -> list[int]:
+    """The Z-array of ``text``: entry ``i`` is how many leading characters ``text[i:]`` shares with
+    ``text`` (entry 0 is the length). Linear time: each comparison that matches moves the rightmost
+    match ``right`` forward, so matches total at most ``len(text)``."""
+    size = len(text)
+    runs = [0] * size
+    if size:
+        runs[0] = size
+    left = right = 0
+    for i in range(1, size):
+        run = min(right - i, runs[i - left]) if i < right else 0
+        while i + run < size and text[run] == text[i + run]:
+            run += 1
+        runs[i] = run
+        if i + run > right:
+            left, right = i, i + run
+    return runs
