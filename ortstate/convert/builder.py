@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..meta import fresh_name
+from ..meta import fresh_name, name_prefix
 from ..passes.walk import rename_in_nodes
 from ..protosize import tensor_bytes
 from .external import LARGE_BYTES, Array, Lazy, stub
@@ -54,7 +54,7 @@ class GraphBuilder:
     def __init__(self, name: str, names: Names | None = None, hint: str = "", keep_large: bool = False) -> None:
         self.name = name
         self.names = names or Names()
-        self.hint = hint  # prefix for value names made by op(): the layer being translated
+        self.hint = hint
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -65,6 +65,16 @@ class GraphBuilder:
         # the memory-mapped .bin) behind external-data stubs until the model is saved or loaded.
         self.keep_large = keep_large
         self.large: dict[str, Array] = {}
+
+    @property
+    def hint(self) -> str:
+        """The start of the value and node names :meth:`op` makes: the layer being translated's
+        name, as :func:`~ortstate.meta.name_prefix` cuts it."""
+        return self._hint
+
+    @hint.setter
+    def hint(self, name: str) -> None:
+        self._hint = name_prefix(name)
 
     def op(
         self,
@@ -107,7 +117,7 @@ class GraphBuilder:
         key = (arr.dtype.str, arr.shape, arr.tobytes()) if arr.size <= 64 else None
         if key is not None and key in self._const_cache:
             return self._const_cache[key]
-        name = self.names.fresh(hint)
+        name = self.names.fresh(name_prefix(hint))
         if self.keep_large and arr.nbytes >= LARGE_BYTES:
             self.large[name] = arr
             self.initializers.append(stub(name, arr))
@@ -135,7 +145,7 @@ class GraphBuilder:
         lazy = Lazy(tuple(shape), np.dtype(dtype), make)
         if not self.keep_large or lazy.nbytes < LARGE_BYTES:
             return self.const(lazy(), hint=hint)
-        name = self.names.fresh(hint)
+        name = self.names.fresh(name_prefix(hint))
         self.large[name] = lazy
         self.initializers.append(stub(name, lazy))
         return name

@@ -16,7 +16,7 @@ from onnx import TensorProto
 from ..errors import StateError
 from ..ir import ElementType, Graph, Layer, PartialShape, element_type, parse_partial_shape
 from ..ir.walk import producers_of, upstream
-from ..meta import MAX_INIT_BYTES, MAX_STATE_ELEMENTS, shown_id, spanned_elements
+from ..meta import MAX_INIT_BYTES, MAX_STATE_ELEMENTS, name_prefix, shown_id, spanned_elements
 from .dtypes import numpy_type, onnx_type
 from .folding import constant_value
 from .init_dims import InitDim, zeros_from_input_dims
@@ -125,7 +125,7 @@ def collect_variables(graph: Graph) -> list[Variable]:
             first = table[vid][1]
             raise StateError(
                 f"{where}: variable {shown_id(vid)} has two {layer.type} layers "
-                f"('{first.name}' id {first.id} and '{layer.name}' id {layer.id})"
+                f"('{name_prefix(first.name)}' id {first.id} and '{name_prefix(layer.name)}' id {layer.id})"
             )
         table[vid] = (g, layer, where)
     for vid, (_, _, where) in assigns.items():

@@ -25,9 +25,11 @@ __all__ = [
     "VARIABLE_IDS",
     "fresh_name",
     "fused_op",
+    "NAME_PREFIX_CHARS",
     "init_flag_name",
     "length_input_name",
     "length_output_name",
+    "name_prefix",
     "state_dims",
     "state_input_name",
     "state_output_name",
@@ -106,6 +108,23 @@ def state_dims(shape: list[int | list[int | None]] | None, var_id: str) -> list[
     if shape is None:
         return None
     return [d if isinstance(d, int) else f"{var_id}_d{i}" for i, d in enumerate(shape)]
+
+
+# The most characters of a layer's name that ortstate repeats (see name_prefix); real names have
+# at most a few hundred.
+NAME_PREFIX_CHARS = 1000
+
+
+def name_prefix(name: str) -> str:
+    """A layer's name as ortstate repeats it, in the names it makes from it (the layer's ONNX nodes
+    and values; :func:`fresh_name` keeps them unique) and in messages (``layer 'NAME' (id N)``, the
+    id telling it apart): whole, or its first :data:`NAME_PREFIX_CHARS` characters.
+
+    A layer becomes many nodes and values, and a loop body's every port and edge is placed by its
+    loop's name: a name of 100,000 characters on a Split into 10,000 outputs would otherwise write
+    a billion characters.
+    """
+    return name[:NAME_PREFIX_CHARS]
 
 
 def fresh_name(base: str, taken: Container[str], tried: dict[str, int] | None = None) -> str:
