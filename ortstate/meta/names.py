@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Container
 
+import numpy as np
+
 __all__ = [
     "ASSIGN",
     "CONTRIB_DOMAIN",
@@ -162,15 +164,15 @@ def split_id(var_id: str) -> tuple[str, str] | None:
     # each cut's two sides share at the start and at the end is read off two Z-arrays, one of the id
     # and one of it reversed, instead of comparing the sides anew at every cut.
     size = len(var_id)
-    heads, tails = _prefix_runs(var_id), _prefix_runs(var_id[::-1])
-    best, best_score = 0, 1
-    for cut in range(2, size - 1):
-        shorter = min(cut, size - cut)
-        head = min(heads[cut], shorter)  # var_id[cut:] against var_id: the sides' common start
-        score = head + min(tails[size - cut], shorter - head)  # var_id[:cut] against var_id: common end
-        if score > best_score and 2 * score >= shorter:
-            best, best_score = cut, score
-    return (var_id[:best], var_id[best:]) if best else None
+    if size < 4:
+        return None
+    cuts = np.arange(2, size - 1)
+    shorter = np.minimum(cuts, size - cuts)
+    head = np.minimum(_prefix_runs(var_id)[cuts], shorter)  # var_id[cut:] against var_id: common start
+    score = head + np.minimum(_prefix_runs(var_id[::-1])[size - cuts], shorter - head)  # [:cut]: common end
+    score[(score < 2) | (2 * score < shorter)] = -1
+    best = int(np.argmax(score))  # the first cut of the best score, as the rule says
+    return None if score[best] < 0 else (var_id[: cuts[best]], var_id[cuts[best] :])
 
 
 def shown_id(var_id: str) -> str:
@@ -180,20 +182,29 @@ def shown_id(var_id: str) -> str:
     return f"'{pair[0]}' -> '{pair[1]}'" if pair else f"'{var_id}'"
 
 
-def _prefix_runs(text: str) -> list[int]:
+def _prefix_runs(text: str) -> np.ndarray:
     """The Z-array of ``text``: entry ``i`` is how many leading characters ``text[i:]`` shares with
     ``text`` (entry 0 is the length). Linear time: each comparison that matches moves the rightmost
-    match ``right`` forward, so matches total at most ``len(text)``."""
+    match ``right`` forward, so matches total at most ``len(text)``; past ``right``, the positions
+    up to the next one holding ``text[0]`` share nothing, skipped at ``str.find``'s speed."""
     size = len(text)
     runs = [0] * size
-    if size:
-        runs[0] = size
-    left = right = 0
-    for i in range(1, size):
-        run = min(right - i, runs[i - left]) if i < right else 0
+    if not size:
+        return np.zeros(0, np.int64)
+    runs[0] = size
+    first, left, right, i = text[0], 0, 0, 1
+    while i < size:
+        if i >= right:
+            i = text.find(first, i)
+            if i < 0:
+                break
+            run = 0
+        else:
+            run = min(right - i, runs[i - left])
         while i + run < size and text[run] == text[i + run]:
             run += 1
         runs[i] = run
         if i + run > right:
             left, right = i, i + run
-    return runs
+        i += 1
+    return np.array(runs, np.int64)
