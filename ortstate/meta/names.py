@@ -1,6 +1,7 @@
 """The state format's names: every name the two ONNX forms give their state (op types, domain,
-attributes, graph inputs and outputs), spelled here and nowhere else, and the rule by which a name
-ortstate makes steps aside from one the model has. :mod:`ortstate.meta.model` (the metadata that
+attributes, graph inputs and outputs), spelled here and nowhere else, the rule by which a name
+ortstate makes steps aside from one the model has, how much of a layer's name it repeats, and how
+a glued variable id is shown split. :mod:`ortstate.meta.model` (the metadata that
 lists a model's variables) and the package, :mod:`ortstate.meta`, re-export them: the converter,
 the passes and the runtime import them from the package.
 """
@@ -20,6 +21,7 @@ __all__ = [
     "FUSED_READ",
     "FUSED_READ_STATES",
     "MAX_FUSED",
+    "NAME_PREFIX_CHARS",
     "READ_VALUE",
     "REQUEST_INPUT",
     "SPLIT_ROWS",
@@ -27,7 +29,6 @@ __all__ = [
     "VARIABLE_IDS",
     "fresh_name",
     "fused_op",
-    "NAME_PREFIX_CHARS",
     "init_flag_name",
     "length_input_name",
     "length_output_name",
