@@ -224,31 +224,26 @@ def test_conversion_work_grows_linearly_with_a_layers_outputs(tmp_path: Path) ->
 def long_names_ir(tmp_path: Path, n: int) -> tuple[Path, list[str], tuple[str, str]]:
     """Two accumulators whose every name has ``n`` characters or more: the variable ids (a run of
     one character, which split_id read in quadratic time; a glued pair as MakeStateful writes it),
-    each layer's name, and the inputs' and values' tensor names, one input named as the explicit
-    form names a state input. Returns the IR, its inputs' names and the glued id's two halves."""
+    every layer's name and every tensor's, one input named as the explicit form names a state
+    input. Returns the IR, its inputs' names and the glued id's two halves."""
     pad = "n" * n
     past, present = f"past.{pad[: n // 2]}", f"present.{pad[: n // 2]}"
-    names = [f"x{pad}", f"ortstate.in.{'a' * n}"]
-    x, y = (ops.parameter([1, 3], np.float32, name=f"layer{i}{pad}") for i in range(2))
-    x.output(0).set_names({names[0]})
-    y.output(0).set_names({names[1]})
+    x, y = (ops.parameter([1, 3], np.float32) for _ in range(2))
     init = ops.broadcast(ops.constant(np.float32(0)), ops.shape_of(x))  # computed: an init flag
     first, glued = variable("a" * n, [1, 3]), variable(past + present, [1, 3])
     acc = ops.add(ops.add(opset6.read_value(init, first), x), y)
     total = ops.add(opset6.read_value(init, glued), ops.multiply(acc, ops.constant(np.float32(2))))
-    parts = ops.split(total, ops.constant(np.int64(1)), 3).outputs()
-    out = ops.concat(parts[::-1], 1)
-    steps = [acc, total, *parts, out]
-    for i, node in enumerate([init, acc, total, out, opset6.assign(acc, first), opset6.assign(total, glued)]):
-        (node.node if isinstance(node, ov.Output) else node).set_friendly_name(f"layer{i + 2}{pad}")
-    for i, value in enumerate(steps):
-        (value if isinstance(value, ov.Output) else value.output(0)).set_names({f"t{i}{pad}"})
-    model = ov.Model(
-        [ops.result(acc), ops.result(out)],
-        [opset6.assign(acc, first), opset6.assign(total, glued)],
-        [x, y],
-        f"long{pad}",
-    )
+    out = ops.concat(ops.split(total, ops.constant(np.int64(1)), 3).outputs()[::-1], 1)
+    sinks = [opset6.assign(acc, first), opset6.assign(total, glued)]
+    model = ov.Model([ops.result(acc), ops.result(out)], sinks, [x, y], f"long{pad}")
+    for i, op in enumerate(model.get_ordered_ops()):
+        op.set_friendly_name(f"layer{i}{pad}")
+        if op.get_type_name() != "Assign":
+            for k, port in enumerate(op.outputs()):
+                port.set_names({f"t{i}.{k}{pad}"})
+    names = [f"x{pad}", f"ortstate.in.{'a' * n}"]
+    for param, name in zip(model.get_parameters(), names):
+        param.output(0).set_names({name})
     return save_ir(model, tmp_path, f"long{n}"), names, (past, present)
 
 
