@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..meta import fresh_name
+from ..meta import fresh_name, name_prefix
 from ..passes.walk import rename_in_nodes
 from ..protosize import tensor_bytes
 from .external import LARGE_BYTES, Array, Lazy, stub
@@ -30,7 +30,7 @@ class Names:
 
     def __init__(self) -> None:
         self._used: set[str] = set()
-        self._next: dict[str, int] = {}  # the next suffix to try per hint: a layer may make thousands
+        self._tried: dict[str, int] = {}  # a layer may make thousands of one hint (see fresh_name)
 
     def reserve(self, name: str) -> str:
         """Claim ``name`` exactly; callers check availability with :meth:`taken` first."""
@@ -43,9 +43,7 @@ class Names:
     def fresh(self, hint: str) -> str:
         """``hint``, or ``hint_N`` where taken (:func:`~ortstate.meta.fresh_name`'s rule)."""
         base = hint or "v"
-        name = fresh_name(base, self._used, self._next.get(base, 1))
-        if name != base:  # a layer may make thousands of one hint: start the next search past this one
-            self._next[base] = int(name[len(base) + 1 :]) + 1
+        name = fresh_name(base, self._used, self._tried)
         self._used.add(name)
         return name
 
@@ -56,7 +54,7 @@ class GraphBuilder:
     def __init__(self, name: str, names: Names | None = None, hint: str = "", keep_large: bool = False) -> None:
         self.name = name
         self.names = names or Names()
-        self.hint = hint  # prefix for value names made by op(): the layer being translated
+        self.hint = hint
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -67,6 +65,16 @@ class GraphBuilder:
         # the memory-mapped .bin) behind external-data stubs until the model is saved or loaded.
         self.keep_large = keep_large
         self.large: dict[str, Array] = {}
+
+    @property
+    def hint(self) -> str:
+        """The start of the value and node names :meth:`op` makes: the layer being translated's
+        name, as :func:`~ortstate.meta.name_prefix` cuts it."""
+        return self._hint
+
+    @hint.setter
+    def hint(self, name: str) -> None:
+        self._hint = name_prefix(name)
 
     def op(
         self,
@@ -109,7 +117,7 @@ class GraphBuilder:
         key = (arr.dtype.str, arr.shape, arr.tobytes()) if arr.size <= 64 else None
         if key is not None and key in self._const_cache:
             return self._const_cache[key]
-        name = self.names.fresh(hint)
+        name = self.names.fresh(name_prefix(hint))
         if self.keep_large and arr.nbytes >= LARGE_BYTES:
             self.large[name] = arr
             self.initializers.append(stub(name, arr))
@@ -137,7 +145,7 @@ class GraphBuilder:
         lazy = Lazy(tuple(shape), np.dtype(dtype), make)
         if not self.keep_large or lazy.nbytes < LARGE_BYTES:
             return self.const(lazy(), hint=hint)
-        name = self.names.fresh(hint)
+        name = self.names.fresh(name_prefix(hint))
         self.large[name] = lazy
         self.initializers.append(stub(name, lazy))
         return name

@@ -12,7 +12,7 @@ from onnx import helper
 
 from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Graph, Layer, parse_partial_shape, read_ir
-from ..meta import CONTRIB_DOMAIN, CUSTOM_OP, ModelMeta, write_meta
+from ..meta import CONTRIB_DOMAIN, CUSTOM_OP, ModelMeta, name_prefix, write_meta
 from ..output_files import check_writable
 from ..passes.pipelines import CONVERT, EXPLICIT, PassOptions
 from ..passes.walk import rename_reads, sorted_nodes
@@ -84,7 +84,7 @@ def unsupported_ops(graph: Graph) -> dict[str, list[str]]:
     missing: dict[str, list[str]] = {}
     for layer in graph.all_layers():
         if layer.type not in _STRUCTURAL and lookup(layer.type, layer.op_version) is None:
-            missing.setdefault(layer.op_name, []).append(f"'{layer.name}' id {layer.id}")
+            missing.setdefault(layer.op_name, []).append(f"'{name_prefix(layer.name)}' id {layer.id}")
     return missing
 
 

@@ -15,6 +15,7 @@ from onnx import TensorProto
 from ..errors import ConversionError, OrtStateError
 from ..ir import Graph, Layer
 from ..ir.walk import upstream
+from ..meta import name_prefix
 from .builder import GraphBuilder
 from .compressed import CompressedInput, FloatWeight, float_weight, plan_weights, record_expanded
 from .context import Context, ConvertOptions
@@ -141,8 +142,9 @@ def translate_layer(layer: Layer, ctx: Context, values: Values, value_of: ValueO
 
 def tag(nodes: list[onnx.NodeProto], layer: Layer) -> None:
     """Record the IR layer behind each node, so the runtime can name it when onnxruntime refuses one."""
+    described = layer.describe()
     for node in nodes:
-        node.doc_string = node.doc_string or layer.describe()
+        node.doc_string = node.doc_string or described
 
 
 def input_value(graph: Graph, values: Values, layer: Layer, index: int) -> str:
@@ -179,7 +181,7 @@ def _check_shape_constants(graph: Graph, layer: Layer) -> None:
             if value.dtype.kind in "iu" and value.size and int(value.max()) > _MAX_DIM:
                 raise ConversionError(
                     f"{graph.source}: {layer.describe()}: input {index} takes dim {int(value.max())} from "
-                    f"layer '{src.name}' (id {src.id}); no tensor can have a dim above {_MAX_DIM}"
+                    f"layer '{name_prefix(src.name)}' (id {src.id}); no tensor can have a dim above {_MAX_DIM}"
                 )
 
 

@@ -16,7 +16,7 @@ from onnx import TensorProto
 from ..errors import StateError
 from ..ir import ElementType, Graph, Layer, PartialShape, element_type, parse_partial_shape
 from ..ir.walk import producers_of, upstream
-from ..meta import MAX_INIT_BYTES, MAX_STATE_ELEMENTS, shown_id, spanned_elements
+from ..meta import MAX_INIT_BYTES, MAX_STATE_ELEMENTS, name_prefix, shown_id, spanned_elements
 from .dtypes import numpy_type, onnx_type
 from .folding import constant_value
 from .init_dims import InitDim, zeros_from_input_dims
@@ -58,6 +58,20 @@ class Variable:
 
 def _where(graph: Graph, layer: Layer) -> str:
     return f"{graph.source}: {layer.describe()}"
+
+
+@dataclass(frozen=True, eq=False)
+class _VariableWhere:
+    """How an error about a variable begins, ``<file>: layer '...' (id N, Type-V): variable '...'``,
+    written out only when an error is: :func:`shown_id` reads the whole id, which the file may make
+    as long as it likes (formatting with ``f"{where}"`` calls ``__str__``)."""
+
+    graph: Graph
+    layer: Layer
+    vid: str
+
+    def __str__(self) -> str:
+        return f"{_where(self.graph, self.layer)}: variable {shown_id(self.vid)}"
 
 
 def _lenient_relaxes(declared: PartialShape, actual: PartialShape) -> bool:
@@ -111,7 +125,7 @@ def collect_variables(graph: Graph) -> list[Variable]:
             first = table[vid][1]
             raise StateError(
                 f"{where}: variable {shown_id(vid)} has two {layer.type} layers "
-                f"('{first.name}' id {first.id} and '{layer.name}' id {layer.id})"
+                f"('{name_prefix(first.name)}' id {first.id} and '{name_prefix(layer.name)}' id {layer.id})"
             )
         table[vid] = (g, layer, where)
     for vid, (_, _, where) in assigns.items():
@@ -143,7 +157,7 @@ def _state_layers(graph: Graph, source: str, inside: str = "") -> list[tuple[Gra
 
 
 def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variable:
-    where = f"{_where(graph, read)}: variable {shown_id(vid)}"
+    where = _VariableWhere(graph, read, vid)
     has_init = bool(read.inputs)
     init_type = None
     init_shape = PartialShape(None)
@@ -162,7 +176,7 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
         raise StateError(f"{where}: cannot tell the variable's element type")
     shape = declared_shape if declared_shape.dims is not None else init_shape
 
-    assign_where = f"{_where(graph, assign)}: variable {shown_id(vid)}"
+    assign_where = _VariableWhere(graph, assign, vid)
     for assign_type in _types_of_value(graph, assign, 0):
         if assign_type != etype:
             raise StateError(f"{assign_where}: Assign writes {assign_type.name} but the variable is {etype.name}")
@@ -191,7 +205,7 @@ def _make_variable(graph: Graph, vid: str, read: Layer, assign: Layer) -> Variab
     return variable
 
 
-def _declared(read: Layer, has_init: bool, where: str) -> tuple[ElementType | None, PartialShape]:
+def _declared(read: Layer, has_init: bool, where: _VariableWhere) -> tuple[ElementType | None, PartialShape]:
     """The type and shape a ReadValue-6 declares for its variable (None and a dynamic rank where
     it leaves them open; a ReadValue-3 declares neither)."""
     declared_type: ElementType | None = None
@@ -216,7 +230,7 @@ def _declared(read: Layer, has_init: bool, where: str) -> tuple[ElementType | No
     return declared_type, declared_shape
 
 
-def _check_size(var: Variable, where: str) -> None:
+def _check_size(var: Variable, where: _VariableWhere) -> None:
     """Refuse a variable no run could hold: its zero initial value is made before the first run (and
     stored in a custom-op model), and dims past :data:`MAX_STATE_ELEMENTS` cannot cross the runtime."""
     lows = [d.lo for d in var.shape.dims or ()]

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
 from ..errors import IRError
+from ..meta import name_prefix
 from .graph import Edge, Layer
 from .layers import int_attr, layer_where
 
@@ -103,4 +104,4 @@ def _find_cycle(stuck: set[int], pred: dict[int, list[int]], position: dict[int,
 
 
 def _name(layer: Layer) -> str:
-    return f"layer '{layer.name}' (id {layer.id})"
+    return f"layer '{name_prefix(layer.name)}' (id {layer.id})"

@@ -8,6 +8,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..meta import name_prefix
 from .packing import Packed
 from .shapes import PartialShape
 from .types import ElementType
@@ -75,7 +76,8 @@ class Layer:
             return None
 
     def describe(self) -> str:
-        return f"layer '{self.name}' (id {self.id}, {self.op_name})"
+        """``layer 'NAME' (id N, Type-V)``, the name as :func:`~ortstate.meta.name_prefix` cuts it."""
+        return f"layer '{name_prefix(self.name)}' (id {self.id}, {self.op_name})"
 
     def tensor_name(self, port_index: int = 0) -> str:
         """What OpenVINO's ``get_any_name()`` gives output ``port_index``: its smallest tensor name,

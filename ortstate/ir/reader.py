@@ -17,6 +17,7 @@ import defusedxml.ElementTree as SafeET
 import numpy as np
 
 from ..errors import IRError, IRFileError
+from ..meta import name_prefix
 from ..model_path import model_file
 from .constants import ConstantTable, Packed, decode_constant
 from .edges import parse_edges, topological_order
@@ -168,7 +169,7 @@ def _parse_graph(root: ET.Element, scope: str, source: _Source, depth: int = 0) 
         where = layer_where(scope, layer.name, layer.id)
         if layer.id in layers:
             first = layers[layer.id]
-            raise IRError(f"{where}: duplicate layer id (also used by layer '{first.name}')")
+            raise IRError(f"{where}: duplicate layer id (also used by layer '{name_prefix(first.name)}')")
         layers[layer.id] = layer
         if layer.type == "Const":
             constants[layer.id] = decode_constant(layer, source.weights, where, source.bin_name, source.bin_size)

@@ -45,7 +45,7 @@ from .model import (
     state_output_name,
     write_meta,
 )
-from .names import SPLIT_ROWS, split_rows_name
+from .names import NAME_PREFIX_CHARS, SPLIT_ROWS, name_prefix, split_rows_name
 
 __all__ = [
     "ASSIGN",
@@ -58,6 +58,7 @@ __all__ = [
     "FUSED_READ",
     "FUSED_READ_STATES",
     "MAX_FUSED",
+    "NAME_PREFIX_CHARS",
     "READ_VALUE",
     "REQUEST_INPUT",
     "SPLIT_ROWS",
@@ -75,6 +76,7 @@ __all__ = [
     "init_flag_name",
     "length_input_name",
     "length_output_name",
+    "name_prefix",
     "read_meta",
     "shown_id",
     "split_id",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -303,9 +304,10 @@ def _model_meta(value: Any) -> ModelMeta:
     if data["version"] != FORMAT_VERSION or type(data["version"]) is not int:
         raise ValueError(f"metadata format version {data['version']!r}, expected {FORMAT_VERSION}")
     variables = tuple(items(data["variables"], "variables", _variable))
-    ids = [v.id for v in variables]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"variables: id '{next(i for i in ids if ids.count(i) > 1)}' is listed twice")
+    counts = Counter(v.id for v in variables)  # not list.count per id: a file may list 100,000
+    twice = next((i for i, n in counts.items() if n > 1), None)
+    if twice is not None:
+        raise ValueError(f"variables: id '{twice}' is listed twice")
     extra = data.get("extra", {})
     if not isinstance(extra, dict) or not all(isinstance(v, str) for v in extra.values()):
         raise fail("extra", "an object of strings", extra)

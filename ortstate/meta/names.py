@@ -1,6 +1,7 @@
 """The state format's names: every name the two ONNX forms give their state (op types, domain,
-attributes, graph inputs and outputs), spelled here and nowhere else, and the rule by which a name
-ortstate makes steps aside from one the model has. :mod:`ortstate.meta.model` (the metadata that
+attributes, graph inputs and outputs), spelled here and nowhere else, the rule by which a name
+ortstate makes steps aside from one the model has, how much of a layer's name it repeats, and how
+a glued variable id is shown split. :mod:`ortstate.meta.model` (the metadata that
 lists a model's variables) and the package, :mod:`ortstate.meta`, re-export them: the converter,
 the passes and the runtime import them from the package.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Container
 
+import numpy as np
+
 __all__ = [
     "ASSIGN",
     "CONTRIB_DOMAIN",
@@ -18,6 +21,7 @@ __all__ = [
     "FUSED_READ",
     "FUSED_READ_STATES",
     "MAX_FUSED",
+    "NAME_PREFIX_CHARS",
     "READ_VALUE",
     "REQUEST_INPUT",
     "SPLIT_ROWS",
@@ -28,6 +32,7 @@ __all__ = [
     "init_flag_name",
     "length_input_name",
     "length_output_name",
+    "name_prefix",
     "state_dims",
     "state_input_name",
     "state_output_name",
@@ -59,7 +64,8 @@ FUSED_OP = re.compile(rf"({FUSED_READ}|{FUSED_READ_STATES}|{FUSED_ASSIGN})(\d+)(
 # (rows x K) of activations with K columns a 4-bit weight's exact int8 split takes (more take the
 # f32-compute kernel): the converter writes ONNX Runtime's safe row count, the runtime sets the
 # CPU's own as it loads (``ortstate.runtime.split_rows``).
-SPLIT_ROWS = re.compile(r"ortstate\.split_max_rows\.k(\d+)")
+# (K at most 9 digits: rows x K stays an int64, and int() never reads a run of thousands of digits).
+SPLIT_ROWS = re.compile(r"ortstate\.split_max_rows\.k(\d{1,9})")
 
 
 def split_rows_name(k: int) -> str:
@@ -107,18 +113,41 @@ def state_dims(shape: list[int | list[int | None]] | None, var_id: str) -> list[
     return [d if isinstance(d, int) else f"{var_id}_d{i}" for i, d in enumerate(shape)]
 
 
-def fresh_name(base: str, taken: Container[str], start: int = 1) -> str:
-    """``base``, or where the model already uses it, ``base_N`` for the first free N from ``start``.
+# The most characters of a layer's name that ortstate repeats (see name_prefix); real names have
+# at most a few hundred.
+NAME_PREFIX_CHARS = 1000
+
+
+def name_prefix(name: str) -> str:
+    """A layer's name as ortstate repeats it, in the names it makes from it (the layer's ONNX nodes
+    and values; :func:`fresh_name` keeps them unique) and in messages (``layer 'NAME' (id N)``, the
+    id telling it apart): whole, or its first :data:`NAME_PREFIX_CHARS` characters.
+
+    A layer becomes many nodes and values, and a loop body's every port and edge is placed by its
+    loop's name: a name of 100,000 characters on a Split into 10,000 outputs would otherwise write
+    a billion characters.
+    """
+    return name[:NAME_PREFIX_CHARS]
+
+
+def fresh_name(base: str, taken: Container[str], tried: dict[str, int] | None = None) -> str:
+    """``base``, or where the model already uses it, ``base_N`` for the first free N from 1.
 
     The one rule by which every name ortstate makes (the names above, and the converter's own
     value names) steps aside from a name the model already has; ``taken`` is every name of the
     model, subgraphs included (ONNX forbids defining a name twice anywhere in a model).
+
+    ``tried`` (kept by a caller that adds each name it is given to a ``taken`` that only grows)
+    remembers per base the first N not yet seen taken, so a thousand names of one base cost a
+    thousand lookups, not half a million: the names given are the same.
     """
     if base not in taken:
         return base
-    n = start
+    n = tried.get(base, 1) if tried is not None else 1
     while f"{base}_{n}" in taken:
         n += 1
+    if tried is not None:
+        tried[base] = n + 1
     return f"{base}_{n}"
 
 
@@ -132,15 +161,19 @@ def split_id(var_id: str) -> tuple[str, str] | None:
     and at least half of the shorter side (``h_in``/``h_out``, ``cache_params.past.ssm.1``/
     ``cache_params.present.ssm.1``).
     """
-    best, best_score = 0, 1
-    for cut in range(2, len(var_id) - 1):
-        left, right = var_id[:cut], var_id[cut:]
-        shorter = min(len(left), len(right))
-        head = _common(left, right, shorter)
-        score = head + _common(left[::-1], right[::-1], shorter - head)
-        if score > best_score and 2 * score >= shorter:
-            best, best_score = cut, score
-    return (var_id[:best], var_id[best:]) if best else None
+    # Linear in the id's length (an id is the file's to choose, 100,000 characters or more): what
+    # each cut's two sides share at the start and at the end is read off two Z-arrays, one of the id
+    # and one of it reversed, instead of comparing the sides anew at every cut.
+    size = len(var_id)
+    if size < 4:
+        return None
+    cuts = np.arange(2, size - 1)
+    shorter = np.minimum(cuts, size - cuts)
+    head = np.minimum(_prefix_runs(var_id)[cuts], shorter)  # var_id[cut:] against var_id: common start
+    score = head + np.minimum(_prefix_runs(var_id[::-1])[size - cuts], shorter - head)  # [:cut]: common end
+    score[(score < 2) | (2 * score < shorter)] = -1
+    best = int(np.argmax(score))  # the first cut of the best score, as the rule says
+    return None if score[best] < 0 else (var_id[: cuts[best]], var_id[cuts[best] :])
 
 
 def shown_id(var_id: str) -> str:
@@ -150,9 +183,29 @@ def shown_id(var_id: str) -> str:
     return f"'{pair[0]}' -> '{pair[1]}'" if pair else f"'{var_id}'"
 
 
-def _common(a: str, b: str, limit: int) -> int:
-    """How many leading characters ``a`` and ``b`` share, at most ``limit``."""
-    n = 0
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n
+def _prefix_runs(text: str) -> np.ndarray:
+    """The Z-array of ``text``: entry ``i`` is how many leading characters ``text[i:]`` shares with
+    ``text`` (entry 0 is the length). Linear time: each comparison that matches moves the rightmost
+    match ``right`` forward, so matches total at most ``len(text)``; past ``right``, the positions
+    up to the next one holding ``text[0]`` share nothing, skipped at ``str.find``'s speed."""
+    size = len(text)
+    runs = [0] * size
+    if not size:
+        return np.zeros(0, np.int64)
+    runs[0] = size
+    first, left, right, i = text[0], 0, 0, 1
+    while i < size:
+        if i >= right:
+            i = text.find(first, i)
+            if i < 0:
+                break
+            run = 0
+        else:
+            run = min(right - i, runs[i - left])
+        while i + run < size and text[run] == text[i + run]:
+            run += 1
+        runs[i] = run
+        if i + run > right:
+            left, right = i, i + run
+        i += 1
+    return np.array(runs, np.int64)

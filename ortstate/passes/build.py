@@ -23,13 +23,14 @@ class NewNames:
     """``new_name(base)``: a name not in ``taken`` (the model's names, see :func:`namer`) nor given
     before; ``taken`` grows with each."""
 
-    __slots__ = ("taken",)
+    __slots__ = ("_tried", "taken")
 
     def __init__(self, taken: set[str]) -> None:
         self.taken = taken
+        self._tried: dict[str, int] = {}  # a pass may make thousands of one base (see fresh_name)
 
     def __call__(self, base: str) -> str:
-        name = fresh_name(base, self.taken)
+        name = fresh_name(base, self.taken, self._tried)
         self.taken.add(name)
         return name
 

@@ -51,8 +51,9 @@ __all__ = ["PAST_NAME", "PRESENT_NAME", "KvCache", "kv_layout"]
 PAST_NAME = "past_key_values.%d.%s"
 PRESENT_NAME = "present.%d.%s"
 KINDS = ("key", "value")
-# optimum-intel's variable ids: the past input's name, then the present output's
-_KV_ID = re.compile(r"past_key_values\.(\d+)\.(key|value)(?:present\.\1\.\2)?$")
+# optimum-intel's variable ids: the past input's name, then the present output's (a layer number of
+# at most 9 digits: int() of a longer run is refused by Python past 4,300 digits, and slow before)
+_KV_ID = re.compile(r"past_key_values\.(\d{1,9})\.(key|value)(?:present\.\1\.\2)?$")
 _SEQ_AXIS = 2
 # The inputs the rows of the past are read from when the cache may be a longer buffer (the past's
 # length: attention_mask's less input_ids'): onnxruntime-genai feeds both so.

@@ -16,6 +16,7 @@ error here, because inside ONNX Runtime a state op that fails aborts the process
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import onnx
 
@@ -36,19 +37,22 @@ def check_model(model: onnx.ModelProto, meta: ModelMeta, origin: str) -> None:
     outputs = {o.name for o in graph.output}
     fed: list[str] = []
 
-    def scalar_input(name: str | None, elem_type: int, what: str) -> None:
+    def scalar_input(name: str | None, elem_type: int, what: Callable[[], str]) -> None:
+        # ``what`` is written out only for an error: a variable's shown_id reads all of its id.
         value = inputs.get(name or "")
         if value is None:
-            raise OrtStateError(f"{origin}: {what} '{name}' is not a graph input of the model")
+            raise OrtStateError(f"{origin}: {what()} '{name}' is not a graph input of the model")
         tensor = value.type.tensor_type
         if not value.type.HasField("tensor_type") or tensor.elem_type != elem_type or len(tensor.shape.dim) != 0:
             want = onnx.TensorProto.DataType.Name(elem_type).lower()
-            raise OrtStateError(f"{origin}: {what} '{name}' must be a {want} scalar input")
+            raise OrtStateError(f"{origin}: {what()} '{name}' must be a {want} scalar input")
         fed.append(name or "")
 
     for var in meta.variables:
         if var.init_flag is not None:
-            scalar_input(var.init_flag, onnx.TensorProto.BOOL, f"variable {shown_id(var.id)}: init flag")
+            scalar_input(
+                var.init_flag, onnx.TensorProto.BOOL, lambda var=var: f"variable {shown_id(var.id)}: init flag"
+            )
     if meta.form == EXPLICIT:
         for var in meta.variables:
             if var.state_input not in inputs:
@@ -64,7 +68,7 @@ def check_model(model: onnx.ModelProto, meta: ModelMeta, origin: str) -> None:
         if len(set(outs)) != len(outs):
             raise OrtStateError(f"{origin}: two variables share a state output")
     elif meta.variables:
-        scalar_input(meta.request_input, onnx.TensorProto.INT64, "request key")
+        scalar_input(meta.request_input, onnx.TensorProto.INT64, lambda: "request key")
         _check_state_nodes(graph, meta, origin)
     twice = [name for name, n in Counter(fed).items() if n > 1]
     if twice:

@@ -213,17 +213,20 @@ def _check_header(
     if not isinstance(entries, list) or len(entries) != len(variables):
         raise StateError(f"{where}: snapshot variable list is corrupted")
     expected = {}
+
+    def corrupted(var: VariableMeta) -> StateError:  # written only when raised: shown_id reads the whole id
+        return StateError(f"{where}: snapshot entry of variable {shown_id(var.id)} is corrupted")
+
     for index, (entry, var) in enumerate(zip(entries, variables)):
-        bad = f"{where}: snapshot entry of variable {shown_id(var.id)} is corrupted"
         if not isinstance(entry, dict) or entry.get("id") != var.id or type(entry.get("initialized")) is not bool:
-            raise StateError(bad)
+            raise corrupted(var)
         if not entry["initialized"]:
             continue
         shape = entry.get("shape")
         if entry.get("dtype") != var.dtype or not isinstance(shape, list):
-            raise StateError(bad)
+            raise corrupted(var)
         if not all(type(d) is int and d >= 0 for d in shape) or spanned_elements(shape) > MAX_STATE_ELEMENTS:
-            raise StateError(bad)
+            raise corrupted(var)
         if not ShapeRule(var.shape).admits(tuple(shape)):
             raise StateError(
                 f"{where}: snapshot value of variable {shown_id(var.id)} has shape {shape}, which it cannot hold"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -69,54 +69,107 @@ def test_generation_submitted_steps_and_commands_share_one_thread() -> None:
         assert "ortstate-batcher" not in made  # the engine has no thread of its own
 
 
-def test_the_event_loop_never_waits_on_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs made slow (0.2 s each, the pool's lock held, as a long ONNX Runtime run holds it): the
-    OpenAI server's conversations make, park and restore kept streams while requests decode, and
-    the event loop goes on meanwhile (their pool work waits in the pool's queue, not on the lock)."""
-    conversations_module = pytest.importorskip("ortstate.serve.conversations")
-    slow = 0.2
-    decode = KvPool.decode
+class Gate:
+    """Where each run, holding the pool's lock (as a long ONNX Runtime run holds it), waits until
+    the event loop lets it end: a run that waits a minute found the event loop stopped (waiting for
+    it: a deadlock but for this limit), and counts a stall."""
 
-    def slow_decode(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.held = self.opened = False
+        self.runs = self.stalls = 0
+
+    def hold(self) -> None:
+        with self.changed:
+            self.runs += 1
+            self.held, self.opened = True, False
+            self.changed.notify_all()
+            # after one stall, the rest run through: the test has failed, and fails in a minute
+            if not self.stalls and not self.changed.wait_for(lambda: self.opened, timeout=60):
+                self.stalls += 1
+            self.held = False
+
+    def open(self) -> None:
+        with self.changed:
+            self.opened = True
+            self.changed.notify_all()
+
+
+class WatchedLock:
+    """A pool's lock, counting the times a thread running an event loop takes it."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self.lock = lock
+        self.on_event_loop = 0
+
+    def __enter__(self) -> WatchedLock:
+        self.lock.acquire()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a thread running no event loop: the pool's own, or set-up and close
+            return self
+        self.on_event_loop += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.001)
+
+
+def test_the_event_loop_never_waits_on_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OpenAI server's conversations make, park and restore kept streams, each started while a
+    decoding run holds the pool's lock, which it keeps until the event loop has gone on past the
+    start (their pool work waits in the pool's queue, not on the lock): no run finds the event loop
+    stopped, and the event loop's thread never takes the pool's lock at all."""
+    conversations_module = pytest.importorskip("ortstate.serve.conversations")
+    gate, decode = Gate(), KvPool.decode
+
+    def gated_decode(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         with self._lock:
-            time.sleep(slow)
+            gate.hold()
             return decode(self, *args, **kwargs)
 
-    monkeypatch.setattr(KvPool, "decode", slow_decode)
+    monkeypatch.setattr(KvPool, "decode", gated_decode)
     with ContinuousBatcher.from_dir(MODELS / "llama") as batcher, tempfile.TemporaryDirectory() as state:
+        lock = batcher.pool._lock = WatchedLock(batcher.pool._lock)
         conversations = conversations_module.Conversations(batcher, state, limit=1)
 
-        async def main() -> float:
-            generation = asyncio.ensure_future(_drain(batcher))
-            await asyncio.sleep(0.3)  # decoding: every run takes 0.2 s
-            gaps, last = [], time.perf_counter()
+        async def main() -> None:
+            generation = asyncio.ensure_future(_drain(batcher, 16))
 
-            async def beat() -> None:
-                nonlocal last
-                while not generation.done():
-                    await asyncio.sleep(0.005)
-                    now = time.perf_counter()
-                    gaps.append(now - last)
-                    last = now
+            async def release_runs_until(done: Callable[[], bool]) -> None:
+                while not done():
+                    await asyncio.sleep(0.001)
+                    if gate.held:
+                        gate.open()
 
-            beating = asyncio.ensure_future(beat())
-            await conversations.take("a")  # a new kept stream
-            conversations.done("a")
-            await conversations.take("b")  # room for it: "a" is parked
-            conversations.done("b")
-            await conversations.take("a")  # "a" restored, "b" parked
-            conversations.done("a")
+            async def during_a_run(name: str) -> None:
+                await until(lambda: gate.held)
+                taking = asyncio.ensure_future(conversations.take(name))
+                for _ in range(5):
+                    await asyncio.sleep(0)  # the take runs up to its wait for the pool
+                gate.open()  # the event loop went on: the run may end
+                await release_runs_until(taking.done)
+                await taking
+                conversations.done(name)
+
+            await during_a_run("a")  # a new kept stream
+            await during_a_run("b")  # room for it: "a" is parked
+            await during_a_run("a")  # "a" restored, "b" parked
+            await release_runs_until(generation.done)
             await generation
-            await beating
             assert conversations.parked == 1
-            return max(gaps)
 
-        longest = asyncio.run(main())
-        assert longest < slow / 2, f"the event loop stalled {longest:.3f} s"
+        asyncio.run(main())
+    assert gate.runs >= 3 and gate.stalls == 0 and lock.on_event_loop == 0, (gate.runs, gate.stalls, lock.on_event_loop)
 
 
-async def _drain(batcher: ContinuousBatcher) -> list[int]:
-    return [t async for t in batcher.stream([1, 2, 3], 6, stop_at_eos=False)]
+async def _drain(batcher: ContinuousBatcher, tokens: int) -> list[int]:
+    return [t async for t in batcher.stream([1, 2, 3], tokens, stop_at_eos=False)]
 
 
 def test_a_second_batcher_on_one_pool_is_refused() -> None:

@@ -5,8 +5,10 @@ refused with an OrtStateError naming the file."""
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -18,9 +20,10 @@ import openvino.opset13 as ops
 import pytest
 from isolated import outcome, run_isolated
 from openvino import opset6
-from oracle import REPO, RESET, check_steps, save_ir, variable
+from oracle import REPO, RESET, REWRITTEN, check_model, check_steps, form_name, save_ir, variable
 
 import ortstate
+from ortstate.meta import NAME_PREFIX_CHARS
 
 ACC = REPO / "models/accumulator/model.xml"
 
@@ -216,3 +219,91 @@ def test_conversion_work_grows_linearly_with_a_layers_outputs(tmp_path: Path) ->
     session = ortstate.StatefulSession(wide_ir(tmp_path, 800))
     outs = session.run(None, {"x": np.arange(1600, dtype=np.float32).reshape(800, 2) - 800})
     assert len(outs) == 801 and outs[5].tolist() == [[0, 0]] and outs[-1].shape == (1, 1600)
+
+
+def long_names_ir(tmp_path: Path, n: int) -> tuple[Path, list[str], tuple[str, str]]:
+    """Two accumulators whose every name has ``n`` characters or more: the variable ids (a run of
+    one character, which split_id read in quadratic time; a glued pair as MakeStateful writes it),
+    every layer's name and every tensor's, one input named as the explicit form names a state
+    input. Returns the IR, its inputs' names and the glued id's two halves."""
+    pad = "n" * n
+    past, present = f"past.{pad[: n // 2]}", f"present.{pad[: n // 2]}"
+    x, y = (ops.parameter([1, 3], np.float32) for _ in range(2))
+    init = ops.broadcast(ops.constant(np.float32(0)), ops.shape_of(x))  # computed: an init flag
+    first, glued = variable("a" * n, [1, 3]), variable(past + present, [1, 3])
+    acc = ops.add(ops.add(opset6.read_value(init, first), x), y)
+    total = ops.add(opset6.read_value(init, glued), ops.multiply(acc, ops.constant(np.float32(2))))
+    out = ops.concat(ops.split(total, ops.constant(np.int64(1)), 3).outputs()[::-1], 1)
+    sinks = [opset6.assign(acc, first), opset6.assign(total, glued)]
+    model = ov.Model([ops.result(acc), ops.result(out)], sinks, [x, y], f"long{pad}")
+    for i, op in enumerate(model.get_ordered_ops()):
+        op.set_friendly_name(f"layer{i}{pad}")
+        if op.get_type_name() != "Assign":
+            for k, port in enumerate(op.outputs()):
+                port.set_names({f"t{i}.{k}{pad}"})
+    names = [f"x{pad}", f"ortstate.in.{'a' * n}"]
+    for param, name in zip(model.get_parameters(), names):
+        param.output(0).set_names({name})
+    return save_ir(model, tmp_path, f"long{n}"), names, (past, present)
+
+
+# Converting and running each IR, on its own interpreter (a regression hangs there, under the
+# timeout); the CPU seconds each took, and what refusing a state of the wrong shape said.
+RUN_LONG_NAMES = """
+import json, sys, time
+import numpy as np
+from oracle import REWRITTEN, open_session
+import ortstate
+
+form = {"custom-op": False, "explicit": True, "rewritten": REWRITTEN}[sys.argv[1]]
+report = []
+for xml in sys.argv[2:]:
+    start = time.process_time()
+    session = open_session(xml, form)
+    feed = {i.name: np.full((1, 3), k, np.float32) for k, i in enumerate(session.get_inputs(), 1)}
+    session.run(None, feed)
+    session.reset_state()
+    session.run(None, feed)
+    (glued,) = [state for state in session.query_state() if state.name.startswith("past.")]
+    try:
+        glued.state = np.zeros(7, np.float32)
+    except ortstate.StateError as exc:
+        refused = str(exc)
+    report.append({"took": time.process_time() - start, "refused": refused})
+print(json.dumps(report[1:]))
+"""
+
+
+@pytest.mark.parametrize("explicit", [False, True, REWRITTEN], ids=form_name)
+def test_names_of_100000_characters_cost_time_linear_in_their_length(tmp_path: Path, explicit: bool | str) -> None:
+    """Converting, loading, running and refusing a state of an IR whose every name has 100,000
+    characters takes under a second of CPU time (the process's own, whatever else loads the
+    machine), and at most a few times what names of 25,000 take: split_id tried every cut and
+    compared both sides, so a 100,000-character id never finished. Then it runs as OpenVINO does."""
+    small, (xml, names, (past, present)) = long_names_ir(tmp_path, 25_000)[0], long_names_ir(tmp_path, 100_000)
+    # the small IR twice: the first run pays for what every first conversion loads
+    proc = run_isolated(RUN_LONG_NAMES, form_name(explicit), str(small), str(small), str(xml), timeout=120)
+    assert proc.returncode == 0, outcome(proc)
+    smaller, larger = json.loads(proc.stdout)
+    assert larger["took"] < 1.0 and larger["took"] < 6 * smaller["took"], (smaller["took"], larger["took"])
+    assert larger["refused"] == f"variable '{past}' -> '{present}': cannot set state: shape [7], expected [1,3]"
+    feeds = [{name: np.full((1, 3), k + step, np.float32) for k, name in enumerate(names)} for step in range(3)]
+    check_steps(xml, [feeds[0], feeds[1], RESET, feeds[2]], forms=(explicit,))
+
+
+def test_a_long_layer_name_is_repeated_as_its_prefix(tmp_path: Path) -> None:
+    """A Split into 400 outputs whose layer has a name of 100,000 characters: each of its ONNX
+    values and nodes is named from the name's first NAME_PREFIX_CHARS characters, doc strings too,
+    so the model holds a few of them per output (each value is named where it is made and where it
+    is read: 1.3 MB, where it held 120 MB of copies of the name), and it runs as OpenVINO does."""
+    xml = wide_ir(tmp_path, 400)
+    text = xml.read_text()
+    assert text.count('type="Split"') == 1
+    xml.write_text(re.sub(r'name="([^"]*)" type="Split"', 'name="' + "s" * 100_000 + '" type="Split"', text))
+    model = ortstate.convert(xml)
+    assert model.ByteSize() < 400 * 4 * NAME_PREFIX_CHARS, model.ByteSize()
+    split = [n for n in model.graph.node if n.op_type == "Split"]
+    assert [n.name for n in split] == ["s" * NAME_PREFIX_CHARS + "/Split"]
+    assert split[0].output[:2] == ["s" * NAME_PREFIX_CHARS + ":Split", "s" * NAME_PREFIX_CHARS + ":Split_1"]
+    assert split[0].doc_string == f"layer '{'s' * NAME_PREFIX_CHARS}' (id 2, Split-1)"
+    check_model(xml, {"x": np.arange(800, dtype=np.float32).reshape(400, 2) - 400})
