@@ -1,6 +1,6 @@
 """``ContinuousBatcher``: many generations of one converted LLM at once, continuously batched.
 
-Each request is a stream of a :class:`~ortstate.streams.kv_pool.KvPool`; an :class:`~.engine.Engine`
+Each request is a stream of a :class:`~ortstate.streams.KvPool`; an :class:`~.engine.Engine`
 thread steps them all: every request decoding in one batched run per tick, prompts fed in chunks
 between them (see :mod:`.schedule`). Each request's tokens are those a lone
 :class:`~ortstate.generate.Generator` gives for the same prompt, options and seed.
@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from ..decoders import FeedRules
 from ..errors import GenerationError, StateError
-from ..streams.kv_pool import KvPool
+from ..streams import KvPool
 from .batch_plan import batch_options, plan_requests
 from .choice_stream import ChoiceStream
 from .engine import END, Engine, Request, Scored
@@ -40,7 +40,7 @@ class ContinuousBatcher:
     """Generates for many prompts at once on one pool of streams.
 
     Args:
-        pool: a :class:`~ortstate.streams.kv_pool.KvPool` of the decoder (``from_dir`` makes one).
+        pool: a :class:`~ortstate.streams.KvPool` of the decoder (``from_dir`` makes one).
         rules: how the decoder is fed (``from_dir`` reads them from the folder).
         search_defaults: what ``generation_config.json`` sets (``from_dir`` reads it).
         eos_token_ids: tokens that end a request (with ``stop_at_eos``).
@@ -191,7 +191,7 @@ class ContinuousBatcher:
     ) -> ChoiceStream:
         """:meth:`stream` for ``n`` choices (``n`` in ``search``, sampling): ``(choice, token)`` as each
         is picked. The prompt is fed once; then each choice runs on its own copy of the stream
-        (:meth:`KvPool.fork <ortstate.streams.kv_pool.KvPool.fork>`), choice ``i`` sampled with
+        (:meth:`KvPool.fork <ortstate.streams.KvPool.fork>`), choice ``i`` sampled with
         ``seed + i``. Each choice's tokens are those ``Generator.generate_batch`` gives it.
         ``cancel(i)`` on what it returns ends choice ``i`` early (the others go on).
 

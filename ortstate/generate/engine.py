@@ -29,7 +29,7 @@ import numpy as np
 
 from ..decoders import FeedRules
 from ..errors import OrtStateError, RunError
-from ..streams.kv_pool import KvPool
+from ..streams import KvPool
 from .request import END, Request
 from .sampler import choose
 from .schedule import Progress, schedule

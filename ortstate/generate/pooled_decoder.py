@@ -1,4 +1,4 @@
-"""A decoder-only LLM folder's decoder in a :class:`~ortstate.streams.kv_pool.KvPool`, for
+"""A decoder-only LLM folder's decoder in a :class:`~ortstate.streams.KvPool`, for
 :meth:`~.continuous.ContinuousBatcher.from_dir`: converted here (or loaded as converted before),
 with its feeding rules, its search defaults, its eos tokens, its vocabulary and the context its
 config allows."""
@@ -20,7 +20,7 @@ from ..errors import GenerationError
 from ..ir import read_ir
 from ..runtime.options import quiet_session_options
 from ..runtime.source import Source
-from ..streams.kv_pool import DEFAULT_MAX_CONTEXT, KvPool
+from ..streams.kv.pool import DEFAULT_MAX_CONTEXT, KvPool
 from .options import file_defaults
 from .session_inputs import input_specs
 

@@ -19,8 +19,7 @@ import onnxruntime as ort
 import uvicorn
 
 from ..errors import ServeError
-from ..streams import StreamPool
-from ..streams.kv_pool import KvPool
+from ..streams import KvPool, StreamPool
 from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
 from .auth import check_exposure
 from .compat import run_with

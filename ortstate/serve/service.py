@@ -1,4 +1,4 @@
-"""The streams a server holds: public ids over one :class:`~ortstate.streams.StreamPool`, parking to
+"""The streams a server holds: public ids over one :class:`~ortstate.streams.SlotPool`, parking to
 a state directory and resuming from it, and what ``/v1/stats`` and ``/v1/model`` report.
 
 A stream's public id is 128 random bits, URL-safe: the capability to use it. Every open stream, in
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OrtStateError, PoolFullError, ServeError
-from ..streams import StreamPool
+from ..streams import SlotPool
 from .journal import Journal, refuse_kv
 from .journal_format import CLOSED, LIVE
 from .parked_files import ParkedFiles
@@ -48,7 +48,7 @@ class StreamService:
 
     def __init__(
         self,
-        pool: StreamPool,
+        pool: SlotPool,
         state_dir: str | os.PathLike[str] | None = None,
         *,
         shared: bool = False,

@@ -7,13 +7,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..runtime import numpy_dtype
-from ..streams import StreamPool
+from ..streams import SlotPool
 from ..streams.stats import percentiles
 
 __all__ = ["model_report", "pool_report"]
 
 
-def pool_report(pool: StreamPool, latencies: Iterable[float]) -> dict[str, Any]:
+def pool_report(pool: SlotPool, latencies: Iterable[float]) -> dict[str, Any]:
     """The steps' latencies (``step_*``, as clients waited for them) and the pool's runs and ticks."""
     stats = pool.stats()
     step = percentiles(latencies)
@@ -30,7 +30,7 @@ def pool_report(pool: StreamPool, latencies: Iterable[float]) -> dict[str, Any]:
     }
 
 
-def model_report(pool: StreamPool) -> dict[str, Any]:
+def model_report(pool: SlotPool) -> dict[str, Any]:
     """The model as one stream feeds it: inputs (1 along the batch axis, null: any size), outputs
     and variables."""
     layout, loaded = pool.layout, pool.loaded

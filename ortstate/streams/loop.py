@@ -37,7 +37,7 @@ from ..errors import OrtStateError
 from .stats import LATENCY_WINDOW
 
 if TYPE_CHECKING:
-    from .pool import StreamPool
+    from .pool import Pool
 
 __all__ = ["ALL", "PoolLoop", "Worker"]
 
@@ -69,7 +69,7 @@ class _Item:
 class PoolLoop:
     """The queue of a pool's steps and commands, and the thread that runs them."""
 
-    def __init__(self, pool: StreamPool, max_batch: int, max_delay: float) -> None:
+    def __init__(self, pool: Pool, max_batch: int, max_delay: float) -> None:
         if type(max_batch) is not int or max_batch < 1 or not max_delay >= 0:
             raise OrtStateError(f"max_batch must be >= 1 and max_delay >= 0, got {max_batch!r}, {max_delay!r}")
         self.pool = pool

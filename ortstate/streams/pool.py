@@ -1,350 +1,163 @@
-"""StreamPool: many independent streams of one stateful model, stepped together in one batched run.
+"""What every pool of streams is (:class:`Pool`), and the one call that opens the pool a model needs
+(:func:`StreamPool`).
 
-Each stream owns a slot: one row, along each variable's batch axis (see :mod:`.layout`), of the
-pool's state arrays (:mod:`.slots`). A step gathers the stepping streams' rows into the batch, runs
-the model's explicit form once in ONNX Runtime, and scatters the new states back only once every
-run of the step has succeeded, so a failed step changes no stream.
+Two pools keep streams of a stateful model, each stream as if alone in a ``StatefulSession``:
+
+- :class:`~.slot_pool.SlotPool`, for a model whose variables have a fixed size per stream (recurrent
+  nets, SSM language models): each stream a slot of the pool's state arrays;
+- :class:`~.kv.pool.KvPool`, for a decoder whose variables grow (KV caches): each stream a row of
+  one KV arena, under a memory budget (``kv_cache_bytes``) and a context (``max_context``).
+
+Both are :class:`Pool`\\ s: the same calls, the same meaning (tests/streams/test_pools.py runs every
+member on both). :func:`StreamPool` reads the model once and opens the one its variables need.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import onnxruntime as ort
 
-from ..errors import OrtStateError, PoolFullError, RunError, StateError
+from ..errors import OrtStateError
 from ..runtime import LoadedModel
 from ..runtime.source import read_source
-from .batch import BatchRunner, Groups
-from .feeds import check_feeds, check_not_empty, quick_feeds
-from .kv_model import wants_kv_pool
-from .layout import load_pool_model
-from .loop import PoolLoop
-from .slots import SlotStates
-from .stats import PoolStats, Recorder
+from .kv.model import wants_kv_pool
+from .kv.pool import KvPool
+from .slot_pool import SlotPool
+from .stats import PoolStats
 
-__all__ = ["StreamPool", "serve_kv_caches_with"]
+if TYPE_CHECKING:
+    from .loop import PoolLoop
 
-_KV_POOLS: list[type] = []  # the class StreamPool() makes for a model with KV caches (see .kv_pool)
+__all__ = ["Pool", "StreamPool"]
 
 
-def serve_kv_caches_with(kind: type) -> None:
-    """Make ``StreamPool(model)`` a ``kind`` (a subclass) for a model whose variables grow (KV
-    caches); :mod:`.kv_pool` registers its pool, so this module need not import it."""
-    _KV_POOLS[:] = [kind]
+@runtime_checkable
+class Pool(Protocol):
+    """Streams of one stateful model stepped together (see the module docstring); stream ids are
+    ints, never reused. Every method takes the pool's lock: from an event loop, go through
+    :meth:`submit` and :meth:`call` instead, which hand the work to the pool's thread."""
 
+    slots: int  # how many streams hold a row of the pool's state at once
 
-Feeds = Mapping[str, Any]
-Outputs = dict[str, np.ndarray]
-
-
-class StreamPool:
-    """Independent streams of one stateful model, each as if alone in a ``StatefulSession``, stepped
-    together: one ONNX Runtime run per step for all streams whose feeds have the same shapes.
-
-    Args:
-        model: an IR ``.xml``, an ONNX path, its bytes or an ``onnx.ModelProto``, as
-            ``StatefulSession`` takes; its variables need a fixed size per stream.
-        slots: how many streams can hold a slot at once (the state arrays are allocated for all).
-        park_dir: where :meth:`park` writes idle streams' snapshots (none: parking is refused).
-        max_batch, max_delay: :meth:`submit`'s batching: a tick runs once ``max_batch`` streams wait
-            or ``max_delay`` seconds after the first one; when steps came in while a tick ran, the
-            next runs at once.
-        sess_options, providers: as ``StatefulSession``'s.
-
-    A stream is one row of the model's batch: its feeds have 1 along each input's batch axis, and
-    its outputs come back with 1 there, as from a lone session fed those feeds.
-
-    A decoder whose variables grow (KV caches) gets a :class:`~.kv_pool.KvPool` instead, which takes
-    ``kv_cache_bytes`` and ``max_context`` besides (see docs/streams.md).
-    """
-
-    def __new__(cls, model: Any = None, *args: Any, **kwargs: Any) -> StreamPool:
-        if cls is not StreamPool:
-            return super().__new__(cls)
-        source = read_source(model)  # read once: the pool's __init__ takes it as it is
-        kind = _KV_POOLS[0] if _KV_POOLS and wants_kv_pool(source) else cls
-        pool = super().__new__(kind)
-        pool._given = source
-        return pool
-
-    def __init__(
-        self,
-        model: Any,
-        slots: int = 1024,
-        *,
-        park_dir: str | os.PathLike[str] | None = None,
-        max_batch: int | None = None,
-        max_delay: float = 0.002,
-        sess_options: ort.SessionOptions | None = None,
-        providers: Sequence[str] | None = None,
-        kv_cache_bytes: int | None = None,
-        max_context: int | None = None,
-    ) -> None:
-        if kv_cache_bytes is not None or max_context is not None:
-            raise OrtStateError("kv_cache_bytes and max_context apply to a decoder with KV caches; this model has none")
-        if type(slots) is not int or slots < 1:
-            raise OrtStateError(f"slots must be a positive integer, got {slots!r}")
-        model = self.__dict__.pop("_given", model)
-        self._model, self.layout, fingerprint = load_pool_model(model, sess_options, providers)
-        self.slots = slots
-        self._states = SlotStates(self.layout.states, slots, fingerprint)
-        self._free = list(range(slots - 1, -1, -1))  # pop() takes the lowest free slot
-        self._slot: dict[int, int] = {}
-        self._parked: dict[int, Path | None] = {}  # None: parked at the initial state, no file
-        self._last = np.zeros(slots)  # per slot: when its stream last stepped or came in (monotonic)
-        self._next = 0
-        self._park_dir = None if park_dir is None else Path(park_dir)
-        self._lock = threading.RLock()
-        self._record = Recorder()
-        self._loop = PoolLoop(self, max_batch or slots, max_delay)
-        self._batches = BatchRunner(self._model, self.layout, self._states, self._record)
-
-    # -- lifecycle --------------------------------------------------------------------------------
     def open(self) -> int:
-        """A new stream at the model's initial state; returns its id (ids are never reused).
+        """A new stream at the model's initial state; its id."""
+        ...
 
-        Raises:
-            PoolFullError: every slot is taken (close or park a stream first).
-        """
-        with self._lock:
-            slot = self._take_slot("open a stream")
-            self._states.start(slot)
-            return self._add(slot)
+    def close(self, sid: int) -> None:
+        """End stream ``sid`` and free what it held."""
+        ...
 
     def reset(self, sid: int) -> None:
         """Put stream ``sid`` back at the initial state."""
-        with self._lock:
-            if sid in self._parked:
-                self._drop_file(sid)
-                self._parked[sid] = None
-            else:
-                self._states.start(self._slot_of(sid))
+        ...
 
-    def close(self, sid: int) -> None:
-        """End stream ``sid`` and free its slot (or its parked file)."""
-        with self._lock:
-            if sid in self._parked:
-                self._drop_file(sid)
-                del self._parked[sid]
-            else:
-                self._free.append(self._slot_of(sid))
-                del self._slot[sid]
-                self._batches.plans.clear()
+    def step(self, feeds: Mapping[int, Mapping[str, Any]], errors: str = "raise") -> dict[int, Any]:
+        """Step each stream of ``feeds`` once (``{stream id: {input: array}}``); ``{stream id:
+        {output: array}}``, or (``errors="return"``) a failed stream's error as its entry."""
+        ...
 
-    def save(self, sid: int, path: str | os.PathLike[str]) -> None:
-        """Write stream ``sid``'s variables to a snapshot that loads into any pool of the same model,
-        and into its ``StatefulSession`` (``load_state``)."""
-        with self._lock:
-            if sid in self._parked:
-                self._resume(sid)
-            self._states.save(self._slot_of(sid), path)
-
-    def load(self, path: str | os.PathLike[str]) -> int:
-        """A new stream at the state of a snapshot (:meth:`save`'s, or a ``StatefulSession``'s of
-        the same model holding one stream); returns its id.
-
-        Raises:
-            StateError: the snapshot is missing, damaged, of another model, or holds several streams.
-            PoolFullError: every slot is taken.
-        """
-        with self._lock:
-            values = self._states.read(path)
-            slot = self._take_slot("load a stream")
-            self._states.write(slot, values)
-            return self._add(slot)
-
-    def values(self, sid: int) -> list[np.ndarray | None]:
-        """Stream ``sid``'s variables in :attr:`layout`'s order, one stream's each (copies; None: not
-        initialised yet): what :meth:`restore` takes back."""
-        with self._lock:
-            if sid in self._parked:
-                self._resume(sid)
-            return self._states.values(self._slot_of(sid))
-
-    def restore(self, values: Sequence[np.ndarray | None]) -> int:
-        """A new stream holding ``values`` (:meth:`values`' of a pool of the same model); its id.
-
-        Raises:
-            StateError: not one value per variable, each of one stream's shape.
-            PoolFullError: every slot is taken.
-        """
-        self._states.check_values(values)
-        with self._lock:
-            slot = self._take_slot("restore a stream")
-            self._states.write(slot, values)
-            return self._add(slot)
-
-    def put(self, sid: int, values: Sequence[np.ndarray | None]) -> None:
-        """Set stream ``sid``'s variables to ``values`` (as :meth:`restore` takes them)."""
-        self._states.check_values(values)
-        with self._lock:
-            if sid in self._parked:
-                self._resume(sid)
-            self._states.write(self._slot_of(sid), values)
-
-    def park(self, sid: int) -> None:
-        """Move stream ``sid``'s state to a file in ``park_dir`` and free its slot; its next step (or
-        save) brings it back, exactly as it was."""
-        with self._lock:
-            if self._park_dir is None:
-                raise OrtStateError("the pool has no park_dir to park streams in")
-            if sid in self._parked:
-                return
-            slot = self._slot_of(sid)
-            path = self._park_dir / f"stream-{sid}.npz"
-            self._park_dir.mkdir(parents=True, exist_ok=True)
-            self._states.save(slot, path)
-            self._parked[sid] = path
-            del self._slot[sid]
-            self._free.append(slot)
-            self._batches.plans.clear()
-
-    def park_idle(self, seconds: float) -> list[int]:
-        """Park every stream that has not stepped for ``seconds``; returns their ids."""
-        with self._lock:
-            since = time.monotonic() - seconds
-            idle = [sid for sid, slot in self._slot.items() if self._last[slot] <= since]
-            for sid in idle:
-                self.park(sid)
-            return idle
-
-    # -- stepping ---------------------------------------------------------------------------------
-    def step(self, feeds: Mapping[int, Feeds], errors: str = "raise") -> dict[int, Any]:
-        """Step the streams of ``feeds`` (``{stream id: {input: array}}``), each once: one batched run
-        per distinct feed shape; returns ``{stream id: {output: array}}``.
-
-        With ``errors="raise"`` a bad stream id or feed, or a failed run, raises (naming the stream)
-        and changes no stream; with ``errors="return"`` that stream's entry is its
-        :class:`OrtStateError` and the others step.
-        """
-        if errors != "raise" and errors != "return":
-            raise OrtStateError(f"errors must be 'raise' or 'return', not {errors!r}")
-        if type(feeds) is not dict and not isinstance(feeds, Mapping):
-            raise RunError(f"step takes a mapping of stream ids to feeds, not {type(feeds).__name__}")
-        with self._lock:
-            results, rows = self._batches.planned(feeds)
-            if results is not None:
-                self._last[rows] = time.monotonic()
-                return results
-            return self._step(feeds, errors == "raise")
-
-    async def submit(self, sid: int, feeds: Feeds) -> Outputs:
-        """Step stream ``sid`` once, batched with the other streams submitted in the same tick (at most
-        one step of a stream per tick); returns its outputs or raises its own error."""
-        return await self._loop.submit(sid, feeds)
+    async def submit(self, sid: int, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Step stream ``sid`` once, batched with the other streams submitted in the same tick."""
+        ...
 
     async def call(self, fn: Callable[..., Any], /, *args: Any, sid: Any = None) -> Any:
-        """``fn(*args)`` (e.g. ``pool.open``, ``pool.close, sid``) run by the thread that runs the
-        pool's ticks, between two of them: what an event loop calls instead of a pool method, so it
-        never waits for a run it is not part of. ``sid``: the stream it acts on (it runs after that
-        stream's steps already submitted), :data:`~.loop.ALL` for every stream, None for none."""
-        return await self._loop.call(fn, *args, sid=sid)
+        """``fn(*args)`` run by the pool's thread between two ticks."""
+        ...
 
     @property
     def loop(self) -> PoolLoop:
-        """The queue and thread behind :meth:`submit` and :meth:`call` (see :mod:`.loop`)."""
-        return self._loop
+        """The queue and thread behind :meth:`submit` and :meth:`call`."""
+        ...
+
+    def save(self, sid: int, path: str | os.PathLike[str]) -> None:
+        """Write stream ``sid``'s variables as a snapshot its ``StatefulSession`` loads too."""
+        ...
+
+    def load(self, path: str | os.PathLike[str]) -> int:
+        """A new stream at a snapshot's state; its id."""
+        ...
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The ids of the model's variables, in the order of :meth:`values` (a session's order)."""
+        ...
+
+    def values(self, sid: int) -> list[np.ndarray | None]:
+        """Stream ``sid``'s variables, one stream's each (None: not initialised), as :meth:`restore`
+        and :meth:`put` take them."""
+        ...
+
+    def restore(self, values: Sequence[np.ndarray | None]) -> int:
+        """A new stream holding ``values``; its id."""
+        ...
+
+    def put(self, sid: int, values: Sequence[np.ndarray | None]) -> None:
+        """Set stream ``sid``'s variables to ``values``."""
+        ...
+
+    def park(self, sid: int) -> None:
+        """Move stream ``sid``'s state to a file in ``park_dir`` and free its row."""
+        ...
+
+    def park_idle(self, seconds: float) -> list[int]:
+        """Park every stream that has not stepped for ``seconds``; their ids."""
+        ...
 
     def stats(self) -> PoolStats:
-        """Streams, slots, state memory, runs, batch sizes and run latencies so far."""
-        with self._lock:
-            return self._record.stats(
-                streams=len(self._slot) + len(self._parked),
-                parked=len(self._parked),
-                slots=self.slots,
-                state_bytes=self._states.nbytes,
-                ticks=self._loop.latencies,
-            )
+        """Streams, rows, state memory, runs, batch sizes and latencies so far."""
+        ...
 
     @property
     def loaded(self) -> LoadedModel:
-        """The model as the pool runs it (its explicit form, the batch dynamic; see :class:`LoadedModel`)."""
-        return self._model
+        """The model as the pool runs it."""
+        ...
 
     @property
     def streams(self) -> list[int]:
-        """The ids of the open streams (parked ones included)."""
-        with self._lock:
-            return sorted([*self._slot, *self._parked])
+        """The ids of the open streams (parked and preempted ones included)."""
+        ...
 
-    # -- inside -----------------------------------------------------------------------------------
-    def _step(self, feeds: Mapping[int, Feeds], raising: bool) -> dict[int, Any]:
-        """:meth:`step` the general way: each stream's feeds checked, one run per distinct shape; a
-        step of one run that went through bound buffers is planned for its next time."""
-        failed: dict[int, OrtStateError] = {}
-        groups: Groups = {}
-        for sid, given in feeds.items():
-            try:
-                self._known(sid)
-                arrays = quick_feeds(given, self.layout.inputs) or check_feeds(sid, given, self.layout.inputs)
-                if self._model.guards:  # a planned step has the shapes of one checked here
-                    check_not_empty(sid, arrays, self.layout.inputs, self._model.guards)
-                if sid in self._parked:
-                    self._resume(sid)
-            except OrtStateError as exc:
-                if raising:
-                    raise
-                failed[sid] = exc
-                continue
-            shared = tuple(a.tobytes() for a, s in zip(arrays, self.layout.inputs) if s.axis is None)
-            groups.setdefault((tuple(a.shape for a in arrays), shared), []).append((sid, arrays))
-        results, staged = self._batches.run_groups(groups, self._slot.__getitem__, raising, failed)
-        for slots, states in staged:
-            self._states.scatter(slots, states)
-            self._last[slots] = time.monotonic()
-        if not failed and len(staged) == 1:
-            ((shapes, _),) = groups
-            self._batches.plan(tuple(feeds), staged[0][0], shapes)
-        results.update(failed)
-        return results
 
-    def _known(self, sid: Any) -> None:
-        if sid not in self._slot and sid not in self._parked:
-            raise StateError(f"stream {sid!r} is not open")
+def StreamPool(  # named as the pool users make: which class it makes depends on the model
+    model: Any,
+    slots: int | None = None,
+    *,
+    park_dir: str | os.PathLike[str] | None = None,
+    max_batch: int | None = None,
+    max_delay: float = 0.002,
+    sess_options: ort.SessionOptions | None = None,
+    providers: Sequence[str] | None = None,
+    kv_cache_bytes: int | None = None,
+    max_context: int | None = None,
+) -> SlotPool | KvPool:
+    """The pool of streams ``model`` needs: a :class:`~.kv.pool.KvPool` for a decoder whose variables
+    grow (KV caches), else a :class:`~.slot_pool.SlotPool`; either is a :class:`Pool`.
 
-    def _slot_of(self, sid: int) -> int:
-        self._known(sid)
-        return self._slot[sid]
+    Args:
+        model: an IR ``.xml``, an ONNX path, its bytes or an ``onnx.ModelProto``, as
+            ``StatefulSession`` takes (read once, here).
+        slots: how many streams hold a row at once (default: 1024, a KV pool's 256).
+        park_dir, max_batch, max_delay, sess_options, providers: as both pools take them.
+        kv_cache_bytes, max_context: a KV pool's (refused for any other model).
 
-    def _take_slot(self, what: str) -> int:
-        if not self._free:
-            raise PoolFullError(
-                f"cannot {what}: all {self.slots} slots are taken ({len(self._parked)} streams parked); "
-                "close or park a stream first"
-            )
-        return self._free.pop()
-
-    def _add(self, slot: int) -> int:
-        sid, self._next = self._next, self._next + 1
-        self._slot[sid] = slot
-        self._last[slot] = time.monotonic()
-        return sid
-
-    def _resume(self, sid: int) -> None:
-        path = self._parked[sid]
-        values = None if path is None else self._states.read(path)
-        slot = self._take_slot(f"resume parked stream {sid}")
-        if values is None:
-            self._states.start(slot)
-        else:
-            self._states.write(slot, values)
-        self._drop_file(sid)
-        del self._parked[sid]
-        self._slot[sid] = slot
-        self._last[slot] = time.monotonic()
-        self._batches.plans.clear()
-
-    def _drop_file(self, sid: int) -> None:
-        path = self._parked.get(sid)
-        if path is not None:
-            path.unlink(missing_ok=True)
-
-    def __repr__(self) -> str:
-        return f"StreamPool({self._model.origin!r}, slots={self.slots}, streams={len(self._slot) + len(self._parked)})"
+    Raises:
+        OrtStateError: what either pool refuses; ``kv_cache_bytes`` or ``max_context`` for a model
+            without KV caches.
+    """
+    source = read_source(model)
+    common: dict[str, Any] = dict(
+        park_dir=park_dir, max_batch=max_batch, max_delay=max_delay, sess_options=sess_options, providers=providers
+    )
+    if slots is not None:
+        common["slots"] = slots
+    if wants_kv_pool(source):
+        if max_context is not None:
+            common["max_context"] = max_context
+        return KvPool(source, kv_cache_bytes=kv_cache_bytes, **common)
+    if kv_cache_bytes is not None or max_context is not None:
+        raise OrtStateError("kv_cache_bytes and max_context apply to a decoder with KV caches; this model has none")
+    return SlotPool(source, **common)

@@ -23,7 +23,7 @@ class PoolStats:
         runs: batched runs so far; steps: stream steps they made (steps / runs: the mean batch).
         max_batch: the largest batch run.
         run_p50, run_p99: one batched run's time.
-        tick_p50, tick_p99: :meth:`~.StreamPool.submit`'s ticks, from the first submission to the
+        tick_p50, tick_p99: :meth:`~.pool.Pool.submit`'s ticks, from the first submission to the
             results (0 before any).
         kv_cache_bytes: a KV pool's budget for its caches (0: no KV caches); state_bytes then
             counts the positions its streams' caches hold; preempted: streams moved out of the

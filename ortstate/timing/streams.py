@@ -26,7 +26,7 @@ import numpy as np
 
 from ..extras import install_hint
 from ..runtime import StatefulSession
-from ..streams import StreamPool
+from ..streams import SlotPool, StreamPool
 from .runners import session_options
 
 __all__ = [
@@ -55,7 +55,7 @@ class StreamRow:
     p99_us: float
 
 
-def _stream_feeds(pool: StreamPool, count: int) -> list[dict[str, np.ndarray]]:
+def _stream_feeds(pool: SlotPool, count: int) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(_SEED)
     out = []
     for _ in range(count):

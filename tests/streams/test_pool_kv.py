@@ -18,7 +18,7 @@ from ortstate.decoders.feeds import FeedRules
 from ortstate.decoders.model_dir import find_model_files, read_config
 from ortstate.errors import OrtStateError, RunError, StateError
 from ortstate.generate.session_inputs import input_specs
-from ortstate.streams.kv_pool import KvPool
+from ortstate.streams import KvPool
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "llm"
 # every decoder with a KV cache (encoder-decoders keep cross-attention caches of their own; mamba and

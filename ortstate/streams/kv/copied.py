@@ -2,7 +2,7 @@
 converter left composed (no fused kernel reads and appends to them in place; ``ortstate inspect``
 says why for each layer), so a pool takes any decoder whose caches it can place.
 
-Such a cache lives in its arena row like a fused one (:mod:`.kv_arena`). A run over the block of
+Such a cache lives in its arena row like a fused one (:mod:`.arena`). A run over the block of
 rows ``lo..hi`` feeds each such variable a new ``[rows, heads, past, head size]`` array, ``past``
 the run's longest cache: each stepping row's cache right-aligned in it (where the left-padded
 ``attention_mask`` says the row's positions are), zeros before it (masked out), as Hugging Face
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import RunError
-from .kv_arena import KvArena
-from .kv_model import KvModel
+from ...errors import RunError
+from .arena import KvArena
+from .model import KvModel
 
 __all__ = ["CopiedKv"]
 

@@ -3,7 +3,7 @@ where is decided by the pool).
 
 The rows ``lo..hi`` are one block of each KV variable's arena, bound as the fused attention's
 past and present (a cache whose attention is composed is copied in and out instead:
-:mod:`.kv_copied`). Rows of the block that do not step (*holes*: idle streams, free rows) run too,
+:mod:`.copied`). Rows of the block that do not step (*holes*: idle streams, free rows) run too,
 on harmless feeds (token 0, a mask of ones, their keys where their caches end), and nothing of
 theirs is kept: they write one position past their own length, which no one reads.
 
@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OrtStateError, RunError
-from ..runtime.ort_adapter import FastBinding
-from ..runtime.pingpong import QUIET, bind_output
-from ..runtime.runners import ort_error
-from .kv_arena import KvArena
-from .kv_copied import CopiedKv
-from .kv_model import MASK, ROWS, KvModel
-from .stats import Recorder
+from ...errors import OrtStateError, RunError
+from ...runtime.ort_adapter import FastBinding
+from ...runtime.pingpong import QUIET, bind_output
+from ...runtime.runners import ort_error
+from ..stats import Recorder
+from .arena import KvArena
+from .copied import CopiedKv
+from .model import MASK, ROWS, KvModel
 
 __all__ = ["Row", "RunResult", "KvRunner"]
 
@@ -85,7 +85,7 @@ class KvRunner:
         before_run: Callable[[], None] | None = None,
     ) -> dict[int, Row]:
         """Run a step's ``rows`` as ``runs`` (``(ragged, stream ids)`` each, as
-        :func:`~.kv_groups.group_rows` decides); returns the rows that ran, their outputs put in
+        :func:`~.groups.group_rows` decides); returns the rows that ran, their outputs put in
         ``results``. A failed run: its error in ``results`` for each of its streams, or raised
         (``raising``; the pool then commits none of the step). ``before_run``: called just before
         the first run (see :meth:`_run`)."""
@@ -274,15 +274,13 @@ class KvRunner:
         caches. ``before_run`` is called once all is bound, as the last Python before the run:
         whatever it hands to another thread then runs while ONNX Runtime holds no GIL, rather than
         taking turns with this thread's binding."""
-        model, binding = self.model, self.binding
-        rows, lengths, width = stepping
+        model, binding, io = self.model, self.binding, self.io
         if self._bound_block != (lo, hi):
             for var, array in self.in_place:
                 block = array[lo:hi]
                 binding.bind_input(var.state_input or "", "cpu", 0, block.dtype, list(block.shape), block.ctypes.data)
                 bind_output(binding, var.state_output or "", block)
             self._bound_block = (lo, hi)
-        io = self.io
         for name in self.allocated:  # allocated anew each run: returned as it is
             io.bind_allocated_output(name)
         self._lengths[:] = logical
@@ -297,7 +295,7 @@ class KvRunner:
             block = array[lo:hi]
             fed.append(block)
             io.bind_array(spec.var.state_input or "", block)
-        pasts = self.copied.feed(lo, hi - lo, rows, lengths, logical)
+        pasts = self.copied.feed(lo, hi - lo, stepping[0], stepping[1], logical)
         for name, value in zip(self.copied.inputs, pasts):
             fed.append(value)
             io.bind_array(name, value)
@@ -310,15 +308,22 @@ class KvRunner:
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
             self._bound_block = None
             raise ort_error(exc) from None
-        self.record.run(len(rows), (perf_counter_ns() - start) * 1e-9)
-        values = io.outputs()  # in the order first bound: the in-place KV presents, then the rest
+        self.record.run(len(stepping[0]), (perf_counter_ns() - start) * 1e-9)
+        return self._results(hi - lo, pasts, lo, stepping, last)
+
+    def _results(
+        self, count: int, pasts: list[np.ndarray], lo: int, stepping: tuple[np.ndarray, np.ndarray, int], last: bool
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The run's outputs and fixed states (``count`` rows each), once what it appended to the
+        copied caches (fed ``pasts``) is kept in the arena."""
+        values = self.io.outputs()  # in the order first bound: the in-place KV presents, then the rest
         first = len(self.in_place)
         rest = [values[k].numpy() for k in range(first, first + len(self.allocated))]
         named, copied = len(self.output_names), len(rest) - len(pasts)
         outs, states = rest[:named], rest[named:copied]
-        if any(s.shape[0] != hi - lo for s in states):
+        if any(s.shape[0] != count for s in states):
             raise RunError("a fixed-size state came back with another batch; no stream was changed")
-        self.copied.keep(rest[copied:], pasts, lo, rows, lengths, width)
-        if last and not model.last_logits:  # the model computed every position: keep the last
+        self.copied.keep(rest[copied:], pasts, lo, *stepping)
+        if last and not self.model.last_logits:  # the model computed every position: keep the last
             outs = [o[:, -1:] if o.ndim == 3 else o for o in outs]
         return outs, states

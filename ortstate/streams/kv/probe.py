@@ -8,7 +8,7 @@ state, and compares every output and fixed-size state (as the recurrent pool che
 length instead of ``position_ids`` fails the ragged probe; one whose graph pins the batch to 1
 fails both.
 
-First, a model with copied KV caches (:mod:`.kv_copied`) must append to them and change nothing
+First, a model with copied KV caches (:mod:`.copied`) must append to them and change nothing
 else: one stream's prompt and step are checked for it, and a model that rewrites its past (a
 cache trimmed to a window, say) is refused, since the pool keeps only what a step appends.
 """
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import OrtStateError, RunError
-from .kv_arena import KvArena
-from .kv_model import MASK, ROWS, KvModel
-from .kv_run import KvRunner, Row, RunResult
-from .stats import Recorder
+from ...errors import OrtStateError, RunError
+from ..stats import Recorder
+from .arena import KvArena
+from .model import MASK, ROWS, KvModel
+from .run import KvRunner, Row, RunResult
 
 __all__ = ["RAGGED", "SINGLE", "UNIFORM", "probe_batching", "probe_feeds"]
 

@@ -23,9 +23,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..meta import VariableMeta
+from ...errors import OrtStateError
+from ...meta import VariableMeta
 
-__all__ = ["KvArena", "default_budget"]
+__all__ = ["KvArena", "checked_budget", "default_budget"]
 
 _PAGE = mmap.PAGESIZE
 
@@ -50,11 +51,6 @@ class KvArena:
             np.frombuffer(m, np.float32, slots * heads * capacity * size).reshape(slots, heads, capacity, size)
             for m, (heads, size) in zip(self._maps, shapes)
         ]
-
-    @property
-    def reserved(self) -> int:
-        """Bytes of address space reserved (not memory: pages come as runs write them)."""
-        return sum(self.row_bytes) * self.slots
 
     def held(self) -> int:
         """Positions the rows hold, all slots."""
@@ -96,3 +92,19 @@ def default_budget(share: float = 0.25) -> int:
     except (ValueError, OSError, AttributeError):
         memory = 8 << 30
     return int(memory * share)
+
+
+def checked_budget(given: int | None, token_bytes: int, max_context: int) -> int:
+    """The KV arena's bytes: ``given`` (None: :func:`default_budget`), once it holds one stream at
+    ``max_context`` (and the position a hole's junk takes).
+
+    Raises:
+        OrtStateError: it does not, or is not an int.
+    """
+    budget = given if given is not None else default_budget()
+    if type(budget) is not int or budget < token_bytes * (max_context + 1):
+        raise OrtStateError(
+            f"kv_cache_bytes must hold at least one stream at max_context ({max_context} positions: "
+            f"{token_bytes * (max_context + 1)} bytes), got {given!r}"
+        )
+    return budget

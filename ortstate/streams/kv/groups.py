@@ -1,5 +1,5 @@
 """Which stepping streams of a KV pool share a run: a pure function of their rows and of how the
-model batches (:mod:`.kv_probe`).
+model batches (:mod:`.probe`).
 
 - one-token steps whose ``attention_mask`` covers past and current positions, of a model that
   batches *ragged*: one run over the block of arena rows they span, whatever their lengths;
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kv_model import MASK, KvModel
-from .kv_probe import RAGGED, SINGLE
-from .kv_run import Row
+from .model import MASK, KvModel
+from .probe import RAGGED, SINGLE
+from .run import Row
 
 __all__ = ["group_rows"]
 

@@ -1,7 +1,7 @@
 """Where each stream of a KV pool is: a row of the arena, or moved out (to host memory when
 preempted, to ``park_dir`` when parked), and the rows' bookkeeping (free rows, the KV budget).
 
-A stream's caches are one row of the KV arena (:mod:`.kv_arena`), its fixed-size states (hybrids'
+A stream's caches are one row of the KV arena (:mod:`.arena`), its fixed-size states (hybrids'
 convolution and SSM states) one row of plain arrays. Before a step would hold more positions than
 the budget, or when no row is free, the least recently stepped stream not in the step is moved out
 (*preempted*); its next step brings it back exactly (:meth:`KvRows.place`).
@@ -10,17 +10,17 @@ the budget, or when no row is free, the least recently stepped stream not in the
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import PoolFullError, StateError
-from .kv_arena import KvArena
-from .kv_model import KvModel
-from .kv_run import Row
-from .kv_snapshot import read_stream, write_stream
+from ...errors import PoolFullError, StateError
+from .arena import KvArena
+from .model import KvModel
+from .run import Row
+from .snapshot import read_stream, write_stream
 
 __all__ = ["KvRows", "KvStream"]
 
@@ -63,6 +63,34 @@ class KvRows:
         self.streams[sid] = stream
         return sid
 
+    def new(
+        self, kv: Sequence[np.ndarray], fixed: Sequence[np.ndarray], what: str, keep: Set[int] = frozenset()
+    ) -> int:
+        """A new stream holding ``kv`` and ``fixed`` in a row taken for it (preempting streams not
+        in ``keep`` if need be); its id."""
+        slot = self.take_slot(keep, what, kv[0].shape[2])
+        self.arena.put(slot, kv)
+        self.fixed_put(slot, fixed)
+        return self.add(KvStream(slot))
+
+    def commit(self, done: Mapping[int, Row]) -> None:
+        """The rows of a step's runs that went through hold what they ran: lengths, fixed states."""
+        now = time.monotonic()
+        for sid, row in done.items():
+            self.arena.lengths[row.slot] = row.past + row.width
+            for array, value in zip(self.fixed, row.fixed or []):
+                array[row.slot] = value[0]
+            self.streams[sid].last = now
+
+    def commit_decode(self, streams: Sequence[KvStream], slots: np.ndarray, pasts: np.ndarray, states: list) -> None:
+        """A decode run of ``streams`` (in rows ``slots``, their caches ``pasts`` long) went through."""
+        self.arena.lengths[slots] = pasts + 1
+        for array, state in zip(self.fixed, states):
+            array[slots] = state
+        now = time.monotonic()
+        for stream in streams:
+            stream.last = now
+
     def length(self, stream: KvStream) -> int:
         return int(self.arena.lengths[stream.slot]) if stream.slot is not None else stream.length
 
@@ -90,7 +118,7 @@ class KvRows:
         for sid, row in rows.items():
             stream = self.streams[sid]
             if stream.slot is None:
-                kv, fixed = self.values(stream)
+                kv, fixed = self.values(stream, copy=False)
                 slot = self.take_slot(stepping, f"resume stream {sid}", stream.length)
                 self.arena.put(slot, kv)
                 self.fixed_put(slot, fixed)
@@ -107,7 +135,7 @@ class KvRows:
             return
         path = self.park_dir / f"stream-{sid}.npz"
         self.park_dir.mkdir(parents=True, exist_ok=True)
-        write_stream(self.kv, *self.values(stream), path)
+        write_stream(self.kv, *self.values(stream, copy=False), path)
         if stream.slot is not None:
             stream.length = int(self.arena.lengths[stream.slot])
             self.give_back(stream.slot)
@@ -124,12 +152,23 @@ class KvRows:
         if self.park_dir is not None:
             self.park(sid)
         else:
-            assert stream.slot is not None
-            stream.held, stream.length = self.values(stream), int(self.arena.lengths[stream.slot])
-            self.give_back(stream.slot)
-            stream.slot = None
+            self.move_out(stream, *self.values(stream))
         self.preempted += 1
         return True
+
+    def move_out(self, stream: KvStream, kv: list[np.ndarray], fixed: list[np.ndarray]) -> None:
+        """``stream`` holds ``kv`` and ``fixed`` in host memory from now on, its row given back; its
+        next step brings it back (:meth:`place`)."""
+        self.drop_held(stream)
+        if stream.slot is not None:
+            self.give_back(stream.slot)
+            stream.slot = None
+        stream.held, stream.length = (kv, fixed), kv[0].shape[2]
+
+    def idle(self, seconds: float) -> list[int]:
+        """The streams not stepped for ``seconds`` that are not parked already."""
+        since = time.monotonic() - seconds
+        return [sid for sid, s in self.streams.items() if s.last <= since and not isinstance(s.held, Path)]
 
     def give_back(self, slot: int) -> None:
         self.arena.release(slot)
@@ -145,16 +184,36 @@ class KvRows:
         for array, value in zip(self.fixed, values):
             array[slot] = 0 if value is None else value[0]
 
-    def values(self, stream: KvStream) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """A stream's caches and fixed states, wherever they are."""
+    def values(self, stream: KvStream, copy: bool = True) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """A stream's caches and fixed states, wherever they are (``copy=False``: where it holds a
+        row, or host memory, the arrays themselves, for a caller that copies them at once)."""
         if stream.slot is not None:
-            return self.arena.values(stream.slot), [a[stream.slot : stream.slot + 1].copy() for a in self.fixed]
-        if isinstance(stream.held, Path):
+            slot, length = stream.slot, int(self.arena.lengths[stream.slot])
+            kv = [a[slot : slot + 1, :, :length] for a in self.arena.arrays]
+            fixed = [a[slot : slot + 1] for a in self.fixed]
+        elif isinstance(stream.held, Path):
             return read_stream(self.kv, stream.held)
-        if stream.held is None:  # never stepped since it was moved out
+        elif stream.held is None:  # never stepped since it was moved out
             empty = [np.zeros((1, heads, 0, size), np.float32) for heads, size in self.kv.kv_shapes]
             return empty, [np.zeros(f.shape, f.carrier) for f in self.kv.fixed]
-        return stream.held
+        else:
+            kv, fixed = stream.held
+        return ([a.copy() for a in kv], [a.copy() for a in fixed]) if copy else (kv, fixed)
+
+    def reset(self, stream: KvStream) -> None:
+        """``stream`` back at its initial state: empty caches, fixed states at zeros."""
+        self.drop_held(stream)
+        if stream.slot is not None:
+            self.arena.release(stream.slot)
+            self.fixed_start(stream.slot)
+
+    def close(self, sid: int) -> None:
+        """End stream ``sid``: its row, or what it was moved out to, freed."""
+        stream = self.get(sid)
+        self.drop_held(stream)
+        if stream.slot is not None:
+            self.give_back(stream.slot)
+        del self.streams[sid]
 
     def drop_held(self, stream: KvStream) -> None:
         if isinstance(stream.held, Path):

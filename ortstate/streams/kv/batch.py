@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RunError
-from .kv_model import MASK, ROWS, FeedSpec
+from ...errors import RunError
+from .model import MASK, ROWS, FeedSpec, check_names
 
 __all__ = ["check_batch_feeds", "split_batch", "stack_outputs"]
 
@@ -39,14 +39,7 @@ def check_batch_feeds(
             stream already at ``max_context``.
     """
     who = f"streams {', '.join(map(str, sids))}" if len(sids) <= 8 else f"{len(sids)} streams"
-    if not isinstance(given, Mapping):
-        raise RunError(f"{who}: feeds must be a mapping of input names to arrays")
-    if len(given) != len(specs) or any(s.name not in given for s in specs):
-        names = {s.name for s in specs}
-        missing, extra = sorted(names - set(given)), sorted(map(str, set(given) - names))
-        parts = [f"missing input(s) {', '.join(missing)}"] if missing else []
-        parts += [f"unknown input(s) {', '.join(extra)}"] if extra else []
-        raise RunError(f"{who}: " + "; ".join(parts))
+    check_names(who, given, specs)
     count = len(sids)
     arrays: dict[str, np.ndarray] = {}
     for spec in specs:

@@ -1,16 +1,17 @@
-"""The stream pool of a decoder with KV caches (what ``StreamPool`` becomes for such a model).
+"""The stream pool of a decoder with KV caches: what :func:`~ortstate.streams.StreamPool` opens for
+such a model (a :class:`~ortstate.streams.Pool`).
 
-Each stream's caches are one row of the KV arena (:mod:`.kv_arena`); its fixed-size states (the
+Each stream's caches are one row of the KV arena (:mod:`.arena`); its fixed-size states (the
 convolution and SSM states of hybrids) one row of plain arrays. A step runs every stream fed one
 token whose rows can share a run as one batch (continuous batching: the streams' caches may hold
-any lengths, see :mod:`.kv_model`), and each stream fed several tokens (a prompt, or a chunk of
+any lengths, see :mod:`.model`), and each stream fed several tokens (a prompt, or a chunk of
 one) in a run of its own, then commits: lengths move, fixed states are written back. A step that
 fails commits nothing for the streams it failed.
 
 The arena's memory is bounded by ``kv_cache_bytes``: before a step would hold more, the pool
 *preempts* streams that are not in the step, least recently stepped first: their caches are
 copied to host memory (or to ``park_dir``) and their rows given back; their next step brings them
-back exactly (:mod:`.kv_rows` keeps where each stream is).
+back exactly (:mod:`.rows` keeps where each stream is).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,19 +26,19 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ..errors import OrtStateError, RunError, StateError
-from ..runtime import LoadedModel
-from .kv_arena import KvArena, default_budget
-from .kv_batch import check_batch_feeds, split_batch, stack_outputs
-from .kv_groups import group_rows
-from .kv_model import MASK, check_stream_feeds, load_kv_model
-from .kv_probe import RAGGED, SINGLE, probe_batching, probe_prompts
-from .kv_rows import KvRows, KvStream
-from .kv_run import KvRunner, Row
-from .kv_snapshot import read_stream, write_stream
-from .loop import PoolLoop
-from .pool import StreamPool, serve_kv_caches_with
-from .stats import PoolStats, Recorder
+from ...errors import OrtStateError, RunError, StateError
+from ...runtime import LoadedModel
+from ..checks import check_logits, check_slots, check_step
+from ..loop import PoolLoop
+from ..stats import PoolStats, Recorder
+from .arena import KvArena, checked_budget
+from .batch import check_batch_feeds, split_batch, stack_outputs
+from .groups import group_rows
+from .model import MASK, check_stream_feeds, load_kv_model
+from .probe import RAGGED, SINGLE, probe_batching, probe_prompts
+from .rows import KvRows, KvStream
+from .run import KvRunner, Row
+from .snapshot import as_values, from_values, read_stream, write_stream
 
 __all__ = ["KvPool", "DEFAULT_MAX_CONTEXT"]
 
@@ -46,10 +46,11 @@ DEFAULT_MAX_CONTEXT = 4096
 Feeds = Mapping[str, Any]
 
 
-class KvPool(StreamPool):
-    """Streams of a KV-cache decoder, batched per step. See :class:`~ortstate.StreamPool`, whose
-    API this is; ``kv_cache_bytes`` bounds the arena's memory (default: a quarter of the machine's),
-    ``max_context`` the positions one stream's cache holds."""
+class KvPool:
+    """Streams of a KV-cache decoder, batched per step: a :class:`~ortstate.streams.Pool` (the
+    arguments as :class:`~ortstate.streams.SlotPool`'s), plus ``kv_cache_bytes``, the arena's memory
+    (default: a quarter of the machine's), and ``max_context``, the positions one stream's cache
+    holds; and :meth:`fork`, :meth:`decode`, :meth:`length` besides the protocol."""
 
     def __init__(
         self,
@@ -64,24 +65,16 @@ class KvPool(StreamPool):
         sess_options: ort.SessionOptions | None = None,
         providers: Sequence[str] | None = None,
     ) -> None:
-        if type(slots) is not int or slots < 1:
-            raise OrtStateError(f"slots must be a positive integer, got {slots!r}")
+        check_slots(slots)
         if type(max_context) is not int or max_context < 1:
             raise OrtStateError(f"max_context must be a positive integer, got {max_context!r}")
-        model = self.__dict__.pop("_given", model)
         self._kv = load_kv_model(model, sess_options, providers)
         self._kv.batching = probe_batching(self._kv)
         self._kv.prompts_batch = self._kv.batching != SINGLE and probe_prompts(self._kv)
         self.slots = slots
         self.max_context = max_context
         self._arena = KvArena(self._kv.kv, self._kv.kv_shapes, slots, max_context + 1)  # +1: a hole's junk position
-        budget = kv_cache_bytes if kv_cache_bytes is not None else default_budget()
-        if type(budget) is not int or budget < self._arena.token_bytes * (max_context + 1):
-            raise OrtStateError(
-                f"kv_cache_bytes must hold at least one stream at max_context ({max_context} positions: "
-                f"{self._arena.token_bytes * (max_context + 1)} bytes), got {kv_cache_bytes!r}"
-            )
-        self.kv_cache_bytes = budget
+        self.kv_cache_bytes = budget = checked_budget(kv_cache_bytes, self._arena.token_bytes, max_context)
         self._budget = budget // self._arena.token_bytes  # positions
         self._fixed = [np.zeros((slots, *f.shape[1:]), f.carrier) for f in self._kv.fixed]
         self._record = Recorder()
@@ -91,7 +84,7 @@ class KvPool(StreamPool):
         )
         self._streams = self._rows.streams  # (the same dict: read on every decode)
         self._lock = threading.RLock()
-        self._loop = PoolLoop(self, max_batch or slots, max_delay)  # type: ignore[arg-type]
+        self._loop = PoolLoop(self, max_batch or slots, max_delay)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def open(self) -> int:
@@ -104,20 +97,12 @@ class KvPool(StreamPool):
     def reset(self, sid: int) -> None:
         """Put stream ``sid`` back at its initial state (empty caches)."""
         with self._lock:
-            stream = self._rows.get(sid)
-            self._rows.drop_held(stream)
-            if stream.slot is not None:
-                self._arena.release(stream.slot)
-                self._rows.fixed_start(stream.slot)
+            self._rows.reset(self._rows.get(sid))
 
     def close(self, sid: int) -> None:
         """End stream ``sid`` and free its row (or what it was moved out to)."""
         with self._lock:
-            stream = self._rows.get(sid)
-            self._rows.drop_held(stream)
-            if stream.slot is not None:
-                self._rows.give_back(stream.slot)
-            del self._streams[sid]
+            self._rows.close(sid)
 
     def fork(self, sid: int) -> int:
         """A new stream whose caches and states are a copy of stream ``sid``'s (a prompt fed once,
@@ -127,33 +112,51 @@ class KvPool(StreamPool):
             StateError: ``sid`` is not open; PoolFullError: no row or KV budget for the copy.
         """
         with self._lock:
-            source = self._rows.get(sid)
-            slot = self._rows.take_slot({sid}, "fork a stream", self._rows.length(source))
-            if source.slot is None:  # moved out (preempted or parked): copied from there
-                kv, fixed = self._rows.values(source)
-            else:
-                length = int(self._arena.lengths[source.slot])
-                kv = [a[source.slot : source.slot + 1, :, :length] for a in self._arena.arrays]
-                fixed = [a[source.slot : source.slot + 1] for a in self._fixed]
-            self._arena.put(slot, kv)
-            self._rows.fixed_put(slot, fixed)
-            return self._rows.add(KvStream(slot))
+            kv, fixed = self._rows.values(self._rows.get(sid), copy=False)  # copied into the new row
+            return self._rows.new(kv, fixed, "fork a stream", {sid})
 
     def save(self, sid: int, path: str | os.PathLike[str]) -> None:
         """Write stream ``sid``'s variables as a ``StatefulSession`` snapshot of the model."""
         with self._lock:
-            write_stream(self._kv, *self._rows.values(self._rows.get(sid)), path)
+            write_stream(self._kv, *self._rows.values(self._rows.get(sid), copy=False), path)
 
     def load(self, path: str | os.PathLike[str]) -> int:
         """A new stream at a snapshot's state (:meth:`save`'s, or a one-stream ``StatefulSession``'s)."""
         with self._lock:
             kv, fixed = read_stream(self._kv, path)
-            if kv and kv[0].shape[2] > self.max_context:
-                raise StateError(f"{path}: its caches hold {kv[0].shape[2]} positions, over max_context")
-            slot = self._rows.take_slot(set(), "load a stream", kv[0].shape[2] if kv else 0)
-            self._arena.put(slot, kv)
-            self._rows.fixed_put(slot, fixed)
-            return self._rows.add(KvStream(slot))
+            self._check_context(kv, str(path))
+            return self._rows.new(kv, fixed, "load a stream")
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The ids of the model's variables, in the order of :meth:`values`."""
+        return tuple(v.id for v in self._kv.variables)
+
+    def values(self, sid: int) -> list[np.ndarray | None]:
+        """Stream ``sid``'s variables in the model's order, one stream's each (copies; caches
+        ``[1, heads, length, head size]``, None where empty): what :meth:`restore` takes back."""
+        with self._lock:
+            return as_values(self._kv, *self._rows.values(self._rows.get(sid)))
+
+    def restore(self, values: Sequence[np.ndarray | None]) -> int:
+        """A new stream holding ``values`` (:meth:`values`' of a pool of the same model); its id.
+
+        Raises:
+            StateError: not one value per variable of one stream's shape, caches of different
+                lengths or over ``max_context``; PoolFullError: no row or KV budget for it.
+        """
+        kv, fixed = from_values(self._kv, values, "restore")
+        self._check_context(kv, "restore")
+        with self._lock:
+            return self._rows.new(kv, fixed, "restore a stream")
+
+    def put(self, sid: int, values: Sequence[np.ndarray | None]) -> None:
+        """Set stream ``sid``'s variables to ``values`` (as :meth:`restore` takes them); it holds
+        them out of the arena until its next step brings them in."""
+        kv, fixed = from_values(self._kv, values, f"stream {sid}")
+        self._check_context(kv, f"stream {sid}")
+        with self._lock:
+            self._rows.move_out(self._rows.get(sid), kv, fixed)
 
     def park(self, sid: int) -> None:
         """Move stream ``sid``'s state to ``park_dir`` and free its row; its next step brings it back."""
@@ -165,8 +168,7 @@ class KvPool(StreamPool):
     def park_idle(self, seconds: float) -> list[int]:
         """Park every stream that has not stepped for ``seconds``; returns their ids."""
         with self._lock:
-            since = time.monotonic() - seconds
-            idle = [sid for sid, s in self._streams.items() if s.last <= since and not isinstance(s.held, Path)]
+            idle = self._rows.idle(seconds)
             for sid in idle:
                 self.park(sid)
             return idle
@@ -188,12 +190,8 @@ class KvPool(StreamPool):
         ``before_run``: called once, in this thread, just before the first ONNX Runtime run (once
         its inputs are bound), not at all when no run starts: what it hands to another thread
         (a wake of an event loop) runs while ONNX Runtime holds no GIL."""
-        if errors not in ("raise", "return"):
-            raise OrtStateError(f"errors must be 'raise' or 'return', not {errors!r}")
-        if logits not in ("all", "last"):
-            raise OrtStateError(f"logits must be 'all' or 'last', not {logits!r}")
-        if not isinstance(feeds, Mapping):
-            raise RunError(f"step takes a mapping of stream ids to feeds, not {type(feeds).__name__}")
+        check_step(feeds, errors)
+        check_logits(logits)
         raising = errors == "raise"
         with self._lock:
             results: dict[int, Any] = {}
@@ -214,7 +212,7 @@ class KvPool(StreamPool):
                 return results
             groups = group_rows(rows, self._kv)
             staged = self._runner.execute(rows, groups, results, raising, logits == "last", before_run)
-            self._commit(staged)
+            self._rows.commit(staged)
             return results
 
     def decode(
@@ -226,7 +224,7 @@ class KvPool(StreamPool):
         before_run: Callable[[], None] | None = None,
     ) -> dict[str, np.ndarray]:
         """Step each stream of ``sids`` by one token, their feeds given as one batch (Hugging Face's
-        batch layout, see :mod:`.kv_batch`: row ``i`` of every input is stream ``sids[i]``'s); returns
+        batch layout, see :mod:`.batch`: row ``i`` of every input is stream ``sids[i]``'s); returns
         each output with the streams' rows in that order. What :meth:`step` gives them, without a
         dict per stream: one run where the model batches ragged rows, else the batch is split and
         stepped. A failure raises and commits nothing. ``before_run``: as :meth:`step`'s.
@@ -235,8 +233,7 @@ class KvPool(StreamPool):
             RunError: feeds that are not such a batch, a stream listed twice or past max_context, a
                 failed run; StateError: a stream not open; PoolFullError: as :meth:`step`.
         """
-        if logits not in ("all", "last"):
-            raise OrtStateError(f"logits must be 'all' or 'last', not {logits!r}")
+        check_logits(logits)
         with self._lock:
             try:
                 streams = [self._streams[sid] for sid in sids]
@@ -257,17 +254,21 @@ class KvPool(StreamPool):
                 outs, states = self._runner.decode(slots, pasts, arrays, logits == "last", before_run)
             except OrtStateError as exc:
                 raise RunError(f"streams {', '.join(map(str, sids))}: {exc}") from None
-            self._arena.lengths[slots] = pasts + 1
-            for array, state in zip(self._fixed, states):
-                array[slots] = state
-            now = time.monotonic()
-            for stream in streams:
-                stream.last = now
+            self._rows.commit_decode(streams, slots, pasts, states)
             return dict(zip(self._runner.output_names, outs))
 
     async def submit(self, sid: int, feeds: Feeds) -> dict[str, np.ndarray]:
         """Step stream ``sid`` once, batched with the other streams submitted in the same tick."""
         return await self._loop.submit(sid, feeds)
+
+    async def call(self, fn: Callable[..., Any], /, *args: Any, sid: Any = None) -> Any:
+        """``fn(*args)`` run by the pool's thread between two ticks (see :meth:`.PoolLoop.call`)."""
+        return await self._loop.call(fn, *args, sid=sid)
+
+    @property
+    def loop(self) -> PoolLoop:
+        """The queue and thread behind :meth:`submit` and :meth:`call` (see :mod:`..loop`)."""
+        return self._loop
 
     def stats(self) -> PoolStats:
         """Streams, rows, KV memory, runs, batch sizes and run latencies so far."""
@@ -289,6 +290,7 @@ class KvPool(StreamPool):
 
     @property
     def loaded(self) -> LoadedModel:
+        """The model as the pool runs it (its explicit form, the caches in the arena)."""
         return self._kv.loaded
 
     @property
@@ -305,7 +307,7 @@ class KvPool(StreamPool):
     @property
     def batching(self) -> str:
         """How one-token steps batch: "ragged" (any cache lengths in one run), "uniform" (streams of
-        one length), "single" (each alone); found at load (:mod:`.kv_probe`)."""
+        one length), "single" (each alone); found at load (:mod:`.probe`)."""
         return self._kv.batching
 
     @property
@@ -315,11 +317,12 @@ class KvPool(StreamPool):
 
     @property
     def streams(self) -> list[int]:
+        """The ids of the open streams (moved out of the arena ones included)."""
         with self._lock:
             return sorted(self._streams)
 
     def __repr__(self) -> str:
-        return f"StreamPool({self._kv.loaded.origin!r}, slots={self.slots}, streams={len(self._streams)}, kv)"
+        return f"KvPool({self._kv.loaded.origin!r}, slots={self.slots}, streams={len(self._streams)})"
 
     # -- a step -----------------------------------------------------------------------------------
     def _row(self, sid: int, given: Any) -> Row:
@@ -329,13 +332,6 @@ class KvPool(StreamPool):
         arrays, width = check_stream_feeds(sid, given, self._kv.feeds, past, self.max_context)
         return Row(stream.slot if stream.slot is not None else -1, arrays, width, past)
 
-    def _commit(self, done: dict[int, Row]) -> None:
-        now = time.monotonic()
-        for sid, row in done.items():
-            self._arena.lengths[row.slot] = row.past + row.width
-            for array, value in zip(self._fixed, row.fixed or []):
-                array[row.slot] = value[0]
-            self._streams[sid].last = now
-
-
-serve_kv_caches_with(KvPool)
+    def _check_context(self, kv: Sequence[np.ndarray], where: str) -> None:
+        if kv[0].shape[2] > self.max_context:
+            raise StateError(f"{where}: its caches hold {kv[0].shape[2]} positions, over max_context")

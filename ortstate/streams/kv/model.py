@@ -13,7 +13,7 @@ is batched only with streams of one length.
 A KV cache is a variable ``[batch, heads, positions, head size]`` (f32, positions growing). One
 the converter's fused attention appends to is read and written in its arena row in place; one
 whose attention stays composed (see ``ortstate inspect``'s attention table) is *copied*: each run
-is fed its rows' caches and keeps what the run appended (:mod:`.kv_copied`).
+is fed its rows' caches and keeps what the run appended (:mod:`.copied`).
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ..decoders.feeds import KNOWN_INPUTS
-from ..errors import OrtStateError, PassError, RunError
-from ..meta import VariableMeta, read_meta, write_meta
-from ..passes.pipelines import KV_POOL, PassOptions
-from ..runtime import LoadedModel, numpy_dtype
-from ..runtime.loaded import load_model
-from ..runtime.source import read_source
-from .layout import read_pool_source
+from ...decoders.feeds import KNOWN_INPUTS
+from ...errors import OrtStateError, PassError, RunError
+from ...meta import VariableMeta, read_meta, write_meta
+from ...passes.pipelines import KV_POOL, PassOptions
+from ...runtime import LoadedModel, numpy_dtype
+from ...runtime.loaded import load_model
+from ...runtime.source import read_source
+from ..layout import read_pool_source
 
-__all__ = ["FeedSpec", "KvModel", "check_stream_feeds", "load_kv_model", "wants_kv_pool"]
+__all__ = ["FeedSpec", "KvModel", "check_names", "check_stream_feeds", "load_kv_model", "wants_kv_pool"]
 
 MASK, ROWS = "attention_mask", "beam_idx"
 _SHARED = ("cache_position",)  # one value for every row of a run
@@ -72,9 +72,9 @@ class KvModel:
     seqlens: str  # "" where no attention is fused (no KV cache in place)
     key_index: str
     variables: tuple[VariableMeta, ...]  # all, in the model's order (snapshots)
-    batching: str = "ragged"  # see :mod:`.kv_probe`
+    batching: str = "ragged"  # see :mod:`.probe`
     last_logits: str | None = None  # the input asking for the last position's logits only
-    prompts_batch: bool = False  # fresh prompts of one length run together (see :mod:`.kv_probe`)
+    prompts_batch: bool = False  # fresh prompts of one length run together (see :mod:`.probe`)
 
 
 def wants_kv_pool(model: Any) -> bool:
@@ -174,6 +174,18 @@ def _feed(arg: Any, origin: str) -> FeedSpec:
 _TOKENS = ("input_ids", "inputs_embeds")
 
 
+def check_names(who: str, given: Any, specs: Sequence[FeedSpec]) -> None:
+    """Raise RunError (naming ``who``) unless ``given`` maps the names of ``specs``, no other."""
+    if not isinstance(given, Mapping):
+        raise RunError(f"{who}: feeds must be a mapping of input names to arrays")
+    if len(given) != len(specs) or any(s.name not in given for s in specs):
+        names = {s.name for s in specs}
+        missing, extra = sorted(names - set(given)), sorted(map(str, set(given) - names))
+        parts = [f"missing input(s) {', '.join(missing)}"] if missing else []
+        parts += [f"unknown input(s) {', '.join(extra)}"] if extra else []
+        raise RunError(f"{who}: " + "; ".join(parts))
+
+
 def check_stream_feeds(
     sid: int, given: Any, specs: Sequence[FeedSpec], past: int, max_context: int
 ) -> tuple[dict[str, np.ndarray], int]:
@@ -184,14 +196,7 @@ def check_stream_feeds(
             than 1, inputs whose numbers of new tokens differ, positions past ``max_context``, a
             mask neither past + new nor new tokens wide.
     """
-    if not isinstance(given, Mapping):
-        raise RunError(f"stream {sid}: feeds must be a mapping of input names to arrays")
-    if len(given) != len(specs) or any(s.name not in given for s in specs):
-        names = {s.name for s in specs}
-        missing, extra = sorted(names - set(given)), sorted(map(str, set(given) - names))
-        parts = [f"missing input(s) {', '.join(missing)}"] if missing else []
-        parts += [f"unknown input(s) {', '.join(extra)}"] if extra else []
-        raise RunError(f"stream {sid}: " + "; ".join(parts))
+    check_names(f"stream {sid}", given, specs)
     arrays: dict[str, np.ndarray] = {}
     width = 0
     for spec in specs:
