@@ -37,18 +37,20 @@ ALLOWED = {
     # What an optimum-intel decoder takes (folder, config, feeding rules, graph roles): generate,
     # timing, verify and export read decoders through it, and none of them reads another for it.
     "decoders": BASE | {"ir"},
+    # what runs each tick, decided from bookkeeping alone (pure: see test_the_scheduler_is_pure)
+    "scheduler": BASE,
     # generation of many requests at once runs on the KV stream pool (ContinuousBatcher)
-    "generate": BASE | {"ir", "convert", "runtime", "decoders", "streams"},
+    "generate": BASE | {"ir", "convert", "runtime", "decoders", "streams", "scheduler"},
     # many streams batched into one run, the runtime side only (pool, slots, loop, kv_*): the graph
     # rewrites that make a model batchable are passes (passes/batchable), which never import streams;
     # an LLM's streams are batched by what its inputs are (decoders)
-    "streams": BASE | {"passes", "runtime", "decoders"},
+    "streams": BASE | {"passes", "runtime", "decoders", "scheduler"},
     # timing (``ortstate bench``) compares with OpenVINO in verify's exact config (verify.reference.OV_CONFIG)
-    "timing": BASE | {"ir", "convert", "runtime", "decoders", "streams", "generate", "verify"},
+    "timing": BASE | {"ir", "convert", "runtime", "decoders", "streams", "scheduler", "generate", "verify"},
     "verify": BASE | {"ir", "convert", "runtime", "decoders"},
     "export": BASE | {"ir", "convert", "passes", "decoders"},  # an LLM folder for other tools
     # streams over the network, and an LLM's generations (OpenAI's API): at the command line's level
-    "serve": BASE | {"runtime", "streams", "generate"},
+    "serve": BASE | {"runtime", "streams", "scheduler", "generate"},
     "cli": BASE
     | {
         "ir",
@@ -61,6 +63,7 @@ ALLOWED = {
         "verify",
         "export",
         "streams",
+        "scheduler",
         "serve",
     },
 }
@@ -161,6 +164,29 @@ def test_narrower_modules_import_only_their_place() -> None:
         for target, _, line in _imports(name, path)
         if not any(_under(target, other) for other in {place, *allowed})
     ]
+    assert wrong == []
+
+
+def test_the_scheduler_is_pure() -> None:
+    """The scheduler decides from bookkeeping alone: it imports no numpy, no ONNX Runtime, nothing of
+    ortstate but the errors (so no pool, no model), at its top or anywhere in it."""
+    wrong = []
+    for name, path in MODULES.items():
+        if not _under(name, "scheduler"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if not node.level else []
+            else:
+                continue
+            wrong += [f"{name} (line {node.lineno}): {n}" for n in names if n.split(".")[0] in ("numpy", "onnxruntime")]
+        wrong += [
+            f"{name} (line {line}): {t}"
+            for t, _, line in _imports(name, path)
+            if not _under(t, "scheduler") and t != "ortstate.errors"
+        ]
     assert wrong == []
 
 

@@ -7,11 +7,12 @@ order they came; the steps waiting form a tick: every waiting stream steps once 
 submission of each, at most ``max_batch`` streams) in one ``pool.step``. Nothing on the event loop
 takes the pool's lock, so no coroutine waits for a run it is not part of.
 
-A tick starts at the first waiting submission and runs once ``max_batch`` streams wait or
-``max_delay`` seconds have passed; when submissions came in while a tick ran, the next tick takes
-them at once (continuous batching). A command that names a stream stepping in the tick being
-gathered runs after that tick; one that concerns every stream (``sid=ALL``) after every step queued
-before it.
+Which of the queued items a round runs, and when a round starts, is decided by
+:mod:`ortstate.scheduler.rounds`: a tick starts at the first waiting submission and runs once
+``max_batch`` streams wait or ``max_delay`` seconds have passed; when submissions came in while a
+tick ran, the next tick takes them at once (continuous batching). A command that names a stream
+stepping in the tick being gathered runs after that tick; one that concerns every stream
+(``sid=ALL``) after every step queued before it.
 
 A pool may have one *worker* besides (:meth:`PoolLoop.attach`): ``ortstate.generate``'s engine of
 continuous batching, which owns its requests and decides its own ticks. The thread runs it between
@@ -34,14 +35,14 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import OrtStateError
+from ..scheduler.rounds import Queued, plan_round, ready
 from .stats import LATENCY_WINDOW
 
 if TYPE_CHECKING:
     from .pool import Pool
 
-__all__ = ["ALL", "PoolLoop", "Worker"]
+__all__ = ["PoolLoop", "Worker"]
 
-ALL = object()  # a command's ``sid`` when it concerns every stream
 _IDLE = 2.0  # seconds without work after which the thread ends (the next item starts it again)
 
 
@@ -211,46 +212,34 @@ class PoolLoop:
                 return True
         self._nudged = False
         deadline = self._queue[0].since + self.max_delay
-        while not self._calls and len(self._stepping) < self.max_batch and not self._working():
+        while not self._working():
             left = deadline - time.perf_counter()
-            if left <= 0:
+            if ready(self._calls, len(self._stepping), self.max_batch, left):
                 break
             self._wake.wait(left)
         return True
 
     def _round(self, items: list[_Item]) -> list[_Item]:
-        """Run ``items`` in order (commands at once, steps gathered into ticks); the items left for
-        the next round."""
+        """Run ``items`` as :func:`~ortstate.scheduler.rounds.plan_round` orders them (commands in
+        their place, steps gathered into ticks); the items left for the next round."""
+        plan = plan_round([Queued(i.fn is not None, i.sid, i.future.done()) for i in items], self.max_batch)
         answers: list[tuple[_Item, Any]] = []
         done: list[tuple[_Item, Any]] = []  # since the last commit
-        steps: dict[Any, _Item] = {}
-        later: list[_Item] = []
-        held: set[Any] = set()  # streams with a step left for the next round
-        for k, item in enumerate(items):
-            if item.future.done():  # cancelled while it waited
+        for action, at in plan.actions:
+            if action == "tick":
+                # run and committed before what follows: a command after it sees (and may save)
+                # only steps that are acknowledged
+                answers += self._commit(done, self._tick({items[k].sid: items[k] for k in at}, done))
+                done = []
                 continue
-            if item.fn is None:
-                if item.sid in steps or item.sid in held or len(steps) >= self.max_batch:
-                    later.append(item)
-                    held.add(item.sid)
-                else:
-                    steps[item.sid] = item
-                continue
-            if item.sid is ALL and later or item.sid in held:
-                later.extend(items[k:])  # after the steps of the next round
-                break
-            if steps and (item.sid is ALL or item.sid in steps):
-                # the tick is run and committed first: the command sees (and may save) only steps
-                # that are acknowledged
-                answers += self._commit(done, self._tick(steps, done))
-                steps, done = {}, []
+            item = items[at]
             try:
-                done.append((item, item.fn(*item.args)))
+                done.append((item, item.fn(*item.args)))  # type: ignore[misc]
             except Exception as exc:  # noqa: BLE001 - the caller's own error
                 done.append((item, exc))
-        answers += self._commit(done, self._tick(steps, done) if steps else {})
+        answers += self._commit(done, {})
         _settle(answers, self._answered_round, self._rounds)
-        return later
+        return [items[k] for k in plan.later]
 
     def _commit(self, done: list[tuple[_Item, Any]], results: dict[int, Any]) -> list[tuple[_Item, Any]]:
         """``on_commit(results)`` for the work ``done``; its answers (each the error, if it failed)."""

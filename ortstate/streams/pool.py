@@ -8,7 +8,7 @@ Two pools keep streams of a stateful model, each stream as if alone in a ``State
 - :class:`~.kv.pool.KvPool`, for a decoder whose variables grow (KV caches): each stream a row of
   one KV arena, under a memory budget (``kv_cache_bytes``) and a context (``max_context``).
 
-Both are :class:`Pool`\\ s: the same calls, the same meaning (tests/streams/test_pools.py runs every
+Both are a :class:`Pool`: the same calls, the same meaning (tests/streams/test_pools.py runs every
 member on both). :func:`StreamPool` reads the model once and opens the one its variables need.
 """
 

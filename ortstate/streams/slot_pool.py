@@ -221,7 +221,8 @@ class SlotPool:
         """``fn(*args)`` (e.g. ``pool.open``, ``pool.close, sid``) run by the thread that runs the
         pool's ticks, between two of them: what an event loop calls instead of a pool method, so it
         never waits for a run it is not part of. ``sid``: the stream it acts on (it runs after that
-        stream's steps already submitted), :data:`~.loop.ALL` for every stream, None for none."""
+        stream's steps already submitted), :data:`~ortstate.scheduler.rounds.ALL` for every stream,
+        None for none."""
         return await self._loop.call(fn, *args, sid=sid)
 
     @property

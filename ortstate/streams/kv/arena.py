@@ -5,8 +5,8 @@ variable's own: a multi-head latent attention's keys and values differ), reserve
 memory: the operating system gives a page to it only where a run writes, so a row costs what its
 stream's cache holds, not ``capacity`` (the arena is paged, by the machine's pages). A row taken
 back (its stream closed, reset, parked or preempted) returns its pages at once (``MADV_DONTNEED``).
-The pool counts the rows streams hold against ``budget`` tokens (``kv_cache_bytes``) and preempts
-before a run would pass it.
+The pool counts the positions the rows hold against its budget (``kv_cache_bytes``, see
+:mod:`ortstate.scheduler.budget`) and preempts before a run would pass it.
 
 A run binds ``arena[lo:hi]`` (consecutive rows: one C-contiguous block) as both the past and the
 present of the fused attention, which appends each row's new keys and values after its own
@@ -23,10 +23,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...errors import OrtStateError
 from ...meta import VariableMeta
 
-__all__ = ["KvArena", "checked_budget", "default_budget"]
+__all__ = ["KvArena", "default_budget"]
 
 _PAGE = mmap.PAGESIZE
 
@@ -92,19 +91,3 @@ def default_budget(share: float = 0.25) -> int:
     except (ValueError, OSError, AttributeError):
         memory = 8 << 30
     return int(memory * share)
-
-
-def checked_budget(given: int | None, token_bytes: int, max_context: int) -> int:
-    """The KV arena's bytes: ``given`` (None: :func:`default_budget`), once it holds one stream at
-    ``max_context`` (and the position a hole's junk takes).
-
-    Raises:
-        OrtStateError: it does not, or is not an int.
-    """
-    budget = given if given is not None else default_budget()
-    if type(budget) is not int or budget < token_bytes * (max_context + 1):
-        raise OrtStateError(
-            f"kv_cache_bytes must hold at least one stream at max_context ({max_context} positions: "
-            f"{token_bytes * (max_context + 1)} bytes), got {given!r}"
-        )
-    return budget

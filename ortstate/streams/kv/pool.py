@@ -28,14 +28,15 @@ import onnxruntime as ort
 
 from ...errors import OrtStateError, RunError, StateError
 from ...runtime import LoadedModel
+from ...scheduler.budget import KvBudget
+from ...scheduler.runs import SINGLE, one_decode_run, runs_of
 from ..checks import check_logits, check_slots, check_step
 from ..loop import PoolLoop
 from ..stats import PoolStats, Recorder
-from .arena import KvArena, checked_budget
+from .arena import KvArena, default_budget
 from .batch import check_batch_feeds, split_batch, stack_outputs
-from .groups import group_rows
 from .model import MASK, check_stream_feeds, load_kv_model
-from .probe import RAGGED, SINGLE, probe_batching, probe_prompts
+from .probe import probe_batching, probe_prompts
 from .rows import KvRows, KvStream
 from .run import KvRunner, Row
 from .snapshot import as_values, from_values, read_stream, write_stream
@@ -74,13 +75,15 @@ class KvPool:
         self.slots = slots
         self.max_context = max_context
         self._arena = KvArena(self._kv.kv, self._kv.kv_shapes, slots, max_context + 1)  # +1: a hole's junk position
-        self.kv_cache_bytes = budget = checked_budget(kv_cache_bytes, self._arena.token_bytes, max_context)
-        self._budget = budget // self._arena.token_bytes  # positions
+        given = kv_cache_bytes if kv_cache_bytes is not None else default_budget()
+        self.budget = KvBudget(given, self._arena.token_bytes, max_context)  # what generation admits against too
+        self.kv_cache_bytes = self.budget.bytes
+        self._shared = [s.name for s in self._kv.feeds if s.axis is None]  # one value for a run's rows
         self._fixed = [np.zeros((slots, *f.shape[1:]), f.carrier) for f in self._kv.fixed]
         self._record = Recorder()
         self._runner = KvRunner(self._kv, self._arena, self._fixed, self._record)
         self._rows = KvRows(
-            self._kv, self._arena, self._fixed, self._budget, budget, None if park_dir is None else Path(park_dir)
+            self._kv, self._arena, self._fixed, self.budget, None if park_dir is None else Path(park_dir)
         )
         self._streams = self._rows.streams  # (the same dict: read on every decode)
         self._lock = threading.RLock()
@@ -204,14 +207,15 @@ class KvPool:
                         raise
                     results[sid] = exc
             try:
-                self._rows.place(rows)
+                self._rows.place(rows.keys(), sum(row.width for row in rows.values()))
             except OrtStateError as exc:
                 if raising:
                     raise
                 results.update(dict.fromkeys(rows, exc))
                 return results
-            groups = group_rows(rows, self._kv)
-            staged = self._runner.execute(rows, groups, results, raising, logits == "last", before_run)
+            steps = [row.placed(sid, self._streams[sid].slot, self._shared) for sid, row in rows.items()]
+            runs = runs_of(steps, self._kv.batching, self._kv.prompts_batch)
+            staged = self._runner.execute(rows, runs, results, raising, logits == "last", before_run)
             self._rows.commit(staged)
             return results
 
@@ -226,7 +230,8 @@ class KvPool:
         """Step each stream of ``sids`` by one token, their feeds given as one batch (Hugging Face's
         batch layout, see :mod:`.batch`: row ``i`` of every input is stream ``sids[i]``'s); returns
         each output with the streams' rows in that order. What :meth:`step` gives them, without a
-        dict per stream: one run where the model batches ragged rows, else the batch is split and
+        dict per stream: one run where the model batches ragged rows (streams moved out of the
+        arena brought back first, room made within the budget), else the batch is split and
         stepped. A failure raises and commits nothing. ``before_run``: as :meth:`step`'s.
 
         Raises:
@@ -245,11 +250,13 @@ class KvPool:
             pasts = np.where(slots < 0, [s.length for s in streams], self._arena.lengths[slots])
             arrays = check_batch_feeds(sids, feeds, self._kv.feeds, pasts, self.max_context)
             mask = arrays.get(MASK)
-            batched = mask is not None and mask.shape[1] == pasts.max() + 1 and self._kv.batching == RAGGED
-            if not batched or slots.min() < 0 or self._arena.held() + len(slots) > self._budget:
+            if not one_decode_run(self._kv.batching, None if mask is None else mask.shape[1], int(pasts.max())):
                 split = split_batch(arrays, self._kv.feeds, pasts)
                 got = self.step(dict(zip(sids, split)), logits=logits, before_run=before_run)
                 return stack_outputs(self._runner.output_names, [got[sid] for sid in sids])
+            if slots.min() < 0 or self.budget.over(self._arena.held(), len(slots)):
+                self._rows.place(set(sids), len(sids))
+                slots = np.array([s.slot for s in streams])
             try:
                 outs, states = self._runner.decode(slots, pasts, arrays, logits == "last", before_run)
             except OrtStateError as exc:

@@ -18,14 +18,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import OrtStateError, RunError
+from ...scheduler.runs import RAGGED, SINGLE, UNIFORM
 from ..stats import Recorder
 from .arena import KvArena
 from .model import MASK, ROWS, KvModel
 from .run import KvRunner, Row, RunResult
 
-__all__ = ["RAGGED", "SINGLE", "UNIFORM", "probe_batching", "probe_feeds"]
-
-RAGGED, UNIFORM, SINGLE = "ragged", "uniform", "single"
+__all__ = ["probe_batching", "probe_feeds", "probe_prompts"]
 _SEED = 20
 _TOLERANCE = 1e-4
 _NOISE_FACTOR = 10  # a batch may differ from alone by ten times the kernels' own noise, no more

@@ -3,20 +3,22 @@ preempted, to ``park_dir`` when parked), and the rows' bookkeeping (free rows, t
 
 A stream's caches are one row of the KV arena (:mod:`.arena`), its fixed-size states (hybrids'
 convolution and SSM states) one row of plain arrays. Before a step would hold more positions than
-the budget, or when no row is free, the least recently stepped stream not in the step is moved out
-(*preempted*); its next step brings it back exactly (:meth:`KvRows.place`).
+the budget, or when no row is free, a stream not in the step is moved out (*preempted*): the one
+the budget names (:class:`~ortstate.scheduler.budget.KvBudget`, the least recently stepped); its next
+step brings it back exactly (:meth:`KvRows.place`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Collection, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...errors import PoolFullError, StateError
+from ...scheduler.budget import KvBudget
 from .arena import KvArena
 from .model import KvModel
 from .run import Row
@@ -41,11 +43,10 @@ class KvRows:
     """The streams of a pool and the rows they hold (see the module docstring)."""
 
     def __init__(
-        self, kv: KvModel, arena: KvArena, fixed: list[np.ndarray], budget: int, cache_bytes: int, park_dir: Path | None
+        self, kv: KvModel, arena: KvArena, fixed: list[np.ndarray], budget: KvBudget, park_dir: Path | None
     ) -> None:
         self.kv, self.arena, self.fixed = kv, arena, fixed
-        self.budget = budget  # positions
-        self.cache_bytes = cache_bytes
+        self.budget = budget
         self.park_dir = park_dir
         self.streams: dict[int, KvStream] = {}
         self.free = list(range(arena.slots - 1, -1, -1))
@@ -94,28 +95,28 @@ class KvRows:
     def length(self, stream: KvStream) -> int:
         return int(self.arena.lengths[stream.slot]) if stream.slot is not None else stream.length
 
-    def take_slot(self, keep: set[int], what: str, length: int = 0) -> int:
+    def take_slot(self, keep: Collection[int], what: str, length: int = 0) -> int:
         """A free row for ``length`` positions, preempting streams not in ``keep`` if need be."""
-        while not self.free or self.arena.held() + length > self.budget:
+        while not self.free or self.budget.over(self.arena.held(), length):
             if not self.preempt(keep):
                 rows = self.arena.slots
                 raise PoolFullError(
                     f"cannot {what}: all {rows} rows are taken by streams stepping now; close a stream first"
                     if not self.free
-                    else f"cannot {what}: the KV budget ({self.cache_bytes} bytes) is full"
+                    else f"cannot {what}: the KV budget ({self.budget.bytes} bytes) is full"
                 )
         return self.free.pop()
 
-    def place(self, rows: Mapping[int, Row]) -> None:
-        """Every stepping stream in a row of the arena, within the budget (preempting others)."""
-        stepping = set(rows)
-        new = sum(r.width for r in rows.values())
-        while self.arena.held() + new > self.budget:
+    def place(self, stepping: Collection[int], new: int) -> None:
+        """Every stream of ``stepping`` in a row of the arena, with room for ``new`` positions more
+        within the budget (moving other streams out)."""
+        while self.budget.over(self.arena.held(), new):
             if not self.preempt(stepping):
                 raise PoolFullError(
-                    f"the step needs {self.arena.held() + new} KV positions; kv_cache_bytes holds {self.budget}"
+                    f"the step needs {self.arena.held() + new} KV positions; kv_cache_bytes holds "
+                    f"{self.budget.positions}"
                 )
-        for sid, row in rows.items():
+        for sid in stepping:
             stream = self.streams[sid]
             if stream.slot is None:
                 kv, fixed = self.values(stream, copy=False)
@@ -125,7 +126,6 @@ class KvRows:
                 if isinstance(stream.held, Path):
                     stream.held.unlink(missing_ok=True)
                 stream.held, stream.slot = None, slot
-            row.slot = stream.slot
 
     def park(self, sid: int) -> None:
         """Move stream ``sid`` to its file in ``park_dir`` and give its row back."""
@@ -142,12 +142,14 @@ class KvRows:
             stream.slot = None
         stream.held = path
 
-    def preempt(self, keep: set[int]) -> bool:
-        """Move the least recently stepped stream holding a row (not in ``keep``) out of the arena."""
-        held = [(s.last, sid) for sid, s in self.streams.items() if s.slot is not None and sid not in keep]
-        if not held:
+    def preempt(self, keep: Collection[int]) -> bool:
+        """Move the stream the budget names, of those holding a row and not in ``keep``, out of the
+        arena; False: there is none."""
+        sid = self.budget.victim(
+            (s.last, sid) for sid, s in self.streams.items() if s.slot is not None and sid not in keep
+        )
+        if sid is None:
             return False
-        _, sid = min(held)
         stream = self.streams[sid]
         if self.park_dir is not None:
             self.park(sid)

@@ -27,6 +27,7 @@ from ...errors import OrtStateError, RunError
 from ...runtime.ort_adapter import FastBinding
 from ...runtime.pingpong import QUIET, bind_output
 from ...runtime.runners import ort_error
+from ...scheduler.runs import Step
 from ..stats import Recorder
 from .arena import KvArena
 from .copied import CopiedKv
@@ -45,6 +46,14 @@ class Row:
     width: int
     past: int
     fixed: list[np.ndarray] | None = None
+
+    def placed(self, sid: int, slot: int, shared: Sequence[str]) -> Step:
+        """Stream ``sid``'s step once its stream holds arena row ``slot``, as the scheduler sees it
+        (``shared``: the inputs every row of a run shares)."""
+        self.slot = slot
+        mask = self.feeds.get(MASK)
+        values = b"".join(np.asarray(self.feeds[name]).tobytes() for name in shared)
+        return Step(sid, slot, self.width, self.past, None if mask is None else mask.shape[-1], values)
 
 
 @dataclass
@@ -85,7 +94,7 @@ class KvRunner:
         before_run: Callable[[], None] | None = None,
     ) -> dict[int, Row]:
         """Run a step's ``rows`` as ``runs`` (``(ragged, stream ids)`` each, as
-        :func:`~.groups.group_rows` decides); returns the rows that ran, their outputs put in
+        :func:`~ortstate.scheduler.runs.runs_of` decides); returns the rows that ran, their outputs put in
         ``results``. A failed run: its error in ``results`` for each of its streams, or raised
         (``raising``; the pool then commits none of the step). ``before_run``: called just before
         the first run (see :meth:`_run`)."""
