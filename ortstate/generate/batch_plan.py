@@ -1,15 +1,17 @@
 """What a :class:`~.continuous.ContinuousBatcher` request becomes before it runs: its options checked
-against the batcher, and its :class:`~.request.Request` (one per choice: the first carries the
-others as its ``siblings``, which the engine starts on copies of its stream once its prompt is fed)."""
+against the batcher, and its requests (:class:`~.request.Request`), complete (one per choice: the first
+carries the others as its ``siblings``, which the engine starts on copies of its stream once its
+prompt is fed)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import GenerationError
+from .kept import KeptStream
 from .options import SearchOptions
 from .prompts import check_context
 from .request import Request
@@ -45,10 +47,23 @@ def batch_options(
 
 
 def plan_requests(
-    prompt: list[int], max_new_tokens: int, options: SearchOptions, eos: Sequence[int], context: int
+    rids: Sequence[int],
+    prompt: list[int],
+    max_new_tokens: int,
+    options: SearchOptions,
+    eos: Sequence[int],
+    context: int,
+    sinks: Sequence[Callable[[Any], None]],
+    *,
+    notify: Callable[[], None] | None = None,
+    streamed: bool = True,
+    logprobs: int | None = None,
+    kept: KeptStream | None = None,
 ) -> list[Request]:
-    """A prompt's ``options.n`` requests, choice ``i`` sampled with ``seed + i`` (as vLLM seeds its
-    ``n`` children: choice 0 is what ``n=1`` gives); the first holds the others as its siblings.
+    """A prompt's ``options.n`` requests, complete (ids ``rids``, choice ``i``'s items to
+    ``sinks[i]``), choice ``i`` sampled with ``seed + i`` (as vLLM seeds its ``n`` children: choice 0
+    is what ``n=1`` gives); the first holds the others as its siblings. ``kept``: the kept stream
+    the (one) request continues, feeding only what its cache lacks.
 
     Raises:
         GenerationError: the prompt and ``max_new_tokens`` pass ``context`` (the pool's max_context).
@@ -56,20 +71,14 @@ def plan_requests(
     check_context(len(prompt), max_new_tokens, context, "the pool's max_context")
     seed = options.draw_seed()
     criteria = StopCriteria(eos, options.stop_token_ids, (), None, options.min_tokens)
-    requests = [
-        Request(
-            list(prompt),
-            int(max_new_tokens),
-            options,
-            criteria,
-            sink=_nowhere,
-            rng=None if seed is None else np.random.default_rng(seed + i),
+    common = dict(notify=notify, streamed=streamed, logprobs=logprobs)
+
+    def request(i: int, **more: Any) -> Request:
+        rng = None if seed is None else np.random.default_rng(seed + i)
+        return Request(
+            rids[i], list(prompt), int(max_new_tokens), options, criteria, sinks[i], rng=rng, **common, **more
         )
-        for i in range(options.n)
-    ]
-    requests[0].siblings = requests[1:]
-    return requests
 
-
-def _nowhere(item: Any) -> None:
-    """A request's sink until its owner gives it one."""
+    siblings = tuple(request(i) for i in range(1, options.n))
+    reused = 0 if kept is None else kept.reuses(prompt)
+    return [request(0, kept=kept, reused=reused, siblings=siblings), *siblings]

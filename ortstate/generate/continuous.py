@@ -1,18 +1,19 @@
 """``ContinuousBatcher``: many generations of one converted LLM at once, continuously batched.
 
-Each request is a stream of a :class:`~ortstate.streams.KvPool`; an :class:`~.engine.Engine`
-thread steps them all: every request decoding in one batched run per tick, prompts fed in chunks
-between them (see :mod:`.schedule`). Each request's tokens are those a lone
-:class:`~ortstate.generate.Generator` gives for the same prompt, options and seed.
+Each request is a stream of a :class:`~ortstate.streams.KvPool`; the pool's loop steps them all,
+its :class:`~.engine.Engine` one tick a round: every request decoding in one batched run per tick,
+prompts fed in chunks between them (see :mod:`ortstate.scheduler.requests`). Each request's
+tokens are those a lone :class:`~ortstate.generate.Generator` gives for the same prompt, options
+and seed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import os
 import threading
-import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -24,12 +25,14 @@ from ..errors import GenerationError, StateError
 from ..streams import KvPool
 from .batch_plan import batch_options, plan_requests
 from .choice_stream import ChoiceStream
-from .engine import END, Engine, Request, Scored
+from .delivery import Outboxes, tag
+from .engine import Engine
 from .kept import KeptStream
 from .options import SearchOptions
-from .outbox import Outbox
 from .pooled_decoder import pool_decoder
 from .prompts import check_prompts
+from .request import END, Request
+from .scored import Scored
 
 __all__ = ["ContinuousBatcher", "KeptStream"]
 
@@ -65,8 +68,8 @@ class ContinuousBatcher:
         self.eos_token_ids = tuple(eos_token_ids)
         self.vocab_size = vocab_size
         self._engine = Engine(pool, rules, max_num_batched_tokens)
-        self._outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbox] = weakref.WeakKeyDictionary()
-        self._outboxes_lock = threading.Lock()
+        self._ids = itertools.count()  # request ids (next() on it is atomic: callers on any thread)
+        self._outboxes = Outboxes()
 
     @classmethod
     def from_dir(
@@ -131,8 +134,7 @@ class ContinuousBatcher:
                 a request whose run failed (the others finish first).
         """
         rows = check_prompts(prompts, max_new_tokens, vocab_size=self.vocab_size)
-        groups = [self._requests(row, max_new_tokens, stop_at_eos, search) for row in rows]
-        requests = [r for group in groups for r in group]
+        options = self.search_options(max_new_tokens, **search)
         done = threading.Semaphore(0)
         errors: list[BaseException] = []
 
@@ -142,9 +144,9 @@ class ContinuousBatcher:
                     errors.append(item)
                 done.release()
 
-        for request in requests:
-            request.sink = sink
-            request.streamed = False  # the tokens are read from request.tokens at the end
+        sinks = [sink] * options.n  # (the tokens are read from each request's list at the end)
+        groups = [self._requests(row, max_new_tokens, stop_at_eos, options, sinks, streamed=False) for row in rows]
+        requests = [r for group in groups for r in group]
         for group in groups:
             self._engine.submit(group[0])
         for _ in requests:
@@ -177,8 +179,8 @@ class ContinuousBatcher:
         """
         if search.get("n") not in (None, 1):
             raise GenerationError("stream() gives one choice: for n > 1 use stream_choices()", field="n")
-        requests = self._stream_requests(prompt, max_new_tokens, stop_at_eos, logprobs, search)
-        return self._items(requests, kept, tagged=False)
+        request = self._checked(prompt, max_new_tokens, stop_at_eos, logprobs, search)
+        return self._items(*request, kept=kept, rids=[], tagged=False)
 
     def stream_choices(
         self,
@@ -198,33 +200,45 @@ class ContinuousBatcher:
         Raises:
             GenerationError: a bad prompt or option, ``n`` above the pool's slots.
         """
-        requests = self._stream_requests(prompt, max_new_tokens, stop_at_eos, logprobs, search)
-        items = self._items(requests, None, tagged=True)
-        return ChoiceStream(items, lambda: [r.rid for r in requests], self._engine.cancel)
+        rids: list[int] = []  # the choices' request ids, known once the iteration starts
+        request = self._checked(prompt, max_new_tokens, stop_at_eos, logprobs, search)
+        items = self._items(*request, kept=None, rids=rids, tagged=True)
+        return ChoiceStream(items, lambda: rids, self._engine.cancel)
 
-    def _stream_requests(
+    def _checked(
         self, prompt: Sequence[int], max_new_tokens: int, stop_at_eos: bool, logprobs: int | None, search: dict
-    ) -> list[Request]:
+    ) -> tuple[list[int], int, bool, SearchOptions, int | None]:
+        """A request of :meth:`stream` or :meth:`stream_choices`, checked now (its requests are made
+        as its items are first asked for, on the consumer's event loop)."""
         (row,) = check_prompts([prompt], max_new_tokens, vocab_size=self.vocab_size)
-        requests = self._requests(row, max_new_tokens, stop_at_eos, search)
-        for request in requests:
-            request.logprobs, request.plain = logprobs, request.plain and logprobs is None
-        return requests
+        return row, max_new_tokens, stop_at_eos, self.search_options(max_new_tokens, **search), logprobs
 
-    async def _items(self, requests: list[Request], kept: KeptStream | None, tagged: bool) -> AsyncIterator[Any]:
-        """The requests' items as the engine hands them over (``tagged``: as ``(choice, item)``)."""
-        first = requests[0]
-        if kept is not None:
-            kept.attach(first, self.pool.length)
+    async def _items(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        stop_at_eos: bool,
+        options: SearchOptions,
+        logprobs: int | None,
+        *,
+        kept: KeptStream | None,
+        rids: list[int],
+        tagged: bool,
+    ) -> AsyncIterator[Any]:
+        """The items of a request's choices as the engine hands them over (``tagged``: as ``(choice,
+        item)``); ``rids`` gets their ids."""
         loop = asyncio.get_running_loop()
-        outbox = self._outbox(loop)
+        outbox = self._outboxes.of(loop)
         items: deque[Any] = deque()
         key = id(items)
-        for index, request in enumerate(requests):
-            request.sink = functools.partial(_tag, items.append, index) if tagged else items.append
-            request.notify = outbox.wake
+        sinks = [functools.partial(tag, items.append, i) for i in range(options.n)] if tagged else [items.append]
+        delivery = {"notify": outbox.wake, "logprobs": logprobs, "kept": kept}
+        requests = self._requests(prompt, max_new_tokens, stop_at_eos, options, sinks, **delivery)
+        rids += [r.rid for r in requests]
+        if kept is not None:
+            kept.claim()
         try:
-            self._engine.submit(first)
+            self._engine.submit(requests[0])
         except BaseException:
             if kept is not None:
                 kept.busy = False
@@ -254,37 +268,43 @@ class ContinuousBatcher:
                     self._engine.cancel(request.rid)
 
     # -- kept streams (conversations) -------------------------------------------------------------
-    def keep(self) -> KeptStream:
+    # Each goes to the pool's loop (``pool.call``) and runs there between two ticks: the one way to a
+    # kept stream, for an event loop's coroutine or a script (``asyncio.run(batcher.keep())``) alike.
+    async def keep(self) -> KeptStream:
         """A new stream kept open between generations (:meth:`stream`'s ``kept``).
 
         Raises:
             PoolFullError: every row is taken by a stream generating now.
         """
-        return KeptStream(self.pool.open())
+        return KeptStream(await self.pool.call(self.pool.open))
 
-    def forget(self, kept: KeptStream) -> None:
+    async def forget(self, kept: KeptStream) -> None:
         """Close a kept stream (not while it is busy)."""
-        self.pool.close(kept.sid)
+        await self.pool.call(self.pool.close, kept.sid)
 
-    def save_kept(self, kept: KeptStream, path: str | os.PathLike[str]) -> None:
+    async def save_kept(self, kept: KeptStream, path: str | os.PathLike[str]) -> None:
         """Write a kept stream's caches (not while it is busy) as a snapshot :meth:`load_kept` reads."""
-        self.pool.save(kept.sid, path)
+        await self.pool.call(self.pool.save, kept.sid, path)
 
-    def load_kept(self, path: str | os.PathLike[str], tokens: Sequence[int]) -> KeptStream:
+    async def load_kept(self, path: str | os.PathLike[str], tokens: Sequence[int]) -> KeptStream:
         """A kept stream at :meth:`save_kept`'s snapshot, whose cache holds ``tokens``.
 
         Raises:
             StateError: the snapshot is not one of this model's, or holds another number of positions.
         """
+        return KeptStream(await self.pool.call(self._load_kept, path, len(tokens)), [int(t) for t in tokens])
+
+    def _load_kept(self, path: str | os.PathLike[str], count: int) -> int:
+        """(In the pool's loop.) The stream loaded from ``path``, once it holds ``count`` positions."""
         sid = self.pool.load(path)
         held = self.pool.length(sid)
-        if held != len(tokens):
+        if held != count:
             self.pool.close(sid)
-            raise StateError(f"{path}: its caches hold {held} positions, its tokens are {len(tokens)}")
-        return KeptStream(sid, [int(t) for t in tokens])
+            raise StateError(f"{path}: its caches hold {held} positions, its tokens are {count}")
+        return sid
 
     def close(self) -> None:
-        """Stop the engine's thread (requests still running end with an error)."""
+        """Stop generating (requests still running or waiting end with an error)."""
         self._engine.close()
 
     def __enter__(self) -> ContinuousBatcher:
@@ -296,16 +316,9 @@ class ContinuousBatcher:
     @property
     def ticks(self) -> int:
         """Ticks run so far (each: one decode batch and the prompt chunks beside it)."""
-        return self._engine.ticks
+        return self._engine.executor.ticks
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _outbox(self, loop: asyncio.AbstractEventLoop) -> Outbox:
-        with self._outboxes_lock:
-            outbox = self._outboxes.get(loop)
-            if outbox is None:
-                outbox = self._outboxes[loop] = Outbox(loop)
-            return outbox
-
     def search_options(self, max_new_tokens: int = 16, **search: Any) -> SearchOptions:
         """The :class:`SearchOptions` a request with these keywords uses (``generation_config.json``
         filling the rest), checked against this batcher (see :func:`~.batch_plan.batch_options`).
@@ -316,12 +329,15 @@ class ContinuousBatcher:
         return batch_options(self.search_defaults, self.pool.slots, self.vocab_size, max_new_tokens, search)
 
     def _requests(
-        self, prompt: list[int], max_new_tokens: int, stop_at_eos: bool, search: dict[str, Any]
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        stop_at_eos: bool,
+        options: SearchOptions,
+        sinks: Sequence[Callable[[Any], None]],
+        **delivery: Any,
     ) -> list[Request]:
-        options = self.search_options(max_new_tokens, **search)
+        """A prompt's requests (one per choice), complete: ``delivery`` as :func:`plan_requests` takes it."""
         eos = self.eos_token_ids if stop_at_eos else ()
-        return plan_requests(prompt, max_new_tokens, options, eos, self.pool.max_context)
-
-
-def _tag(append: Callable[[Any], None], index: int, item: Any) -> None:
-    append((index, item))
+        rids = [next(self._ids) for _ in range(options.n)]
+        return plan_requests(rids, prompt, max_new_tokens, options, eos, self.pool.max_context, sinks, **delivery)

@@ -1,13 +1,12 @@
 """A stream of a :class:`~.continuous.ContinuousBatcher`'s pool kept open between generations (a
-conversation's cache), and how a request continues it."""
+conversation's cache), and what a generation on it reuses and leaves."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import GenerationError
-from .request import Request
 
 __all__ = ["KeptStream"]
 
@@ -20,7 +19,8 @@ class KeptStream:
         sid: the pool's stream.
         tokens: what its cache holds: the first ``len(tokens)`` positions (prompts and generated
             tokens as they were fed; a generation's last token is never fed).
-        busy: a generation runs on it (set from the engine's thread when it ends).
+        busy: a generation runs on it (from :meth:`claim` until the pool's loop ends it, see
+            :meth:`release`).
     """
 
     sid: int
@@ -33,23 +33,18 @@ class KeptStream:
         held = self.tokens
         return len(held) if len(held) < len(prompt) and list(prompt[: len(held)]) == held else 0
 
-    def attach(self, request: Request, length: Callable[[int], int]) -> None:
-        """Make ``request`` run on this stream (busy until it ends), feeding only what its cache
-        lacks; ``length(sid)`` says how many positions the pool's stream holds.
+    def claim(self) -> None:
+        """Mark it busy for a generation about to be queued.
 
         Raises:
-            GenerationError: the stream is busy with another generation.
+            GenerationError: it is busy with another generation.
         """
         if self.busy:
             raise GenerationError(f"kept stream {self.sid} is busy with another generation")
-        request.fed = self.reuses(request.prompt)
-        request.sid, request.keep, request.reset_first = self.sid, True, request.fed == 0 and bool(self.tokens)
         self.busy = True
-        if request.reset_first:
-            self.tokens = []
 
-        def ended(r: Request) -> None:  # in the engine's thread: the stream is idle again
-            self.tokens = (r.prompt + r.tokens)[: length(self.sid)]
-            self.busy = False
-
-        request.on_end = ended
+    def release(self, fed: Sequence[int], length: int) -> None:
+        """The generation on it ended (in the pool's loop): its cache holds the first ``length`` of
+        the tokens ``fed`` to it (the prompt, then the new tokens); it is idle again."""
+        self.tokens = list(fed[:length])
+        self.busy = False

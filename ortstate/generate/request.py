@@ -1,67 +1,64 @@
-"""One generation as the engine (:mod:`.engine`) runs it: its prompt, limits, search and where its
-tokens go, and how far it got."""
+"""One generation as :class:`~.continuous.ContinuousBatcher` hands it to its engine: complete when
+built (its prompt, limits, search, where its tokens go, the kept stream it continues, its other
+choices); nothing sets a field of it afterwards. What it becomes while it runs (its stream, its
+next token, its picking state) is the executor's (:mod:`.executor`); how far its prompt is fed, the
+scheduler's (:mod:`ortstate.scheduler.requests`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .options import SearchOptions
-from .sampler import RowState
-from .schedule import Progress
-from .scored import Scored
 from .stopping import StopCriteria
+
+if TYPE_CHECKING:
+    from .kept import KeptStream
 
 __all__ = ["END", "Request"]
 
 END = object()  # a sink's last item: the request ended
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Request:
-    """One generation: its prompt, limits, search, and where its tokens go (``sink``: each token,
-    then an error or :data:`END`; called from the engine's thread, a tick's items at a time, then
-    ``notify`` once, where given, for all the requests that share it)."""
+    """One generation (one choice of a request of several).
 
+    Attributes:
+        rid: its id (the batcher's, unique).
+        sink: takes each token (a :class:`~.scored.Scored` with ``logprobs``), then an error or
+            :data:`END`; called from the pool's loop, a tick's items at a time, then ``notify``
+            once, where given, for all the requests that share it.
+        streamed: False: the sink gets only the end (an error or :data:`END`), not each token.
+        rng: its random generator (None: greedy, or seeded by its options).
+        kept: the kept stream it continues (the stream stays open when it ends), whose cache holds
+            ``reused`` of its prompt's tokens already (0: it is emptied first).
+        siblings: its other choices: they start on copies of its stream once its prompt is fed,
+            and run as requests of their own from then on.
+        tokens: its new tokens, as they are picked (the engine appends to this list).
+    """
+
+    rid: int
     prompt: list[int]
     max_new_tokens: int
     options: SearchOptions
     criteria: StopCriteria
     sink: Callable[[Any], None]
+    notify: Callable[[], None] | None = None
+    streamed: bool = True
     rng: np.random.Generator | None = None
-    notify: Callable[[], None] | None = None  # called once after a batch of items went to the sinks
-    streamed: bool = True  # False: the sink gets only the end (an error or END), not each token
-    rid: int = -1
-    sid: int | None = None  # given: a kept stream whose cache holds ``fed`` of the prompt's tokens
-    fed: int = 0  # prompt tokens fed
-    next_token: int | None = None
+    logprobs: int | None = None
+    kept: KeptStream | None = None
+    reused: int = 0
+    siblings: tuple[Request, ...] = ()
     tokens: list[int] = field(default_factory=list)
-    keep: bool = False  # the stream ``sid`` stays open when the request ends
-    reset_first: bool = False  # the kept stream is emptied before the prompt is fed
-    on_end: Callable[[Request], None] | None = None  # called from the engine's thread as it ends
-    logprobs: int | None = None  # given: each token goes to the sink as a Scored with that many top tokens
-    scored: Scored | None = None  # the last token picked, scored (with ``logprobs``)
-    progress: Progress | None = None  # what schedule() reads; None: it moved since (made again)
-    # the other choices of an n > 1 request: they start on copies of this one's stream once its
-    # prompt is fed (KvPool.fork), and run as requests of their own from then on
-    siblings: list[Request] = field(default_factory=list)
     stops: frozenset[int] | None = field(init=False)  # the tokens that stop it (None: stop strings)
-    row: RowState = field(init=False)  # what its picks depend on (options, generator, its tokens)
     plain: bool = field(init=False)  # greedy, nothing adjusted, no logprobs: its token is its logits' argmax
 
     def __post_init__(self) -> None:
-        self.stops = None if self.criteria.strings else self.criteria.token_ids
-        self.row = RowState.start(self.options, self.prompt, self.criteria.token_ids, self.rng, output=self.tokens)
-        self.plain = not self.options.do_sample and not self.options.adjusts and self.logprobs is None
-
-    @property
-    def rows(self) -> int:
-        """The pool's rows it takes: its own and its siblings' (once forked)."""
-        return 1 + len(self.siblings)
-
-    @property
-    def reach(self) -> int:
-        return (len(self.prompt) + self.max_new_tokens) * self.rows
+        object.__setattr__(self, "stops", None if self.criteria.strings else self.criteria.token_ids)
+        plain = not self.options.do_sample and not self.options.adjusts and self.logprobs is None
+        object.__setattr__(self, "plain", plain)

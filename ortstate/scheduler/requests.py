@@ -104,6 +104,10 @@ class Scheduler:
     def running(self) -> int:
         return len(self._running)
 
+    def running_ids(self) -> tuple[int, ...]:
+        """The running requests, oldest first (choices that started from one included)."""
+        return tuple(self._running)
+
     def add(self, rid: int, prompt: int, max_new_tokens: int, fed: int = 0, choices: Sequence[int] = ()) -> None:
         """Queue request ``rid``: ``prompt`` tokens of which its stream holds ``fed`` already (a kept
         stream's), up to ``max_new_tokens`` new ones; ``choices``: the ids of its other choices.

@@ -2,9 +2,9 @@
 :class:`Conversation` (a kept stream of the pool, and what its last turn was) parked to its files
 and restored from them (:mod:`.conversation_files`), each move logged (:mod:`.conversation_log`).
 
-The pool's work (saving, loading, opening, closing a kept stream) runs in the pool's thread
-between two of the batcher's ticks (``pool.call``), file work in a thread of its own: the event
-loop never waits on a run or a disk.
+The pool's work (saving, loading, opening, closing a kept stream: the batcher's ``keep``,
+``save_kept``, ``load_kept``, ``forget``) runs in the pool's loop between two ticks, file work in a
+thread of its own: the event loop never waits on a run or a disk.
 """
 
 from __future__ import annotations
@@ -59,14 +59,14 @@ class ConversationStore:
         files, kept = self.files, conversation.kept
         held = Parked(list(kept.tokens), conversation.text, conversation.ids, conversation.turns)
         try:
-            await self.batcher.pool.call(self.batcher.save_kept, kept, files.private(cid)[0])
+            await self.batcher.save_kept(kept, files.private(cid)[0])
             await asyncio.to_thread(files.write_meta, cid, held, used)
             await files.log.write(cid, PARKED, conversation.turns)
             await asyncio.to_thread(files.publish, cid)
         except BaseException:
             await asyncio.to_thread(files.discard, cid)
             raise
-        await self.batcher.pool.call(self.batcher.forget, kept)
+        await self.batcher.forget(kept)
 
     async def restore(self, cid: str) -> Conversation | None:
         """``cid`` from its parked files (claimed, loaded, logged LIVE, then removed), or None if
@@ -82,8 +82,7 @@ class ConversationStore:
             return None
         try:
             held = await asyncio.to_thread(files.read, meta)
-            load = (self.batcher.load_kept, files.npz(cid), held.tokens) if held.tokens else (self.batcher.keep,)
-            kept = await self.batcher.pool.call(*load)
+            kept = await (self.batcher.load_kept(files.npz(cid), held.tokens) if held.tokens else self.batcher.keep())
         except PoolFullError:
             await asyncio.to_thread(files.unclaim, cid, meta)
             raise
@@ -94,7 +93,7 @@ class ConversationStore:
         try:  # logged before its files go: a hard stop between the two loses nothing
             await files.log.submit(cid, LIVE, held.turns, held.text, held.ids)
         except ServeError:
-            await self.batcher.pool.call(self.batcher.forget, kept)
+            await self.batcher.forget(kept)
             await asyncio.to_thread(files.unclaim, cid, meta)
             raise
         await asyncio.to_thread(files.remove, cid, meta)
@@ -106,7 +105,7 @@ class ConversationStore:
         Raises:
             ServeError: it cannot be logged (the stream is closed all the same).
         """
-        await self.batcher.pool.call(self.batcher.forget, conversation.kept)
+        await self.batcher.forget(conversation.kept)
         await self.files.log.write(cid, CLOSED, conversation.turns)
 
     async def delete(self, cid: str) -> str | None:

@@ -114,7 +114,7 @@ class Conversations:
                 await self._make_room()
                 try:
                     conversation = await self._restore(cid)
-                    conversation = conversation or Conversation(await self.batcher.pool.call(self.batcher.keep))
+                    conversation = conversation or Conversation(await self.batcher.keep())
                 except PoolFullError as exc:
                     raise ApiError(str(exc), 503, kind="server_error", error_code="server_full") from None
                 self._kept[cid] = conversation
@@ -278,7 +278,7 @@ class Conversations:
             return False
         self._last.pop(cid, None)
         if self._store is None:
-            await self.batcher.pool.call(self.batcher.forget, conversation.kept)
+            await self.batcher.forget(conversation.kept)
         else:
             await self._claiming(cid, self._store.forget(cid, conversation))
         return True
@@ -295,10 +295,10 @@ class Conversations:
 
     async def _make_room(self) -> None:
         while len(self._kept) >= self.limit:
-            idle = [c for c in self._kept if self._idle(c)]
-            if not idle:
+            # the one the KV budget's rule picks (the least recently used), of those idle
+            cid = self.batcher.pool.budget.victim((k, c) for k, c in enumerate(self._kept) if self._idle(c))
+            if cid is None:
                 return
-            cid = idle[0]
             conversation = self._kept[cid]
             try:
                 if self.files is not None:
@@ -307,7 +307,7 @@ class Conversations:
             except (OrtStateError, OSError) as exc:
                 logger.warning("ortstate serve: conversation %s cannot be parked, it is forgotten: %s", cid, exc)
             del self._kept[cid]
-            await self.batcher.pool.call(self.batcher.forget, conversation.kept)
+            await self.batcher.forget(conversation.kept)
 
     async def _park(self, cid: str, conversation: Conversation) -> None:
         """Park ``cid`` (see :meth:`ConversationStore.park`), then keep the directory in its bound.

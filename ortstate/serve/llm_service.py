@@ -29,8 +29,8 @@ from ..generate import (
     Tokenizer,
     find_model_files,
 )
-from ..generate.engine import Scored
 from ..generate.prompts import check_prompts
+from ..generate.scored import Scored
 from ..generate.turns import turn_ids
 from .conversations import HEADER, Conversation, Conversations
 from .openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
@@ -348,8 +348,8 @@ class LlmService:
         return await self.conversations.park_all()
 
     def release(self) -> None:
-        """Stop the batcher's and the tokenizing threads and let go of the state directory (once the
-        server has stopped)."""
+        """Close the batcher (requests still running end) and the tokenizing threads, and let go of
+        the state directory (once the server has stopped)."""
         self.prompts.close()
         self.batcher.close()
         self.conversations.release()

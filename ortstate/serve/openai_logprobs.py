@@ -1,5 +1,5 @@
 """The ``logprobs`` of OpenAI's answers, made from the batcher's scored tokens
-(:class:`~ortstate.generate.engine.Scored`: the log-softmax of the model's raw logits, before
+(:class:`~ortstate.generate.scored.Scored`: the log-softmax of the model's raw logits, before
 temperature, top-p or penalties, as vLLM's default; the top tokens most likely first).
 
 - ``/v1/chat/completions`` (``logprobs: true``, ``top_logprobs: N``): ``{"content": [{"token",
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..generate import Tokenizer
-from ..generate.engine import Scored
+from ..generate.scored import Scored
 
 __all__ = ["LogprobsShaper"]
 

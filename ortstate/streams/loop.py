@@ -1,23 +1,23 @@
-"""The thread that owns a pool for its asyncio callers: steps and commands through one queue.
+"""The one loop that owns a pool: steps, commands and generation through one queue, run by one
+thread, round after round.
 
-vLLM's engine split, for any pool: ``await pool.submit(sid, feeds)`` and ``await pool.call(fn,
-...)`` put an item on the loop's queue and wait on an asyncio future; one thread takes the queue in
-order and runs it. Commands (open, reset, close, park, ...) run between runs of ONNX Runtime, in the
-order they came; the steps waiting form a tick: every waiting stream steps once (the oldest
-submission of each, at most ``max_batch`` streams) in one ``pool.step``. Nothing on the event loop
-takes the pool's lock, so no coroutine waits for a run it is not part of.
+vLLM's engine core, for any pool: ``await pool.submit(sid, feeds)`` and ``await pool.call(fn, ...)``
+put an item on the loop's queue and wait on an asyncio future; a pool's *worker*
+(:meth:`PoolLoop.attach`: ``ortstate.generate``'s engine of continuous batching) gets its messages
+(requests, cancels) through the same queue (:meth:`PoolLoop.post`). One thread takes the queue in
+order; each *round* it runs the commands (open, reset, close, park, ...) between runs of ONNX
+Runtime, in the order they came, the tick of the steps waiting (every waiting stream once, at most
+``max_batch`` streams, in one ``pool.step``), and then the worker's tick (its requests' decode and
+prompt chunks): what was submitted and what is generated run in the same round, one after the
+other, and a command never runs beside either. Nothing on the event loop takes the pool's lock, so
+no coroutine waits for a run it is not part of.
 
 Which of the queued items a round runs, and when a round starts, is decided by
-:mod:`ortstate.scheduler.rounds`: a tick starts at the first waiting submission and runs once
-``max_batch`` streams wait or ``max_delay`` seconds have passed; when submissions came in while a
-tick ran, the next tick takes them at once (continuous batching). A command that names a stream
-stepping in the tick being gathered runs after that tick; one that concerns every stream
-(``sid=ALL``) after every step queued before it.
-
-A pool may have one *worker* besides (:meth:`PoolLoop.attach`): ``ortstate.generate``'s engine of
-continuous batching, which owns its requests and decides its own ticks. The thread runs it between
-rounds, one tick at a time while it has work, so steps, commands and generation share one owner of
-the pool: a command (``call``) runs between two of the engine's ticks, never beside one.
+:mod:`ortstate.scheduler.rounds`: a round starts once a command waits, ``max_batch`` streams wait
+or ``max_delay`` seconds after the first submission, at once while the worker has work; when
+submissions came in while a round ran, the next takes them at once (continuous batching). A command
+that names a stream stepping in the tick being gathered runs after that tick; one that concerns
+every stream (``sid=ALL``) after every step queued before it.
 
 ``on_commit`` (the durable log of :mod:`ortstate.serve.journal`) is called in the loop's thread once
 per round, after its commands and its tick ran and before any of their futures is answered (and
@@ -47,14 +47,18 @@ _IDLE = 2.0  # seconds without work after which the thread ends (the next item s
 
 
 class Worker(Protocol):
-    """Work a pool's thread runs besides its queue (see :meth:`PoolLoop.attach`)."""
+    """Work a pool's loop runs each round besides its steps and commands (see :meth:`PoolLoop.attach`)."""
 
-    def pending(self) -> bool:
-        """Something to run (read without a lock: :meth:`PoolLoop.wake` follows every change)."""
+    def take(self, messages: list[Any]) -> None:
+        """What was given to :meth:`PoolLoop.post` since the last round, in order, in the loop's thread."""
         ...
 
-    def run(self) -> None:
-        """One tick, in the pool's thread; it handles its own errors."""
+    def pending(self) -> bool:
+        """Something to run (read by the loop's thread only)."""
+        ...
+
+    def tick(self) -> None:
+        """One tick, in the loop's thread, after the round's commands and steps; it handles its own errors."""
         ...
 
 
@@ -87,9 +91,11 @@ class PoolLoop:
         self._rounds = 0  # rounds run
         self._answered = 0  # the last round whose answers an event loop has handed out
         self._worker: Worker | None = None
+        self._inbox: list[Any] = []  # messages for the worker, in order
 
     def attach(self, worker: Worker) -> None:
-        """Run ``worker`` in this loop's thread whenever it is :meth:`~Worker.pending` (one per pool).
+        """Give ``worker`` a tick each round while it is :meth:`~Worker.pending`, and the messages
+        given to :meth:`post` (one worker per pool).
 
         Raises:
             OrtStateError: the pool has a worker already.
@@ -100,14 +106,22 @@ class PoolLoop:
             self._worker = worker
 
     def detach(self, worker: Worker) -> None:
-        """Stop running ``worker`` (another may be attached after)."""
+        """Stop running ``worker`` (another may be attached after); messages not taken are dropped."""
         with self._wake:
             if self._worker is worker:
-                self._worker = None
+                self._worker, self._inbox = None, []
 
-    def wake(self) -> None:
-        """The worker has work: run it (starting the thread if it has ended)."""
+    def post(self, message: Any) -> None:
+        """Queue ``message`` for the worker (from any thread): it takes it at the next round, in
+        order with the others (starting the thread if it has ended).
+
+        Raises:
+            OrtStateError: no worker is attached.
+        """
         with self._wake:
+            if self._worker is None:
+                raise OrtStateError("the pool has no batcher to take it")
+            self._inbox.append(message)
             self._start()
             self._nudged = True
             self._wake.notify()
@@ -122,7 +136,7 @@ class PoolLoop:
             self._thread.start()
 
     def _working(self) -> bool:
-        return self._worker is not None and self._worker.pending()
+        return bool(self._inbox) or (self._worker is not None and self._worker.pending())
 
     async def submit(self, sid: int, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Step ``sid`` once in the next tick it fits in; its outputs, or its own error."""
@@ -175,6 +189,9 @@ class PoolLoop:
                 self._queue.clear()
                 self._stepping.clear()
                 self._calls = 0
+                worker, messages, self._inbox = self._worker, self._inbox, []
+            if worker is not None and messages:
+                worker.take(messages)
             later: list[_Item] = []
             if items:
                 try:
@@ -182,9 +199,8 @@ class PoolLoop:
                 except BaseException as exc:  # noqa: BLE001 - a bug of ours: no caller waits forever
                     failed = OrtStateError(f"the pool's loop failed: {exc!r}")
                     _settle([(item, failed) for item in items], self._answered_round, self._rounds)
-            if self._working():
-                assert self._worker is not None
-                self._worker.run()
+            if worker is not None and worker.pending():
+                worker.tick()
             with self._wake:
                 self._queue.extendleft(reversed(later))
                 for item in later:

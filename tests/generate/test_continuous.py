@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortstate.errors import GenerationError, StateError
+from ortstate.errors import GenerationError, RunError, StateError
 from ortstate.generate import ContinuousBatcher, Generator, KeptStream
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "llm"
@@ -166,7 +166,7 @@ def test_a_kept_stream_feeds_only_what_its_cache_lacks(name: str, generators: di
         return tokens
 
     with ContinuousBatcher.from_dir(MODELS / name, max_num_batched_tokens=7) as batcher:
-        kept = batcher.keep()
+        kept = asyncio.run(batcher.keep())
         first = [5, 6, 7, 8, 9, 10, 11]
         tokens = asyncio.run(run(batcher, first, kept))
         assert tokens == lone.generate(first, 6, stop_at_eos=False)
@@ -176,10 +176,10 @@ def test_a_kept_stream_feeds_only_what_its_cache_lacks(name: str, generators: di
             assert kept.reuses(prompt) == len(kept.tokens)
             tokens = asyncio.run(run(batcher, prompt, kept))
             assert tokens == lone.generate(prompt, 6, stop_at_eos=False), more
-        batcher.save_kept(kept, tmp_path / "kept.npz")
+        asyncio.run(batcher.save_kept(kept, tmp_path / "kept.npz"))
         held = list(kept.tokens)
-        batcher.forget(kept)
-        kept = batcher.load_kept(tmp_path / "kept.npz", held)
+        asyncio.run(batcher.forget(kept))
+        kept = asyncio.run(batcher.load_kept(tmp_path / "kept.npz", held))
         prompt = held + [tokens[-1], 40, 41]
         assert asyncio.run(run(batcher, prompt, kept)) == lone.generate(prompt, 6, stop_at_eos=False)
         other = [9, 9, 9, *prompt]  # not the cache's start: fed whole from an empty cache
@@ -187,6 +187,43 @@ def test_a_kept_stream_feeds_only_what_its_cache_lacks(name: str, generators: di
         assert asyncio.run(run(batcher, other, kept)) == lone.generate(other, 6, stop_at_eos=False)
         assert kept.tokens == other + lone.generate(other, 6, stop_at_eos=False)[:-1]
         with pytest.raises(StateError, match=f"its caches hold {len(held)} positions, its tokens are 2"):
-            batcher.load_kept(tmp_path / "kept.npz", [1, 2])
-        batcher.forget(kept)
+            asyncio.run(batcher.load_kept(tmp_path / "kept.npz", [1, 2]))
+        asyncio.run(batcher.forget(kept))
         assert batcher.pool.streams == []
+
+
+def test_a_tick_that_fails_ends_its_requests_and_the_batcher_goes_on(
+    generators: dict[str, Generator], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in a tick (not a request's own error) ends the requests running, those choices too
+    that were to start on copies of a prompt fed in that tick; later requests run as before."""
+    import threading
+
+    lone = _lone(generators, "llama")
+    with ContinuousBatcher.from_dir(MODELS / "llama") as batcher:
+        step, calls = batcher.pool.step, []
+
+        def first_fails(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            calls.append(1)
+            if len(calls) == 1:
+                raise ZeroDivisionError("a bug")
+            return step(*args, **kwargs)
+
+        monkeypatch.setattr(batcher.pool, "step", first_fails)
+        got: list[BaseException] = []
+
+        def generate() -> None:
+            try:
+                batcher.generate_many([[1, 2, 3]], 4, do_sample=True, seed=1, n=2)
+            except RunError as exc:
+                got.append(exc)
+
+        worker = threading.Thread(target=generate)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive() and [str(e) for e in got] == ["generation failed: a bug"]
+        assert batcher.pool.streams == []
+        prompts = _prompts(2)
+        assert batcher.generate_many(prompts, 6, stop_at_eos=False) == [
+            lone.generate(p, 6, stop_at_eos=False) for p in prompts
+        ]

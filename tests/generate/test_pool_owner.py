@@ -139,7 +139,9 @@ def test_the_event_loop_never_waits_on_a_run(monkeypatch: pytest.MonkeyPatch) ->
         conversations = conversations_module.Conversations(batcher, state, limit=1)
 
         async def main() -> None:
-            generation = asyncio.ensure_future(_drain(batcher, 16))
+            # long enough that the three takes below (each waits for runs while its files are
+            # written, more of them on a loaded machine) start while it still runs
+            generation = asyncio.ensure_future(_drain(batcher, 64))
 
             async def release_runs_until(done: Callable[[], bool]) -> None:
                 while not done():

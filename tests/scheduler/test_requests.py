@@ -119,7 +119,7 @@ def test_the_steady_plan_is_one_object_until_something_changes() -> None:
     assert steady is scheduler.schedule() and steady.decode == (0, 1)
     assert scheduler.end(1) == (1,) and scheduler.end(1) == ()
     assert scheduler.schedule().decode == (0,)
-    assert (scheduler.waiting, scheduler.running) == (0, 1)
+    assert (scheduler.waiting, scheduler.running, scheduler.running_ids()) == (0, 1, (0,))
 
 
 def test_what_cannot_run_is_refused() -> None:

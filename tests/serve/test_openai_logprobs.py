@@ -14,7 +14,7 @@ from conftest import openai_client
 from oracle import REPO
 
 from ortstate.generate import Generator, SearchOptions
-from ortstate.generate.engine import Request
+from ortstate.generate.request import Request
 from ortstate.generate.stopping import StopCriteria
 from ortstate.serve import serve_llm_in_thread
 
@@ -108,8 +108,8 @@ def test_no_logprobs_without_asking_and_greedy_keeps_its_argmax_path(served: tup
     assert reply.choices[0].text == gen.tokenizer.decode(gen.generate(PROMPT, NEW))
     options = SearchOptions.build({})
     criteria = StopCriteria((), (), (), None)
-    assert Request(PROMPT, NEW, options, criteria, sink=print).plain
-    assert not Request(PROMPT, NEW, options, criteria, sink=print, logprobs=0).plain
+    assert Request(0, PROMPT, NEW, options, criteria, sink=print).plain
+    assert not Request(1, PROMPT, NEW, options, criteria, sink=print, logprobs=0).plain
 
 
 @pytest.mark.parametrize(

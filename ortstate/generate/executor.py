@@ -1,0 +1,206 @@
+"""What runs a tick's plan (:class:`~ortstate.scheduler.requests.Plan`) on a KV pool and says which
+requests it ended: the streams of the requests admitted opened (or their kept streams emptied), the
+decoding requests stepped by one token as one batch (``KvPool.decode``), the prompt chunks stepped,
+the other choices of a prompt fed forked, then each request's next token picked by its own options
+and random generator (the plain greedy ones in one argmax), as a lone
+:class:`~ortstate.generate.Generator` picks it. Its items go to :class:`~.delivery.Delivery`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..decoders import FeedRules
+from ..errors import OrtStateError
+from ..scheduler.requests import Plan
+from ..streams import KvPool
+from .delivery import Delivery
+from .request import END, Request
+from .sampler import RowState, choose
+from .scored import Scored
+
+__all__ = ["Executor", "Running"]
+
+
+class Running:
+    """A request on its stream: what picking its tokens needs, at hand (read every tick)."""
+
+    __slots__ = ("base", "max_new_tokens", "next_token", "plain", "request", "row", "scored", "sid", "stops", "tokens")
+
+    def __init__(self, request: Request, sid: int) -> None:
+        self.request, self.sid = request, sid
+        self.tokens = request.tokens
+        self.base = len(request.prompt) - 1  # its cache holds base + len(tokens) positions while it decodes
+        self.max_new_tokens, self.stops, self.plain = request.max_new_tokens, request.stops, request.plain
+        self.next_token: int | None = None
+        self.row = RowState.start(
+            request.options, request.prompt, request.criteria.token_ids, request.rng, request.tokens
+        )
+        self.scored: Scored | None = None
+
+
+class Executor:
+    """Runs plans on ``pool``, fed by ``rules``; ``end(rid)`` is told each request that ends (it
+    returns the ids ending with it: the scheduler's :meth:`~ortstate.scheduler.requests.Scheduler.end`)."""
+
+    def __init__(
+        self, pool: KvPool, rules: FeedRules, delivery: Delivery, end: Callable[[int], tuple[int, ...]]
+    ) -> None:
+        self.pool, self.rules, self.delivery, self.scheduler_end = pool, rules, delivery, end
+        # decoding requests go to the pool as one batch (KvPool.decode) unless a row's feeds hold a
+        # value every row of a run shares (cache_position: one per cache length)
+        self.batched = "cache_position" not in rules.names
+        self.requests: dict[int, Request] = {}  # queued or running, choices not started included
+        self.running: dict[int, Running] = {}
+        self.ticks = 0
+        self._out = delivery.items
+
+    def adopt(self, request: Request) -> None:
+        """Know ``request`` and its siblings (queued to the scheduler by the engine)."""
+        for r in (request, *request.siblings):
+            self.requests[r.rid] = r
+
+    def run(self, plan: Plan) -> None:
+        """Run one tick's ``plan``."""
+        forks = dict(plan.forks)
+        for rid in plan.admit:
+            error = self._start(rid)
+            if error is not None:  # its choices never start either
+                for choice in forks.get(rid, ()):
+                    self.end(choice, error)
+        if plan.empty:
+            return
+        decoding = [self.running[rid] for rid in plan.decode]
+        if decoding and self.batched:
+            self._decode(decoding)
+            decoding = []
+        feeds: dict[int, dict[str, np.ndarray]] = {}
+        for run in decoding:
+            feeds[run.sid] = self.rules.feeds(np.array([[run.next_token]], np.int64), run.base + len(run.tokens))
+        chunks = [(self.running[rid], first, count) for rid, first, count in plan.chunks if rid in self.running]
+        for run, first, count in chunks:
+            ids = np.array([run.request.prompt[first : first + count]], np.int64)
+            feeds[run.sid] = self.rules.feeds(ids, first)
+        results = self.pool.step(feeds, errors="return", logits="last", before_run=self.delivery.flush) if feeds else {}
+        self.ticks += 1
+        fed = {run.request.rid for run, first, count in chunks if first + count == len(run.request.prompt)}
+        picking: list[Running] = []
+        logits: list[np.ndarray] = []
+        for run in [*decoding, *(run for run, _, _ in chunks)]:
+            out = results[run.sid]
+            rid = run.request.rid
+            if isinstance(out, BaseException):
+                self.end(rid, out)
+                for choice in forks.get(rid, ()):
+                    self.end(choice, out)
+                continue
+            if run.next_token is None and rid not in fed:
+                continue  # a chunk before its prompt's last
+            group = [run, *self._fork(run, forks.get(rid, ()))]
+            picking += group
+            logits += [out["logits"][0, -1]] * len(group)
+        if picking:
+            self._pick(picking, np.stack(logits))
+
+    def end(self, rid: int, last: Any) -> None:
+        """End request ``rid`` (and its choices not started) with ``last`` (:data:`END` or an error):
+        its stream closed (a kept one given back), ``last`` to its sink."""
+        for ended in self.scheduler_end(rid) or (rid,):
+            run = self.running.pop(ended, None)
+            request = self.requests.pop(ended, None)
+            if request is None:
+                continue
+            kept = request.kept
+            if run is not None and kept is None:
+                self.pool.close(run.sid)
+            elif run is not None and kept is not None:
+                kept.release(request.prompt + request.tokens, self.pool.length(run.sid))
+            elif kept is not None:
+                kept.busy = False
+            self._out.append((request, last))
+
+    # -- inside -----------------------------------------------------------------------------------
+    def _start(self, rid: int) -> OrtStateError | None:
+        """Request ``rid`` on a stream: a new one, or its kept stream (emptied if it reuses none);
+        the error it ended with where there was none for it."""
+        request = self.requests[rid]
+        kept = request.kept
+        try:
+            if kept is None:
+                sid = self.pool.open()
+            else:
+                sid = kept.sid
+                if not request.reused and kept.tokens:
+                    self.pool.reset(sid)
+                    kept.tokens = []
+        except OrtStateError as exc:
+            self.end(rid, exc)
+            return exc
+        self.running[rid] = Running(request, sid)
+        return None
+
+    def _fork(self, run: Running, choices: tuple[int, ...]) -> list[Running]:
+        """``run``'s other ``choices``, each on a copy of its stream now that its prompt is fed."""
+        started = []
+        for rid in choices:
+            try:
+                sid = self.pool.fork(run.sid)
+            except OrtStateError as exc:
+                self.end(rid, exc)
+                continue
+            self.running[rid] = choice = Running(self.requests[rid], sid)
+            started.append(choice)
+        return started
+
+    def _decode(self, decoding: list[Running]) -> None:
+        """Every decoding request's one-token step as one batch (``KvPool.decode``): feeds built
+        once for all rows, as Hugging Face batches them (masks left-padded; positions from them)."""
+        count = len(decoding)
+        tokens, pasts_list, sids = [], [], []
+        for run in decoding:
+            tokens.append(run.next_token)
+            pasts_list.append(run.base + len(run.tokens))
+            sids.append(run.sid)
+        pasts = np.array(pasts_list, np.int64)
+        width = int(pasts.max()) + 1
+        mask = (np.arange(width)[None, :] >= (width - 1 - pasts)[:, None]).astype(np.int64)
+        try:
+            feeds = self.rules.feeds(np.array(tokens, np.int64).reshape(count, 1), width - 1, mask=mask)
+            logits = self.pool.decode(sids, feeds, logits="last", before_run=self.delivery.flush)["logits"][:, -1]
+        except OrtStateError as exc:
+            for run in decoding:
+                self.end(run.request.rid, exc)
+            return
+        self._pick(decoding, logits)
+
+    def _pick(self, runs: list[Running], logits: np.ndarray) -> None:
+        """Each request's next token from its row of ``logits`` ``[requests, vocab]``, by its own
+        options: the plain greedy ones in one argmax, the others together (:func:`~.sampler.choose`)."""
+        accept = self._accept
+        if all(run.plain for run in runs):  # the common case: no per-row work at all
+            for run, token in zip(runs, logits.argmax(axis=-1).tolist()):
+                accept(run, token)
+            return
+        tokens = logits.argmax(axis=-1)
+        others = [k for k, run in enumerate(runs) if not run.plain]
+        tokens[others] = choose(logits[others], [runs[k].row for k in others])
+        for k in others:
+            run = runs[k]
+            if run.request.logprobs is not None:
+                run.scored = Scored.of(logits[k], int(tokens[k]), run.request.logprobs)
+        for run, token in zip(runs, tokens.tolist()):
+            accept(run, token)
+
+    def _accept(self, run: Running, token: int) -> None:
+        run.tokens.append(token)
+        request = run.request
+        if request.streamed:
+            self._out.append((request, token if run.scored is None else run.scored))
+        stopped = token in run.stops if run.stops is not None else request.criteria.reason(run.tokens) is not None
+        if stopped or len(run.tokens) >= run.max_new_tokens:
+            self.end(request.rid, END)
+        else:
+            run.next_token = token
