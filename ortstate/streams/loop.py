@@ -139,15 +139,19 @@ class PoolLoop:
         return bool(self._inbox) or (self._worker is not None and self._worker.pending())
 
     async def submit(self, sid: int, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """Step ``sid`` once in the next tick it fits in; its outputs, or its own error."""
+        """Step stream ``sid`` once, batched with the other streams submitted in the same tick (at
+        most one step of a stream per tick); its outputs, or its own error. (A pool's ``submit``.)"""
         return await self._put(_Item(sid, None, feeds, asyncio.get_running_loop()))
 
-    async def call(self, fn: Callable[..., Any], *args: Any, sid: Any = None) -> Any:
-        """``fn(*args)`` run in the loop's thread, between ticks; what it returns or raises.
+    async def call(self, fn: Callable[..., Any], /, *args: Any, sid: Any = None) -> Any:
+        """``fn(*args)`` (e.g. ``pool.open``; ``pool.close, sid``) run in the loop's thread, between
+        ticks: what an event loop calls instead of a pool method, so it never waits for a run it is
+        not part of; what it returns or raises. (A pool's ``call``.)
 
         Args:
-            sid: the stream it acts on (it runs after that stream's queued steps), :data:`ALL`
-                (after every queued step), or None (it touches no stream's state: at once).
+            sid: the stream it acts on (it runs after that stream's queued steps),
+                :data:`~ortstate.scheduler.rounds.ALL` (after every queued step), or None (it
+                touches no stream's state: at once).
         """
         return await self._put(_Item(sid, fn, args, asyncio.get_running_loop()))
 

@@ -42,6 +42,8 @@ class Pool(Protocol):
     :meth:`submit` and :meth:`call` instead, which hand the work to the pool's thread."""
 
     slots: int  # how many streams hold a row of the pool's state at once
+    # the loop every pool has (one thread, one queue), and its two methods, which are the pool's:
+    loop: PoolLoop
 
     def open(self) -> int:
         """A new stream at the model's initial state; its id."""
@@ -66,11 +68,6 @@ class Pool(Protocol):
 
     async def call(self, fn: Callable[..., Any], /, *args: Any, sid: Any = None) -> Any:
         """``fn(*args)`` run by the pool's thread between two ticks."""
-        ...
-
-    @property
-    def loop(self) -> PoolLoop:
-        """The queue and thread behind :meth:`submit` and :meth:`call`."""
         ...
 
     def save(self, sid: int, path: str | os.PathLike[str]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ class SlotPool:
             ``StatefulSession`` takes; its variables need a fixed size per stream.
         slots: how many streams can hold a slot at once (the state arrays are allocated for all).
         park_dir: where :meth:`park` writes idle streams' snapshots (none: parking is refused).
-        max_batch, max_delay: :meth:`submit`'s batching: a tick runs once ``max_batch`` streams wait
+        max_batch, max_delay: ``submit``'s batching: a tick runs once ``max_batch`` streams wait
             or ``max_delay`` seconds after the first one; when steps came in while a tick ran, the
             next runs at once.
         sess_options, providers: as ``StatefulSession``'s.
@@ -78,7 +78,8 @@ class SlotPool:
         self._park_dir = None if park_dir is None else Path(park_dir)
         self._lock = threading.RLock()
         self._record = Recorder()
-        self._loop = PoolLoop(self, max_batch or slots, max_delay)
+        self.loop = PoolLoop(self, max_batch or slots, max_delay)  # the queue and thread behind:
+        self.submit, self.call = self.loop.submit, self.loop.call  # (see the Pool protocol)
         self._batches = BatchRunner(self._model, self.layout, self._states, self._record)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -212,24 +213,6 @@ class SlotPool:
                 return results
             return self._step(feeds, errors == "raise")
 
-    async def submit(self, sid: int, feeds: Feeds) -> Outputs:
-        """Step stream ``sid`` once, batched with the other streams submitted in the same tick (at most
-        one step of a stream per tick); returns its outputs or raises its own error."""
-        return await self._loop.submit(sid, feeds)
-
-    async def call(self, fn: Callable[..., Any], /, *args: Any, sid: Any = None) -> Any:
-        """``fn(*args)`` (e.g. ``pool.open``, ``pool.close, sid``) run by the thread that runs the
-        pool's ticks, between two of them: what an event loop calls instead of a pool method, so it
-        never waits for a run it is not part of. ``sid``: the stream it acts on (it runs after that
-        stream's steps already submitted), :data:`~ortstate.scheduler.rounds.ALL` for every stream,
-        None for none."""
-        return await self._loop.call(fn, *args, sid=sid)
-
-    @property
-    def loop(self) -> PoolLoop:
-        """The queue and thread behind :meth:`submit` and :meth:`call` (see :mod:`.loop`)."""
-        return self._loop
-
     def stats(self) -> PoolStats:
         """Streams, slots, state memory, runs, batch sizes and run latencies so far."""
         with self._lock:
@@ -238,7 +221,7 @@ class SlotPool:
                 parked=len(self._parked),
                 slots=self.slots,
                 state_bytes=self._states.nbytes,
-                ticks=self._loop.latencies,
+                ticks=self.loop.latencies,
             )
 
     @property

@@ -87,7 +87,8 @@ class KvPool:
         )
         self._streams = self._rows.streams  # (the same dict: read on every decode)
         self._lock = threading.RLock()
-        self._loop = PoolLoop(self, max_batch or slots, max_delay)
+        self.loop = PoolLoop(self, max_batch or slots, max_delay)  # the queue and thread behind:
+        self.submit, self.call = self.loop.submit, self.loop.call  # (see the Pool protocol)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def open(self) -> int:
@@ -264,19 +265,6 @@ class KvPool:
             self._rows.commit_decode(streams, slots, pasts, states)
             return dict(zip(self._runner.output_names, outs))
 
-    async def submit(self, sid: int, feeds: Feeds) -> dict[str, np.ndarray]:
-        """Step stream ``sid`` once, batched with the other streams submitted in the same tick."""
-        return await self._loop.submit(sid, feeds)
-
-    async def call(self, fn: Callable[..., Any], /, *args: Any, sid: Any = None) -> Any:
-        """``fn(*args)`` run by the pool's thread between two ticks (see :meth:`.PoolLoop.call`)."""
-        return await self._loop.call(fn, *args, sid=sid)
-
-    @property
-    def loop(self) -> PoolLoop:
-        """The queue and thread behind :meth:`submit` and :meth:`call` (see :mod:`..loop`)."""
-        return self._loop
-
     def stats(self) -> PoolStats:
         """Streams, rows, KV memory, runs, batch sizes and run latencies so far."""
         with self._lock:
@@ -286,7 +274,7 @@ class KvPool:
                 parked=parked,
                 slots=self.slots,
                 state_bytes=sum(a.nbytes for a in self._fixed) + self._arena.held() * self._arena.token_bytes,
-                ticks=self._loop.latencies,
+                ticks=self.loop.latencies,
             )
             return dataclasses.replace(base, kv_cache_bytes=self.kv_cache_bytes, preempted=self._rows.preempted)
 
