@@ -195,7 +195,7 @@ def _check_extra() -> None:
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The command line's :class:`~ortstate.serve.config.ServeConfig` settings (besides the model,
+    """The command line's :class:`~ortstate.serve.streams.config.ServeConfig` settings (besides the model,
     the state directory and Ray's)."""
     return {
         "max_streams": args.max_streams,
@@ -245,7 +245,7 @@ def _serve_here(args: argparse.Namespace, path: Path) -> int:
     """Serve ``path`` in this process until SIGTERM or Ctrl-C."""
     from ..serve import server
     from ..serve.auth import check_exposure
-    from ..serve.config import ServeConfig
+    from ..serve.streams.config import ServeConfig
 
     try:  # the command line asked for something that cannot be: exit 2
         check_exposure(args.host, args.token)
@@ -292,7 +292,8 @@ def _serve_here(args: argparse.Namespace, path: Path) -> int:
 def _ray(args: argparse.Namespace, path: Path) -> int:
     _positive(args, "handoff")
     ray_preflight(args, "streams move between them")
-    from ..serve.ray_deployment import make_app, serve_on_ray
+    from ..serve.ray_serve import serve_on_ray
+    from ..serve.streams.ray_deployment import make_app
 
     app = make_app(path, args.state_dir, replicas=args.replicas, handoff=args.handoff, **_settings(args))
 
@@ -312,8 +313,8 @@ def _bench(args: argparse.Namespace) -> int:
     if args.model is not None:
         raise UsageError("--bench drives a running server: give its URL, not a MODEL")
     _positive(args, "streams", "steps")
-    from ..serve.bench import run_bench
     from ..serve.server import run_loop
+    from ..serve.streams.bench import run_bench
 
     result = run_loop(run_bench(args.bench, args.streams, args.steps, args.token))
     print(result.summary())

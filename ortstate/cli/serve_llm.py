@@ -13,7 +13,7 @@ from ..errors import ServeError, UsageError
 from .command import EXIT_OK
 
 if TYPE_CHECKING:
-    from ..serve.llm_service import LlmService
+    from ..serve.openai.service import LlmService
 
 __all__ = ["EXIT_STREAMS_LOST", "LLM_HELP", "byte_count", "serve_llm"]
 
@@ -78,9 +78,9 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     if args.ray:
         return _ray(args, folder)
     from ..serve import server
-    from ..serve.app import DEFAULT_MAX_MESSAGE_BYTES
     from ..serve.auth import check_exposure
-    from ..serve.openai_errors import full_body
+    from ..serve.openai.errors import full_body
+    from ..serve.streams.app import DEFAULT_MAX_MESSAGE_BYTES
 
     try:
         check_exposure(args.host, args.token)
@@ -201,8 +201,8 @@ def ray_preflight(args: argparse.Namespace, what: str) -> None:
 def _ray(args: argparse.Namespace, folder: Path) -> int:
     """Serve the folder on Ray Serve, routed by conversation id, until SIGTERM or Ctrl-C."""
     ray_preflight(args, "conversations move")
-    from ..serve.ray_deployment import serve_on_ray
-    from ..serve.ray_llm import make_llm_app, route_by_conversation
+    from ..serve.openai.ray_deployment import make_llm_app, route_by_conversation
+    from ..serve.ray_serve import serve_on_ray
 
     slots = _slots(args)
     app = make_llm_app(

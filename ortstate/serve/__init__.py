@@ -13,14 +13,14 @@ from ..extras import require_extra
 require_extra("serve", "ortstate.serve")  # a clear error, not the first missing import's
 
 from ..errors import ServeError  # noqa: E402
-from .app import create_app  # noqa: E402
-from .async_client import AsyncClient, AsyncStream  # noqa: E402
-from .client import Client, Stream  # noqa: E402
 from .guard import Deadlines  # noqa: E402
-from .llm_app import create_llm_app  # noqa: E402
-from .llm_service import LlmService  # noqa: E402
+from .openai.app import create_llm_app  # noqa: E402
+from .openai.service import LlmService  # noqa: E402
 from .server import Running, serve_in_thread, serve_llm_in_thread  # noqa: E402
-from .service import StreamService  # noqa: E402
+from .streams.app import create_app  # noqa: E402
+from .streams.async_client import AsyncClient, AsyncStream  # noqa: E402
+from .streams.client import Client, Stream  # noqa: E402
+from .streams.service import StreamService  # noqa: E402
 
 __all__ = [
     "AsyncClient",

@@ -21,15 +21,15 @@ import uvicorn
 from ..errors import ServeError
 from ..streams import StreamPool
 from ..streams.kv_pool import KvPool
-from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
 from .auth import check_exposure
 from .compat import run_with
-from .config import ServeConfig
 from .guard import Deadlines, Guard, raise_open_files
-from .llm_app import DEFAULT_MAX_BODY_BYTES, create_llm_app
-from .llm_service import LlmService
-from .openai_errors import full_body
-from .service import StreamService
+from .openai.app import DEFAULT_MAX_BODY_BYTES, create_llm_app
+from .openai.errors import full_body
+from .openai.service import LlmService
+from .streams.app import DEFAULT_MAX_MESSAGE_BYTES, create_app
+from .streams.config import ServeConfig
+from .streams.service import StreamService
 
 __all__ = [
     "Deadlines",

@@ -23,7 +23,7 @@ from conftest import sockets
 from oracle import REPO
 
 from ortstate.serve import Deadlines, serve_llm_in_thread, server
-from ortstate.serve.openai_errors import full_body
+from ortstate.serve.openai.errors import full_body
 
 LLM = REPO / "models" / "llm" / "llama"
 LONG = Deadlines(headers=120, body=120, idle=120)  # never met while a test runs

@@ -18,7 +18,8 @@ from conftest import serving
 from oracle import REPO
 
 from ortstate.generate import Generator
-from ortstate.serve import conversations, serve_llm_in_thread
+from ortstate.serve import serve_llm_in_thread
+from ortstate.serve.openai import conversations
 
 LLM = REPO / "models" / "llm"
 HEADER = "X-Ortstate-Conversation"

@@ -26,7 +26,7 @@ from ray import serve
 
 from ortstate.errors import ServeError
 from ortstate.serve import Client
-from ortstate.serve.ray_deployment import make_app
+from ortstate.serve.streams.ray_deployment import make_app
 
 STREAMS = 12
 
@@ -136,7 +136,11 @@ def test_streams_survive_their_replica_being_removed(local_ray, tmp_path):
     from ray.serve.schema import ServeDeploySchema
 
     def apply(replicas: int) -> None:
-        app = {"name": "ortstate", "route_prefix": "/", "import_path": "ortstate.serve.ray_deployment:app_builder"}
+        app = {
+            "name": "ortstate",
+            "route_prefix": "/",
+            "import_path": "ortstate.serve.streams.ray_deployment:app_builder",
+        }
         app["args"] = {"model": str(MODEL), "state_dir": str(tmp_path), "handoff": 0.5}
         app["deployments"] = [{"name": "ortstate", "num_replicas": replicas}]
         _get_global_client().deploy_apps(ServeDeploySchema(applications=[app]), _blocking=True)

@@ -12,7 +12,7 @@ from ray import serve
 from ray.cluster_utils import Cluster
 
 from ortstate.serve import Client
-from ortstate.serve.ray_deployment import make_app
+from ortstate.serve.streams.ray_deployment import make_app
 
 STREAMS = 12
 

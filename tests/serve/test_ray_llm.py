@@ -20,7 +20,7 @@ from ray import serve
 
 from ortstate.generate import Generator
 from ortstate.serve import serve_llm_in_thread
-from ortstate.serve.ray_llm import make_llm_app, route_by_conversation
+from ortstate.serve.openai.ray_deployment import make_llm_app, route_by_conversation
 
 FOLDER = REPO / "models" / "llm" / "llama"
 HEADER = "X-Ortstate-Conversation"

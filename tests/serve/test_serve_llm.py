@@ -10,7 +10,7 @@ from oracle import assert_one_line_error, run_cli
 
 from ortstate import StreamPool
 from ortstate.errors import ServeError
-from ortstate.serve.service import StreamService
+from ortstate.serve.streams.service import StreamService
 
 LLAMA = str(Path(__file__).resolve().parents[2] / "models" / "llm" / "llama" / "openvino_model.xml")
 

@@ -12,7 +12,7 @@ conversation id.
   replaced or killed.
 - Streamed answers (server-sent events) go through Ray's HTTP proxy as the app sends them.
 
-For a ``serve run`` or ``serve deploy`` config: ``import_path: ortstate.serve.ray_llm:app_builder``
+For a ``serve run`` or ``serve deploy`` config: ``import_path: ortstate.serve.openai.ray_deployment:app_builder``
 with ``args: {folder: ..., state_dir: ...}`` (and the cluster's proxy started with
 ``RAY_SERVE_SESSION_ID_HEADER_KEY=x-ortstate-conversation``).
 """
@@ -25,10 +25,10 @@ from typing import Any
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
-from ..errors import ServeError
+from ...errors import ServeError
+from ..ray_serve import ROUTER
+from ..server import build_llm
 from .conversations import HEADER
-from .ray_deployment import ROUTER
-from .server import build_llm
 
 __all__ = ["SESSION_HEADER_VARIABLE", "OrtStateLlm", "app_builder", "make_llm_app", "route_by_conversation"]
 
@@ -74,7 +74,7 @@ def make_llm_app(
     **settings: Any,
 ) -> Any:
     """The Ray Serve application serving the LLM ``folder`` with OpenAI's API on ``replicas``
-    replicas, for ``serve.run``; ``settings`` are :func:`~.server.build_llm`'s (``token``,
+    replicas, for ``serve.run``; ``settings`` are :func:`~ortstate.serve.server.build_llm`'s (``token``,
     ``model_name``, ``threads``, ``max_body_bytes``, ``max_conversations``, ``idle_park``,
     ``max_parked_bytes``, ``conversation_ttl``), per replica (each replica keeps the whole shared
     directory within ``max_parked_bytes``). ``folder`` and ``state_dir`` must be paths every replica reaches.

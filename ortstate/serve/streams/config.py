@@ -1,4 +1,4 @@
-"""A stream server's settings, once: what the command line, :func:`~.server.serve_in_thread` and
+"""A stream server's settings, once: what the command line, :func:`~ortstate.serve.server.serve_in_thread` and
 Ray Serve's replicas (and a ``serve run`` config's ``args``) all build a server from, checked in
 one place (as ``uvicorn.Config`` is for uvicorn).
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import onnxruntime as ort
 
-from ..errors import ServeError
+from ...errors import ServeError
 from .app import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = ["ServeConfig"]

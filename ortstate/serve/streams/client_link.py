@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from ..errors import ServeError
+from ...errors import ServeError
 from .codec import decode_npz
 
 __all__ = [

@@ -23,7 +23,7 @@ from websockets.exceptions import WebSocketException
 from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.sync.client import connect as connect_sync
 
-from ..errors import ServeError
+from ...errors import ServeError
 from .client_link import (
     REPLY_LIMIT,
     TIMEOUT,

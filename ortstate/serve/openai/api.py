@@ -1,5 +1,5 @@
 """The OpenAI API's requests, as ``ortstate serve`` takes them for an LLM folder (its responses:
-:mod:`.openai_responses`).
+:mod:`.responses`).
 
 A request body is checked whole before anything runs: a field of the wrong type or out of range,
 a feature this server does not have (tools, ``echo``, ``response_format``, ...) is an
@@ -8,9 +8,9 @@ a feature this server does not have (tools, ``echo``, ``response_format``, ...) 
 refused: the sampling fields are OpenAI's and vLLM's (``top_k``, ``min_p``, ``repetition_penalty``,
 ``presence_penalty``, ``frequency_penalty``, ``logit_bias``, ``ignore_eos``, ``min_tokens``, ``n``,
 ``stop_token_ids``, with vLLM's meaning: see :class:`~ortstate.generate.SearchOptions`); the
-fields in :data:`~.openai_fields.NO_EFFECT` cannot change the output and are accepted as they come;
+fields in :data:`~.fields.NO_EFFECT` cannot change the output and are accepted as they come;
 any other field (vLLM's ``use_beam_search``, ``bad_words``, ``guided_json``, ..., or a typo) is a
-400 naming it (:mod:`.openai_fields`).
+400 naming it (:mod:`.fields`).
 
 One ortstate extension, vLLM's: ``"return_token_ids": true`` adds ``token_ids`` (the generated
 token ids) and ``prompt_token_ids`` to a choice (a streamed chunk: the ids of its text).
@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ServeError
-from .openai_fields import SEARCH_FIELDS, short, unsupported
-from .openai_responses import chunk, completion, new_id, usage  # noqa: F401 - their old home, still imported from here
+from ...errors import ServeError
+from .fields import SEARCH_FIELDS, short, unsupported
+from .responses import chunk, completion, new_id, usage  # noqa: F401 - their old home, still imported from here
 
 __all__ = ["ApiError", "Sampling", "chunk", "completion", "parse_chat", "parse_completion", "usage"]
 

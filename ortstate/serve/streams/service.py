@@ -10,7 +10,7 @@ With ``shared=True`` (servers behind one router, Ray Serve's replicas) the state
 to all of them: a new stream is parked there at once, a stream not in memory is looked for there
 (restored on a miss), and a parked file is claimed by renaming it, so only one server takes it.
 Then only the streams in memory hold slots. Otherwise the directory is this service's alone, locked
-(:mod:`.state_dir`) until :meth:`StreamService.release`; its files and log: :mod:`.parked_files`.
+(:mod:`ortstate.serve.state_dir`) until :meth:`StreamService.release`; its files and log: :mod:`.parked_files`.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OrtStateError, PoolFullError, ServeError
-from ..streams import StreamPool
+from ...errors import OrtStateError, PoolFullError, ServeError
+from ...streams import StreamPool
+from ..log_format import CLOSED, LIVE
+from .ids import new_id
 from .journal import Journal, refuse_kv
-from .journal_format import CLOSED, LIVE
 from .parked_files import ParkedFiles
-from .stream_ids import new_id
-from .stream_reports import model_report, pool_report
+from .reports import model_report, pool_report
 
 __all__ = ["CLOSE_FULL", "CLOSE_UNKNOWN", "StreamService"]
 
@@ -342,5 +342,5 @@ class StreamService:
         }
 
     def model(self) -> dict[str, Any]:
-        """The model as one stream feeds it (:func:`~.stream_reports.model_report`)."""
+        """The model as one stream feeds it (:func:`~.reports.model_report`)."""
         return model_report(self.pool)

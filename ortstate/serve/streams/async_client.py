@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from websockets.exceptions import WebSocketException
 
-from ..errors import ServeError
+from ...errors import ServeError
 from .client_link import (
     REPLY_LIMIT,
     TIMEOUT,

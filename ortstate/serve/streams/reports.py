@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..runtime import numpy_dtype
-from ..streams import StreamPool
-from ..streams.stats import percentiles
+from ...runtime import numpy_dtype
+from ...streams import StreamPool
+from ...streams.stats import percentiles
 
 __all__ = ["model_report", "pool_report"]
 

@@ -16,9 +16,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..errors import ServeError
+from ...errors import ServeError
+from ..json_body import read_json
 from . import npz
-from .json_body import read_json
 
 __all__ = ["OK", "decode_npz", "encode_npz", "error_text", "parse_op"]
 

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ServeError
-from .journal import SEGMENT_BYTES, Log
-from .journal_format import HEADER, LIVE, Record
+from ...errors import ServeError
+from ..log import SEGMENT_BYTES, Log
+from ..log_format import HEADER, LIVE, Record
 
 __all__ = ["TURNS_PREFIX", "TurnLog", "folder_bytes", "read_turn"]
 

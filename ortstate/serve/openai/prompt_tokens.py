@@ -1,8 +1,8 @@
 """A request's prompt as token ids, for ``ortstate serve``'s OpenAI API: tokenized once per request,
 in one of :data:`TOKENIZE_THREADS` threads (``tokenizers`` lets go of the GIL there, so the event
 loop answers meanwhile), and a text too long to fit the context by its length alone refused before
-it is tokenized (:mod:`..generate.token_bound`). A conversation's turn that goes on from its last
-one (:mod:`..generate.turns`) is that turn's ids, then only the text it adds tokenized.
+it is tokenized (:mod:`ortstate.generate.token_bound`). A conversation's turn that goes on from its last
+one (:mod:`ortstate.generate.turns`) is that turn's ids, then only the text it adds tokenized.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import GenerationError
-from ..generate import Tokenizer
-from ..generate.turns import continued_at, continued_ids
+from ...errors import GenerationError
+from ...generate import Tokenizer
+from ...generate.turns import continued_at, continued_ids
+from .api import ApiError, ChatRequest, CompletionRequest
 from .conversations import Conversation
-from .openai_api import ApiError, ChatRequest, CompletionRequest
 
 __all__ = ["TOKENIZE_THREADS", "PromptTokens"]
 

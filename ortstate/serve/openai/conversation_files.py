@@ -13,7 +13,7 @@ server's, host-pid):
   never has a name another conversation's file has; a folder whose server died (its lock free) is
   recovered at the next start (or, for servers sharing the directory, when a conversation is asked
   for that is not there), then removed with whatever was left half-written in it.
-- ``.lock`` (a plain server's, :mod:`.state_dir`) and, for servers sharing the directory,
+- ``.lock`` (a plain server's, :mod:`ortstate.serve.state_dir`) and, for servers sharing the directory,
   ``ID.json.claimed-NAME``: a parked conversation a server took (renamed: the others find it gone).
 
 The directory is bounded: once everything in it (logs included) passes ``max_bytes``, parked
@@ -34,12 +34,11 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..output_files import write_text
+from ...output_files import write_text
+from ..log import SEGMENT_BYTES, recover_orphans, replay, sync_dir
+from ..log_format import HEADER, LIVE, Record
+from ..state_dir import DirLock, open_state_dir
 from .conversation_log import TURNS_PREFIX, TurnLog, folder_bytes, read_turn
-from .journal import SEGMENT_BYTES
-from .journal_format import HEADER, LIVE, Record
-from .journal_recovery import recover_orphans, replay, sync_dir
-from .state_dir import DirLock, open_state_dir
 
 __all__ = ["DEFAULT_MAX_BYTES", "ID_PATTERN", "ConversationFiles", "Parked", "default_max_bytes"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..generate import Tokenizer
-from ..generate.engine import Scored
+from ...generate import Tokenizer
+from ...generate.engine import Scored
 
 __all__ = ["LogprobsShaper"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ServeError
+from ...errors import ServeError
 from .async_client import AsyncClient, AsyncStream
 
 __all__ = ["BenchResult", "feeds_for", "run_bench"]

@@ -1,8 +1,8 @@
 """How a server's parked stream is kept in its state directory: a pool snapshot (``ID.npz``, which a
 ``StatefulSession`` of the model loads too), or with ``--durable`` the stream's whole log record
 (``ID.rec``: its state, its step count and the outputs of its last step, see
-:mod:`.journal_format`), written under a private name and published only once the park is logged
-(:mod:`.journal_recovery` says why).
+:mod:`ortstate.serve.log_format`), written under a private name and published only once the park is logged
+(:mod:`ortstate.serve.log` says why).
 
 The methods that touch the pool run in the pool's thread (through ``pool.call``).
 """
@@ -13,11 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import StateError
-from ..output_files import write_bytes
-from .journal import Journal
-from .journal_format import LIVE, PEEK_BYTES, Record, peek_steps, read_records
-from .journal_recovery import PARKED_SUFFIX
+from ...errors import StateError
+from ...output_files import write_bytes
+from ..log_format import LIVE, PEEK_BYTES, Record, peek_steps, read_records
+from .journal import PARKED_SUFFIX, Journal
 
 __all__ = ["DurableParking", "Parking"]
 

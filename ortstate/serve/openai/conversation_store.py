@@ -13,10 +13,10 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from ..errors import OrtStateError, PoolFullError, ServeError
-from ..generate import ContinuousBatcher, KeptStream
+from ...errors import OrtStateError, PoolFullError, ServeError
+from ...generate import ContinuousBatcher, KeptStream
+from ..log_format import CLOSED, LIVE, PARKED
 from .conversation_files import ConversationFiles, Parked
-from .journal_format import CLOSED, LIVE, PARKED
 
 __all__ = ["Conversation", "ConversationStore"]
 

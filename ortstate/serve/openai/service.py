@@ -21,19 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import GenerationError
-from ..generate import (
+from ...errors import GenerationError
+from ...generate import (
     ContinuousBatcher,
     IncrementalDecoder,
     KeptStream,
     Tokenizer,
     find_model_files,
 )
-from ..generate.engine import Scored
-from ..generate.prompts import check_prompts
-from ..generate.turns import turn_ids
+from ...generate.engine import Scored
+from ...generate.prompts import check_prompts
+from ...generate.turns import turn_ids
+from .api import ApiError, ChatRequest, CompletionRequest, Sampling
 from .conversations import HEADER, Conversation, Conversations
-from .openai_api import ApiError, ChatRequest, CompletionRequest, Sampling
 from .prompt_tokens import PromptTokens
 
 __all__ = ["Generation", "LlmService"]

@@ -1,7 +1,7 @@
-"""A server's state directory as its parked streams' home: held (:mod:`.state_dir`) unless shared,
+"""A server's state directory as its parked streams' home: held (:mod:`ortstate.serve.state_dir`) unless shared,
 each parked stream a file named by its id there, taken by renaming it (a server sharing the
 directory finds it gone); with ``durable``, the server's own log (:mod:`.journal`) and the parked
-files made from the logs of servers that died (:mod:`.journal_recovery`)."""
+files made from the logs of servers that died (:func:`.journal.recover_journals`)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .journal import Journal
-from .journal_format import PARKED
-from .journal_recovery import recover_orphans, sync_dir
+from ..log import sync_dir
+from ..log_format import PARKED
+from ..state_dir import DirLock, open_state_dir
+from .ids import ID_PATTERN
+from .journal import Journal, recover_journals
 from .parking import DurableParking, Parking
-from .state_dir import DirLock, open_state_dir
-from .stream_ids import ID_PATTERN
 
 __all__ = ["ParkedFiles"]
 
@@ -51,7 +51,7 @@ class ParkedFiles:
 
     def _start_durable(self) -> list[str]:
         """Log to a folder of this server's own; turn the logs of servers that died into parked
-        streams (:mod:`.journal_recovery`): their ids."""
+        streams (:func:`.journal.recover_journals`): their ids."""
         self.journal = Journal(self.folder, self.server, self.pool)
         self.parking = DurableParking(self.pool, self.journal, self.server)
         recovered = self.recover_orphans(force=True)
@@ -65,7 +65,7 @@ class ParkedFiles:
         if not force and time.monotonic() - self._orphans_at < 1.0:
             return []
         self._orphans_at = time.monotonic()
-        return recover_orphans(self.folder)
+        return recover_journals(self.folder)
 
     def release(self, remove_log: bool) -> None:
         """Let go of the directory (another server may take it); the log is removed with

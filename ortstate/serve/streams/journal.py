@@ -4,43 +4,48 @@ out-of-memory kill, a power cut).
 The pool's loop (:mod:`ortstate.streams.loop`) calls :meth:`Journal.commit` once per round, in its
 own thread, after the round's commands and tick ran and before any reply is sent: the round's
 records (one per stream that stepped, opened, reset, parked, resumed or closed: the whole stream,
-see :mod:`.journal_format`) go to the log in one ``write`` and one ``fsync`` (group commit, as a
+see :mod:`ortstate.serve.log_format`) go to the log in one ``write`` and one ``fsync`` (group commit, as a
 database's), so an acknowledged step is on disk. If the log cannot be written, the round's streams
 are put back as the log last holds them, the file is cut back to its last whole record, and the
 round's callers get the error: nothing unlogged is acknowledged, nothing acknowledged is lost.
 
-Each server logs to ``DIR/journal-NAME/seg-N.log`` files (its own folder, locked while it lives);
-when one passes ``segment_bytes`` the next is started and a thread writes ``checkpoint-N.log`` (the
-last record of every stream as the new segment starts, written, synced and renamed into place) and
-then removes the older files: the log is compacted in the background, never growing past a few
-segments. The log of a server that died is turned into parked files by the next server that starts
-on the directory, or that is asked for a stream no one holds (:mod:`.journal_recovery`).
+Each server logs to ``DIR/journal-NAME/seg-N.log`` files, a :class:`~ortstate.serve.log.Log` (its own folder,
+locked while it lives, compacted in the background). The log of a server that died is turned into
+parked files (:func:`recover_journals`) by the next server that starts on the directory, or that is
+asked for a stream no one holds; for each stream it holds:
 
-The folder, its segments and their compaction are a :class:`Log`, which the LLM server's log of
-conversation turns (:mod:`.conversation_log`) is too. KV caches grow with the context: logging one
-per step is refused (see :func:`refuse_kv`).
+- **in the pool** (its last record LIVE): that record becomes the stream's parked file ``ID.rec``
+  (no other server can hold it: a stream in a server's pool has no parked file to claim);
+- **parked** (PARKED): the file is already there, or is still the ``ID.rec.parking-NAME`` its server
+  wrote before logging the park, which is published now;
+- a ``ID.rec.claimed-NAME`` (a parked file the dead server took but never logged as resumed) goes
+  back to ``ID.rec``.
+
+Then the folder is removed. Parking writes the file under a private name, logs the park, and only
+then publishes the file: so a file another server can claim never holds a step the log has not.
+
+KV caches grow with the context: logging one per step is refused (see :func:`refuse_kv`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import logging
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import ServeError
-from .journal_format import HEADER, LIVE, PARKED, Record
-from .journal_recovery import JOURNAL_PREFIX, LOG_FILE, hold_lock, remove_log, sync_dir
+from ...errors import ServeError
+from ...output_files import write_bytes
+from ..log import SEGMENT_BYTES, Log, recover_orphans, replay, sync_dir
+from ..log_format import HEADER, LIVE, PARKED, Record
 
-__all__ = ["SEGMENT_BYTES", "Journal", "Log", "refuse_kv"]
+__all__ = ["JOURNAL_PREFIX", "PARKED_SUFFIX", "Journal", "recover_journals", "refuse_kv"]
 
+JOURNAL_PREFIX = "journal-"
+PARKED_SUFFIX = ".rec"
 logger = logging.getLogger("ortstate.serve")
-SEGMENT_BYTES = 64 << 20
 
 
 def refuse_kv(pool: Any) -> None:
@@ -50,113 +55,6 @@ def refuse_kv(pool: Any) -> None:
             "--durable logs each stream's whole state at every step; this model keeps KV caches, which grow "
             "with the context, so it is refused: serve it without --durable"
         )
-
-
-class Log:
-    """A folder of framed records (:mod:`.journal_format`), locked while it is written: records are
-    appended in groups, one ``write`` and one ``fsync`` a group, into ``seg-N.log`` segments; once a
-    segment passes ``segment_bytes`` the next is started and a thread writes ``checkpoint-N.log``
-    (each id's last record) and removes the older files. The stream server's :class:`Journal` and
-    the LLM server's turn log (:mod:`.conversation_log`) are each one."""
-
-    def __init__(self, folder: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
-        self.folder = folder
-        self.segment_bytes = segment_bytes
-        self.latest: dict[str, bytes] = {}  # each id's last LIVE record, as logged
-        self._gen = 0
-        self._fd = -1
-        self._size = 0
-        self._compacting: threading.Thread | None = None
-        self._lock = -1
-        self.broken: str | None = None  # the log cannot be written: nothing more is acknowledged
-
-    def open(self) -> None:
-        """Make and lock the folder, and its first segment.
-
-        Raises:
-            OSError: it cannot be made (it exists: another server's), locked or written.
-        """
-        self.folder.mkdir(mode=0o700)
-        self._lock = hold_lock(self.folder)
-        self._open_segment()
-
-    def append(self, pending: list[tuple[str, bytes, int]]) -> None:
-        """Log ``pending`` (id, encoded record, kind) in one write and one fsync; a record not LIVE
-        (parked, closed) ends its id's place in :attr:`latest`.
-
-        Raises:
-            OSError: it could not be written; the segment is cut back to its last whole record (if
-                even that fails, :attr:`broken` says why and every later append fails).
-        """
-        if self.broken is not None:
-            raise OSError(errno.EIO, self.broken)
-        try:
-            _write_all(self._fd, b"".join(data for _, data, _ in pending))
-            os.fsync(self._fd)
-        except OSError:
-            try:
-                os.ftruncate(self._fd, self._size)
-            except OSError as again:
-                self.broken = again.strerror or str(again)
-            raise
-        self._size += sum(len(data) for _, data, _ in pending)
-        for name, data, kind in pending:
-            if kind == LIVE:
-                self.latest[name] = data
-            else:  # closed, or parked: its file holds it now, which another server may take
-                self.latest.pop(name, None)
-        if self._size >= self.segment_bytes and (self._compacting is None or not self._compacting.is_alive()):
-            self._gen += 1
-            self._open_segment()
-            records = list(self.latest.values())  # here: the appending thread is the one that changes it
-            self._compacting = threading.Thread(
-                target=self._compact, args=(records,), name="ortstate-compact", daemon=True
-            )
-            self._compacting.start()
-
-    def close(self, remove: bool) -> None:
-        """Stop logging; ``remove``: the folder goes too (a clean stop: nothing left in memory)."""
-        if self._compacting is not None:
-            self._compacting.join()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        if self._lock >= 0:
-            if remove:
-                remove_log(self.folder)
-            os.close(self._lock)
-            self._lock = -1
-
-    def _open_segment(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-        path = self.folder / f"seg-{self._gen:012d}.log"
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        self._size = os.fstat(self._fd).st_size
-        sync_dir(self.folder)
-
-    def _compact(self, records: list[bytes]) -> None:
-        """Write ``checkpoint-N``: ``records``, every id's last record as segment N starts (or
-        later: a record of segment N replayed after it is newer still); then remove the files
-        before it."""
-        gen = self._gen
-        path = self.folder / f"checkpoint-{gen:012d}.log"
-        part = path.with_suffix(".part")
-        try:
-            with open(part, "wb") as f:
-                f.write(b"".join(records))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(part, path)
-            sync_dir(self.folder)
-            for old in self.folder.iterdir():
-                m = LOG_FILE.fullmatch(old.name)
-                if m and int(m[2]) < gen:
-                    old.unlink()
-        except OSError as exc:  # the segments stay: nothing is lost, the log is only longer
-            logger.warning("ortstate serve: cannot compact the log in %s: %s", self.folder, exc.strerror or exc)
-            with contextlib.suppress(OSError):
-                part.unlink()
 
 
 class Journal(Log):
@@ -268,7 +166,32 @@ class Journal(Log):
                 self.pool.put(sid, Record.decode(memoryview(data)[HEADER.size :]).states)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+def recover_journals(state_dir: Path) -> list[str]:
+    """Turn the logs of stream servers that died in ``state_dir`` into parked streams (see the
+    module); the ids of the streams recovered."""
+    return recover_orphans(state_dir, JOURNAL_PREFIX, _recover)
+
+
+def _recover(state_dir: Path, folder: Path) -> list[str]:
+    name = folder.name.removeprefix(JOURNAL_PREFIX)
+    done = []
+    for stream, record in replay(folder).items():
+        parked = state_dir / f"{stream}{PARKED_SUFFIX}"
+        parking = parked.with_name(f"{parked.name}.parking-{name}")
+        claimed = parked.with_name(f"{parked.name}.claimed-{name}")
+        if Record.decode(memoryview(record)[HEADER.size :]).kind == LIVE:
+            write_bytes(parked, record)
+            parking.unlink(missing_ok=True)
+            claimed.unlink(missing_ok=True)
+        elif parking.exists():
+            os.replace(parking, parked)
+        else:
+            continue  # published before the stop: it is there, or another server holds it now
+        done.append(stream)
+    for left in state_dir.glob(f"*{PARKED_SUFFIX}.claimed-{name}"):
+        os.replace(left, left.with_name(left.name.removesuffix(f".claimed-{name}")))
+        done.append(left.name.removesuffix(f"{PARKED_SUFFIX}.claimed-{name}"))
+    sync_dir(state_dir)
+    if done:
+        logger.info("ortstate serve: %d streams recovered from the log of a server that stopped: %s", len(done), name)
+    return done

@@ -1,12 +1,12 @@
 """The ASGI app of ``ortstate serve`` for an LLM folder: OpenAI's API over an :class:`LlmService`.
 
 ``GET /v1/models`` (and ``/v1/models/{id}``), ``POST /v1/completions``, ``POST /v1/chat/completions``
-(see :mod:`.openai_api` for what they take), ``GET /v1/health``. With ``"stream": true`` a response
+(see :mod:`.api` for what they take), ``GET /v1/health``. With ``"stream": true`` a response
 is server-sent events: a chunk per generated token (``data: {...}``, then ``data: [DONE]``); an
 error after the first chunk is sent as a last ``data: {"error": ...}`` event. A client that goes
 away (closes the stream, or its connection while waiting for a whole response) cancels its request.
 Every error, routing ones and 401 included, has OpenAI's body (``application/json``); a body is
-read within bounds (:mod:`.json_body`); a 503 says when to come back (``Retry-After``); an internal
+read within bounds (:mod:`ortstate.serve.json_body`); a 503 says when to come back (``Retry-After``); an internal
 error is a 500 whose message is a log id, and the server's log line with that id holds the
 traceback. A request with the header ``X-Ortstate-Conversation`` continues that conversation's
 cache (:mod:`.conversations`); its answer names the server that held it in ``X-Ortstate-Server``.
@@ -28,17 +28,17 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import OrtStateError, ServeError
-from .app import parking_lifespan
-from .auth import BearerAuth
+from ...errors import OrtStateError, ServeError
+from ..auth import BearerAuth
+from ..json_body import read_json
+from ..lifespan import parking_lifespan
+from .api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
+from .choices import choice_pieces, choices_of
 from .conversations import HEADER
-from .json_body import read_json
-from .llm_choices import choice_pieces, choices_of
-from .llm_service import Generation, LlmService
-from .openai_api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
-from .openai_errors import api_error, failed, http_error, internal_error, logged_app
-from .openai_logprobs import LogprobsShaper
-from .openai_responses import choice, response
+from .errors import api_error, failed, http_error, internal_error, logged_app
+from .logprobs import LogprobsShaper
+from .responses import choice, response
+from .service import Generation, LlmService
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_HEADER", "UNAUTHORIZED", "create_llm_app"]
 
@@ -118,7 +118,7 @@ def create_llm_app(
 
 
 async def _body(request: Request, limit: int) -> Any:
-    """The request's JSON body, read up to ``limit`` bytes, parsed within :mod:`.json_body`'s bounds.
+    """The request's JSON body, read up to ``limit`` bytes, parsed within :mod:`ortstate.serve.json_body`'s bounds.
 
     Raises:
         ApiError: 413 over the limit; 400 not UTF-8, not JSON, or out of those bounds (naming the

@@ -12,29 +12,25 @@
   left, which restores it exactly. Ray's graceful shutdown waits for those sockets.
 
 For a ``serve run`` or ``serve deploy`` config: ``import_path:
-ortstate.serve.ray_deployment:app_builder`` with ``args: {model: ..., state_dir: ...}``, and
+ortstate.serve.streams.ray_deployment:app_builder`` with ``args: {model: ..., state_dir: ...}``, and
 ``deployments: [{name: ortstate, num_replicas: R}]`` to scale in place.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
-import threading
-from collections.abc import Callable
 from typing import Any
 
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
-from ..errors import ServeError
+from ...errors import ServeError
+from ..ray_serve import ROUTER
+from ..server import build
 from .config import ServeConfig
-from .server import bind, build
 
-__all__ = ["DEFAULT_HANDOFF", "ROUTER", "OrtStateStreams", "app_builder", "make_app", "serve_on_ray"]
+__all__ = ["DEFAULT_HANDOFF", "OrtStateStreams", "app_builder", "make_app"]
 
-ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
 DEFAULT_HANDOFF = 5.0  # seconds a socket lives before its stream is handed over
 _GRACE = 10.0  # past the handoff: how long Ray waits for a removed replica's sockets
 
@@ -108,37 +104,3 @@ def app_builder(args: dict[str, Any]) -> Any:
     if type(replicas) is not int or replicas < 1:
         raise ServeError(f"replicas must be a positive integer, got {replicas!r}")
     return _deployment(config.resolved(), replicas)
-
-
-def serve_on_ray(app: Any, host: str, port: int, ready: Callable[[str], None], replicas: int) -> None:
-    """Run ``app`` on Ray Serve (this machine's Ray, started here, or the cluster ``RAY_ADDRESS``
-    names) with its HTTP proxy on ``host``:``port``, until SIGTERM or SIGINT; then shut Serve down
-    (each replica hands its sockets over and parks its streams) and return."""
-    import ray
-
-    if port == 0:
-        sock = bind(host, 0)
-        port = sock.getsockname()[1]
-        sock.close()
-    local = "RAY_ADDRESS" not in os.environ
-    ray.init(
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        num_cpus=max(os.cpu_count() or 1, replicas) if local else None,
-    )
-    for name in ("ray", "ray.serve"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    stop = threading.Event()  # after ray.init, which installs signal handlers of its own
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        serve.start(http_options={"host": host, "port": port})
-        serve.run(app, name="ortstate", route_prefix="/")
-        ready(f"http://{host}:{port}")
-        while not stop.wait(0.5):
-            pass
-        serve.shutdown()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        ray.shutdown()

@@ -15,11 +15,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from ..errors import OrtStateError
-from .guard import RETRY_AFTER
-from .internal_errors import internal_handler
-from .internal_errors import logged_app as _logged_app
-from .openai_api import ApiError
+from ...errors import OrtStateError
+from ..guard import RETRY_AFTER
+from ..internal_errors import internal_handler
+from ..internal_errors import logged_app as _logged_app
+from .api import ApiError
 
 __all__ = ["api_error", "failed", "full_body", "http_error", "internal", "internal_error", "logged_app"]
 
@@ -57,7 +57,7 @@ internal_error = internal_handler(_internal_body)  # Starlette's handler for any
 
 def logged_app(app: Any) -> Any:
     """``app`` whose unhandled exceptions are logged and answered in OpenAI's shape (see
-    :func:`~.internal_errors.logged_app`)."""
+    :func:`~ortstate.serve.internal_errors.logged_app`)."""
     return _logged_app(app, _internal_body)
 
 

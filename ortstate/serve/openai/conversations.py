@@ -40,12 +40,12 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import OrtStateError, PoolFullError, ServeError
-from ..generate import ContinuousBatcher
+from ...errors import OrtStateError, PoolFullError, ServeError
+from ...generate import ContinuousBatcher
+from ..log_format import LIVE
+from .api import ApiError
 from .conversation_files import ID_PATTERN, ConversationFiles
 from .conversation_store import Conversation, ConversationStore
-from .journal_format import LIVE
-from .openai_api import ApiError
 
 __all__ = ["HEADER", "ID_PATTERN", "Conversation", "Conversations"]
 

@@ -1,13 +1,13 @@
 """``n`` > 1 choices of one request: the prompt fed once, then each choice its own copy of the
 stream (:meth:`~ortstate.generate.ContinuousBatcher.stream_choices`), its own text (a
-:class:`~.llm_service.Generation` each) and its own seed (``seed + i``, as vLLM's ``n`` children)."""
+:class:`~.service.Generation` each) and its own seed (``seed + i``, as vLLM's ``n`` children)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
 
-from .llm_service import Generation
+from .service import Generation
 
 __all__ = ["choice_pieces", "choices_of"]
 

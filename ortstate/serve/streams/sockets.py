@@ -18,11 +18,11 @@ from typing import Any
 
 from starlette.websockets import WebSocketDisconnect
 
-from ..errors import OrtStateError, ServeError
+from ...errors import OrtStateError, ServeError
+from ..compat import within
 from .codec import OK, decode_npz, encode_npz, error_text, parse_op
-from .compat import within
+from .ids import ID_PATTERN
 from .service import CLOSE_UNKNOWN, StreamService
-from .stream_ids import ID_PATTERN
 
 __all__ = ["CLOSE_REPLACED", "CLOSE_RESTART", "INTERNAL_ERROR", "PREFIX", "Socket", "serve_socket"]
 

@@ -6,15 +6,11 @@ binary messages (one step's feeds as ``.npz``, answered by its outputs as ``.npz
 (``{"op": "reset"}``, ``{"op": "close"}``, answered ``{"ok": true}``). A bad message is answered
 ``{"error": ...}`` and changes nothing; the socket stays open. The HTTP endpoints are Starlette's,
 every error of theirs JSON (``{"error": ...}``; an unexpected one a 500 naming a log id:
-:mod:`.internal_errors`); the stream sockets go straight to :mod:`.sockets`.
+:mod:`ortstate.serve.internal_errors`); the stream sockets go straight to :mod:`.sockets`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -23,17 +19,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..errors import OrtStateError, ServeError
-from .auth import BearerAuth, Receive, Scope, Send
-from .internal_errors import internal_handler, logged_app
+from ...errors import ServeError
+from ..auth import BearerAuth, Receive, Scope, Send
+from ..internal_errors import internal_handler, logged_app
+from ..lifespan import parking_lifespan
+from .ids import ID_PATTERN
 from .service import StreamService
 from .sockets import PREFIX, serve_socket
-from .stream_ids import ID_PATTERN
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "create_app"]
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
-logger = logging.getLogger("ortstate.serve")
 
 
 def create_app(
@@ -127,38 +123,3 @@ def _http_routes(service: StreamService) -> list[Route]:
         Route("/v1/streams", open_stream, methods=["POST"]),
         Route("/v1/streams/{id}", describe),
     ]
-
-
-def parking_lifespan(
-    park_idle: Callable[[float], Awaitable[Any]],
-    park_all: Callable[[], Awaitable[Any]],
-    idle_park: float | None,
-    what: str,
-    errors: tuple[type[BaseException], ...] = (OrtStateError,),
-) -> Any:
-    """A server app's lifespan: ``park_idle(idle_park)`` every so often while it serves (one of
-    ``errors``, a full disk, is logged and tried again later), ``park_all()`` when it stops.
-    ``what`` names what is parked, for the log (the stream server's and the LLM server's)."""
-
-    async def parker() -> None:
-        assert idle_park is not None
-        while True:
-            await asyncio.sleep(min(max(idle_park / 2, 0.05), 1.0))
-            try:
-                await park_idle(idle_park)
-            except errors as exc:  # they stay in memory; try again later
-                logger.warning("ortstate serve: cannot park idle %s: %s", what, exc)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        task = asyncio.create_task(parker()) if idle_park is not None else None
-        try:
-            yield
-        finally:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await park_all()
-
-    return lifespan
