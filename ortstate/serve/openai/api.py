@@ -25,9 +25,8 @@ from typing import Any
 
 from ...errors import ServeError
 from .fields import SEARCH_FIELDS, short, unsupported
-from .responses import chunk, completion, new_id, usage  # noqa: F401 - their old home, still imported from here
 
-__all__ = ["ApiError", "Sampling", "chunk", "completion", "parse_chat", "parse_completion", "usage"]
+__all__ = ["ApiError", "ChatRequest", "CompletionRequest", "Sampling", "parse_chat", "parse_completion"]
 
 MAX_STOP = 4  # stop strings per request, as OpenAI
 

@@ -16,29 +16,29 @@ cache (:mod:`.conversations`); its answer names the server that held it in ``X-O
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...errors import OrtStateError, ServeError
 from ..auth import BearerAuth
 from ..json_body import read_json
 from ..lifespan import parking_lifespan
-from .api import ApiError, chunk, completion, new_id, parse_chat, parse_completion, usage
-from .choices import choice_pieces, choices_of
+from .api import ApiError, parse_chat, parse_completion
+from .choices import answer_choices, choices_of
 from .conversations import HEADER
 from .errors import api_error, failed, http_error, internal_error, logged_app
+from .generation import Generation
 from .logprobs import LogprobsShaper
-from .responses import choice, response
-from .service import Generation, LlmService
+from .replies import event, run_to_end, streamed, unless_gone
+from .responses import chunk, completion, new_id, usage
+from .service import LlmService
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_HEADER", "UNAUTHORIZED", "create_llm_app"]
 
@@ -64,6 +64,20 @@ def create_llm_app(
         max_body_bytes: the largest request body (a larger one is answered 413).
         idle_park: park conversations idle that long (seconds; needs the service's state directory).
     """
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        ApiError: api_error,
+        HTTPException: http_error,
+        Exception: internal_error,
+    }
+    routes = _routes(service, max_body_bytes)
+    app = logged_app(Starlette(routes=routes, exception_handlers=handlers, lifespan=_lifespan(service, idle_park)))
+    body = json.dumps(UNAUTHORIZED.body()).encode()
+    return app if token is None else BearerAuth(app, token, error_body=body)
+
+
+def _routes(service: LlmService, limit: int) -> list[Route]:
+    """The endpoints: the model, health, the two generations (bodies of ``limit`` bytes at most),
+    deleting a conversation."""
 
     async def models(request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [service.model_card()]})
@@ -76,17 +90,17 @@ def create_llm_app(
         return JSONResponse({"ok": True})
 
     async def completions(request: Request) -> Response:
-        return await _answer(service, request, parse_completion, max_body_bytes, chat=False)
+        return await _answer(service, request, parse_completion, limit, chat=False)
 
     async def chat(request: Request) -> Response:
-        return await _answer(service, request, parse_chat, max_body_bytes, chat=True)
+        return await _answer(service, request, parse_chat, limit, chat=True)
 
     async def delete_conversation(request: Request) -> JSONResponse:
         cid = request.path_params["id"]
         await service.conversations.delete(cid)
         return JSONResponse({"id": cid, "object": "conversation.deleted", "deleted": True})
 
-    routes = [
+    return [
         Route("/v1/models", models),
         Route("/v1/models/{id:path}", model),
         Route("/v1/health", health),
@@ -95,12 +109,11 @@ def create_llm_app(
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/conversations/{id}", delete_conversation, methods=["DELETE"]),
     ]
-    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
-        ApiError: api_error,
-        HTTPException: http_error,
-        Exception: internal_error,
-    }
 
+
+def _lifespan(service: LlmService, idle_park: float | None) -> Any:
+    """Conversations expired and parked as they idle (every ``idle_park`` or TTL, the shorter),
+    all of them parked when the app stops."""
     conversations = service.conversations
 
     async def tend(_: float) -> None:
@@ -111,10 +124,7 @@ def create_llm_app(
         conversations.release()  # its log folder goes now: a Ray replica has no later end
 
     every = min((s for s in (idle_park, conversations.ttl) if s is not None), default=None)
-    lifespan = parking_lifespan(tend, stop, every, "conversations", (OrtStateError, OSError))
-    app = logged_app(Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan))
-    body = json.dumps(UNAUTHORIZED.body()).encode()
-    return app if token is None else BearerAuth(app, token, error_body=body)
+    return parking_lifespan(tend, stop, every, "conversations", (OrtStateError, OSError))
 
 
 async def _body(request: Request, limit: int) -> Any:
@@ -170,16 +180,11 @@ async def _answer(
 
     rid = new_id(chat)
     if generation.sampling.n > 1:
-        return await _answer_choices(service, request, choices_of(generation), rid, chat, release)
+        return await answer_choices(service, request, choices_of(generation), rid, chat, release)
     if generation.sampling.stream:
-        return StreamingResponse(
-            _events(generation, rid, chat, release),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no", **headers},
-            background=BackgroundTask(_on_loop, release),  # also when the events never started (a client gone at once)
-        )
+        return streamed(_events(generation, rid, chat, release), release, headers)
     try:
-        await _unless_gone(request, _run(generation))
+        await unless_gone(request, run_to_end(generation.pieces()))
     finally:
         ending = release()
     await _turn_kept(ending)
@@ -205,47 +210,8 @@ async def _turn_kept(ending: asyncio.Task[None] | None) -> None:
         await asyncio.shield(ending)
 
 
-async def _on_loop(release: Callable[[], Any]) -> None:
-    """``release()`` on the event loop (Starlette runs a plain function's background task in a
-    thread, where the conversations' tasks cannot be made)."""
-    release()
-
-
 def _usage(generation: Generation) -> dict[str, Any]:
     return usage(len(generation.prompt), len(generation.tokens), generation.cached)
-
-
-async def _run(generation: Generation) -> None:
-    try:
-        async for _ in generation.pieces():
-            pass
-    except OrtStateError as exc:
-        raise failed(exc) from None
-
-
-async def _unless_gone(request: Request, work: Awaitable[None]) -> None:
-    """Await ``work``, cancelling it if the client disconnects first (its body is read already, so
-    the next message is the disconnect)."""
-    task = asyncio.ensure_future(work)
-
-    async def gone() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watch = asyncio.ensure_future(gone())
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # this request itself is cancelled (the server stopping)
-        watch.cancel()
-        task.cancel()
-        raise
-    watch.cancel()
-    if not task.done():  # the client went first: its generation ends (the batcher drops it)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        raise ApiError("the client went away", 499)
-    task.result()
 
 
 async def _events(
@@ -258,100 +224,25 @@ async def _events(
     shaped = 0  # tokens whose logprobs went out
     try:
         if chat:
-            yield _event(chunk(rid, model, chat, role=True, **extra))
+            yield event(chunk(rid, model, chat, role=True, **extra))
         try:
             async for text, ids in generation.pieces():
                 pieces = ids if sampling.token_ids else None
                 logprobs = None
                 if scored is not None:
                     logprobs, shaped = scored.shape(generation.scored[shaped : shaped + len(ids)]), shaped + len(ids)
-                yield _event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, **extra))
+                yield event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, **extra))
         except OrtStateError as exc:
-            yield _event(failed(exc).body())
+            yield event(failed(exc).body())
             return
-        yield _event(chunk(rid, model, chat, "", generation.finish, **extra))
+        yield event(chunk(rid, model, chat, "", generation.finish, **extra))
         if sampling.include_usage:
-            yield _event(chunk(rid, model, chat, used=_usage(generation)))
+            yield event(chunk(rid, model, chat, used=_usage(generation)))
         try:  # before the last event: a next turn sent once it arrives finds the conversation
             await _turn_kept(release())
         except ApiError as exc:
-            yield _event(exc.body())
+            yield event(exc.body())
             return
         yield b"data: [DONE]\n\n"
     finally:
         release()
-
-
-# -- n > 1 choices -----------------------------------------------------------------------------------
-async def _answer_choices(
-    service: LlmService, request: Request, choices: list[Generation], rid: str, chat: bool, release: Callable[[], Any]
-) -> Response:
-    """The answer of ``n`` > 1 choices (never in a conversation): ``choices`` in one body, or each
-    streamed chunk carrying its choice's ``index``; usage counts every choice's tokens."""
-    if choices[0].sampling.stream:
-        return StreamingResponse(
-            _choice_events(choices, rid, chat, release),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-            background=BackgroundTask(_on_loop, release),
-        )
-    try:
-        await _unless_gone(request, _run_choices(choices))
-    finally:
-        release()
-    sampling = choices[0].sampling
-    bodies = []
-    for c in choices:
-        ids = (c.prompt, c.tokens) if sampling.token_ids else None
-        shaped = None if sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat).shape(c.scored)
-        bodies.append(choice(chat, c.index, c.text, str(c.finish), ids, shaped))
-    return JSONResponse(response(rid, service.model_id, chat, bodies, _choices_usage(choices)))
-
-
-def _choices_usage(choices: list[Generation]) -> dict[str, Any]:
-    return usage(len(choices[0].prompt), sum(len(c.tokens) for c in choices))
-
-
-async def _run_choices(choices: list[Generation]) -> None:
-    try:
-        async for _ in choice_pieces(choices):
-            pass
-    except OrtStateError as exc:
-        raise failed(exc) from None
-
-
-async def _choice_events(
-    choices: list[Generation], rid: str, chat: bool, release: Callable[[], Any]
-) -> AsyncIterator[bytes]:
-    """The server-sent events of ``n`` choices: each chunk one choice's piece (its ``index``), the
-    finish chunks once every choice ended, then the usage (if asked for) and ``[DONE]``."""
-    first = choices[0]
-    model, sampling = first.service.model_id, first.sampling
-    extra = {"with_usage": sampling.include_usage}
-    shaper = None if sampling.logprobs is None else LogprobsShaper(first.service.tokenizer, chat)
-    shaped = [0] * len(choices)  # tokens of each choice whose logprobs went out
-    try:
-        for c in choices if chat else ():
-            yield _event(chunk(rid, model, chat, role=True, index=c.index, **extra))
-        try:
-            async for index, text, ids in choice_pieces(choices):
-                logprobs, done = None, shaped[index]
-                if shaper is not None:
-                    logprobs = shaper.shape(choices[index].scored[done : done + len(ids)])
-                    shaped[index] = done + len(ids)
-                pieces = ids if sampling.token_ids else None
-                yield _event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, index=index, **extra))
-        except OrtStateError as exc:
-            yield _event(failed(exc).body())
-            return
-        for c in choices:
-            yield _event(chunk(rid, model, chat, "", c.finish, index=c.index, **extra))
-        if sampling.include_usage:
-            yield _event(chunk(rid, model, chat, used=_choices_usage(choices)))
-        yield b"data: [DONE]\n\n"
-    finally:
-        release()
-
-
-def _event(body: Any) -> bytes:
-    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
