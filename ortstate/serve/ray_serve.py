@@ -1,6 +1,7 @@
-"""What both servers' Ray Serve deployments share: Ray Serve's consistent-hash request router (each
-request about one stream, or one conversation, to the replica its id hashes to), and running an
-application on Ray Serve from the command line until it is told to stop."""
+"""What both servers' Ray Serve deployments share: a deployment of R replicas behind Ray Serve's
+consistent-hash request router (each request about one stream, or one conversation, to the replica
+its id hashes to, with no fallback replica), and running an application on Ray Serve from the
+command line until it is told to stop."""
 
 from __future__ import annotations
 
@@ -12,12 +13,36 @@ from collections.abc import Callable
 from typing import Any
 
 from ray import serve
+from ray.serve.config import RequestRouterConfig
 
+from .config import positive_int
 from .server import bind
 
-__all__ = ["ROUTER", "serve_on_ray"]
+__all__ = ["ROUTER", "deployment", "serve_on_ray"]
 
 ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
+
+
+def deployment(replica: type, config: Any, *, replicas: int, ongoing: int, grace: float) -> Any:
+    """The Ray Serve application ``ortstate``: ``replicas`` replicas of ``replica(config)``, each
+    taking ``ongoing`` requests at once, routed by :data:`ROUTER`; a replica removed gets ``grace``
+    seconds for what it serves to end.
+
+    Raises:
+        SettingError: ``replicas`` is not a positive integer.
+    """
+    positive_int("replicas", replicas)
+    return serve.deployment(
+        replica,
+        name="ortstate",
+        num_replicas=replicas,
+        max_ongoing_requests=ongoing,
+        request_router_config=RequestRouterConfig(
+            request_router_class=ROUTER, request_router_kwargs={"num_fallback_replicas": 0}
+        ),
+        graceful_shutdown_wait_loop_s=0.5,
+        graceful_shutdown_timeout_s=grace,
+    ).bind(config)
 
 
 def serve_on_ray(app: Any, host: str, port: int, ready: Callable[[str], None], replicas: int) -> None:

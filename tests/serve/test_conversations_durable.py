@@ -18,8 +18,8 @@ from conftest import openai_client as client
 from conftest import serving
 from oracle import REPO
 
+from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 from ortstate.serve import log as log_module
-from ortstate.serve import serve_llm_in_thread
 
 LLM = REPO / "models" / "llm" / "llama"
 HEADER = "X-Ortstate-Conversation"
@@ -96,7 +96,7 @@ def test_a_sigkill_between_turns_or_mid_reply_changes_no_answer(tmp_path: Path) 
                 killed(proc)
     assert not list(tmp_path.glob("*.claimed-*")) and not list(tmp_path.glob("*.tmp"))
 
-    with serve_llm_in_thread(LLM, 8, slots=4) as unbroken:  # never killed: the cache kept throughout
+    with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4)) as unbroken:  # never killed: the cache kept throughout
         for cid in CONVERSATIONS:
             history: list[dict[str, str]] = []
             for k in range(len(TURNS)):
@@ -115,7 +115,7 @@ def test_a_turn_that_cannot_be_logged_is_refused_and_undone(tmp_path: Path, monk
     def full(fd: int, data: bytes) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    with serve_llm_in_thread(LLM, 8, slots=4, state_dir=tmp_path) as server:
+    with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4, state_dir=tmp_path)) as server:
         api, history = client(server.url), []
         turn(api, "greedy-a", history, 0)
         messages = [*history, {"role": "user", "content": TURNS[1]}]
@@ -132,7 +132,7 @@ def test_a_turn_that_cannot_be_logged_is_refused_and_undone(tmp_path: Path, monk
             list(ask(api, "greedy-a", messages, 1, stream=True))
         monkeypatch.setattr(log_module, "_write_all", real)
         again = turn(api, "greedy-a", history, 1)
-    with serve_llm_in_thread(LLM, 8, slots=4) as unbroken:
+    with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4)) as unbroken:
         api, history = client(unbroken.url), []
         turn(api, "greedy-a", history, 0)
         assert turn(api, "greedy-a", history, 1)[:2] == again[:2]

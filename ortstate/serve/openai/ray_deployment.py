@@ -19,31 +19,22 @@ with ``args: {folder: ..., state_dir: ...}`` (and the cluster's proxy started wi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
 from ray import serve
-from ray.serve.config import RequestRouterConfig
 
 from ...errors import ServeError
-from ..ray_serve import ROUTER
-from ..server import build_llm
+from ..ray_serve import deployment
+from .config import LlmServeConfig
 from .conversations import HEADER
+from .server import build
 
 __all__ = ["SESSION_HEADER_VARIABLE", "OrtStateLlm", "app_builder", "make_llm_app", "route_by_conversation"]
 
 SESSION_HEADER_VARIABLE = "RAY_SERVE_SESSION_ID_HEADER_KEY"  # the header Ray's proxy routes by
 _GRACE = 15.0  # how long Ray waits for a removed replica's requests (they end, then it parks)
-_SETTINGS = (
-    "token",
-    "model_name",
-    "threads",
-    "max_body_bytes",
-    "max_conversations",
-    "idle_park",
-    "max_parked_bytes",
-    "conversation_ttl",
-)
 
 
 def route_by_conversation() -> None:
@@ -54,60 +45,38 @@ def route_by_conversation() -> None:
 
 @serve.ingress()
 class OrtStateLlm:
-    """One replica: an LLM folder's batcher behind the OpenAI app, as ``settings`` say."""
+    """One replica: an LLM folder's batcher behind the OpenAI app, as ``config`` says."""
 
-    def __init__(self, folder: str, state_dir: str, settings: dict[str, Any]) -> None:
-        self.folder, self.state_dir, self.settings = folder, state_dir, settings
+    def __init__(self, config: LlmServeConfig) -> None:
+        self.config = config
 
     def __serve_build_asgi_app__(self) -> Any:
-        _, app = build_llm(self.folder, state_dir=self.state_dir, shared=True, **self.settings)
+        _, app = build(self.config)
         return app
 
 
-def make_llm_app(
-    folder: str | os.PathLike[str],
-    state_dir: str | os.PathLike[str],
-    *,
-    replicas: int = 2,
-    max_requests: int = 1024,
-    slots: int = 64,
-    **settings: Any,
-) -> Any:
-    """The Ray Serve application serving the LLM ``folder`` with OpenAI's API on ``replicas``
-    replicas, for ``serve.run``; ``settings`` are :func:`~ortstate.serve.server.build_llm`'s (``token``,
-    ``model_name``, ``threads``, ``max_body_bytes``, ``max_conversations``, ``idle_park``,
-    ``max_parked_bytes``, ``conversation_ttl``), per replica (each replica keeps the whole shared
-    directory within ``max_parked_bytes``). ``folder`` and ``state_dir`` must be paths every replica reaches.
+def make_llm_app(config: LlmServeConfig, *, replicas: int = 2) -> Any:
+    """The Ray Serve application serving the LLM folder ``config`` names with OpenAI's API on
+    ``replicas`` replicas, for ``serve.run``: each replica a server as ``config`` says
+    (``max_requests`` and ``slots`` each; each keeps the whole shared directory within
+    ``max_parked_bytes``), its conversations shared in ``state_dir`` (required: ``shared`` is set);
+    ``host`` and ``port`` are not the replicas' (Ray's proxy listens). ``folder`` and ``state_dir``
+    must be paths every replica reaches.
 
     Raises:
-        ServeError: ``replicas``, ``max_requests`` or ``slots`` not a positive integer, or an unknown setting.
+        SettingError: ``replicas`` is not a positive integer, or ``config`` has no ``state_dir``.
     """
-    for name, value in (("replicas", replicas), ("max_requests", max_requests), ("slots", slots)):
-        if type(value) is not int or value < 1:
-            raise ServeError(f"{name} must be a positive integer, got {value!r}")
-    unknown = sorted(set(settings) - set(_SETTINGS))
-    if unknown:
-        raise ServeError(f"unknown settings of an LLM deployment: {', '.join(unknown)}")
-    given = {"max_requests": max_requests, "slots": slots, "token": None, **settings}
-    deployment = serve.deployment(
-        OrtStateLlm,
-        name="ortstate",
-        num_replicas=replicas,
-        max_ongoing_requests=max_requests + 64,  # beyond max_requests the app answers 503 itself
-        request_router_config=RequestRouterConfig(
-            request_router_class=ROUTER, request_router_kwargs={"num_fallback_replicas": 0}
-        ),
-        graceful_shutdown_wait_loop_s=0.5,
-        graceful_shutdown_timeout_s=_GRACE,
-    )
-    return deployment.bind(str(folder), str(state_dir), given)
+    given = dataclasses.replace(config, shared=True).resolved()
+    ongoing = given.max_requests + 64  # beyond max_requests the app answers 503 itself
+    return deployment(OrtStateLlm, given, replicas=replicas, ongoing=ongoing, grace=_GRACE)
 
 
 def app_builder(args: dict[str, Any]) -> Any:
-    """The application for ``serve run``: ``args`` are :func:`make_llm_app`'s (``folder`` and
-    ``state_dir`` required)."""
+    """The application for ``serve run``: ``args`` are :class:`LlmServeConfig`'s and ``replicas``
+    (``folder`` and ``state_dir`` required; values as YAML gives them, or strings)."""
     given = dict(args)
     missing = [k for k in ("folder", "state_dir") if k not in given]
     if missing:
         raise ServeError(f"ortstate's Ray Serve LLM application needs args {', '.join(missing)}")
-    return make_llm_app(given.pop("folder"), given.pop("state_dir"), **given)
+    replicas = int(given.pop("replicas", 2))
+    return make_llm_app(LlmServeConfig.from_args(given), replicas=replicas)

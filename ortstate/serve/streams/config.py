@@ -1,19 +1,21 @@
-"""A stream server's settings, once: what the command line, :func:`~ortstate.serve.server.serve_in_thread` and
+"""A stream server's settings, once: what the command line, :func:`~.server.serve_in_thread` and
 Ray Serve's replicas (and a ``serve run`` config's ``args``) all build a server from, checked in
-one place (as ``uvicorn.Config`` is for uvicorn).
+one place (as ``uvicorn.Config`` is for uvicorn); it builds uvicorn's settings too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
+import uvicorn
 
-from ...errors import ServeError
+from ..config import check_address, check_needs, check_positive, check_seconds, from_args
+from ..guard import Deadlines
+from ..server import uvicorn_config
 from .app import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = ["ServeConfig"]
@@ -35,6 +37,13 @@ class ServeConfig:
         shared: servers share ``state_dir`` on purpose (Ray Serve's replicas).
         handoff: a socket is handed over after that many seconds (parked; the client reconnects).
         durable: log every acknowledged step in ``state_dir`` (see :mod:`.journal`).
+        host, port: where the server listens (port 0: any free port; the command line's default is
+            8000). Behind Ray Serve, where Ray's proxy listens.
+        deadlines: each connection's (:class:`~ortstate.serve.guard.Deadlines`).
+
+    Raises:
+        SettingError: a setting out of range, or missing one it needs (naming both).
+        ServeError: an empty token, or an address other than loopback without a token.
     """
 
     model: Any
@@ -49,24 +58,18 @@ class ServeConfig:
     shared: bool = False
     handoff: float | None = None
     durable: bool = False
+    host: str = "127.0.0.1"
+    port: int = 0
+    deadlines: Deadlines = Deadlines()
 
     def __post_init__(self) -> None:
-        for name in ("max_streams", "max_batch", "max_message_bytes", "threads"):
-            value = getattr(self, name)
-            if value is not None and (type(value) is not int or value < 1):
-                raise ServeError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("max_delay", "idle_park", "handoff"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise ServeError(f"{name} must be a number of seconds >= 0, got {value!r}")
-        if self.handoff is not None and not self.handoff > 0:
-            raise ServeError(f"handoff must be positive, got {self.handoff!r}")
-        if self.idle_park is not None and self.state_dir is None:
-            raise ServeError("idle_park needs a state_dir: parked streams are written there")
-        if self.durable and self.state_dir is None:
-            raise ServeError("durable needs a state_dir: its log is kept there")
-        if self.shared and self.state_dir is None:
-            raise ServeError("servers that share their streams need a state directory they all reach")
+        check_positive(self, "max_streams", "max_batch", "max_message_bytes", "threads")
+        check_seconds(self, "max_delay", "idle_park")
+        check_seconds(self, "handoff", positive=True)
+        check_needs(self, "shared", "state_dir", "a folder every replica reaches, where streams move between them")
+        check_needs(self, "idle_park", "state_dir", "parked streams are written there")
+        check_needs(self, "durable", "state_dir", "its log is kept there")
+        check_address(self.host, self.port, self.token)
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> ServeConfig:
@@ -76,13 +79,7 @@ class ServeConfig:
         Raises:
             ServeError: a key it does not know, no ``model``, or a value that does not fit.
         """
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(args) - set(fields))
-        if unknown:
-            raise ServeError(f"unknown settings {', '.join(unknown)} (known: {', '.join(fields)})")
-        if "model" not in args:
-            raise ServeError("the settings need a model")
-        return cls(**{k: _coerce(k, str(fields[k].type), v) for k, v in args.items()})
+        return from_args(cls, args, "model")
 
     def resolved(self) -> ServeConfig:
         """The same with absolute paths (what every replica of a cluster reaches)."""
@@ -95,19 +92,17 @@ class ServeConfig:
         options.inter_op_num_threads = 1
         return options
 
+    def uvicorn_config(self, app: Any) -> uvicorn.Config:
+        """uvicorn's settings for ``app`` (:func:`~ortstate.serve.server.uvicorn_config`): a place
+        for each stream's socket, messages of ``max_message_bytes``.
 
-def _coerce(name: str, kind: str, value: Any) -> Any:
-    if value is None:
-        return None
-    try:
-        if kind.startswith("bool"):
-            return value.strip().lower() in ("1", "true", "yes", "on") if isinstance(value, str) else bool(value)
-        if kind.startswith("int"):
-            return int(value)
-        if kind.startswith("float"):
-            return float(value)
-        if kind.startswith("str") or name == "model":
-            return os.fspath(value) if isinstance(value, os.PathLike) else str(value)
-    except (TypeError, ValueError):
-        raise ServeError(f"{name}: expected {kind.split(' ')[0]}, got {value!r}") from None
-    return value
+        Raises:
+            ServeError: the hard limit of open files is too low for ``max_streams``.
+        """
+        return uvicorn_config(
+            app,
+            places=self.max_streams,
+            token=self.token,
+            deadlines=self.deadlines,
+            max_message_bytes=self.max_message_bytes,
+        )

@@ -18,16 +18,15 @@ ortstate.serve.streams.ray_deployment:app_builder`` with ``args: {model: ..., st
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from typing import Any
 
 from ray import serve
-from ray.serve.config import RequestRouterConfig
 
 from ...errors import ServeError
-from ..ray_serve import ROUTER
-from ..server import build
+from ..ray_serve import deployment
 from .config import ServeConfig
+from .server import build
 
 __all__ = ["DEFAULT_HANDOFF", "OrtStateStreams", "app_builder", "make_app"]
 
@@ -47,60 +46,36 @@ class OrtStateStreams:
         return app
 
 
-def make_app(
-    model: str | os.PathLike[str],
-    state_dir: str | os.PathLike[str],
-    *,
-    replicas: int = 2,
-    handoff: float = DEFAULT_HANDOFF,
-    **settings: Any,
-) -> Any:
-    """The Ray Serve application serving ``model``'s streams on ``replicas`` replicas, for
-    ``serve.run``; ``settings`` are :class:`ServeConfig`'s (``max_streams`` per replica, ``token``,
+def make_app(config: ServeConfig, *, replicas: int = 2) -> Any:
+    """The Ray Serve application serving ``config``'s streams on ``replicas`` replicas, for
+    ``serve.run``: each replica a server as ``config`` says (``max_streams`` each, ``token``,
     ``durable``: each replica logs every step it acknowledges, and the streams of a replica that
-    dies without its shutdown code (SIGKILL, its node lost) continue on another at their last
-    acknowledged step). Running it again (another ``replicas``) replaces every replica, one after
-    another; to add or remove replicas in place, deploy :func:`app_builder` from a config and change
-    the deployment's ``num_replicas`` there (docs/serve.md).
+    dies without its shutdown code, SIGKILL or its node lost, continue on another at their last
+    acknowledged step), its streams shared in ``state_dir`` (required: ``shared`` is set) and its
+    sockets handed over every ``handoff`` seconds (:data:`DEFAULT_HANDOFF` if None); ``host`` and
+    ``port`` are not the replicas' (Ray's proxy listens). Running it again (another ``replicas``)
+    replaces every replica, one after another; to add or remove replicas in place, deploy
+    :func:`app_builder` from a config and change the deployment's ``num_replicas`` there
+    (docs/serve.md).
 
     ``model`` and ``state_dir`` must be paths every replica reaches (on a cluster: a shared
     filesystem).
 
     Raises:
-        ServeError: ``replicas`` or a setting out of range.
+        SettingError: ``replicas`` is not a positive integer, or ``config`` has no ``state_dir``.
     """
-    if type(replicas) is not int or replicas < 1:
-        raise ServeError(f"replicas must be a positive integer, got {replicas!r}")
-    config = ServeConfig(str(model), state_dir=str(state_dir), shared=True, handoff=handoff, **settings)
-    return _deployment(config.resolved(), replicas)
-
-
-def _deployment(config: ServeConfig, replicas: int) -> Any:
-    assert config.handoff is not None
-    deployment = serve.deployment(
-        OrtStateStreams,
-        name="ortstate",
-        num_replicas=replicas,
-        max_ongoing_requests=2 * config.max_streams + 64,  # each open socket is an ongoing request
-        request_router_config=RequestRouterConfig(
-            request_router_class=ROUTER, request_router_kwargs={"num_fallback_replicas": 0}
-        ),
-        graceful_shutdown_wait_loop_s=0.5,
-        graceful_shutdown_timeout_s=config.handoff + _GRACE,
-    )
-    return deployment.bind(config)
+    handoff = DEFAULT_HANDOFF if config.handoff is None else config.handoff
+    given = dataclasses.replace(config, shared=True, handoff=handoff).resolved()
+    ongoing = 2 * given.max_streams + 64  # each open socket is an ongoing request
+    return deployment(OrtStateStreams, given, replicas=replicas, ongoing=ongoing, grace=handoff + _GRACE)
 
 
 def app_builder(args: dict[str, Any]) -> Any:
-    """The application for ``serve run``: ``args`` are :func:`make_app`'s (``model`` and
-    ``state_dir`` required; values as YAML gives them, or strings)."""
+    """The application for ``serve run``: ``args`` are :class:`ServeConfig`'s and ``replicas``
+    (``model`` and ``state_dir`` required; values as YAML gives them, or strings)."""
     given = dict(args)
     missing = [k for k in ("model", "state_dir") if k not in given]
     if missing:
         raise ServeError(f"ortstate's Ray Serve application needs args {', '.join(missing)}")
     replicas = int(given.pop("replicas", 2))
-    given.setdefault("handoff", DEFAULT_HANDOFF)
-    config = ServeConfig.from_args({**given, "shared": True})
-    if type(replicas) is not int or replicas < 1:
-        raise ServeError(f"replicas must be a positive integer, got {replicas!r}")
-    return _deployment(config.resolved(), replicas)
+    return make_app(ServeConfig.from_args(given), replicas=replicas)
