@@ -20,24 +20,25 @@ __all__ = ["LLM_HELP", "byte_count", "serve_llm"]
 
 LLM_HELP = """\
 An LLM (MODEL an optimum-intel export folder, decoder-only, with its tokenizer.json and chat
-template): served with OpenAI's API (docs/serve.md), every request generating on one
-ContinuousBatcher (--max-batch requests decoding in one run per tick, default 64; up to
---max-streams requests at once, one more is answered 503):
+template): served with OpenAI's API (to start: docs/serve-llm.md; every rule: docs/openai.md),
+every request generating on one ContinuousBatcher (--max-batch requests decoding in one run per
+tick, default 64; up to --max-streams requests at once, one more is answered 503):
   GET  /v1/models                  the model, its id the folder's name (or --model-name)
   POST /v1/completions             prompt: text or token ids
   POST /v1/chat/completions        messages through the folder's chat template
 each with "stream": true (server-sent events, a chunk per token, then [DONE]; "stream_options":
 {"include_usage": true} adds a usage chunk) or without; max_tokens / max_completion_tokens,
-temperature (0: greedy), top_p, seed, stop (strings, left out of the text), logprobs (completions
-0-5; chat: true, with top_logprobs 0-20: log-softmax of the raw logits); n must be 1; no tools or
-penalties. Errors have OpenAI's body {"error": {"message", "type", "param",
-"code"}}: 400 a bad request (malformed JSON, a bad field, a prompt over the context length), 401
-no or a wrong token, 404 another model, 408 a request too slow, 503 full (with Retry-After), 500
-an internal error (its message a log id; the traceback in the server's log under that id). A
+temperature (0: greedy), top_p, top_k, min_p, seed, stop (strings, left out of the text), n
+(choices, when sampling), presence, frequency and repetition penalties, logit_bias, logprobs
+(completions 0-5; chat: true, with top_logprobs 0-20: log-softmax of the raw logits); no tools.
+Errors have OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 a bad request
+(malformed JSON, a bad field, a prompt over the context length), 401 no or a wrong token, 404
+another model, 408 a request too slow, 503 full (with Retry-After), 500 an internal error (its
+message a log id; the traceback in the server's log under that id). A
 client that goes away cancels its request. The same --token, loopback and connection rules. A body
 is JSON nested 64 deep at most, numbers of 100 characters at most, no lone surrogate; a request is
 tokenized once, off the event loop, and a text prompt too long for the context by its length
-alone is refused before it is tokenized (docs/serve.md).
+alone is refused before it is tokenized (docs/openai.md).
 
 conversations (an ortstate extension): a request with the header "X-Ortstate-Conversation: ID"
 keeps conversation ID's KV cache between turns, so the next turn prefills only what its prompt adds

@@ -209,8 +209,8 @@ def test_the_command_line_serves_a_folder_until_sigterm() -> None:
 
 
 def test_the_docs_curl_example() -> None:
-    """docs/serve.md's curl line, run against ``ortstate serve models/llm/llama`` on the port it got."""
-    section = (REPO / "docs" / "serve.md").read_text(encoding="utf-8").split("## LLMs: the OpenAI API")[1]
+    """docs/serve-llm.md's curl line, run against ``ortstate serve models/llm/llama`` on the port it got."""
+    section = (REPO / "docs" / "serve-llm.md").read_text(encoding="utf-8").split("## Call")[1]
     line = next(b for b in section.split("```bash\n")[1:] if b.startswith("curl ")).split("```")[0]
     gen = Generator.from_dir(LLM / "llama")
     prompt = gen.tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}])
@@ -238,7 +238,7 @@ def test_the_docs_curl_example() -> None:
                 "finish_reason": "length",
             }
         ],
-        "usage": {  # as docs/serve.md says
+        "usage": {  # as docs/serve-llm.md says
             "prompt_tokens": 14,
             "completion_tokens": 8,
             "total_tokens": 22,

@@ -21,7 +21,7 @@ def test_an_llm_is_refused_with_what_to_use_instead(capsys):
     assert_one_line_error(
         err,
         f"{LLAMA}: an LLM with KV caches: serve its optimum-intel folder with the OpenAI API "
-        f"(ortstate serve {Path(LLAMA).parent}; docs/serve.md)",
+        f"(ortstate serve {Path(LLAMA).parent}; docs/serve-llm.md)",
     )
 
 

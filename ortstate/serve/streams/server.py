@@ -34,7 +34,7 @@ def build(config: ServeConfig) -> tuple[StreamService, Any]:
         folder = Path(pool.loaded.origin).parent
         raise ServeError(
             f"{pool.loaded.origin}: an LLM with KV caches: serve its optimum-intel folder with the OpenAI API "
-            f"(ortstate serve {folder}; docs/serve.md)"
+            f"(ortstate serve {folder}; docs/serve-llm.md)"
         )
     service = StreamService(pool, c.state_dir, shared=c.shared, durable=c.durable)
     app = create_app(
