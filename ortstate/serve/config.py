@@ -13,19 +13,20 @@ import math
 import os
 import string
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
 
 from ..errors import ServeError
 from .auth import check_exposure
 from .guard import Deadlines
 
 __all__ = [
+    "ServerSettings",
     "SettingError",
     "check_address",
     "check_needs",
     "check_positive",
     "check_seconds",
-    "from_args",
     "positive_int",
     "shown",
 ]
@@ -54,6 +55,33 @@ class SettingError(ServeError):
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled (Ray) with its template, not its message
         return (type(self), (self.template,))
+
+
+class ServerSettings:
+    """What a server's config (a frozen dataclass with a ``state_dir``) does whichever server it is:
+    be built from a ``serve run`` config's ``args``, and give every replica of a cluster the same
+    paths."""
+
+    served: ClassVar[str]  # the field naming what is served (a model file, a folder): required, a path
+
+    @classmethod
+    def from_args(cls: type[C], args: dict[str, Any]) -> C:
+        """From a ``serve run``/``serve deploy`` config's ``args`` (YAML's values, or strings):
+        each coerced to its field's type; an unknown or missing one named.
+
+        Raises:
+            ServeError: a key it does not know, no :attr:`served` field, or a value that does not fit.
+        """
+        return _from_args(cls, args, cls.served)  # type: ignore[attr-defined]
+
+    def resolved(self: C) -> C:
+        """The same with absolute paths (what every replica of a cluster reaches)."""
+        state_dir = self.state_dir
+        served = type(self).served  # type: ignore[attr-defined]
+        absolute = {served: str(Path(getattr(self, served)).resolve())}
+        return dataclasses.replace(  # type: ignore[type-var]
+            self, state_dir=None if state_dir is None else str(Path(state_dir).resolve()), **absolute
+        )
 
 
 def shown(value: Any) -> str:
@@ -128,7 +156,7 @@ def check_address(host: Any, port: Any, token: str | None) -> None:
     check_exposure(host, token)
 
 
-def from_args(cls: type[C], args: dict[str, Any], required: str) -> C:
+def _from_args(cls: type[C], args: dict[str, Any], required: str) -> C:
     """A config ``cls`` from a ``serve run``/``serve deploy`` config's ``args`` (YAML's values, or
     strings): each coerced to its field's type; an unknown or missing one named.
 

@@ -6,6 +6,7 @@ uvicorn settings each builds. No model is loaded: a config is only what a server
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,6 +107,14 @@ def test_a_serve_run_configs_args_are_coerced_to_each_fields_type() -> None:
         with pytest.raises(ServeError) as info:
             LlmServeConfig.from_args(args)
         assert str(info.value).startswith(message)
+
+
+def test_a_replica_gets_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert ServeConfig("m.xml", state_dir="s").resolved() == ServeConfig(
+        str(tmp_path / "m.xml"), state_dir=str(tmp_path / "s")
+    )
+    assert LlmServeConfig("llama").resolved() == LlmServeConfig(str(tmp_path / "llama"))
 
 
 def test_each_config_builds_uvicorns_settings() -> None:

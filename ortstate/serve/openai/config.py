@@ -5,14 +5,12 @@ one place (as ``uvicorn.Config`` is for uvicorn); it builds uvicorn's settings t
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import uvicorn
 
-from ..config import check_address, check_needs, check_positive, check_seconds, from_args
+from ..config import ServerSettings, check_address, check_needs, check_positive, check_seconds
 from ..guard import Deadlines
 from ..server import uvicorn_config
 from .app import DEFAULT_MAX_BODY_BYTES
@@ -24,7 +22,7 @@ DEFAULT_SLOTS = 64  # requests generating at once, unless max_requests is fewer
 
 
 @dataclass(frozen=True)
-class LlmServeConfig:
+class LlmServeConfig(ServerSettings):
     """How to serve the optimum-intel LLM ``folder`` with OpenAI's API.
 
     Attributes:
@@ -57,6 +55,8 @@ class LlmServeConfig:
         ServeError: an empty token, or an address other than loopback without a token.
     """
 
+    served: ClassVar[str] = "folder"
+
     folder: Any
     max_requests: int = 1024
     slots: int | None = None
@@ -86,21 +86,6 @@ class LlmServeConfig:
         check_address(self.host, self.port, self.token)
         if self.slots is None:
             object.__setattr__(self, "slots", min(DEFAULT_SLOTS, self.max_requests))
-
-    @classmethod
-    def from_args(cls, args: dict[str, Any]) -> LlmServeConfig:
-        """From a ``serve run``/``serve deploy`` config's ``args`` (YAML's values, or strings):
-        each coerced to its field's type; an unknown or missing one named.
-
-        Raises:
-            ServeError: a key it does not know, no ``folder``, or a value that does not fit.
-        """
-        return from_args(cls, args, "folder")
-
-    def resolved(self) -> LlmServeConfig:
-        """The same with absolute paths (what every replica of a cluster reaches)."""
-        state_dir = None if self.state_dir is None else str(Path(self.state_dir).resolve())
-        return dataclasses.replace(self, folder=str(Path(self.folder).resolve()), state_dir=state_dir)
 
     def uvicorn_config(self, app: Any) -> uvicorn.Config:
         """uvicorn's settings for ``app`` (:func:`~ortstate.serve.server.uvicorn_config`): places

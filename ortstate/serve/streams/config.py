@@ -5,15 +5,13 @@ one place (as ``uvicorn.Config`` is for uvicorn); it builds uvicorn's settings t
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import onnxruntime as ort
 import uvicorn
 
-from ..config import check_address, check_needs, check_positive, check_seconds, from_args
+from ..config import ServerSettings, check_address, check_needs, check_positive, check_seconds
 from ..guard import Deadlines
 from ..server import uvicorn_config
 from .app import DEFAULT_MAX_MESSAGE_BYTES
@@ -22,7 +20,7 @@ __all__ = ["ServeConfig"]
 
 
 @dataclass(frozen=True)
-class ServeConfig:
+class ServeConfig(ServerSettings):
     """How to serve the streams of ``model``.
 
     Attributes:
@@ -45,6 +43,8 @@ class ServeConfig:
         SettingError: a setting out of range, or missing one it needs (naming both).
         ServeError: an empty token, or an address other than loopback without a token.
     """
+
+    served: ClassVar[str] = "model"
 
     model: Any
     max_streams: int = 1024
@@ -70,21 +70,6 @@ class ServeConfig:
         check_needs(self, "idle_park", "state_dir", "parked streams are written there")
         check_needs(self, "durable", "state_dir", "its log is kept there")
         check_address(self.host, self.port, self.token)
-
-    @classmethod
-    def from_args(cls, args: dict[str, Any]) -> ServeConfig:
-        """From a ``serve run``/``serve deploy`` config's ``args`` (YAML's values, or strings):
-        each coerced to its field's type; an unknown or missing one named.
-
-        Raises:
-            ServeError: a key it does not know, no ``model``, or a value that does not fit.
-        """
-        return from_args(cls, args, "model")
-
-    def resolved(self) -> ServeConfig:
-        """The same with absolute paths (what every replica of a cluster reaches)."""
-        state_dir = None if self.state_dir is None else str(Path(self.state_dir).resolve())
-        return dataclasses.replace(self, model=str(Path(self.model).resolve()), state_dir=state_dir)
 
     def session_options(self) -> ort.SessionOptions:
         options = ort.SessionOptions()
