@@ -4,7 +4,7 @@
 When a turn of a conversation ends, the conversation's token ids (its last prompt's and the reply's
 as generated, :attr:`~.conversations.Conversation.ids`) and its text are logged before the reply
 ends: a record per conversation (LIVE, the whole of it, never a difference) in
-``DIR/turns-NAME/seg-N.log``, the folder of this server alone (a :class:`~.journal.Log`, as the
+``DIR/turns-NAME/seg-N.log``, the folder of this server alone (a :class:`~ortstate.serve.log.Log`, as the
 stream server's ``--durable`` journal, with its framing, checksums and compaction). Records are
 group-committed: those submitted while a write is on its way go together in the next one, one
 ``write`` and one ``fsync`` for every turn that ended in the same moment. A conversation parked
