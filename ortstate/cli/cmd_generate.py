@@ -22,6 +22,7 @@ from ..generate import (
     read_config,
 )
 from ..generate.prompts import FirstRow, check_context, check_prompts
+from ..generate.structured import check_schema, schema_text
 from ..generate.tokenizer import TOKENIZER_FILE
 from .args import add_form_option, add_verbose_option, load_npy
 from .command import EXIT_OK, Command
@@ -188,7 +189,13 @@ def run(args: argparse.Namespace) -> int:
         context = read_config(model_dir).max_context
         check_context(len(_parse_ids(args.prompt_ids)), args.max_new_tokens, context, "the model's context")
     why = "--chat" if args.chat else "--prompt" if args.prompt is not None else "--stop" if args.stop else None
+    why = why or ("--json-schema" if args.json_schema else None)
     tokenizer = load_tokenizer(model_dir, why) if why else None
+    if search.get("json_schema") is not None:  # its grammar checked before the model is converted
+        try:
+            check_schema(schema_text(search["json_schema"]))
+        except GenerationError as exc:
+            raise UsageError(f"--json-schema {args.json_schema}: {exc}") from None
     if args.chat:
         assert tokenizer is not None
         try:
