@@ -12,7 +12,8 @@ counts those that were not: 0 for an engine that constrains the same language), 
 advances by its row's token (``advance``). Schemas: ``object`` (that order's schema) and
 ``json_object`` (``{"type": "object"}``: any JSON object, what OpenAI's json mode asks; the same
 documents). ``ortstate`` is the product's own path (``ortstate.generate.structured``: llguidance,
-its mask written into the logits and advanced, as generation calls it).
+its mask written into the logits and advanced, each row keeping its closing plan, as generation
+calls it).
 
 The vocabulary: ``--tokenizer FILE`` (a ``tokenizer.json``), else the real-size byte-level BPE
 :mod:`benchmarks.grammar_vocab` builds (151,936 ids; kept under ``--vocab-cache``). Rounds alternate
@@ -109,8 +110,12 @@ def _ids(tokenizer: Any, vocab: Any, data: bytes) -> list[int]:
     return ids if b"".join(vocab.tokens[i] for i in ids) == data else vocab.spell(data)
 
 
+BUDGET = 4096
+
+
 class _Product:
-    """ortstate's own path, as an engine: its masks go straight into the logits."""
+    """ortstate's own path, as an engine: its masks go straight into the logits, its rows keep a
+    closing plan (a ``max_new_tokens`` of :data:`BUDGET`)."""
 
     name = "ortstate"
 
@@ -128,7 +133,8 @@ class _Product:
         return schema
 
     def matchers(self, schema: str, n: int) -> list[Any]:
-        return [self.grammars.matcher(schema) for _ in range(n)]
+        # a budget past every document: each row keeps its closing plan, as generation does
+        return [self.grammars.matcher(schema, budget=BUDGET) for _ in range(n)]
 
 
 def run_batch(engine: Any, compiled: Any, docs: list[list[int]], width: int) -> dict[str, list[float]]:

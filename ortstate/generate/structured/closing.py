@@ -2,11 +2,12 @@
 for each row, so that a row whose budget runs out closes its JSON instead of being cut.
 
 A plan is found greedily on a copy of the row's matcher: the text the grammar forces (llguidance's
-forced bytes, in the tokenizer's tokens), else the first byte of :data:`PREFERRED` the grammar
-allows, one single-byte token at a time, until the answer is whole. Closing a string comes first,
-then closing objects and arrays, then the shortest values (``0``, ``""``): what a JSON answer needs
-to end. A plan is a way to finish, not always the shortest; it is searched at most ``limit`` tokens
-deep.
+forced bytes, in the tokenizer's tokens), else the first byte the grammar allows of
+:data:`IN_STRING` (inside a JSON string: its closing quote first) or :data:`OUTSIDE` (closing
+objects and arrays first, then the shortest values, ``0`` and ``""``), one single-byte token at a
+time, until the answer is whole. Whether the text is inside a string is read from its bytes (a
+:data:`Lex` state kept for each row). A plan is a way to finish, not always the shortest; it is
+searched at most ``limit`` tokens deep, and a byte taken :data:`RUN` times in a row is tried last.
 
 A row keeps its plan while the tokens it picks follow it, or leave it still a way to finish (inside a
 string, any string token: the plan is the same closing quote and brackets); only a pick that
@@ -20,10 +21,33 @@ from typing import Any
 
 from .vocab import TokenBytes
 
-__all__ = ["PREFERRED", "Closer"]
+__all__ = ["IN_STRING", "OUTSIDE", "START", "Closer", "Lex", "lex"]
 
-# the bytes a plan tries, in order: close a string, an object, an array; the shortest values; then the rest
-PREFERRED = b'"}]0,:1-.tfn[{ ' + bytes(c for c in range(33, 127) if chr(c) not in '"}]0,:1-.tfn[{')
+
+def _order(first: bytes, skip: bytes = b"") -> bytes:
+    return first + bytes(c for c in range(32, 127) if c not in first and c not in skip)
+
+
+# the bytes a plan tries, in order: inside a string, its end (never an escape); outside, the ends of
+# objects and arrays, then the shortest values
+IN_STRING = _order(b'"', skip=b"\\")
+OUTSIDE = _order(b'}],0"-.1:tfn[{')
+RUN = 4  # a byte picked this many times in a row is tried last (a pattern such as a+b closes on b)
+Lex = tuple[bool, bool]  # (inside a JSON string, just after its backslash)
+START: Lex = (False, False)
+
+
+def lex(state: Lex, data: bytes) -> Lex:
+    """The string state after ``data``: JSON's quotes and backslash escapes."""
+    inside, escaped = state
+    for byte in data:
+        if escaped:
+            escaped = False
+        elif inside and byte == 0x5C:
+            escaped = True
+        elif byte == 0x22:
+            inside = not inside
+    return inside, escaped
 
 
 class Closer:
@@ -36,12 +60,14 @@ class Closer:
 
     def __init__(self, vocab: TokenBytes, encode: Callable[[bytes], list[int]]) -> None:
         single = {b: i for i, b in reversed(list(enumerate(vocab.tokens))) if len(b) == 1 and i not in vocab.special}
-        self.preferred = [single[bytes([c])] for c in PREFERRED if bytes([c]) in single]
+        self.outside = [single[bytes([c])] for c in OUTSIDE if bytes([c]) in single]
+        self.inside = [single[bytes([c])] for c in IN_STRING if bytes([c]) in single]
+        self.tokens = vocab.tokens
         self.encode = encode
 
-    def plan(self, inner: Any, limit: int) -> list[int] | None:
-        """Tokens that make the answer whole from ``inner``'s state (not changed), or None if none is
-        found within ``limit`` tokens."""
+    def plan(self, inner: Any, limit: int, state: Lex = START) -> list[int] | None:
+        """Tokens that make the answer whole from ``inner``'s state (not changed) and string state
+        ``state``, or None if none is found within ``limit`` tokens."""
         copy = inner.deep_copy()
         out: list[int] = []
         while not copy.is_accepting():
@@ -51,13 +77,16 @@ class Closer:
             ids = self.encode(forced) if forced else []
             if ids and copy.try_consume_tokens(ids) == len(ids):
                 out += ids
+                state = lex(state, forced)
                 continue
-            for token in self.preferred:
-                if copy.try_consume_tokens([token]) == 1:
-                    out.append(token)
-                    break
-            else:
+            order = self.inside if state[0] else self.outside
+            if len(out) >= RUN and len(set(out[-RUN:])) == 1:  # going round: try the others first
+                order = [t for t in order if t != out[-1]] + [out[-1]]
+            token = next((t for t in order if copy.try_consume_tokens([t]) == 1), None)
+            if token is None:
                 return None
+            out.append(token)
+            state = lex(state, self.tokens[token])
         return out if len(out) <= limit else None
 
     @staticmethod

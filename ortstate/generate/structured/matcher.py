@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import GenerationError
-from .closing import Closer
+from .closing import START, Closer, lex
 
 __all__ = ["Matcher", "advance", "mask_logits"]
 
@@ -48,7 +48,7 @@ class Matcher:
         width: the logits it masks.
         closer: finds plans (None with no budget).
         budget: the tokens the row may still pick (None: no bound kept).
-        plan: a plan from ``inner``'s state, if one is known.
+        plan: a plan from ``inner``'s state, if one is known (else searched for when needed).
     """
 
     def __init__(
@@ -66,6 +66,8 @@ class Matcher:
         self.closer = closer
         self.budget = budget
         self.plan = plan
+        self.searched = plan is not None  # ``plan`` is the search's answer for this state (None: none found)
+        self.state = START  # inside a JSON string or not (what a plan closes first)
 
     @property
     def accepting(self) -> bool:
@@ -88,8 +90,8 @@ class Matcher:
         """The plan's next token when the budget left allows nothing else, else None."""
         if self.closer is None or self.budget is None:
             return None
-        if self.plan is None:
-            self.plan = self.closer.plan(self.inner, self.budget)
+        if not self.searched:
+            self.plan, self.searched = self.closer.plan(self.inner, self.budget, self.state), True
         return self.plan[0] if self.plan and len(self.plan) >= self.budget else None
 
     def take(self, token: int) -> int:
@@ -98,28 +100,30 @@ class Matcher:
         Raises:
             GenerationError: the matcher refused it (it was not allowed by the mask).
         """
-        before = self.plan
+        before, state = self.plan, self.state
         self._consume(token)
         if self.closer is None or self.budget is None:
             return token
+        tokens = self.closer.tokens
         self.budget -= 1
+        self.state = lex(state, tokens[token])
         if before and token == before[0]:
             self.plan = before[1:]
         elif before and self.closer.still_closes(self.inner, before):
             self.plan = before
         else:
-            self.plan = self.closer.plan(self.inner, self.budget)
+            self.plan = self.closer.plan(self.inner, self.budget, self.state)
+        self.searched = True
         if self.plan is not None and len(self.plan) <= self.budget:
             return token
         if before:  # the pick opened more than the budget can close: take the plan's next token
             self.inner.rollback(1)
             self._consume(before[0])
-            self.plan = before[1:]
+            self.plan, self.state = before[1:], lex(state, tokens[before[0]])
             return before[0]
         if before is not None and self.stops.size:  # the answer was whole: end it
             self.inner.rollback(1)
-            self.budget += 1
-            self.plan = []
+            self.budget, self.plan, self.state = self.budget + 1, [], state
             return int(self.stops[0])
         return token  # no plan was known: nothing better to pick
 
