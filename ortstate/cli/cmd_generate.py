@@ -47,6 +47,10 @@ ID=BIAS and --min-tokens N apply to greedy decoding and sampling (not beam searc
 and logit bias, then the penalties (what greedy takes the best of), then temperature, min-p, top-k,
 top-p. --stop TEXT and --stop-id N end generation early (repeatable). A prompt whose tokens and -n
 pass the model's context (config.json's max_position_embeddings, n_positions, ...) is refused.
+--json-schema FILE makes the answer JSON valid against the JSON schema in FILE (written compactly, as
+json.dumps writes it), whatever the weights: it stops when the JSON is complete and is closed in time
+within -n tokens; a schema the engine refuses, or -n below its shortest answer, is an error before
+anything runs. It needs tokenizer.json and the structured extra (llguidance); not with --num-beams.
 
 --prompt TEXT, --stop and --chat need the folder's tokenizer.json and the 'tokenizers' package;
 --chat also needs a chat template (tokenizer_config.json's chat_template, or chat_template.jinja)
@@ -68,6 +72,7 @@ examples:
   ortstate generate models/llm/mamba --prompt-ids 163,36,172 --max-new-tokens 32 --form custom-op
   ortstate generate models/llm/whisper --encoder-input features.npy
   ortstate generate path/to/export --prompt "Once upon a time" --stop "The end"
+  ortstate generate path/to/export --prompt "A person as JSON:" -n 200 --json-schema person.schema.json
   ortstate generate path/to/export --chat --system "You are terse."      # one user turn per line on stdin"""
 
 ENCODER_INPUT_FILE = "encoder_input.npy"
