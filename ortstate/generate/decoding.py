@@ -3,10 +3,10 @@
 Greedy and sampled rows pick their tokens through :func:`~.sampler.choose` (penalties, bias,
 ``min_tokens``, then the sampling warpers, each row with its own generator), from logits a
 ``json_schema``'s grammar masked first (:mod:`.structured`: every row's mask in one call; each
-row's matcher advanced by its token; a row whose answer is complete stops, reason ``"grammar"``). ``n`` > 1 choices per
-prompt share one prefill where every variable is reordered by ``beam_idx`` (the first decode step's
-``beam_idx`` repeats each prompt's row ``n`` times, as beam search does); elsewhere each choice's
-row is prefilled.
+row's matcher advanced by its token; a row whose answer is complete stops, reason ``"grammar"``).
+``n`` > 1 choices per prompt share one prefill where every variable is reordered by ``beam_idx``
+(the first decode step's ``beam_idx`` repeats each prompt's row ``n`` times, as beam search does);
+elsewhere each choice's row is prefilled.
 
 Both run the decoder through :meth:`Stepper.feed <ortstate.generate.stepper.Stepper.feed>`, which
 keeps the attention mask and the rows' prompts; they keep each row's tokens in the stepper's

@@ -12,7 +12,7 @@ from test_structured import EOS, PERSON, SCHEMAS
 from text_tokenizers import byte_bpe
 
 from ortstate.generate import GenerationError, Tokenizer
-from ortstate.generate.structured import Grammars, advance, grammars_for, mask_logits, schema_text
+from ortstate.generate.structured import PLAN_LIMIT, Grammars, advance, grammars_for, mask_logits, schema_text
 
 NEG = np.float32(-np.inf)
 WIDTH = 330  # byte_bpe's 320 ids and ten the model has beyond them
@@ -140,6 +140,16 @@ def test_a_budget_shorter_than_the_shortest_answer_is_refused(grammars) -> None:
         f"max_new_tokens {len(shortest) - 1} is too few for the shortest answer json_schema allows "
         f"({len(shortest)} tokens)"
     )
+
+
+def test_a_schema_whose_shortest_answer_is_past_the_search_is_refused(grammars) -> None:
+    huge = schema_text({"type": "array", "items": {"type": "integer"}, "minItems": PLAN_LIMIT})
+    with pytest.raises(GenerationError) as raised:
+        grammars.matcher(huge, [EOS], 10**6)
+    assert str(raised.value) == (
+        f"json_schema: no answer of at most {PLAN_LIMIT} tokens found (one must close within max_new_tokens)"
+    )
+    assert grammars.matcher(huge).budget is None  # without a budget to keep, nothing is searched for
 
 
 def test_logits_of_another_width_are_refused(grammars) -> None:

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...errors import GenerationError
+from .text import one_line
 from .vocab import TokenBytes
 
 __all__ = ["IN_STRING", "OUTSIDE", "START", "Closer", "Lex", "lex"]
@@ -67,7 +69,11 @@ class Closer:
 
     def plan(self, inner: Any, limit: int, state: Lex = START) -> list[int] | None:
         """Tokens that make the answer whole from ``inner``'s state (not changed) and string state
-        ``state``, or None if none is found within ``limit`` tokens."""
+        ``state``, or None if none is found within ``limit`` tokens.
+
+        Raises:
+            GenerationError: the engine passed one of its limits on the way (naming ``json_schema``).
+        """
         copy = inner.deep_copy()
         out: list[int] = []
         while not copy.is_accepting():
@@ -84,6 +90,8 @@ class Closer:
                 order = [t for t in order if t != out[-1]] + [out[-1]]
             token = next((t for t in order if copy.try_consume_tokens([t]) == 1), None)
             if token is None:
+                if copy.is_error():  # a limit of the engine's passed on the way
+                    raise GenerationError(f"json_schema: {one_line(copy.get_error())}", field="json_schema")
                 return None
             out.append(token)
             state = lex(state, self.tokens[token])

@@ -27,7 +27,8 @@ import numpy as np
 from ...errors import GenerationError
 from ...extras import install_hint
 from .closing import Closer
-from .matcher import Matcher, one_line
+from .matcher import Matcher
+from .text import one_line
 from .vocab import TokenBytes, token_bytes
 
 __all__ = ["CACHE_SIZE", "LIMITS", "PLAN_LIMIT", "Grammars", "check_schema", "grammars_for"]
@@ -124,7 +125,7 @@ class Grammars:
 
     def compile(self, schema: str) -> tuple[Any, list[int] | None]:
         """The compiled schema's pristine matcher and the plan of its shortest answer (None: none
-        found within :data:`~.closing.PLAN_LIMIT` tokens); cached.
+        found within :data:`PLAN_LIMIT` tokens); cached.
 
         Raises:
             GenerationError: llguidance refuses the schema (a keyword it does not implement, a bad
@@ -155,10 +156,14 @@ class Grammars:
                 (``field`` ``max_new_tokens``).
         """
         compiled, plan = self.compile(schema)
-        if budget is not None and (plan is None or len(plan) > budget):
-            shortest = f"{len(plan)} tokens" if plan is not None else f"more than {PLAN_LIMIT} tokens"
+        if budget is not None and plan is None:
             raise GenerationError(
-                f"max_new_tokens {budget} is too few for the shortest answer json_schema allows ({shortest})",
+                f"json_schema: no answer of at most {PLAN_LIMIT} tokens found (one must close within max_new_tokens)",
+                field="json_schema",
+            )
+        if budget is not None and plan is not None and len(plan) > budget:
+            raise GenerationError(
+                f"max_new_tokens {budget} is too few for the shortest answer json_schema allows ({len(plan)} tokens)",
                 field="max_new_tokens",
             )
         ids = np.array(sorted({int(t) for t in stops if 0 <= int(t) < self.width}), np.int64)

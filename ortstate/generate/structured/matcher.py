@@ -28,15 +28,11 @@ import numpy as np
 
 from ...errors import GenerationError
 from .closing import START, Closer, lex
+from .text import one_line
 
 __all__ = ["Matcher", "advance", "mask_logits"]
 
 _NEG = np.float32(-np.inf)
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 class Matcher:
