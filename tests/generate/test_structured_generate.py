@@ -55,7 +55,7 @@ def test_greedy_takes_the_argmax_of_the_masked_logits(form) -> None:
     tokens = gen.generate(PROMPT, BUDGET, json_schema=schema, keep_logits=True, stop_at_eos=False)
     assert gen.last_run is not None and gen.last_run.stop_reason == "grammar" and gen.last_run.logits is not None
     grammars = _grammars(gen)
-    inner = grammars.compile(schema_text(schema))[0].deep_copy()
+    inner = grammars.compile(schema_text(schema)).matcher.deep_copy()
     width = gen.last_run.logits.shape[-1]
     for step, token in enumerate(tokens):
         allowed = np.unpackbits(np.frombuffer(inner.compute_bitmask(), np.uint8), bitorder="little")[:width] > 0

@@ -58,7 +58,7 @@ def test_the_batched_mask_is_each_rows_own_and_leaves_others(grammars) -> None:
     ]
     docs = [tok.encode(json.dumps(a)).ids for a in answers]
     matchers = [grammars.matcher(text, [EOS]), None, grammars.matcher(text, [EOS])]
-    compiled, _ = grammars.compile(text)
+    compiled = grammars.compile(text).matcher
     rng = np.random.default_rng(0)
     for step in range(max(map(len, docs)) + 1):
         logits = rng.standard_normal((3, WIDTH)).astype(np.float32)
@@ -120,7 +120,7 @@ def _answer(grammars: Grammars, schema: dict, budget: int, seed: int, greedy: bo
 @pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sampled"])
 def test_any_logits_give_a_valid_answer_within_the_budget(grammars, name, greedy) -> None:
     schema = SCHEMAS[name]
-    _, shortest = grammars.compile(schema_text(schema))
+    shortest = grammars.compile(schema_text(schema)).plan
     assert shortest is not None
     for budget in (len(shortest), len(shortest) + 3, len(shortest) + 40):
         for seed in range(3):
@@ -131,7 +131,7 @@ def test_any_logits_give_a_valid_answer_within_the_budget(grammars, name, greedy
 
 
 def test_a_budget_shorter_than_the_shortest_answer_is_refused(grammars) -> None:
-    _, shortest = grammars.compile(schema_text(PERSON))
+    shortest = grammars.compile(schema_text(PERSON)).plan
     assert shortest is not None
     with pytest.raises(GenerationError) as raised:
         grammars.matcher(schema_text(PERSON), [EOS], len(shortest) - 1)
@@ -160,7 +160,7 @@ def test_logits_of_another_width_are_refused(grammars) -> None:
 
 def test_a_row_out_of_budget_is_allowed_its_plans_next_token_only(grammars) -> None:
     text = schema_text(PERSON)
-    _, shortest = grammars.compile(text)
+    shortest = grammars.compile(text).plan
     assert shortest
     row = grammars.matcher(text, [EOS], len(shortest))
     for token in shortest:
@@ -182,3 +182,32 @@ def test_a_pick_the_budget_cannot_close_is_replaced_by_the_plans_token(grammars)
     assert logits[0, quote] == logits[0, close] == 0  # } fits in the 2 tokens left: a key may start too...
     assert advance([row], [quote]) == [close]  # ...but {"": ...} cannot end in the 2 tokens left
     assert row.complete
+
+
+HOSTILE = {
+    "nested-pattern": {"type": "string", "pattern": "^(a{1,100}){1,100}b$"},
+    "backtracking-pattern": {"type": "string", "pattern": "(x+x+)+y"},
+    "unanchored-pattern": {
+        "type": "object",
+        "properties": {"code": {"type": "string", "pattern": "[A-Z]{3}"}},
+        "required": ["code"],
+    },
+    "long-string": {"type": "string", "minLength": 40, "pattern": "^[a-z ]+$"},
+    "deep": {"type": "array", "items": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}},
+    "wide-anyof": {
+        "anyOf": [
+            {"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]} for i in range(200)
+        ]
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_schema_within_the_bounds_compiles_and_answers(grammars, name) -> None:
+    """What passes the bounds is the engine's to bound: it compiles, masks and closes like any other."""
+    schema = HOSTILE[name]
+    shortest = grammars.compile(schema_text(schema)).plan
+    assert shortest is not None
+    tokens, complete = _answer(grammars, schema, len(shortest) + 10, 0, greedy=True)
+    assert complete or tokens[-1] == EOS
+    jsonschema.validate(json.loads(TEXT.decode([t for t in tokens if t != EOS])), schema)

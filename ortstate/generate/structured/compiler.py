@@ -20,7 +20,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from ...errors import GenerationError
 from ...extras import install_hint
 from .closing import Closer
 from .matcher import Matcher
+from .schema import pattern_bytes
 from .text import one_line
 from .vocab import TokenBytes, token_bytes
 
@@ -101,6 +102,12 @@ class _Wrapped:
         return self._vocab.spell(data)
 
 
+class _Compiled(NamedTuple):
+    matcher: Any  # llguidance's, never moved: rows get copies
+    plan: list[int] | None  # its shortest answer's tokens (None: none found)
+    hints: list[int]  # its patterns' characters, as single-byte tokens
+
+
 class Grammars:
     """JSON schemas compiled for one vocabulary: the tokens' bytes and the model's logits width.
 
@@ -120,12 +127,12 @@ class Grammars:
         self._tokenizer = self._llg.LLTokenizer(self._llg.TokenizerWrapper(wrapped), n_vocab=self.width + 1)
         self._limits = self._llg.LLParserLimits(**LIMITS)
         self.closer = Closer(vocab, wrapped)
-        self._compiled: OrderedDict[str, tuple[Any, list[int] | None]] = OrderedDict()
+        self._compiled: OrderedDict[str, _Compiled] = OrderedDict()
         self._lock = threading.Lock()
 
-    def compile(self, schema: str) -> tuple[Any, list[int] | None]:
-        """The compiled schema's pristine matcher and the plan of its shortest answer (None: none
-        found within :data:`PLAN_LIMIT` tokens); cached.
+    def compile(self, schema: str) -> _Compiled:
+        """The compiled schema: its pristine matcher, the plan of its shortest answer (None: none
+        found within :data:`PLAN_LIMIT` tokens), its patterns' characters; cached.
 
         Raises:
             GenerationError: llguidance refuses the schema (a keyword it does not implement, a bad
@@ -140,7 +147,8 @@ class Grammars:
         matcher = self._llg.LLMatcher(self._tokenizer, grammar, log_level=0, limits=self._limits)
         if matcher.is_error():
             raise GenerationError(f"json_schema: {one_line(matcher.get_error())}", field="json_schema")
-        compiled = (matcher, self.closer.plan(matcher, PLAN_LIMIT))
+        hints = self.closer.ids(pattern_bytes(schema))
+        compiled = _Compiled(matcher, self.closer.plan(matcher, PLAN_LIMIT, hints=hints), hints)
         with self._lock:
             self._compiled[schema] = compiled
             while len(self._compiled) > CACHE_SIZE:
@@ -155,7 +163,7 @@ class Grammars:
             GenerationError: as :meth:`compile`; or the shortest answer is longer than ``budget``
                 (``field`` ``max_new_tokens``).
         """
-        compiled, plan = self.compile(schema)
+        compiled, plan, hints = self.compile(schema)
         if budget is not None and plan is None:
             raise GenerationError(
                 f"json_schema: no answer of at most {PLAN_LIMIT} tokens found (one must close within max_new_tokens)",
@@ -168,7 +176,8 @@ class Grammars:
             )
         ids = np.array(sorted({int(t) for t in stops if 0 <= int(t) < self.width}), np.int64)
         closer = None if budget is None else self.closer
-        return Matcher(compiled.deep_copy(), ids, self.width, closer, budget, None if plan is None else list(plan))
+        plan = None if plan is None else list(plan)
+        return Matcher(compiled.deep_copy(), ids, self.width, closer, budget, plan, hints)
 
 
 _LOCK = threading.Lock()

@@ -45,6 +45,7 @@ class Matcher:
         closer: finds plans (None with no budget).
         budget: the tokens the row may still pick (None: no bound kept).
         plan: a plan from ``inner``'s state, if one is known (else searched for when needed).
+        hints: the schema's patterns' characters, as single-byte tokens (what plans try in strings).
     """
 
     def __init__(
@@ -55,6 +56,7 @@ class Matcher:
         closer: Closer | None = None,
         budget: int | None = None,
         plan: list[int] | None = None,
+        hints: Sequence[int] = (),
     ) -> None:
         self.inner = inner
         self.stops = stops
@@ -64,6 +66,7 @@ class Matcher:
         self.plan = plan
         self.searched = plan is not None  # ``plan`` is the search's answer for this state (None: none found)
         self.state = START  # inside a JSON string or not (what a plan closes first)
+        self.hints = hints
 
     @property
     def accepting(self) -> bool:
@@ -87,7 +90,7 @@ class Matcher:
         if self.closer is None or self.budget is None:
             return None
         if not self.searched:
-            self.plan, self.searched = self.closer.plan(self.inner, self.budget, self.state), True
+            self.plan, self.searched = self.closer.plan(self.inner, self.budget, self.state, self.hints), True
         return self.plan[0] if self.plan and len(self.plan) >= self.budget else None
 
     def take(self, token: int) -> int:
@@ -108,7 +111,7 @@ class Matcher:
         elif before and self.closer.still_closes(self.inner, before):
             self.plan = before
         else:
-            self.plan = self.closer.plan(self.inner, self.budget, self.state)
+            self.plan = self.closer.plan(self.inner, self.budget, self.state, self.hints)
         self.searched = True
         if self.plan is not None and len(self.plan) <= self.budget:
             return token

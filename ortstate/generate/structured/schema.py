@@ -23,7 +23,15 @@ from typing import Any, NoReturn
 
 from ...errors import GenerationError
 
-__all__ = ["JSON_OBJECT", "MAX_DEPTH", "MAX_ENUM_VALUES", "MAX_PATTERN_CHARS", "MAX_SCHEMA_CHARS", "schema_text"]
+__all__ = [
+    "JSON_OBJECT",
+    "MAX_DEPTH",
+    "MAX_ENUM_VALUES",
+    "MAX_PATTERN_CHARS",
+    "MAX_SCHEMA_CHARS",
+    "pattern_bytes",
+    "schema_text",
+]
 
 MAX_SCHEMA_CHARS = 100_000
 MAX_DEPTH = 64
@@ -103,3 +111,21 @@ def schema_text(value: Any) -> str:
     if len(text) > MAX_SCHEMA_CHARS:
         _fail(f"is {len(text)} characters long as compact JSON, more than {MAX_SCHEMA_CHARS} allowed")
     return text
+
+
+def pattern_bytes(text: str, most: int = 12) -> bytes:
+    """The first ``most`` distinct printable ASCII characters of the schema's patterns (not quotes or
+    backslashes): what a string that must match one is likely made of (:mod:`.closing` tries them)."""
+    found: list[int] = []
+    stack: list[Any] = [json.loads(text)]
+    while stack and len(found) < most:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(reversed(node))
+        elif isinstance(node, Mapping):
+            patterns = [node.get("pattern"), *(node.get("patternProperties") or {})]
+            for c in "".join(p for p in patterns if isinstance(p, str)).encode("ascii", "ignore"):
+                if 32 <= c < 127 and c not in (0x22, 0x5C) and c not in found and len(found) < most:
+                    found.append(c)
+            stack.extend(reversed(list(node.values())))
+    return bytes(found)
