@@ -20,6 +20,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -204,7 +205,7 @@ def grammars_for(tokenizer: Any, width: int | None) -> Grammars:
     if found is not None:
         return found
     _engine()  # the missing extra first: before the vocabulary is read
-    source = getattr(tokenizer, "source", "tokenizer.json")
+    source = Path(str(getattr(tokenizer, "source", "tokenizer.json"))).name  # a reply names no path of this machine
     vocab = token_bytes(json.loads(backend.to_str()), width, source)
     grammars = Grammars(vocab, lambda text: tokenizer.encode(text, add_special_tokens=False))
     with _LOCK:  # a racing thread's, if it was first
