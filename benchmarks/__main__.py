@@ -37,6 +37,7 @@ SUITES = {
     "native": Suite("suite", "converted recurrent models against their native ONNX export", "native_main"),
     "concurrency": Suite("suite", "concurrent requests of one session in 1 and 2 threads", "concurrency_main"),
     "weights-kernels": Suite("weights_kernels", "the compressed-weight kernels behind the converter's choices"),
+    "grammar-masks": Suite("grammar_masks", "grammar engines' per-step masks on a 151,936-token vocabulary"),
 }
 
 

@@ -85,6 +85,13 @@ SMOKE = [
         True,
     ),
     (
+        "grammar-masks",
+        ["--tokenizer", "models/llm/qwen2/tokenizer.json", "--rows", "1,2", "--threads", "1", "--rounds", "1"]
+        + ["--items", "1", "--engines", "llguidance,ortstate"],
+        "grammar-masks",
+        False,
+    ),
+    (
         "weights-kernels",
         ["--shapes", "k/v 896x128", "--variants", "f32 MatMul", "--rounds", "2", "--copies", "1", "--rows", "1"],
         "weights-kernels",
