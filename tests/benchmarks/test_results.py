@@ -167,6 +167,7 @@ def _renderers() -> dict:
     """Each suite's markdown of a results document (the per-step suite renders from its live
     results, which its JSON keeps only the medians of)."""
     from benchmarks import (
+        grammar_masks,
         llm_streams_profile,
         llm_streams_report,
         openai_serve,
@@ -190,6 +191,7 @@ def _renderers() -> dict:
         "streams": streams.markdown,
         "grouped": realsize_grouped.markdown,
         "weights-kernels": weights_kernels.markdown,
+        "grammar-masks": grammar_masks.markdown,
     }
 
 
