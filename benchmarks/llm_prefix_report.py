@@ -330,6 +330,7 @@ def plot(data: dict[str, Any], path: Path) -> None:
             style = "--" if engine in CACHE_PAIRS.values() else "-"
             xs = range(1, len(values) + 1)
             turns.plot(xs, values, style, marker="o", color=colors.get(engine), label=ENGINES[engine])
+    turns.set_xticks(range(1, data["config"]["spec"]["turns"] + 1))
     turns.set_xlabel("chat turn")
     turns.set_ylabel("time to first token, ms")
     turns.set_ylim(bottom=0)
@@ -338,11 +339,18 @@ def plot(data: dict[str, Any], path: Path) -> None:
         turns.legend(fontsize=7)
     bars = [(e, _get(data, "shared", e, "total_s")) for e in data["config"]["engines"].get("shared", [])]
     bars = [(e, v) for e, v in bars if v is not None]
-    shared.bar([e for e, _ in bars], [v for _, v in bars], color=[colors.get(e, "C2") for e, _ in bars])
+    drawn = shared.bar([e for e, _ in bars], [v for _, v in bars], color=[colors.get(e, "C2") for e, _ in bars])
+    for (engine, _), bar in zip(bars, drawn):
+        bar.set_hatch("//" if engine in CACHE_PAIRS.values() else "")  # without a cache, as the dashed lines
     shared.set_ylabel("shared system prompt: total s")
     shared.tick_params(axis="x", labelsize=7, rotation=20)
     c = data["config"]
-    fig.suptitle(f"{c['model']}: prefix caching, {c['threads']} threads", fontsize=10)
+    s = c["spec"]
+    fig.suptitle(
+        f"{c['model']}, {c['threads']} threads: chat +{s['turn_tokens']} ids, {s['turn_new']} new a turn; "
+        f"{s['requests']} requests sharing {s['system']:,} ids",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -168,6 +168,7 @@ def _renderers() -> dict:
     results, which its JSON keeps only the medians of)."""
     from benchmarks import (
         grammar_masks,
+        llm_prefix_report,
         llm_streams_profile,
         llm_streams_report,
         openai_serve,
@@ -185,6 +186,7 @@ def _renderers() -> dict:
         "real-size-profile": realsize_profile.markdown,
         "llm-streams": llm_streams_report.markdown,
         "llm-streams-profile": llm_streams_profile.markdown,
+        "llm-prefix": llm_prefix_report.markdown,
         "serve": serve.markdown,
         "serve-durable": serve.durable_markdown,
         "openai-serve": openai_serve.markdown,
