@@ -32,7 +32,7 @@ Writes ``benchmarks/results/NAME.{json,md,png}`` (NAME: llm-prefix, llm-prefix-q
 the shared prompt's totals; prints one PASS/MISS line per target of issue 39 on stdout (n/a: not
 measured); progress goes to stderr; the exit code is 0 whatever the timings say.
 
-    python -m benchmarks llm-prefix                        # int4 real-size IR, everything (~15-30 min)
+    python -m benchmarks llm-prefix                        # int4 real-size IR, every workload (tens of minutes)
     python -m benchmarks llm-prefix --workloads chat --rounds 3
     python -m benchmarks llm-prefix --quick --out /tmp/x   # tiny models/llm/llama, a smoke test
 
@@ -74,7 +74,9 @@ def _names(allowed: tuple[str, ...], what: str):  # noqa: ANN202 - an argparse t
     def parse(text: str) -> list[str]:
         names = [n.strip() for n in text.split(",") if n.strip()]
         if not names or len(set(names)) != len(names) or set(names) - set(allowed):
-            raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of distinct {what} of {', '.join(allowed)}")
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: a comma-separated list of distinct {what} of {', '.join(allowed)}"
+            )
         return names
 
     return parse
@@ -97,10 +99,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2, help="threads of every engine (default 2)")
     every = sorted({e for engines in ENGINES.values() for e in engines})
     p.add_argument(
-        "--workloads", type=_names(WORKLOADS, "workloads"), default=list(WORKLOADS), help=f"default {','.join(WORKLOADS)}"
+        "--workloads",
+        type=_names(WORKLOADS, "workloads"),
+        default=list(WORKLOADS),
+        metavar="W1,W2,...",
+        help=f"of {', '.join(WORKLOADS)} (default: all)",
     )
     p.add_argument(
-        "--engines", type=_names(tuple(every), "engines"), default=every, help="run only these (default: all)"
+        "--engines",
+        type=_names(tuple(every), "engines"),
+        default=every,
+        metavar="E1,E2,...",
+        help=f"of {', '.join(every)} (default: all; each workload runs those of its own)",
     )
     p.add_argument("--rounds", type=int, default=1, help="rounds, alternating the engines' order (default 1)")
     p.add_argument("--seed", type=int, default=SEED, help=f"ids' seed (default {SEED})")
@@ -178,12 +188,54 @@ def run(a: argparse.Namespace, data: dict[str, Any], write: Any) -> None:
                 write(data)  # after every run: a killed benchmark keeps what it measured
 
 
+def plot(data: dict[str, Any], path: Path) -> None:
+    """TTFT per chat turn, one line per engine (cache on: solid, off: dashed); the shared system
+    prompt's total per engine beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (turns, shared) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    colors = {"ortstate": "C0", "ortstate-nocache": "C0", "ov-cache": "C1", "ov-nocache": "C1"}
+    for engine in data["config"]["engines"].get("chat", []):
+        values = report.get(data, "chat", engine, "turn_ttft_ms")
+        if values:
+            style = "--" if engine in report.CACHE_PAIRS.values() else "-"
+            xs = range(1, len(values) + 1)
+            turns.plot(xs, values, style, marker="o", color=colors.get(engine), label=report.ENGINES[engine])
+    turns.set_xticks(range(1, data["config"]["spec"]["turns"] + 1))
+    turns.set_xlabel("chat turn")
+    turns.set_ylabel("time to first token, ms")
+    turns.set_ylim(bottom=0)
+    turns.grid(True, alpha=0.3)
+    if turns.get_legend_handles_labels()[0]:
+        turns.legend(fontsize=7)
+    bars = [(e, report.get(data, "shared", e, "total_s")) for e in data["config"]["engines"].get("shared", [])]
+    bars = [(e, v) for e, v in bars if v is not None]
+    drawn = shared.bar([e for e, _ in bars], [v for _, v in bars], color=[colors.get(e, "C2") for e, _ in bars])
+    for (engine, _), bar in zip(bars, drawn):
+        bar.set_hatch("//" if engine in report.CACHE_PAIRS.values() else "")  # without a cache, as the dashed lines
+    shared.set_ylabel("shared system prompt: total s")
+    shared.tick_params(axis="x", labelsize=7, rotation=20)
+    c = data["config"]
+    s = c["spec"]
+    fig.suptitle(
+        f"{c['model']}, {c['threads']} threads: chat +{s['turn_tokens']} ids, {s['turn_new']} new a turn; "
+        f"{s['requests']} requests sharing {s['system']:,} ids",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _plot(doc: dict[str, Any], out: Path) -> list[str]:
     """``NAME.png`` (when matplotlib is there and a chat or shared run gave figures)."""
     summary = doc["data"]["summary"]
     if plot_unavailable() or not (summary.get("chat") or summary.get("shared")):
         return []
-    report.plot(doc["data"], out / f"{doc['name']}.png")
+    plot(doc["data"], out / f"{doc['name']}.png")
     return [f"{doc['name']}.png"]
 
 

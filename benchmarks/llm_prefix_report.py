@@ -1,5 +1,5 @@
 """What the LLM prefix-caching benchmark's numbers say: medians over rounds, tokens with the cache
-against without, issue 39's targets (PASS/MISS), the markdown report and the plot.
+against without, issue 39's targets (PASS/MISS) and the markdown report (``llm_prefix.py`` draws the plot).
 
 Pure functions of the ``data`` of its results document (``llm_prefix.py`` collects it, see
 ``benchmarks.common``): ``config``; ``runs``, every measuring process (workload, engine, round, the
@@ -10,7 +10,6 @@ the medians over rounds; ``tokens``, each engine's tokens with its cache against
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ import numpy as np
 from benchmarks.common import conditions
 from benchmarks.report import ratio_text, target, targets_table
 
-__all__ = ["ENGINES", "TARGETS", "body", "compare_cache", "markdown", "plot", "summarize", "targets"]
+__all__ = ["CACHE_PAIRS", "ENGINES", "TARGETS", "body", "compare_cache", "get", "markdown", "summarize", "targets"]
 
 ENGINES = {  # name -> what the tables call it
     "ortstate": "ortstate ContinuousBatcher, prefix caching",
@@ -90,7 +89,7 @@ def compare_cache(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, i
     return out
 
 
-def _get(data: dict[str, Any], workload: str, engine: str, key: str) -> Any:
+def get(data: dict[str, Any], workload: str, engine: str, key: str) -> Any:
     value = data.get("summary", {}).get(workload, {}).get(engine, {}).get(key)
     return None if isinstance(value, float) and math.isnan(value) else value
 
@@ -103,15 +102,17 @@ def _num(value: float | None, fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
-def _last_turn(data: dict[str, Any], engine: str) -> float | None:
-    turns = _get(data, "chat", engine, "turn_ttft_ms")
+def last_turn(data: dict[str, Any], engine: str) -> float | None:
+    turns = get(data, "chat", engine, "turn_ttft_ms")
     return turns[-1] if turns else None
 
 
 def _compare(name: str, a: float | None, b: float | None, limit: float, unit: str, fmt: str) -> dict[str, Any]:
     """``a`` ≤ ``limit`` × ``b``, or n/a where either was not measured."""
     r = _ratio(a, b)
-    return target(name, r, None if r is None else r <= limit, f"{_num(a, fmt)} vs {_num(b, fmt)} {unit} = {ratio_text(r)}")
+    return target(
+        name, r, None if r is None else r <= limit, f"{_num(a, fmt)} vs {_num(b, fmt)} {unit} = {ratio_text(r)}"
+    )
 
 
 def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -123,16 +124,16 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
     out = [
         _compare(
             f"chat: {turn} TTFT with the cache ≤ {t['turn_ttft']}× without",
-            _last_turn(data, "ortstate"),
-            _last_turn(data, "ortstate-nocache"),
+            last_turn(data, "ortstate"),
+            last_turn(data, "ortstate-nocache"),
             t["turn_ttft"],
             "ms",
             ",.0f",
         ),
         _compare(
             f"{shared}: total with the cache ≤ {t['shared_total']}× without",
-            _get(data, "shared", "ortstate", "total_s"),
-            _get(data, "shared", "ortstate-nocache", "total_s"),
+            get(data, "shared", "ortstate", "total_s"),
+            get(data, "shared", "ortstate-nocache", "total_s"),
             t["shared_total"],
             "s",
             ",.2f",
@@ -143,8 +144,8 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
             out.append(
                 _compare(
                     f"{label}: {what} ≤ OpenVINO GenAI's with its prefix caching",
-                    _get(data, workload, "ortstate", key),
-                    _get(data, workload, "ov-cache", key),
+                    get(data, workload, "ortstate", key),
+                    get(data, workload, "ov-cache", key),
                     t["over_ov"],
                     unit,
                     fmt,
@@ -156,18 +157,26 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _schema_rate(data: dict[str, Any]) -> dict[str, Any]:
     n, limit = data["config"]["spec"]["streams"], TARGETS["schema_rate"]
-    a, b = _get(data, "structured", "ortstate-schema", "tokens_per_s"), _get(data, "structured", "ortstate", "tokens_per_s")
+    a, b = (
+        get(data, "structured", "ortstate-schema", "tokens_per_s"),
+        get(data, "structured", "ortstate", "tokens_per_s"),
+    )
     r = _ratio(a, b)
     name = f"structured output: tokens/s with a schema ≥ {limit}× unconstrained at {n} streams"
-    return target(name, r, None if r is None else r >= limit, f"{_num(a, ',.1f')} vs {_num(b, ',.1f')} tok/s = {ratio_text(r)}")
+    return target(
+        name, r, None if r is None else r >= limit, f"{_num(a, ',.1f')} vs {_num(b, ',.1f')} tok/s = {ratio_text(r)}"
+    )
 
 
 def _schema_valid(data: dict[str, Any]) -> dict[str, Any]:
-    valid, answers = _get(data, "structured", "ortstate-schema", "valid"), _get(data, "structured", "ortstate-schema", "answers")
+    valid, answers = (
+        get(data, "structured", "ortstate-schema", "valid"),
+        get(data, "structured", "ortstate-schema", "answers"),
+    )
     name = "structured output: every answer valid JSON of its schema"
     if valid is None or not answers:
         return target(name, None, None, "n/a")
-    invalid = _get(data, "structured", "ortstate-schema", "invalid")
+    invalid = get(data, "structured", "ortstate-schema", "invalid")
     detail = f"{valid:.0f} of {answers:.0f} (the worst round)" + (f"; first invalid: {invalid}" if invalid else "")
     return target(name, valid / answers, valid == answers, detail)
 
@@ -265,8 +274,8 @@ def shared_table(data: dict[str, Any], workload: str) -> str:
 def anchor_text(data: dict[str, Any]) -> str:
     """OpenVINO GenAI here against the anchor measured before on another machine (DESIGN.md)."""
     (c8, n8), (cs, ns) = ANCHOR["chat_turn8_ms"], ANCHOR["shared_total_s"]
-    here = (_last_turn(data, "ov-cache"), _last_turn(data, "ov-nocache"))
-    shared = (_get(data, "shared", "ov-cache", "total_s"), _get(data, "shared", "ov-nocache", "total_s"))
+    here = (last_turn(data, "ov-cache"), last_turn(data, "ov-nocache"))
+    shared = (get(data, "shared", "ov-cache", "total_s"), get(data, "shared", "ov-nocache", "total_s"))
     return (
         "OpenVINO GenAI against the anchor measured before (DESIGN.md; Intel Xeon, 2 threads, the issue's sizes): "
         f"last-turn TTFT {_num(here[0], ',.0f')} ms with caching, {_num(here[1], ',.0f')} ms without (anchor: "
@@ -277,11 +286,12 @@ def anchor_text(data: dict[str, Any]) -> str:
 
 def setup_text(data: dict[str, Any]) -> str:
     c, s = data["config"], data["config"]["spec"]
+    kv = c["kv_cache_gb"].items()
     return "\n".join(
         [
             f"- model: {c['model']} (`{c['model_dir']}`), {c['threads']} threads, {c['rounds']} round(s) (medians), "
             f"seed {c['seed']}, greedy, eos ignored; prompt chunks of {s['batched']} tokens (both engines' "
-            f"max_num_batched_tokens); OV GenAI KV cache {', '.join(f'{w} {g} GiB' for w, g in c['kv_cache_gb'].items())}",
+            f"max_num_batched_tokens); OV GenAI KV cache {', '.join(f'{w} {g} GiB' for w, g in kv)}",
             f"- chat: {s['turns']} turns, each +{s['turn_tokens']} new prompt ids after the previous turn's "
             f"{s['turn_new']} generated tokens, one request at a time",
             f"- shared: {s['requests']} requests of a {s['system']:,}-id system prompt + {s['own']} own ids, "
@@ -312,45 +322,3 @@ def body(doc: dict[str, Any], image: str | None) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     title = f"# LLM prefix caching: {doc['data']['config']['model']} ({doc['name']})"
     return f"{title}\n\n{body(doc, next(iter(doc['images']), None))}\n"
-
-
-def plot(data: dict[str, Any], path: Path) -> None:
-    """TTFT per chat turn, one line per engine (cache on: solid, off: dashed); the shared system
-    prompt's total per engine beside it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (turns, shared) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [3, 2]})
-    colors = {"ortstate": "C0", "ortstate-nocache": "C0", "ov-cache": "C1", "ov-nocache": "C1"}
-    for engine in data["config"]["engines"].get("chat", []):
-        values = _get(data, "chat", engine, "turn_ttft_ms")
-        if values:
-            style = "--" if engine in CACHE_PAIRS.values() else "-"
-            xs = range(1, len(values) + 1)
-            turns.plot(xs, values, style, marker="o", color=colors.get(engine), label=ENGINES[engine])
-    turns.set_xticks(range(1, data["config"]["spec"]["turns"] + 1))
-    turns.set_xlabel("chat turn")
-    turns.set_ylabel("time to first token, ms")
-    turns.set_ylim(bottom=0)
-    turns.grid(True, alpha=0.3)
-    if turns.get_legend_handles_labels()[0]:
-        turns.legend(fontsize=7)
-    bars = [(e, _get(data, "shared", e, "total_s")) for e in data["config"]["engines"].get("shared", [])]
-    bars = [(e, v) for e, v in bars if v is not None]
-    drawn = shared.bar([e for e, _ in bars], [v for _, v in bars], color=[colors.get(e, "C2") for e, _ in bars])
-    for (engine, _), bar in zip(bars, drawn):
-        bar.set_hatch("//" if engine in CACHE_PAIRS.values() else "")  # without a cache, as the dashed lines
-    shared.set_ylabel("shared system prompt: total s")
-    shared.tick_params(axis="x", labelsize=7, rotation=20)
-    c = data["config"]
-    s = c["spec"]
-    fig.suptitle(
-        f"{c['model']}, {c['threads']} threads: chat +{s['turn_tokens']} ids, {s['turn_new']} new a turn; "
-        f"{s['requests']} requests sharing {s['system']:,} ids",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

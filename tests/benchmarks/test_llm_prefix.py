@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import llm_prefix
 from benchmarks import llm_prefix_child as child
 from benchmarks import llm_prefix_report as report
 from ortstate.timing.llm_streams import Streams
@@ -151,7 +152,9 @@ def _run(workload, engine, k=0, **result):
 
 def _chat(engine, ttfts, total, tokens, k=0):
     turns = [{"prompt": 64 + 96 * i, "ttft_ms": t, "ms": t + 100} for i, t in enumerate(ttfts)]
-    return _run("chat", engine, k, turns=turns, total_s=total, ttft_p50_ms=sorted(ttfts)[len(ttfts) // 2], tokens=tokens)
+    return _run(
+        "chat", engine, k, turns=turns, total_s=total, ttft_p50_ms=sorted(ttfts)[len(ttfts) // 2], tokens=tokens
+    )
 
 
 def _data(runs):
@@ -217,7 +220,9 @@ def test_markdown_shows_every_turn_the_unavailable_engines_and_the_anchor(result
     assert "| engine | turn 1 (64) | turn 2 (160) |" in text and "| turn 8 (736) | total s |" in text
     row = "| ortstate ContinuousBatcher, prefix caching | 300 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 2.50 | 2/4 |"
     assert row in text and "1.00 → 1.50; 1.00 → 1.50 |" in text
-    assert "| OpenVINO GenAI CB, exact config, no prefix caching | not available: openvino-genai is not installed" in text
+    assert (
+        "| OpenVINO GenAI CB, exact config, no prefix caching | not available: openvino-genai is not installed" in text
+    )
     assert "| ortstate ContinuousBatcher, json_schema | 4.00 |" in text and "| 31/32 |" in text
     assert "last-turn TTFT 310 ms with caching" in text and "(anchor: turn 8 310 ms / 2,505 ms)" in text
     assert text.rstrip().endswith("![TTFT per turn, with and without prefix caching](llm-prefix.png)")
@@ -225,5 +230,5 @@ def test_markdown_shows_every_turn_the_unavailable_engines_and_the_anchor(result
 
 def test_the_plot_draws_what_ran(tmp_path):
     pytest.importorskip("matplotlib")
-    report.plot(_data(RUNS), tmp_path / "p.png")
+    llm_prefix.plot(_data(RUNS), tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
