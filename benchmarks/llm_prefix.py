@@ -2,7 +2,7 @@
 against OpenVINO GenAI's ContinuousBatchingPipeline with and without ``enable_prefix_caching``, and
 the cost of structured output, on the same optimum-intel IR.
 
-Workloads (``--workloads``; the sizes are issue 39's, the anchor's in DESIGN.md; ids are seeded random
+Workloads (``--workloads``; the sizes are issue 39's, the anchor's in issue 39; ids are seeded random
 token ids in [0, vocab); greedy, eos ignored):
 
   chat        a plain client's 8-turn chat: turn 1 is 64 ids; turn t's prompt = turn t-1's prompt +

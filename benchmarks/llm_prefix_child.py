@@ -45,7 +45,7 @@ ENGINES = {  # workload -> its engines
     "shared": ("ortstate", "ortstate-nocache", "ov-cache", "ov-nocache"),
     "structured": ("ortstate", "ortstate-schema"),
 }
-SPEC = {  # issue 39's workloads (DESIGN.md, "What an LLM server's users expect")
+SPEC = {  # issue 39's workloads (its anchor: OpenVINO GenAI with prefix caching)
     "turns": 8,
     "turn_tokens": 64,
     "turn_new": 32,

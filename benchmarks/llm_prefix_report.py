@@ -29,7 +29,7 @@ ENGINES = {  # name -> what the tables call it
 STRUCTURED = {"ortstate": "ortstate ContinuousBatcher, unconstrained"}  # its own name in that workload
 CACHE_PAIRS = {"ortstate": "ortstate-nocache", "ov-cache": "ov-nocache"}  # with the cache -> without
 TARGETS = {"turn_ttft": 0.15, "shared_total": 0.12, "over_ov": 1.0, "schema_rate": 0.9}
-# the anchor measured before (DESIGN.md, "What an LLM server's users expect"; Intel Xeon, 2 threads)
+# the anchor measured before (issue 39's targets; Intel Xeon, 2 threads)
 ANCHOR = {"chat_turn8_ms": (310.0, 2505.0), "shared_total_s": (12.9, 152.3)}
 SCALARS = ("total_s", "ttft_p50_ms", "ttft_p99_ms", "tokens_per_s", "itl_p50_ms", "itl_p99_ms")
 SCALARS += ("answer_tokens_mean", "valid", "answers", "load_s")
@@ -272,12 +272,12 @@ def shared_table(data: dict[str, Any], workload: str) -> str:
 
 
 def anchor_text(data: dict[str, Any]) -> str:
-    """OpenVINO GenAI here against the anchor measured before on another machine (DESIGN.md)."""
+    """OpenVINO GenAI here against the anchor measured before on another machine (issue 39)."""
     (c8, n8), (cs, ns) = ANCHOR["chat_turn8_ms"], ANCHOR["shared_total_s"]
     here = (last_turn(data, "ov-cache"), last_turn(data, "ov-nocache"))
     shared = (get(data, "shared", "ov-cache", "total_s"), get(data, "shared", "ov-nocache", "total_s"))
     return (
-        "OpenVINO GenAI against the anchor measured before (DESIGN.md; Intel Xeon, 2 threads, the issue's sizes): "
+        "OpenVINO GenAI against the anchor measured before (issue 39; Intel Xeon, 2 threads, its sizes): "
         f"last-turn TTFT {_num(here[0], ',.0f')} ms with caching, {_num(here[1], ',.0f')} ms without (anchor: "
         f"turn 8 {c8:,.0f} ms / {n8:,.0f} ms); shared system prompt total {_num(shared[0], ',.2f')} s / "
         f"{_num(shared[1], ',.2f')} s (anchor: {cs} s / {ns} s). Another machine: read the ratios."
