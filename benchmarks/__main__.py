@@ -32,11 +32,15 @@ SUITES = {
     "llm-streams-profile": Suite(
         "llm_streams_profile", "where ContinuousBatcher's time goes on a real-size LLM: runs by kind and kernel"
     ),
+    "llm-prefix": Suite(
+        "llm_prefix", "prefix caching (chat, shared system prompt) and structured output against OpenVINO GenAI"
+    ),
     "serve": Suite("serve", "ortstate serve: 256 WebSocket streams from another process (--durable too)"),
     "openai-serve": Suite("openai_serve", "an LLM over OpenAI's API against the same batcher in process"),
     "native": Suite("suite", "converted recurrent models against their native ONNX export", "native_main"),
     "concurrency": Suite("suite", "concurrent requests of one session in 1 and 2 threads", "concurrency_main"),
     "weights-kernels": Suite("weights_kernels", "the compressed-weight kernels behind the converter's choices"),
+    "grammar-masks": Suite("grammar_masks", "grammar engines' per-step masks on a 151,936-token vocabulary"),
 }
 
 

@@ -21,6 +21,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "serve": ("starlette", "uvicorn", "websockets", "httptools"),
     "ray": ("ray",),
     "genai": ("onnxruntime_genai", "tokenizers"),
+    "structured": ("llguidance", "tokenizers"),
 }
 
 

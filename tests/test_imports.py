@@ -190,6 +190,27 @@ def test_the_scheduler_is_pure() -> None:
     assert wrong == []
 
 
+# ``ortstate serve``'s two servers, each a package of serve/; what both use sits beside them.
+SERVERS = ("serve.streams", "serve.openai")
+
+
+def test_the_two_servers_share_only_what_sits_beside_them() -> None:
+    """Neither server imports the other, and serve's shared modules import neither (but its
+    ``__init__``, which names the public API of both)."""
+    wrong = []
+    for name, path in MODULES.items():
+        if not _under(name, "serve") or name == "ortstate.serve":
+            continue
+        own = next((s for s in SERVERS if _under(name, s)), None)
+        wrong += [
+            f"{name} (line {line}) imports {target}"
+            for target, _, line in _imports(name, path)
+            if any(_under(target, other) for other in SERVERS if other != own)
+        ]
+    assert wrong == []
+    assert all(f"ortstate.{server}" in MODULES for server in SERVERS)
+
+
 def test_no_module_takes_another_modules_private_names() -> None:
     wrong = [
         f"{name} (line {line}) takes {', '.join(taken)} from {target}"

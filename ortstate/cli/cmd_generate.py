@@ -22,6 +22,7 @@ from ..generate import (
     read_config,
 )
 from ..generate.prompts import FirstRow, check_context, check_prompts
+from ..generate.structured import check_schema, schema_text
 from ..generate.tokenizer import TOKENIZER_FILE
 from .args import add_form_option, add_verbose_option, load_npy
 from .command import EXIT_OK, Command
@@ -46,6 +47,10 @@ ID=BIAS and --min-tokens N apply to greedy decoding and sampling (not beam searc
 and logit bias, then the penalties (what greedy takes the best of), then temperature, min-p, top-k,
 top-p. --stop TEXT and --stop-id N end generation early (repeatable). A prompt whose tokens and -n
 pass the model's context (config.json's max_position_embeddings, n_positions, ...) is refused.
+--json-schema FILE makes the answer JSON valid against the JSON schema in FILE (written compactly, as
+json.dumps writes it), whatever the weights: it stops when the JSON is complete and is closed in time
+within -n tokens; a schema the engine refuses, or -n below its shortest answer, is an error before
+anything runs. It needs tokenizer.json and the structured extra (llguidance); not with --num-beams.
 
 --prompt TEXT, --stop and --chat need the folder's tokenizer.json and the 'tokenizers' package;
 --chat also needs a chat template (tokenizer_config.json's chat_template, or chat_template.jinja)
@@ -67,6 +72,7 @@ examples:
   ortstate generate models/llm/mamba --prompt-ids 163,36,172 --max-new-tokens 32 --form custom-op
   ortstate generate models/llm/whisper --encoder-input features.npy
   ortstate generate path/to/export --prompt "Once upon a time" --stop "The end"
+  ortstate generate path/to/export --prompt "A person as JSON:" -n 200 --json-schema person.schema.json
   ortstate generate path/to/export --chat --system "You are terse."      # one user turn per line on stdin"""
 
 ENCODER_INPUT_FILE = "encoder_input.npy"
@@ -188,7 +194,13 @@ def run(args: argparse.Namespace) -> int:
         context = read_config(model_dir).max_context
         check_context(len(_parse_ids(args.prompt_ids)), args.max_new_tokens, context, "the model's context")
     why = "--chat" if args.chat else "--prompt" if args.prompt is not None else "--stop" if args.stop else None
+    why = why or ("--json-schema" if args.json_schema else None)
     tokenizer = load_tokenizer(model_dir, why) if why else None
+    if search.get("json_schema") is not None:  # its grammar checked before the model is converted
+        try:
+            check_schema(schema_text(search["json_schema"]))
+        except GenerationError as exc:
+            raise UsageError(f"--json-schema {args.json_schema}: {exc}") from None
     if args.chat:
         assert tokenizer is not None
         try:

@@ -7,14 +7,18 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ServeError, UsageError
 from ..extras import install_hint, missing_modules
 from .args import model_path
 from .command import EXIT_OK, Command
 from .report import count
-from .serve_llm import EXIT_STREAMS_LOST, LLM_HELP, ray_preflight, serve_llm
+from .serve_llm import LLM_HELP, serve_llm
+from .serving import EXIT_STREAMS_LOST, ray_installed, run_on_ray, serve_here, usage
+
+if TYPE_CHECKING:
+    from ..serve.streams.config import ServeConfig
 
 __all__ = ["COMMAND"]
 
@@ -194,21 +198,6 @@ def _check_extra() -> None:
         )
 
 
-def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The command line's :class:`~ortstate.serve.config.ServeConfig` settings (besides the model,
-    the state directory and Ray's)."""
-    return {
-        "max_streams": args.max_streams,
-        "max_batch": args.max_batch,
-        "max_delay": args.max_delay_ms / 1e3,
-        "token": args.token,
-        "max_message_bytes": args.max_message_bytes,
-        "idle_park": args.idle_park,
-        "threads": args.threads,
-        "durable": args.durable,
-    }
-
-
 def _positive(args: argparse.Namespace, *options: str) -> None:
     for option in options:
         value = getattr(args, option.replace("-", "_"))
@@ -222,89 +211,81 @@ def run(args: argparse.Namespace) -> int:
         return _bench(args)
     if args.model is None:
         raise UsageError("serve needs a MODEL to serve, or --bench URL (see 'ortstate serve --help')")
-    _positive(args, "max-streams", "max-batch", "max-delay-ms", "max-message-bytes", "idle-park", "threads")
-    if not 0 <= args.port <= 65535:
-        raise UsageError(f"--port must be 0..65535, got {args.port}")
-    if args.idle_park is not None and args.state_dir is None:
-        raise UsageError("--idle-park needs --state-dir: parked streams are written there")
     if Path(args.model).is_dir() and (Path(args.model) / "config.json").is_file():  # optimum-intel's LLM folder
         return serve_llm(args, Path(args.model))
     if args.model_name is not None or args.max_conversations != 1024:
         raise UsageError("--model-name and --max-conversations apply to an LLM folder")
     if args.max_parked_bytes is not None or args.conversation_ttl is not None:
         raise UsageError("--max-parked-bytes and --conversation-ttl apply to an LLM folder's conversations")
-    if args.durable and args.state_dir is None:
-        raise UsageError("--durable needs --state-dir: its log is kept there")
-    path = model_path(args.model)  # a folder of one stream model names it
-    if args.ray:
-        return _ray(args, path)
-    return _serve_here(args, path)
+    config = _config(args, model_path(args.model))  # a folder of one stream model names it
+    return _ray(args, config) if args.ray else _serve_here(config)
 
 
-def _serve_here(args: argparse.Namespace, path: Path) -> int:
-    """Serve ``path`` in this process until SIGTERM or Ctrl-C."""
-    from ..serve import server
-    from ..serve.auth import check_exposure
-    from ..serve.config import ServeConfig
+def _config(args: argparse.Namespace, path: Path) -> ServeConfig:
+    """The stream server's config from the command line (it checks every setting: exit 2)."""
+    from ..serve.streams.config import ServeConfig
 
-    try:  # the command line asked for something that cannot be: exit 2
-        check_exposure(args.host, args.token)
-        sock = server.bind(args.host, args.port)
+    try:
+        return ServeConfig(
+            str(path),
+            max_streams=args.max_streams,
+            max_batch=args.max_batch,
+            max_delay=args.max_delay_ms / 1e3,
+            state_dir=args.state_dir,
+            token=args.token,
+            max_message_bytes=args.max_message_bytes,
+            idle_park=args.idle_park,
+            threads=args.threads,
+            shared=args.ray,
+            handoff=args.handoff if args.ray else None,
+            durable=args.durable,
+            host=args.host,
+            port=args.port,
+        )
     except ServeError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        service, app = server.build(ServeConfig(str(path), state_dir=args.state_dir, **_settings(args)))
-    except ServeError as exc:  # --state-dir cannot be made, written, read or locked, or the log refused
-        sock.close()
-        raise UsageError(str(exc)) from None
-    except BaseException:
-        sock.close()
-        raise
-    try:
-        settings = server.config(app, args.max_message_bytes, args.max_streams, args.token)
-    except ServeError as exc:  # too few open files
-        sock.close()
-        service.release()
-        raise UsageError(str(exc)) from None
-    kept = f"streams parked in {args.state_dir}" if args.state_dir else "state in memory only"
-    if args.durable:
-        kept = f"every step logged in {args.state_dir}"
-    url = server.url_of(sock)
+        raise usage(exc) from None
 
-    def ready() -> None:
-        print(f"ortstate serve: {path} on {url} ({kept}; SIGTERM or Ctrl-C stops it)", flush=True)
 
-    server.serve_forever(app, service, sock, settings, ready)
+def _serve_here(config: ServeConfig) -> int:
+    """Serve ``config`` in this process until SIGTERM or Ctrl-C."""
+    from ..serve.streams.server import build
+
+    kept = f"streams parked in {config.state_dir}" if config.state_dir else "state in memory only"
+    if config.durable:
+        kept = f"every step logged in {config.state_dir}"
+
+    def says(_: Any, url: str) -> str:
+        return f"ortstate serve: {config.model} on {url} ({kept}; SIGTERM or Ctrl-C stops it)"
+
+    service = serve_here(config, build, says)
     parked = service.stats()["streams_parked"]
     print(
-        f"ortstate serve: stopped; {count(parked, 'stream')} parked in {args.state_dir}"
-        if args.state_dir
+        f"ortstate serve: stopped; {count(parked, 'stream')} parked in {config.state_dir}"
+        if config.state_dir
         else "ortstate serve: stopped",
         flush=True,
     )
     if service.lost:  # each named in the log already
         lost = len(service.lost)
-        print(f"ortstate: error: {lost} streams could not be parked in {args.state_dir}: lost", file=sys.stderr)
+        print(f"ortstate: error: {lost} streams could not be parked in {config.state_dir}: lost", file=sys.stderr)
         return EXIT_STREAMS_LOST
     return EXIT_OK
 
 
-def _ray(args: argparse.Namespace, path: Path) -> int:
-    _positive(args, "handoff")
-    ray_preflight(args, "streams move between them")
-    from ..serve.ray_deployment import make_app, serve_on_ray
-
-    app = make_app(path, args.state_dir, replicas=args.replicas, handoff=args.handoff, **_settings(args))
+def _ray(args: argparse.Namespace, config: ServeConfig) -> int:
+    """Serve ``config`` on Ray Serve, ``--replicas`` replicas routed by stream id, until SIGTERM or Ctrl-C."""
+    ray_installed()
+    from ..serve.streams.ray_deployment import make_app
 
     def ready(url: str) -> None:
         print(
-            f"ortstate serve: {path} on {url} (Ray Serve, {args.replicas} replicas, streams parked in "
-            f"{args.state_dir}; SIGTERM or Ctrl-C stops it)",
+            f"ortstate serve: {config.model} on {url} (Ray Serve, {args.replicas} replicas, streams parked in "
+            f"{config.state_dir}; SIGTERM or Ctrl-C stops it)",
             flush=True,
         )
 
-    serve_on_ray(app, args.host, args.port, ready, args.replicas)
-    print(f"ortstate serve: stopped; streams parked in {args.state_dir}", flush=True)
+    run_on_ray(config, make_app, args.replicas, ready)
+    print(f"ortstate serve: stopped; streams parked in {config.state_dir}", flush=True)
     return EXIT_OK
 
 
@@ -312,8 +293,8 @@ def _bench(args: argparse.Namespace) -> int:
     if args.model is not None:
         raise UsageError("--bench drives a running server: give its URL, not a MODEL")
     _positive(args, "streams", "steps")
-    from ..serve.bench import run_bench
     from ..serve.server import run_loop
+    from ..serve.streams.bench import run_bench
 
     result = run_loop(run_bench(args.bench, args.streams, args.steps, args.token))
     print(result.summary())

@@ -32,6 +32,7 @@ STOPPED = {
     "eos": "stopped at eos",
     "stop_token": "stopped at a stop token",
     "stop_string": "stopped at a stop string",
+    "grammar": "stopped: the JSON answer is complete",
     "max_new_tokens": "max new tokens reached",
 }
 

@@ -4,6 +4,8 @@ they make (checked before the model is converted)."""
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
@@ -53,6 +55,12 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
         help="stop when the generated text contains TEXT (needs the tokenizer)",
     )
     search.add_argument("--stop-id", action="append", type=int, metavar="N", help="stop after token id N (like eos)")
+    search.add_argument(
+        "--json-schema",
+        metavar="FILE",
+        help='answer JSON valid against the JSON schema in FILE ({"type": "object"}: any JSON object), '
+        "stopping when it is complete (needs tokenizer.json and the structured extra; not with --num-beams)",
+    )
 
 
 def _add_adjusting(search: Any) -> None:
@@ -115,6 +123,7 @@ def search_options(args: argparse.Namespace) -> dict[str, Any]:
         "length_penalty": args.length_penalty,
         "stop_token_ids": args.stop_id,
         "stop_strings": args.stop,
+        "json_schema": None if args.json_schema is None else _read_schema(args.json_schema),
     }
     given = {k: v for k, v in given.items() if v is not None}
     stray = [flag(k) for k in SAMPLING_FLAGS if k in given and not args.do_sample]
@@ -127,6 +136,18 @@ def search_options(args: argparse.Namespace) -> dict[str, Any]:
     except GenerationError as exc:
         raise UsageError(f"{flag(exc.field)}: {exc}" if exc.field else str(exc)) from None
     return given
+
+
+def _read_schema(path: str) -> Any:
+    """``--json-schema FILE``'s JSON (SearchOptions checks it is a schema within the bounds)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--json-schema {path}: cannot read it ({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"--json-schema {path}: not a JSON file ({' '.join(str(exc).split())})") from None
+    except RecursionError:
+        raise UsageError(f"--json-schema {path}: nested too deep") from None
 
 
 def flag(keyword: str) -> str:

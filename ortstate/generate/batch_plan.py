@@ -28,7 +28,7 @@ def batch_options(
 
     Raises:
         GenerationError: an option out of range or unknown (its ``field`` names it), beam search,
-            stop strings (the batcher has no tokenizer), ``logit_bias`` ids outside the
+            stop strings (the batcher has no tokenizer), a ``json_schema``, ``logit_bias`` ids outside the
             vocabulary, ``min_tokens`` over ``max_new_tokens``, ``n`` above ``slots``.
     """
     options = SearchOptions.build(defaults, **search)
@@ -39,6 +39,10 @@ def batch_options(
     if options.stop_strings:
         raise GenerationError(
             "ContinuousBatcher takes stop_token_ids, not stop strings (no tokenizer)", field="stop_strings"
+        )
+    if options.json_schema is not None:  # its masks are not applied by the batcher's engine yet
+        raise GenerationError(
+            "ContinuousBatcher does not constrain answers to a json_schema yet; use Generator", field="json_schema"
         )
     if options.n > slots:
         raise GenerationError(f"n must be at most the pool's {slots} slots, got {options.n}", field="n")

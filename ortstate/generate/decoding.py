@@ -1,10 +1,12 @@
 """The decoding loops: greedy or sampled tokens, and beam search through the model's ``beam_idx``.
 
 Greedy and sampled rows pick their tokens through :func:`~.sampler.choose` (penalties, bias,
-``min_tokens``, then the sampling warpers, each row with its own generator). ``n`` > 1 choices per
-prompt share one prefill where every variable is reordered by ``beam_idx`` (the first decode step's
-``beam_idx`` repeats each prompt's row ``n`` times, as beam search does); elsewhere each choice's
-row is prefilled.
+``min_tokens``, then the sampling warpers, each row with its own generator), from logits a
+``json_schema``'s grammar masked first (:mod:`.structured`: every row's mask in one call; each
+row's matcher advanced by its token; a row whose answer is complete stops, reason ``"grammar"``).
+``n`` > 1 choices per prompt share one prefill where every variable is reordered by ``beam_idx``
+(the first decode step's ``beam_idx`` repeats each prompt's row ``n`` times, as beam search does);
+elsewhere each choice's row is prefilled.
 
 Both run the decoder through :meth:`Stepper.feed <ortstate.generate.stepper.Stepper.feed>`, which
 keeps the attention mask and the rows' prompts; they keep each row's tokens in the stepper's
@@ -34,6 +36,7 @@ from .rows import left_pad
 from .sampler import RowState, choose
 from .stepper import Stepper
 from .stopping import StopCriteria
+from .structured import Matcher, advance, mask_logits
 
 __all__ = ["GenerationRun", "Job", "beam_search", "sample_or_greedy"]
 
@@ -50,8 +53,9 @@ class GenerationRun:
             (beam search: ``num_beams`` rows per prompt).
         step_seconds: wall time of every step, feeds and token choice included; step 0 is the prefill.
         encoder_seconds: the encoder run of this call (0 when none ran).
-        stop_reason: ``"eos"``, ``"stop_token"`` or ``"stop_string"`` (what stopped the last row to
-            stop), or ``"max_new_tokens"`` (a row ran to the limit).
+        stop_reason: ``"eos"``, ``"stop_token"``, ``"stop_string"`` or ``"grammar"`` (its
+            ``json_schema`` answer complete): what stopped the last row to stop; or
+            ``"max_new_tokens"`` (a row ran to the limit).
         stop_reasons: the same for each row.
         seed: the seed sampling used (None when nothing was sampled): pass it back to repeat the run.
         beams: beam search only: each prompt's finished hypotheses, best first (``tokens`` is the best's).
@@ -93,6 +97,7 @@ class Job:
         rng: beam sampling's generator (None: plain beam search, or not beam search).
         stream: called with every step's tokens (one per row).
         pad: the token fed to padded positions and to rows that stopped.
+        matchers: each row's place in its ``json_schema`` grammar (empty: no schema).
     """
 
     chunks: list[list[int]]
@@ -108,6 +113,7 @@ class Job:
     stream: Callable[[list[int]], Any] | None
     keep_logits: bool
     pad: int
+    matchers: list[Matcher] = field(default_factory=list)
 
 
 def sample_or_greedy(stepper: Stepper, job: Job) -> None:
@@ -139,14 +145,18 @@ def sample_or_greedy(stepper: Stepper, job: Job) -> None:
         else:
             beam_idx = None
             state.history, state.pending = histories, [[] for _ in range(rows)]
-        picked = choose(logits, job.rows)
         real = ~finished  # rows still generating: their pick is a real token
+        picked = choose(_masked(logits, job, real), job.rows)
         picked = np.where(real, picked, pad).astype(np.int64)
+        if job.matchers:  # a pick the row's budget cannot close is replaced
+            picked = np.array(advance([m if r else None for m, r in zip(job.matchers, real)], picked.tolist()))
         for row in np.flatnonzero(real):
             token = int(picked[row])
             run.tokens[row].append(token)
             histories[row].append(token)
             why = criteria.reason(run.tokens[row])
+            if not why and job.matchers and job.matchers[row].complete:
+                why = "grammar"  # nothing may follow its answer
             if why:
                 finished[row] = True
                 run.stop_reasons[row] = run.stop_reason = why
@@ -165,6 +175,15 @@ def sample_or_greedy(stepper: Stepper, job: Job) -> None:
     run.logits = np.stack(kept) if kept else None
     if beam_idx is not None:  # ended before the rows were made: continuing re-feeds their histories
         state.history, state.pending, state.stale = histories, [[] for _ in range(rows)], True
+
+
+def _masked(logits: np.ndarray, job: Job, real: np.ndarray) -> np.ndarray:
+    """The logits with each generating row's grammar mask (a copy when the run keeps its logits)."""
+    if not job.matchers:
+        return logits
+    scores = np.array(logits) if job.keep_logits else logits
+    mask_logits(scores, [m if r else None for m, r in zip(job.matchers, real)])
+    return scores
 
 
 def beam_search(stepper: Stepper, job: Job) -> None:

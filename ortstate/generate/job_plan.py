@@ -15,6 +15,7 @@ from .options import SearchOptions
 from .prompts import check_context, check_prompts
 from .sampler import RowState
 from .stopping import StopCriteria
+from .structured import Matcher, grammars_for
 
 if TYPE_CHECKING:
     from .generator import Generator
@@ -49,15 +50,16 @@ def plan_job(
     rebuild = (options.beam_search and not generator.layout.expands_by_beam_idx) or (options.n > 1 and not expand)
     chunks, from_empty, histories = stepper.rows.first_feed(rows, reset, rebuild=rebuild)
     check_context(max(map(len, histories)), max_new_tokens, generator.config.max_context, "the model's context")
+    eos = generator.config.eos_token_ids if stop_at_eos else ()
+    tokenizer = generator.tokenizer if options.stop_strings else None
+    criteria = StopCriteria(eos, options.stop_token_ids, options.stop_strings, tokenizer, options.min_tokens)
+    matchers = _matchers(generator, options, criteria, len(rows) * options.n, int(max_new_tokens))
     _encoder_context(generator, len(rows), encoder_input, reset)
     seed = options.draw_seed()
     encoded = generator.encoder.last_seconds if (generator.encoder and encoder_input is not None) else 0.0
     run = GenerationRun(
         max(len(c) for c in chunks), [[] for _ in range(len(rows) * options.n)], encoder_seconds=encoded, seed=seed
     )
-    eos = generator.config.eos_token_ids if stop_at_eos else ()
-    tokenizer = generator.tokenizer if options.stop_strings else None
-    criteria = StopCriteria(eos, options.stop_token_ids, options.stop_strings, tokenizer, options.min_tokens)
     return Job(
         chunks=chunks,
         from_empty=from_empty,
@@ -72,7 +74,23 @@ def plan_job(
         stream=stream,
         keep_logits=keep_logits,
         pad=generator.config.pad_token_id if generator.config.pad_token_id is not None else 0,
+        matchers=matchers,
     )
+
+
+def _matchers(
+    generator: Generator, options: SearchOptions, criteria: StopCriteria, rows: int, budget: int
+) -> list[Matcher]:
+    """Each row's matcher of ``options.json_schema`` (none without one), compiled for the generator's
+    tokenizer and logits width (once per schema: :mod:`.structured`), its answer whole within ``budget``."""
+    if options.json_schema is None:
+        return []
+    try:
+        tokenizer = generator.tokenizer
+    except GenerationError as exc:
+        raise GenerationError(f"json_schema needs the model's tokenizer ({exc})", field="json_schema") from None
+    grammars = grammars_for(tokenizer, generator.vocab_size)
+    return [grammars.matcher(options.json_schema, criteria.token_ids, budget) for _ in range(rows)]
 
 
 def _row_states(

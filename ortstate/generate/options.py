@@ -4,7 +4,8 @@ The parameters mean what transformers' ``GenerationConfig`` says they mean, with
 (``top_k`` 50, ``temperature``/``top_p``/``repetition_penalty``/``length_penalty`` 1.0,
 ``early_stopping`` False), so that a user moving from ``model.generate()`` gets the same search;
 those transformers lacks are vLLM's ``SamplingParams`` (``min_p``, ``presence_penalty``,
-``frequency_penalty``, ``logit_bias``, ``min_tokens``, ``n``), with vLLM's names, ranges and meaning.
+``frequency_penalty``, ``logit_bias``, ``min_tokens``, ``n``), with vLLM's names, ranges and meaning;
+``json_schema`` constrains the answer to JSON valid against a schema (:mod:`.structured`).
 A model folder's ``generation_config.json`` supplies the values a call leaves out, as transformers
 does, except the switches ``do_sample`` and ``num_beams``: ortstate decodes greedily unless asked
 (:func:`file_defaults` keeps what the file asked for, for a note).
@@ -20,13 +21,14 @@ from typing import Any
 
 from ..decoders import SEARCH_KEYS
 from ..errors import GenerationError
+from .structured.schema import schema_text
 
 __all__ = ["SEARCH_KEYS", "SearchOptions", "file_defaults"]
 
 # beam sampling sums temperature-scaled log-probabilities over steps (transformers' float32 scores)
 MIN_BEAM_TEMPERATURE = 0.01
 # vLLM's options that beam search (transformers') does not take
-_NOT_FOR_BEAMS = ("min_p", "presence_penalty", "frequency_penalty", "logit_bias", "min_tokens", "n")
+_NOT_FOR_BEAMS = ("min_p", "presence_penalty", "frequency_penalty", "logit_bias", "min_tokens", "n", "json_schema")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,11 @@ class SearchOptions:
         stop_token_ids: tokens that end a row like the eos token (they are returned).
         stop_strings: a row ends as soon as its generated text contains one of these (needs a tokenizer;
             the tokens completing it are returned).
+        json_schema: each answer is JSON valid against this JSON schema (a dict or its JSON text,
+            kept as compact text; ``{"type": "object"}``: any JSON object), written compactly as
+            ``json.dumps`` writes it; a row stops as soon as its answer is complete (stop reason
+            ``"grammar"``). Needs the model's ``tokenizer.json`` and the ``structured`` extra;
+            greedy and sampling, not beam search. Bounds: :mod:`ortstate.generate.structured.schema`.
     """
 
     do_sample: bool = False
@@ -81,8 +88,11 @@ class SearchOptions:
     logit_bias: tuple[tuple[int, float], ...] = ()
     min_tokens: int = 0
     n: int = 1
+    json_schema: str | None = None
 
     def __post_init__(self) -> None:
+        if self.json_schema is not None:
+            object.__setattr__(self, "json_schema", schema_text(self.json_schema))
         _check(self, "")
 
     @classmethod
@@ -120,7 +130,8 @@ class SearchOptions:
     @property
     def adjusts(self) -> bool:
         """Whether the scores differ from the logits before sampling's warpers (penalties, bias,
-        ``min_tokens``): False means a greedy row's token is its logits' argmax."""
+        ``min_tokens``): False means a greedy row's token is its logits' argmax (a ``json_schema``'s
+        mask is applied to the logits themselves, before)."""
         return bool(
             self.repetition_penalty != 1.0
             or self.presence_penalty

@@ -1,102 +1,178 @@
-"""A stream server's settings, once: what the command line, :func:`~.server.serve_in_thread` and
-Ray Serve's replicas (and a ``serve run`` config's ``args``) all build a server from, checked in
-one place (as ``uvicorn.Config`` is for uvicorn).
+"""What both servers' settings share (:class:`~ortstate.serve.streams.config.ServeConfig`,
+:class:`~ortstate.serve.openai.config.LlmServeConfig`): each is one frozen dataclass whose fields
+are checked once, as it is built, as ``uvicorn.Config`` is for uvicorn; the command line, the
+``*_in_thread`` helpers and Ray Serve's replicas all build a server from one. A setting refused is a
+:class:`SettingError`, which names the settings it is about so that a caller can name them its own
+way (the command line: ``--max-streams``) without reading the message.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-from dataclasses import dataclass
+import string
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import onnxruntime as ort
+from typing import Any, ClassVar, TypeVar
 
 from ..errors import ServeError
-from .app import DEFAULT_MAX_MESSAGE_BYTES
+from .auth import check_exposure
+from .guard import Deadlines
 
-__all__ = ["ServeConfig"]
+__all__ = [
+    "ServerSettings",
+    "SettingError",
+    "check_address",
+    "check_needs",
+    "check_positive",
+    "check_seconds",
+    "positive_int",
+    "shown",
+]
+
+C = TypeVar("C")
 
 
-@dataclass(frozen=True)
-class ServeConfig:
-    """How to serve the streams of ``model``.
+class SettingError(ServeError):
+    """A server's setting refused: one line naming the settings it is about, ``{field}`` in
+    ``template`` (``"{idle_park} needs {state_dir}: ..."``); ``str()`` names them by their fields.
 
     Attributes:
-        model: an IR ``.xml`` or an ONNX file, as ``StreamPool`` takes it.
-        max_streams: streams a server holds at once (its pool's slots; per replica with Ray).
-        max_batch, max_delay: the pool's ticks (``max_delay`` in seconds).
-        state_dir: where streams are parked (none: in memory only).
-        token: the bearer token every request must carry (none: loopback only).
-        max_message_bytes: the largest step message.
-        idle_park: park streams idle that many seconds (none: never).
-        threads: ONNX Runtime's intra-op threads.
-        shared: servers share ``state_dir`` on purpose (Ray Serve's replicas).
-        handoff: a socket is handed over after that many seconds (parked; the client reconnects).
-        durable: log every acknowledged step in ``state_dir`` (see :mod:`.journal`).
+        field: the setting at fault (the first the message names).
+        settings: every setting the message names, in order.
     """
 
-    model: Any
-    max_streams: int = 1024
-    max_batch: int | None = None
-    max_delay: float = 0.0005
-    state_dir: str | None = None
-    token: str | None = None
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    idle_park: float | None = None
-    threads: int = 1
-    shared: bool = False
-    handoff: float | None = None
-    durable: bool = False
+    def __init__(self, template: str) -> None:
+        self.template = template
+        self.settings = tuple(name for _, name, _, _ in string.Formatter().parse(template) if name)
+        super().__init__(self.naming(str))
+        self.field = self.settings[0] if self.settings else None
 
-    def __post_init__(self) -> None:
-        for name in ("max_streams", "max_batch", "max_message_bytes", "threads"):
-            value = getattr(self, name)
-            if value is not None and (type(value) is not int or value < 1):
-                raise ServeError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("max_delay", "idle_park", "handoff"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise ServeError(f"{name} must be a number of seconds >= 0, got {value!r}")
-        if self.handoff is not None and not self.handoff > 0:
-            raise ServeError(f"handoff must be positive, got {self.handoff!r}")
-        if self.idle_park is not None and self.state_dir is None:
-            raise ServeError("idle_park needs a state_dir: parked streams are written there")
-        if self.durable and self.state_dir is None:
-            raise ServeError("durable needs a state_dir: its log is kept there")
-        if self.shared and self.state_dir is None:
-            raise ServeError("servers that share their streams need a state directory they all reach")
+    def naming(self, name: Callable[[str], str]) -> str:
+        """The message with each setting named ``name(field)``."""
+        return self.template.format_map({s: name(s) for s in self.settings})
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled (Ray) with its template, not its message
+        return (type(self), (self.template,))
+
+
+class ServerSettings:
+    """What a server's config (a frozen dataclass with a ``state_dir``) does whichever server it is:
+    be built from a ``serve run`` config's ``args``, and give every replica of a cluster the same
+    paths."""
+
+    served: ClassVar[str]  # the field naming what is served (a model file, a folder): required, a path
 
     @classmethod
-    def from_args(cls, args: dict[str, Any]) -> ServeConfig:
+    def from_args(cls: type[C], args: dict[str, Any]) -> C:
         """From a ``serve run``/``serve deploy`` config's ``args`` (YAML's values, or strings):
         each coerced to its field's type; an unknown or missing one named.
 
         Raises:
-            ServeError: a key it does not know, no ``model``, or a value that does not fit.
+            ServeError: a key it does not know, no :attr:`served` field, or a value that does not fit.
         """
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(args) - set(fields))
-        if unknown:
-            raise ServeError(f"unknown settings {', '.join(unknown)} (known: {', '.join(fields)})")
-        if "model" not in args:
-            raise ServeError("the settings need a model")
-        return cls(**{k: _coerce(k, str(fields[k].type), v) for k, v in args.items()})
+        return _from_args(cls, args, cls.served)  # type: ignore[attr-defined]
 
-    def resolved(self) -> ServeConfig:
+    def resolved(self: C) -> C:
         """The same with absolute paths (what every replica of a cluster reaches)."""
-        state_dir = None if self.state_dir is None else str(Path(self.state_dir).resolve())
-        return dataclasses.replace(self, model=str(Path(self.model).resolve()), state_dir=state_dir)
-
-    def session_options(self) -> ort.SessionOptions:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        return options
+        state_dir = self.state_dir
+        served = type(self).served  # type: ignore[attr-defined]
+        absolute = {served: str(Path(getattr(self, served)).resolve())}
+        return dataclasses.replace(  # type: ignore[type-var]
+            self, state_dir=None if state_dir is None else str(Path(state_dir).resolve()), **absolute
+        )
 
 
-def _coerce(name: str, kind: str, value: Any) -> Any:
+def shown(value: Any) -> str:
+    """``value`` as a refusal shows it (its ``repr``), safe inside a :class:`SettingError`'s template."""
+    return repr(value).replace("{", "{{").replace("}", "}}")
+
+
+def check_positive(config: Any, *names: str) -> None:
+    """Each of ``config``'s settings ``names`` is None or a positive integer.
+
+    Raises:
+        SettingError: naming the first that is not.
+    """
+    for name in names:
+        value = getattr(config, name)
+        if value is not None:
+            positive_int(name, value)
+
+
+def positive_int(name: str, value: Any) -> None:
+    """``value``, the setting ``name``, is a positive integer.
+
+    Raises:
+        SettingError: it is not, naming ``name``.
+    """
+    if type(value) is not int:
+        raise SettingError(f"{{{name}}} must be an integer, got {shown(value)}")
+    if value < 1:
+        raise SettingError(f"{{{name}}} must be positive, got {shown(value)}")
+
+
+def check_seconds(config: Any, *names: str, positive: bool = False) -> None:
+    """Each of ``config``'s settings ``names`` is None or a finite number of seconds, >= 0 (or > 0:
+    ``positive``).
+
+    Raises:
+        SettingError: naming the first that is not.
+    """
+    for name in names:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SettingError(f"{{{name}}} must be a number of seconds, got {shown(value)}")
+        if value < 0 or (positive and value == 0):
+            raise SettingError(f"{{{name}}} must be {'positive' if positive else '>= 0'}, got {shown(value)}")
+
+
+def check_needs(config: Any, name: str, needed: str, why: str) -> None:
+    """``config``'s setting ``needed`` is given where ``name`` is (set, or true).
+
+    Raises:
+        SettingError: ``name`` is and ``needed`` is not, saying ``why`` it needs it.
+    """
+    value = getattr(config, name)
+    if (value is not None and value is not False) and getattr(config, needed) is None:
+        raise SettingError(f"{{{name}}} needs {{{needed}}}: {why}")
+
+
+def check_address(host: Any, port: Any, token: str | None) -> None:
+    """Where a server listens: a host name or address, a port 0..65535 (0: any free one), and no
+    address but loopback without a token (:func:`~.auth.check_exposure`).
+
+    Raises:
+        SettingError: the host or the port is not one.
+        ServeError: an empty token, or another address than loopback without one.
+    """
+    if not isinstance(host, str) or not host:
+        raise SettingError(f"{{host}} must be a host name or address, got {shown(host)}")
+    if type(port) is not int or not 0 <= port <= 65535:
+        raise SettingError(f"{{port}} must be 0..65535, got {shown(port)}")
+    check_exposure(host, token)
+
+
+def _from_args(cls: type[C], args: dict[str, Any], required: str) -> C:
+    """A config ``cls`` from a ``serve run``/``serve deploy`` config's ``args`` (YAML's values, or
+    strings): each coerced to its field's type; an unknown or missing one named.
+
+    Raises:
+        ServeError: a key it does not know, no ``required``, or a value that does not fit.
+    """
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(args) - set(fields))
+    if unknown:
+        raise ServeError(f"unknown settings {', '.join(unknown)} (known: {', '.join(fields)})")
+    if required not in args:
+        raise ServeError(f"the settings need a {required}")
+    return cls(**{k: _coerce(k, str(fields[k].type), v, required) for k, v in args.items()})
+
+
+def _coerce(name: str, kind: str, value: Any, path: str) -> Any:
     if value is None:
         return None
     try:
@@ -106,7 +182,9 @@ def _coerce(name: str, kind: str, value: Any) -> Any:
             return int(value)
         if kind.startswith("float"):
             return float(value)
-        if kind.startswith("str") or name == "model":
+        if kind.startswith("Deadlines"):
+            return value if isinstance(value, Deadlines) else Deadlines(**value)
+        if kind.startswith("str") or name == path:
             return os.fspath(value) if isinstance(value, os.PathLike) else str(value)
     except (TypeError, ValueError):
         raise ServeError(f"{name}: expected {kind.split(' ')[0]}, got {value!r}") from None

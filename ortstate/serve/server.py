@@ -1,6 +1,9 @@
-"""Running the app under uvicorn on a socket of our own: the address is known (and refused, in one
-line, if taken) before serving, and SIGTERM or SIGINT end the server gracefully with exit 0, every
-open stream parked first."""
+"""What both servers' lifecycles share: the app runs under uvicorn on a socket of our own, so the
+address is known (and refused, in one line, if taken) before serving, every connection is under
+:mod:`.guard`'s deadlines and places, and SIGTERM or SIGINT end the server gracefully with exit 0,
+what it holds parked first. A server is built from its config (:class:`ServerConfig`): in this
+process until a signal (:func:`start`, :func:`serve_forever`: the command line), or in a thread for
+as long as a ``with`` block runs (:func:`in_thread`)."""
 
 from __future__ import annotations
 
@@ -12,37 +15,27 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-import onnxruntime as ort
 import uvicorn
 
 from ..errors import ServeError
-from ..streams import KvPool, StreamPool
-from .app import DEFAULT_MAX_MESSAGE_BYTES, create_app
-from .auth import check_exposure
 from .compat import run_with
-from .config import ServeConfig
 from .guard import Deadlines, Guard, raise_open_files
-from .llm_app import DEFAULT_MAX_BODY_BYTES, create_llm_app
-from .llm_service import LlmService
-from .openai_errors import full_body
-from .service import StreamService
 
 __all__ = [
-    "Deadlines",
+    "GRACE_SECONDS",
     "Running",
-    "ServeConfig",
+    "ServerConfig",
     "Service",
+    "Started",
     "bind",
-    "build",
-    "build_llm",
+    "in_thread",
     "run_loop",
     "serve_forever",
-    "serve_in_thread",
-    "serve_llm_in_thread",
+    "start",
     "url_of",
+    "uvicorn_config",
 ]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -58,6 +51,19 @@ class Service(Protocol):
     async def park_all(self) -> int: ...
 
     def release(self) -> None: ...
+
+
+class ServerConfig(Protocol):
+    """What the lifecycle asks of a server's config (a :class:`ServeConfig`, an :class:`LlmServeConfig`)."""
+
+    host: str
+    port: int
+
+    def uvicorn_config(self, app: Any) -> uvicorn.Config: ...
+
+
+S = TypeVar("S", bound=ServerConfig)
+Build = Callable[[S], tuple[Any, Any]]  # a config -> (its service, the ASGI app serving it)
 
 
 class _Server(uvicorn.Server):
@@ -113,24 +119,25 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def config(
+def uvicorn_config(
     app: Any,
-    max_message_bytes: int,
-    max_streams: int,
-    token: str | None,
     *,
-    deadlines: Deadlines | None = None,
+    places: int,
+    token: str | None,
+    deadlines: Deadlines,
+    max_message_bytes: int,
     full: bytes | None = None,
 ) -> uvicorn.Config:
     """uvicorn's settings for ``app``: quiet, bounded, every connection under :mod:`.guard`'s
-    deadlines (``deadlines``) and places (4 × ``max_streams`` + 64 authorised connections; ``full``:
-    the JSON body of the 503 when all are held, the guard's own if None), with a graceful shutdown
-    of a few seconds. The limit of open files is raised to what that takes.
+    ``deadlines`` and places (4 × ``places`` + 64 authorised connections; ``full``: the JSON body
+    of the 503 when all are held, the guard's own if None), WebSocket messages of
+    ``max_message_bytes``, with a graceful shutdown of a few seconds. The limit of open files is
+    raised to what that takes.
 
     Raises:
-        ServeError: the hard limit of open files is too low for ``max_streams``.
+        ServeError: the hard limit of open files is too low for ``places``.
     """
-    connections = 4 * max_streams + 64
+    connections = 4 * places + 64
     raise_open_files(connections)
     guard = Guard(token, connections, deadlines=deadlines, full_body=full)
     return uvicorn.Config(
@@ -152,24 +159,58 @@ def config(
     )
 
 
-def serve_forever(
-    app: Any, service: Service, sock: socket.socket, settings: uvicorn.Config, ready: Callable[[], None]
-) -> None:
-    """Serve ``app`` on ``sock`` until SIGTERM or SIGINT; then every open stream is parked (with a
-    state directory) and this returns."""
-    server = _Server(settings, service)
+@dataclass(frozen=True)
+class Started:
+    """A server ready to serve (:func:`start`): its socket, what it serves, the app, uvicorn's settings."""
+
+    sock: socket.socket
+    service: Any  # a StreamService, or an LlmService
+    app: Any
+    settings: uvicorn.Config
+
+    @property
+    def url(self) -> str:
+        return url_of(self.sock)
+
+
+def start(config: S, build: Build[S]) -> Started:
+    """Listen where ``config`` says, then build what it serves (``build(config)``) and uvicorn's
+    settings; what was taken is let go if a step fails.
+
+    Raises:
+        ServeError: the address is refused or taken, the state directory cannot be used, the open
+            files limit is too low; and whatever ``build`` raises.
+    """
+    sock = bind(config.host, config.port)
+    try:
+        service, app = build(config)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        return Started(sock, service, app, config.uvicorn_config(app))
+    except BaseException:
+        sock.close()
+        service.release()
+        raise
+
+
+def serve_forever(started: Started, ready: Callable[[], None]) -> None:
+    """Serve until SIGTERM or SIGINT (``ready()`` once it listens); then what the service holds is
+    parked (with a state directory) and this returns."""
+    server = _Server(started.settings, started.service)
 
     async def main() -> None:
         ready()
         try:
-            await server.serve(sockets=[sock])
+            await server.serve(sockets=[started.sock])
         finally:  # the app's shutdown parked them, unless a second Ctrl-C skipped it
-            await service.park_all()
+            await started.service.park_all()
 
     try:
         run_loop(main())
     finally:
-        service.release()
+        started.service.release()
 
 
 def run_loop(main: Any) -> Any:
@@ -183,174 +224,35 @@ def run_loop(main: Any) -> Any:
     return run_with(main, uvloop.new_event_loop)
 
 
-def build(config: ServeConfig, sess_options: ort.SessionOptions | None = None) -> tuple[StreamService, Any]:
-    """The streams of ``config.model`` (a pool of ``max_streams`` slots) and the app serving them;
-    with ``shared``, servers sharing ``state_dir`` (see :class:`StreamService`). Without ``shared``,
-    the service holds ``state_dir`` until its ``release()``."""
-    c = config
-    options = sess_options if sess_options is not None else c.session_options()
-    pool = StreamPool(c.model, c.max_streams, max_batch=c.max_batch, max_delay=c.max_delay, sess_options=options)
-    if isinstance(pool, KvPool):
-        folder = Path(pool.loaded.origin).parent
-        raise ServeError(
-            f"{pool.loaded.origin}: an LLM with KV caches: serve its optimum-intel folder with the OpenAI API "
-            f"(ortstate serve {folder}; docs/serve.md)"
-        )
-    service = StreamService(pool, c.state_dir, shared=c.shared, durable=c.durable)
-    app = create_app(
-        service, token=c.token, max_message_bytes=c.max_message_bytes, idle_park=c.idle_park, handoff=c.handoff
-    )
-    return service, app
-
-
-def build_llm(
-    folder: str | Path,
-    max_requests: int,
-    slots: int,
-    token: str | None,
-    *,
-    model_name: str | None = None,
-    threads: int | None = None,
-    kv_cache_bytes: int | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    state_dir: str | Path | None = None,
-    max_conversations: int = 1024,
-    idle_park: float | None = None,
-    shared: bool = False,
-    max_parked_bytes: int | None = None,
-    conversation_ttl: float | None = None,
-) -> tuple[LlmService, Any]:
-    """An optimum-intel LLM folder's batcher (``slots`` requests generating at once, ``max_requests``
-    taken at once) and the app serving it with OpenAI's API; conversations logged and parked in
-    ``state_dir`` (``shared``: by every turn, for the servers sharing it, Ray Serve's replicas),
-    which holds ``max_parked_bytes`` at most, each removed once idle for ``conversation_ttl``."""
-    service = LlmService.from_dir(
-        folder,
-        model_name=model_name,
-        max_requests=max_requests,
-        slots=slots,
-        threads=threads,
-        kv_cache_bytes=kv_cache_bytes,
-        state_dir=state_dir,
-        max_conversations=max_conversations,
-        shared=shared,
-        max_parked_bytes=max_parked_bytes,
-        conversation_ttl=conversation_ttl,
-    )
-    return service, create_llm_app(service, token=token, max_body_bytes=max_body_bytes, idle_park=idle_park)
-
-
 @dataclass(frozen=True)
 class Running:
-    """A server :func:`serve_in_thread` or :func:`serve_llm_in_thread` runs: its URL and what it serves."""
+    """A server :func:`in_thread` runs: its URL and what it serves."""
 
     url: str
     service: Any  # a StreamService, or an LlmService
 
 
 @contextlib.contextmanager
-def serve_in_thread(
-    model: Any,
-    max_streams: int = 1024,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    start_timeout: float = 60.0,
-    deadlines: Deadlines | None = None,
-    **settings: Any,
-) -> Iterator[Running]:
-    """``ortstate serve`` in a thread of this process, for as long as the ``with`` block runs (a
-    notebook, a test): the same app; ``settings`` are :class:`ServeConfig`'s (``max_delay`` in
-    seconds, ``state_dir``, ``token``, ``durable``, ...); ``deadlines`` each connection's
-    (:class:`~.guard.Deadlines`, its defaults if None).
+def in_thread(config: S, build: Build[S], start_timeout: float) -> Iterator[Running]:
+    """The server ``config`` says (``build`` makes what it serves) in a thread of this process, for
+    as long as the ``with`` block runs; stopped as SIGTERM stops it, what it holds parked.
 
     Raises:
-        ServeError: a setting out of range, the address is refused (not loopback without a token,
-            taken), ``state_dir`` cannot be written or another server holds it (``shared`` takes
-            no lock), the open files limit is too low, or the server does not start.
+        ServeError: as :func:`start`, or the server does not start within ``start_timeout`` seconds.
     """
-    given = ServeConfig(model, max_streams, **settings)
-    check_exposure(host, given.token)
-    service, app = build(given)
-
-    def uvicorn_settings() -> uvicorn.Config:
-        return config(app, given.max_message_bytes, max_streams, given.token, deadlines=deadlines)
-
-    with _in_thread(service, uvicorn_settings, host, port, start_timeout) as running:
-        yield running
-
-
-@contextlib.contextmanager
-def serve_llm_in_thread(
-    folder: str | Path,
-    max_requests: int = 1024,
-    *,
-    slots: int = 64,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    token: str | None = None,
-    model_name: str | None = None,
-    threads: int | None = None,
-    kv_cache_bytes: int | None = None,
-    state_dir: str | Path | None = None,
-    max_conversations: int = 1024,
-    idle_park: float | None = None,
-    max_parked_bytes: int | None = None,
-    conversation_ttl: float | None = None,
-    start_timeout: float = 60.0,
-    deadlines: Deadlines | None = None,
-) -> Iterator[Running]:
-    """``ortstate serve FOLDER`` (an optimum-intel LLM folder: OpenAI's API) in a thread of this
-    process, for as long as the ``with`` block runs (``deadlines``: as :func:`serve_in_thread`'s).
-
-    Raises:
-        ServeError: as :func:`serve_in_thread`; GenerationError and the like: the folder cannot be served.
-    """
-    check_exposure(host, token)
-    service, app = build_llm(
-        folder,
-        max_requests,
-        slots,
-        token,
-        model_name=model_name,
-        threads=threads,
-        kv_cache_bytes=kv_cache_bytes,
-        state_dir=state_dir,
-        max_conversations=max_conversations,
-        idle_park=idle_park,
-        max_parked_bytes=max_parked_bytes,
-        conversation_ttl=conversation_ttl,
-    )
-
-    def uvicorn_settings() -> uvicorn.Config:
-        return config(app, DEFAULT_MAX_MESSAGE_BYTES, max_requests, token, deadlines=deadlines, full=full_body())
-
-    with _in_thread(service, uvicorn_settings, host, port, start_timeout) as running:
-        yield running
-
-
-@contextlib.contextmanager
-def _in_thread(
-    service: Service, settings: Callable[[], uvicorn.Config], host: str, port: int, start_timeout: float
-) -> Iterator[Running]:
-    """Serve in a thread with uvicorn's ``settings()`` (which may refuse: ``service`` is let go)."""
-    try:
-        server = _Server(settings(), service)
-        sock = bind(host, port)
-    except BaseException:
-        service.release()
-        raise
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="ortstate-serve")
+    started = start(config, build)
+    server = _Server(started.settings, started.service)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [started.sock]}, daemon=True, name="ortstate-serve")
     thread.start()
     deadline = time.monotonic() + start_timeout
     try:
         while not server.started:
             if not thread.is_alive() or time.monotonic() > deadline:
-                raise ServeError(f"the server on {url_of(sock)} did not start")
+                raise ServeError(f"the server on {started.url} did not start")
             time.sleep(0.01)
-        yield Running(url_of(sock), service)
+        yield Running(started.url, started.service)
     finally:
         server.should_exit = True
         thread.join(GRACE_SECONDS + 10)
-        sock.close()
-        service.release()
+        started.sock.close()
+        started.service.release()

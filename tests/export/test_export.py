@@ -308,7 +308,8 @@ def test_a_context_length_is_at_most_the_models(tmp_path: Path, capsys: pytest.C
             ortstate.export(source, tmp_path / "bad", context_length=bad)  # type: ignore[arg-type]
     with pytest.raises(ortstate.ExportError, match="^a context length applies to the genai layout only"):
         ortstate.export(source, tmp_path / "o", layout="optimum", context_length=32)
-    ortstate.export(source, tmp_path / "small", context_length=32)
+    with pytest.warns(ExportNotice):  # the tokenizer genai misreads, left out (test_export_tokenizer)
+        ortstate.export(source, tmp_path / "small", context_length=32)
     settings = json.loads((tmp_path / "small" / "genai_config.json").read_text())
     assert (settings["model"]["context_length"], settings["search"]["max_length"]) == (32, 32)
     for argv, error in [

@@ -45,6 +45,11 @@ def _texts(tokenizer: Tokenizer) -> list[str]:
     return [*TEXTS, *CORPUS, "<s>", "</s>x", *(f"a{t}b {t}" for t in added)]
 
 
+def _shown(ids: list[int]) -> str:
+    """Ids as a notice shows them: the first 12, then "..." when there are more."""
+    return "[" + ", ".join(map(str, ids[:12])) + (", ...]" if len(ids) > 12 else "]")
+
+
 def _genai_tokenizer(folder: Path, special: bool) -> og.Tokenizer:
     tok = og.Tokenizer(og.Model(str(folder)))
     tok.update_options(add_special_tokens=str(special).lower())
@@ -66,8 +71,8 @@ def test_a_tokenizer_genai_misreads_is_left_out(family: str, tmp_path: Path) -> 
     theirs = [int(t) for t in og.Tokenizer(og.Config(str(beside))).encode("Once upon a time")]
     assert theirs != ours
     assert notice == (
-        f"{source}: {LEFT_OUT}'Once upon a time' (without special tokens) as [{', '.join(map(str, theirs))}] "
-        f"where tokenizer.json gives [{', '.join(map(str, ours))}]; give genai token ids made with the model "
+        f"{source}: {LEFT_OUT}'Once upon a time' (without special tokens) as {_shown(theirs)} "
+        f"where tokenizer.json gives {_shown(ours)}; give genai token ids made with the model "
         "folder's tokenizer.json (ortstate.generate.Tokenizer, tokenizers, transformers)"
     )
     with pytest.raises(RuntimeError, match="tokenizer_config.json"):

@@ -20,7 +20,22 @@ from ov_search import LLM, ov_beam_search, ov_greedy
 
 from ortstate.generate import GenerationError, Generator, StateLayout
 
-DECODERS = ["dbrx", "gemma2", "gpt2", "llama", "llava", "mistral", "mixtral", "phi3", "qwen2", "qwen3"]
+DECODERS = [
+    "dbrx",
+    "gemma2",
+    "gemma3n_text",
+    "gpt2",
+    "gpt_neox_japanese",
+    "gpt_oss",
+    "llama",
+    "llava",
+    "mistral",
+    "mixtral",
+    "phi3",
+    "qwen2",
+    "qwen3",
+    "xglm",
+]
 ENCODER_DECODERS = ["t5", "whisper"]
 RECURRENT = [
     "mamba",

@@ -56,7 +56,8 @@ NEG = -np.inf
         ({"stop_token_ids": [3, -1]}, "stop_token_ids must be non-negative integers, got -1"),
         ({"stop_strings": ["ok", ""]}, "stop_strings must be non-empty strings, got ''"),
         ({"topk": 3}, "unknown generation option(s) topk (known: do_sample, early_stopping, frequency_penalty, "
-         "length_penalty, logit_bias, min_p, min_tokens, n, num_beams, presence_penalty, repetition_penalty, seed, "
+         "json_schema, length_penalty, logit_bias, min_p, min_tokens, n, num_beams, presence_penalty, "
+         "repetition_penalty, seed, "
          "stop_strings, stop_token_ids, temperature, top_k, top_p)"),
     ],
 )  # fmt: skip

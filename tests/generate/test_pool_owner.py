@@ -125,7 +125,7 @@ def test_the_event_loop_never_waits_on_a_run(monkeypatch: pytest.MonkeyPatch) ->
     decoding run holds the pool's lock, which it keeps until the event loop has gone on past the
     start (their pool work waits in the pool's queue, not on the lock): no run finds the event loop
     stopped, and the event loop's thread never takes the pool's lock at all."""
-    conversations_module = pytest.importorskip("ortstate.serve.conversations")
+    conversations_module = pytest.importorskip("ortstate.serve.openai.conversations")
     gate, decode = Gate(), KvPool.decode
 
     def gated_decode(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202

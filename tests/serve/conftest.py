@@ -24,7 +24,7 @@ from oracle import REPO
 
 import ortstate
 from ortstate.errors import ServeError
-from ortstate.serve import serve_in_thread
+from ortstate.serve import ServeConfig, serve_in_thread
 
 MODEL = REPO / "models" / "lstm_2l_dynbatch" / "model.xml"
 RTOL = ATOL = 1e-6  # a batched kernel rounds differently from batch 1 (the pool's contract)
@@ -64,7 +64,7 @@ def serving(
 def running(slots: int = 16, **options: Any) -> Any:
     """A server in a thread of this process, small messages (64 KiB) unless asked."""
     options.setdefault("max_message_bytes", 1 << 16)
-    return serve_in_thread(MODEL, slots, **options)
+    return serve_in_thread(ServeConfig(MODEL, slots, **options))
 
 
 @pytest.fixture(scope="module")

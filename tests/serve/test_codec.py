@@ -12,8 +12,8 @@ import pytest
 from conftest import raw_npy
 
 from ortstate.errors import ServeError
-from ortstate.serve import npz
-from ortstate.serve.codec import decode_npz, encode_npz
+from ortstate.serve.streams import npz
+from ortstate.serve.streams.codec import decode_npz, encode_npz
 
 LIMIT = 1 << 20
 ARRAYS = {

@@ -16,14 +16,15 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from conftest import sockets
 from oracle import REPO
 
-from ortstate.serve import Deadlines, serve_llm_in_thread, server
-from ortstate.serve.openai_errors import full_body
+from ortstate.serve import Deadlines, LlmServeConfig, serve_llm_in_thread, server
+from ortstate.serve.openai.errors import full_body
 
 LLM = REPO / "models" / "llm" / "llama"
 LONG = Deadlines(headers=120, body=120, idle=120)  # never met while a test runs
@@ -66,8 +67,11 @@ def until_closed(sock: socket.socket) -> bytes:
 
 
 def still_open(sock: socket.socket) -> bool:
-    """Nothing came on ``sock``, not even its end (looked at without waiting)."""
-    return not select.select([sock], [], [], 0)[0]
+    """Nothing came on ``sock``, not even its end (looked at without waiting; poll, not select,
+    which refuses a descriptor past 1023 in a process that holds many)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return not poller.poll(0)
 
 
 def test_stalled_second_requests_yield_their_places_to_new_clients() -> None:
@@ -80,7 +84,11 @@ def test_stalled_second_requests_yield_their_places_to_new_clients() -> None:
         b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(completion), completion),
     ]
-    with serve_llm_in_thread(LLM, 1, slots=1, deadlines=LONG) as running, sockets() as held, sockets() as fresh:
+    with (
+        serve_llm_in_thread(LlmServeConfig(LLM, 1, slots=1, deadlines=LONG)) as running,
+        sockets() as held,
+        sockets() as fresh,
+    ):
         for _ in range(80):
             held.append(connect(running.url))
             held[-1].sendall(HEALTH)
@@ -111,7 +119,7 @@ CASES = {  # what a kept-alive connection sends after a whole first request; wha
 
 @pytest.fixture(scope="module")
 def short() -> Iterator[Any]:
-    with serve_llm_in_thread(LLM, 2, slots=1, deadlines=SHORT) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM, 2, slots=1, deadlines=SHORT)) as running:
         yield running
 
 
@@ -141,6 +149,20 @@ class _Nothing:
         pass
 
 
+@dataclass(frozen=True)
+class _Bare:
+    """A server's config for a bare ASGI app: one stream's places (68 connections), long deadlines."""
+
+    full: bytes | None
+    host: str = "127.0.0.1"
+    port: int = 0
+
+    def uvicorn_config(self, app: Any) -> Any:
+        return server.uvicorn_config(
+            app, places=1, token=None, deadlines=LONG, max_message_bytes=1 << 16, full=self.full
+        )
+
+
 @pytest.mark.parametrize(
     ("full", "said"),
     [
@@ -167,10 +189,7 @@ def test_a_server_whose_every_place_is_answering_refuses_in_json(full: bytes | N
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    def settings() -> Any:
-        return server.config(app, 1 << 16, 1, None, deadlines=LONG, full=full)
-
-    with server._in_thread(_Nothing(), settings, "127.0.0.1", 0, 60) as running, sockets() as held:
+    with server.in_thread(_Bare(full), lambda _: (_Nothing(), app), 60) as running, sockets() as held:
         for _ in range(68):
             held.append(connect(running.url))
             held[-1].sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")

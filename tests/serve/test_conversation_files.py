@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ortstate.serve import journal
-from ortstate.serve.conversation_files import ConversationFiles
-from ortstate.serve.conversation_log import TurnLog
-from ortstate.serve.journal_format import CLOSED, LIVE, PARKED
+from ortstate.serve import log as log_module
+from ortstate.serve.log_format import CLOSED, LIVE, PARKED
+from ortstate.serve.openai.conversation_files import ConversationFiles
+from ortstate.serve.openai.conversation_log import TurnLog
 
 TEXT = "<s>user: hi</s>assistant: hé"  # (not ASCII: the log keeps text as UTF-8)
 
@@ -120,16 +120,16 @@ def test_a_live_servers_folder_is_left_alone(tmp_path: Path) -> None:
 def test_a_turn_that_cannot_be_written_fails_its_waiters_only(tmp_path: Path, monkeypatch) -> None:
     log = TurnLog(tmp_path, "full-5")
     log.start()
-    real = journal._write_all
+    real = log_module._write_all
 
     def full(fd: int, data: bytes) -> None:
         real(fd, data[: len(data) // 2])  # part of it went out: it is cut back
         raise OSError(28, os.strerror(28))
 
     async def write() -> list:
-        monkeypatch.setattr(journal, "_write_all", full)
+        monkeypatch.setattr(log_module, "_write_all", full)
         first = await asyncio.gather(log.submit("a", LIVE, 1, "x", [1]), return_exceptions=True)
-        monkeypatch.setattr(journal, "_write_all", real)
+        monkeypatch.setattr(log_module, "_write_all", real)
         return [*first, await log.submit("a", LIVE, 1, "y", [2])]
 
     failed, written = asyncio.run(write())

@@ -22,7 +22,7 @@ from conftest import serving
 from oracle import REPO, assert_one_line_error, run_cli
 
 from ortstate.generate import Generator
-from ortstate.serve import serve_llm_in_thread
+from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 
 LLM = REPO / "models" / "llm" / "llama"
 HEADER = "X-Ortstate-Conversation"
@@ -76,7 +76,9 @@ def test_the_state_dir_stays_in_its_bound_by_evicting_the_least_recently_used(ll
     bound = 60_000  # a few parked caches of the tiny llama (12 KB each), and its log
     names = [f"c{k:02d}" for k in range(12)]
     with caplog.at_level("WARNING", logger="ortstate.serve"):
-        with serve_llm_in_thread(LLM, 8, slots=4, state_dir=tmp_path, max_conversations=1, max_parked_bytes=bound) as s:
+        with serve_llm_in_thread(
+            LlmServeConfig(LLM, 8, slots=4, state_dir=tmp_path, max_conversations=1, max_parked_bytes=bound)
+        ) as s:
             for cid in names:  # each parks the one before (one is kept in memory)
                 turn(s.url, cid, f"Hello {cid}")
                 assert held(tmp_path) <= bound, cid
@@ -94,7 +96,7 @@ def test_the_state_dir_stays_in_its_bound_by_evicting_the_least_recently_used(ll
 def test_idle_conversations_expire_kept_or_parked(llama, tmp_path, caplog, on_disk: bool) -> None:
     state = {"state_dir": tmp_path, "max_conversations": 1} if on_disk else {"max_conversations": 2}
     with caplog.at_level("WARNING", logger="ortstate.serve"):
-        with serve_llm_in_thread(LLM, 8, slots=4, conversation_ttl=0.3, **state) as s:
+        with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4, conversation_ttl=0.3, **state)) as s:
             first = turn(s.url, "a")
             turn(s.url, "b")  # with a state directory "a" is parked for it, else both are kept
             deadline = time.monotonic() + 30
@@ -110,7 +112,9 @@ def test_idle_conversations_expire_kept_or_parked(llama, tmp_path, caplog, on_di
 
 
 def test_delete_removes_a_conversation_and_its_files(tmp_path) -> None:
-    with serve_llm_in_thread(LLM, 8, slots=4, state_dir=tmp_path, max_conversations=1, token="s3cret") as s:
+    with serve_llm_in_thread(
+        LlmServeConfig(LLM, 8, slots=4, state_dir=tmp_path, max_conversations=1, token="s3cret")
+    ) as s:
         turn(s.url, "a", key="s3cret")
         turn(s.url, "b", key="s3cret")  # "a" is parked for it
         assert parked(tmp_path) == ["a"]
@@ -140,7 +144,7 @@ def test_delete_removes_a_conversation_and_its_files(tmp_path) -> None:
 def test_a_conversation_named_like_anothers_temporary_file_keeps_its_cache(llama, tmp_path) -> None:
     """Parking ``X`` wrote ``X.partial.npz``, which is ``X.partial``'s own file: ``X.partial`` lost
     its cache. Files being written now go to the server's own folder."""
-    with serve_llm_in_thread(LLM, 8, slots=4, state_dir=tmp_path, max_conversations=1) as s:
+    with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4, state_dir=tmp_path, max_conversations=1)) as s:
         first = turn(s.url, "X.partial")
         turn(s.url, "X")  # parks "X.partial"
         history = [

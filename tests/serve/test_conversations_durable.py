@@ -18,7 +18,8 @@ from conftest import openai_client as client
 from conftest import serving
 from oracle import REPO
 
-from ortstate.serve import journal, serve_llm_in_thread
+from ortstate.serve import LlmServeConfig, serve_llm_in_thread
+from ortstate.serve import log as log_module
 
 LLM = REPO / "models" / "llm" / "llama"
 HEADER = "X-Ortstate-Conversation"
@@ -34,13 +35,13 @@ CONVERSATIONS = {  # id: sampling (seeded ones take a seed per turn)
 # streamed to the end, its [DONE] not sent) is not on disk, as a kill in the middle of a reply leaves it.
 HOLD_THE_MARKED_WRITE = f"""
 import sys, threading
-from ortstate.serve import journal
-real = journal._write_all
+from ortstate.serve import log as log_module
+real = log_module._write_all
 def write_all(fd, data):
     if {MARK.encode()!r} in data:
         threading.Event().wait()
     real(fd, data)
-journal._write_all = write_all
+log_module._write_all = write_all
 from ortstate.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -95,7 +96,7 @@ def test_a_sigkill_between_turns_or_mid_reply_changes_no_answer(tmp_path: Path) 
                 killed(proc)
     assert not list(tmp_path.glob("*.claimed-*")) and not list(tmp_path.glob("*.tmp"))
 
-    with serve_llm_in_thread(LLM, 8, slots=4) as unbroken:  # never killed: the cache kept throughout
+    with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4)) as unbroken:  # never killed: the cache kept throughout
         for cid in CONVERSATIONS:
             history: list[dict[str, str]] = []
             for k in range(len(TURNS)):
@@ -109,16 +110,16 @@ def test_a_turn_that_cannot_be_logged_is_refused_and_undone(tmp_path: Path, monk
     """A full disk when a turn ends: the reply is a 500 (streamed: an error event instead of
     ``[DONE]``) and the conversation is as before the turn; sent again once there is room, the turn
     gets a server never troubled's tokens."""
-    real = journal._write_all
+    real = log_module._write_all
 
     def full(fd: int, data: bytes) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    with serve_llm_in_thread(LLM, 8, slots=4, state_dir=tmp_path) as server:
+    with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4, state_dir=tmp_path)) as server:
         api, history = client(server.url), []
         turn(api, "greedy-a", history, 0)
         messages = [*history, {"role": "user", "content": TURNS[1]}]
-        monkeypatch.setattr(journal, "_write_all", full)
+        monkeypatch.setattr(log_module, "_write_all", full)
         with pytest.raises(openai.InternalServerError) as info:
             ask(api, "greedy-a", messages, 1)
         assert info.value.body == {
@@ -129,9 +130,9 @@ def test_a_turn_that_cannot_be_logged_is_refused_and_undone(tmp_path: Path, monk
         }
         with pytest.raises(openai.APIError, match="cannot be written"):
             list(ask(api, "greedy-a", messages, 1, stream=True))
-        monkeypatch.setattr(journal, "_write_all", real)
+        monkeypatch.setattr(log_module, "_write_all", real)
         again = turn(api, "greedy-a", history, 1)
-    with serve_llm_in_thread(LLM, 8, slots=4) as unbroken:
+    with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4)) as unbroken:
         api, history = client(unbroken.url), []
         turn(api, "greedy-a", history, 0)
         assert turn(api, "greedy-a", history, 1)[:2] == again[:2]

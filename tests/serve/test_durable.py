@@ -20,10 +20,9 @@ from conftest import MODEL, Lone, assert_same, feeds, free_port, running, servin
 import ortstate
 from ortstate.errors import ServeError
 from ortstate.serve import AsyncClient, Client
-from ortstate.serve import journal as journal_module
-from ortstate.serve.journal import Journal
-from ortstate.serve.journal_format import LIVE, Record, read_records
-from ortstate.serve.journal_recovery import recover_orphans
+from ortstate.serve import log as log_module
+from ortstate.serve.log_format import LIVE, Record, read_records
+from ortstate.serve.streams.journal import Journal, recover_journals
 
 STREAMS, KILLS = 64, 20
 
@@ -143,7 +142,7 @@ def test_a_dead_servers_log_becomes_parked_streams_and_its_torn_tail_is_dropped(
     with open(segment, "ab") as f:
         f.write(extra[: len(extra) // 2])  # a write the kill cut short
     with caplog.at_level("WARNING", logger="ortstate.serve"):
-        assert sorted(recover_orphans(tmp_path)) == names
+        assert sorted(recover_journals(tmp_path)) == names
     assert "dropped the last record (torn by the stop; never acknowledged)" in caplog.text
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{n}.rec" for n in names)
     for name in names:
@@ -154,7 +153,7 @@ def test_a_live_servers_log_is_left_alone(tmp_path):
     journal = Journal(tmp_path, "alive-1", _pool())
     journal.start()
     _stepped(journal.pool, journal, ["c" * 22], np.random.default_rng(45))
-    assert recover_orphans(tmp_path) == []  # its lock is held
+    assert recover_journals(tmp_path) == []  # its lock is held
     journal.close(remove=True)
     assert list(tmp_path.iterdir()) == []
 
@@ -168,16 +167,16 @@ def test_a_log_that_cannot_be_written_acknowledges_nothing(tmp_path, monkeypatch
         stream = Client(server.url).open()
         fed = [feeds(rng)]
         assert_same(stream.step(fed[0]), lone.step(fed[0]))
-        real = journal_module._write_all
+        real = log_module._write_all
 
         def full(fd: int, data: bytes) -> None:
             real(fd, data[: len(data) // 3])  # part of it went out: it must be cut back
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(journal_module, "_write_all", full)
+        monkeypatch.setattr(log_module, "_write_all", full)
         with pytest.raises(ServeError, match=r"cannot write the log \(No space left on device\); the step was not"):
             stream.step(feeds(rng))
-        monkeypatch.setattr(journal_module, "_write_all", real)
+        monkeypatch.setattr(log_module, "_write_all", real)
         fed.append(feeds(rng))
         assert_same(stream.step(fed[1]), lone.step(fed[1]), "after the failed step")
         assert Client(server.url).where(stream.id)["steps"] == 2
@@ -190,7 +189,7 @@ def test_a_park_whose_log_cannot_be_written_keeps_the_stream(tmp_path, monkeypat
     stream stays in memory as it was, its steps still logged: its next step is a lone session's."""
     rng = np.random.default_rng(46)
     lone = Lone()
-    real = journal_module._write_all
+    real = log_module._write_all
 
     def full(fd: int, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -198,16 +197,16 @@ def test_a_park_whose_log_cannot_be_written_keeps_the_stream(tmp_path, monkeypat
     with running(state_dir=tmp_path, durable=True, idle_park=0.2) as server:
         stream = Client(server.url).open()
         fed = [feeds(rng)]
-        monkeypatch.setattr(journal_module, "_write_all", real)
+        monkeypatch.setattr(log_module, "_write_all", real)
         assert_same(stream.step(fed[0]), lone.step(fed[0]))
-        monkeypatch.setattr(journal_module, "_write_all", full)
+        monkeypatch.setattr(log_module, "_write_all", full)
         with caplog.at_level("WARNING", logger="ortstate.serve"):
             deadline = time.monotonic() + 10
             while "cannot park idle streams" not in caplog.text and time.monotonic() < deadline:
                 time.sleep(0.05)
         assert "No space left on device" in caplog.text
         assert list(tmp_path.glob("*.parking-*")) == [] and list(tmp_path.glob("*.rec")) == []
-        monkeypatch.setattr(journal_module, "_write_all", real)
+        monkeypatch.setattr(log_module, "_write_all", real)
         fed.append(feeds(rng))
         assert_same(stream.step(fed[1]), lone.step(fed[1]), "after the failed park")
         assert Client(server.url).where(stream.id)["steps"] == 2
@@ -225,7 +224,7 @@ def test_compaction_keeps_every_stream(tmp_path):
     journal.close(remove=False)
     files = sorted(p.name for p in (tmp_path / "journal-dead-2").iterdir())
     assert len(files) <= 4 and any(f.startswith("checkpoint-") for f in files), files
-    assert sorted(recover_orphans(tmp_path)) == names
+    assert sorted(recover_journals(tmp_path)) == names
     for name in names:
         _check(_parked(tmp_path, name), fed[name])
 

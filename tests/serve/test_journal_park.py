@@ -13,9 +13,9 @@ from conftest import MODEL, feeds
 
 import ortstate
 from ortstate.errors import ServeError
-from ortstate.serve import journal
-from ortstate.serve.journal import Journal
-from ortstate.serve.journal_format import LIVE, PARKED
+from ortstate.serve import log as log_module
+from ortstate.serve.log_format import LIVE, PARKED
+from ortstate.serve.streams.journal import Journal
 
 
 def test_a_step_after_a_park_that_failed_is_logged(tmp_path, monkeypatch) -> None:
@@ -26,16 +26,16 @@ def test_a_step_after_a_park_that_failed_is_logged(tmp_path, monkeypatch) -> Non
     log.bind(name, sid)
     log.note(name, LIVE, sid)
     log.commit({sid: pool.step({sid: feeds(rng)})[sid]})
-    real = journal._write_all
+    real = log_module._write_all
 
     def full(fd: int, data: bytes) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(journal, "_write_all", full)
+    monkeypatch.setattr(log_module, "_write_all", full)
     log.note(name, PARKED, sid)  # the park's record, as ParkedFiles.save makes it
     with pytest.raises(ServeError, match="No space left on device"):
         log.commit({})
-    monkeypatch.setattr(journal, "_write_all", real)
+    monkeypatch.setattr(log_module, "_write_all", real)
     log.commit({sid: pool.step({sid: feeds(rng)})[sid]})  # a step queued before the park is undone
     assert log.steps[name] == 2 and name in log.latest
     log.close(remove=True)

@@ -18,7 +18,7 @@ from conftest import serving
 from oracle import REPO
 
 from ortstate.generate import Generator
-from ortstate.serve import serve_llm_in_thread
+from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 
 LLM = REPO / "models" / "llm"
 # Every decoder-only folder but the attention-free SSMs (mamba, falcon_mamba): the batcher's pool
@@ -71,7 +71,7 @@ def used(response: Any) -> dict[str, Any]:
 def llama() -> Iterator[tuple[Generator, str, Any]]:
     """llama's lone Generator and a server of it: (generator, URL, service)."""
     gen = Generator.from_dir(LLM / "llama")
-    with serve_llm_in_thread(LLM / "llama", 64, slots=8) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / "llama", 64, slots=8)) as running:
         yield gen, running.url, running.service
 
 
@@ -79,7 +79,7 @@ def llama() -> Iterator[tuple[Generator, str, Any]]:
 def test_completions_and_chat_equal_a_lone_generator(name: str) -> None:
     gen = Generator.from_dir(LLM / name)
     tok = gen.tokenizer
-    with serve_llm_in_thread(LLM / name, 8, slots=4) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / name, 8, slots=4)) as running:
         api = client(running.url)
         assert [m.id for m in api.models.list().data] == [name]
 
@@ -254,7 +254,7 @@ def test_a_client_that_leaves_cancels_its_request(llama: tuple[Generator, str, A
 
 
 def test_the_folder_name_is_the_model_id_unless_named(tmp_path: Path) -> None:
-    with serve_llm_in_thread(LLM / "qwen2", 4, slots=2, model_name="tiny-qwen") as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / "qwen2", 4, slots=2, model_name="tiny-qwen")) as running:
         api = client(running.url)
         assert [m.id for m in api.models.list().data] == ["tiny-qwen"]
         card = api.models.retrieve("tiny-qwen")

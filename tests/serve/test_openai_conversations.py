@@ -18,7 +18,8 @@ from conftest import serving
 from oracle import REPO
 
 from ortstate.generate import Generator
-from ortstate.serve import conversations, serve_llm_in_thread
+from ortstate.serve import LlmServeConfig, serve_llm_in_thread
+from ortstate.serve.openai import conversations
 
 LLM = REPO / "models" / "llm"
 HEADER = "X-Ortstate-Conversation"
@@ -74,7 +75,7 @@ def check_turns(gen: Generator, replies: list[Any], cached_first: int = 0) -> No
 
 
 def test_each_turn_prefills_only_what_the_cache_lacks(llama: Generator) -> None:
-    with serve_llm_in_thread(LLM / "llama", 8, slots=4) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / "llama", 8, slots=4)) as running:
         replies = converse(running.url, TURNS)
         check_turns(llama, replies)
         assert replies[1].usage.prompt_tokens_details.cached_tokens > 10
@@ -116,7 +117,7 @@ def test_each_turn_prefills_only_what_the_cache_lacks(llama: Generator) -> None:
 
 
 def test_a_reply_ended_by_eos_is_continued_with_the_templates_eos(llama: Generator) -> None:
-    with serve_llm_in_thread(LLM / "llama", 8, slots=4) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / "llama", 8, slots=4)) as running:
         replies = converse(running.url, ["model batch", TURNS[1]])  # llama's reply ends with eos
     first = replies[0].choices[0]
     assert first.finish_reason == "stop" and first.token_ids[-1] in llama.config.eos_token_ids
@@ -127,7 +128,7 @@ def test_a_reply_ended_by_eos_is_continued_with_the_templates_eos(llama: Generat
 
 
 def test_completions_continue_token_ids_and_text(llama: Generator) -> None:
-    with serve_llm_in_thread(LLM / "llama", 8, slots=4) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / "llama", 8, slots=4)) as running:
         api = client(running.url)
         extra = {"return_token_ids": True}
         first = api.completions.create(
@@ -163,7 +164,7 @@ def test_completions_continue_token_ids_and_text(llama: Generator) -> None:
 
 
 def test_a_conversation_continues_across_a_sigterm_restart(llama: Generator, tmp_path: Path) -> None:
-    with serve_llm_in_thread(LLM / "llama", 8, slots=4) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / "llama", 8, slots=4)) as running:
         unbroken = converse(running.url, TURNS)
     api, messages, replies = None, [], []
     for k, text in enumerate(TURNS):
@@ -183,7 +184,9 @@ def test_a_conversation_continues_across_a_sigterm_restart(llama: Generator, tmp
 
 def test_room_is_made_by_parking_or_forgetting_the_least_recently_used(llama: Generator, tmp_path: Path) -> None:
     for state_dir in (tmp_path, None):
-        with serve_llm_in_thread(LLM / "llama", 8, slots=4, state_dir=state_dir, max_conversations=2) as running:
+        with serve_llm_in_thread(
+            LlmServeConfig(LLM / "llama", 8, slots=4, state_dir=state_dir, max_conversations=2)
+        ) as running:
             api = client(running.url)
             histories = {cid: [{"role": "user", "content": f"{TURNS[0]} {cid}"}] for cid in ("a", "b", "c")}
             for cid, messages in histories.items():  # "c" makes room: "a" goes
@@ -202,7 +205,7 @@ def test_room_is_made_by_parking_or_forgetting_the_least_recently_used(llama: Ge
 
 def test_one_request_at_a_time_per_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(conversations, "WAIT_SECONDS", 0.2)
-    with serve_llm_in_thread(LLM / "llama", 8, slots=4) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / "llama", 8, slots=4)) as running:
         api = client(running.url)
         asyncio.run(running.service.conversations.take("busy"))  # as a request running on it would
         with pytest.raises(openai.ConflictError) as info:
@@ -226,7 +229,7 @@ def test_one_request_at_a_time_per_conversation(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_idle_conversations_are_parked_and_come_back(llama: Generator, tmp_path: Path) -> None:
-    with serve_llm_in_thread(LLM / "llama", 8, slots=4, state_dir=tmp_path, idle_park=0.2) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / "llama", 8, slots=4, state_dir=tmp_path, idle_park=0.2)) as running:
         api, messages = client(running.url), [{"role": "user", "content": TURNS[0]}]
         first = turn(api, messages)
         deadline = time.monotonic() + 10

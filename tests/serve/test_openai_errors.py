@@ -19,7 +19,7 @@ from oracle import REPO, assert_one_line_error, run_cli
 
 from ortstate.errors import ServeError
 from ortstate.generate import Generator
-from ortstate.serve import serve_llm_in_thread
+from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 
 LLM = REPO / "models" / "llm"
 TOKEN = "s3cret"
@@ -30,7 +30,7 @@ error = openai_error
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Any]:
-    with serve_llm_in_thread(LLM / "llama", 3, slots=2, token=TOKEN) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / "llama", 3, slots=2, token=TOKEN)) as running:
         yield running
 
 
@@ -188,7 +188,7 @@ def test_a_full_server_answers_503_until_a_place_is_free(server: Any) -> None:
 
 def test_no_token_means_loopback_only() -> None:
     with pytest.raises(ServeError) as info:
-        with serve_llm_in_thread(LLM / "llama", host="0.0.0.0"):
+        with serve_llm_in_thread(LlmServeConfig(LLM / "llama", host="0.0.0.0")):
             pass
     assert str(info.value).startswith("refusing to listen on 0.0.0.0 without a token")
 
@@ -209,8 +209,8 @@ def test_the_command_line_serves_a_folder_until_sigterm() -> None:
 
 
 def test_the_docs_curl_example() -> None:
-    """docs/serve.md's curl line, run against ``ortstate serve models/llm/llama`` on the port it got."""
-    section = (REPO / "docs" / "serve.md").read_text(encoding="utf-8").split("## LLMs: the OpenAI API")[1]
+    """docs/serve-llm.md's curl line, run against ``ortstate serve models/llm/llama`` on the port it got."""
+    section = (REPO / "docs" / "serve-llm.md").read_text(encoding="utf-8").split("## Call")[1]
     line = next(b for b in section.split("```bash\n")[1:] if b.startswith("curl ")).split("```")[0]
     gen = Generator.from_dir(LLM / "llama")
     prompt = gen.tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}])
@@ -238,7 +238,7 @@ def test_the_docs_curl_example() -> None:
                 "finish_reason": "length",
             }
         ],
-        "usage": {  # as docs/serve.md says
+        "usage": {  # as docs/serve-llm.md says
             "prompt_tokens": 14,
             "completion_tokens": 8,
             "total_tokens": 22,
@@ -278,13 +278,31 @@ def test_the_docs_curl_example() -> None:
             "--replicas must be positive, got 0",
         ),
         (["serve", LLM / "llama", "--max-conversations", "0"], 2, "--max-conversations must be positive, got 0"),
+        (["serve", LLM / "llama", "--max-batch", "0"], 2, "--max-batch must be positive, got 0"),
+        (["serve", LLM / "llama", "--max-message-bytes", "0"], 2, "--max-message-bytes must be positive, got 0"),
+        (
+            ["serve", LLM / "llama", "--idle-park", "5"],
+            2,
+            "--idle-park needs --state-dir: parked conversations are written there",
+        ),
         (
             ["serve", REPO / "models" / "lstm_1l" / "model.xml", "--model-name", "x"],
             2,
             "--model-name and --max-conversations apply to an LLM folder",
         ),
     ],
-    ids=["encoder-decoder", "no-kv-cache", "ray", "ray-exposed", "ray-replicas", "max-conversations", "model-name"],
+    ids=[
+        "encoder-decoder",
+        "no-kv-cache",
+        "ray",
+        "ray-exposed",
+        "ray-replicas",
+        "max-conversations",
+        "max-batch",
+        "max-message-bytes",
+        "idle-park",
+        "model-name",
+    ],
 )
 def test_command_line_refusals(capsys: pytest.CaptureFixture[str], argv: list, code: int, message: str) -> None:
     got, out, err = run_cli(capsys, *argv, "--port", "0")
@@ -303,7 +321,7 @@ def test_a_base_model_without_a_chat_template_serves_completions_and_refuses_cha
     config.pop("chat_template")
     (folder / "tokenizer_config.json").unlink()
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    with serve_llm_in_thread(folder, 2, slots=2) as running:
+    with serve_llm_in_thread(LlmServeConfig(folder, 2, slots=2)) as running:
         client = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0)
         done = client.completions.create(model="llama", prompt=[1, 5, 7], max_tokens=3, temperature=0)
         assert done.choices[0].finish_reason in ("stop", "length")

@@ -21,7 +21,7 @@ from conftest import openai_error
 from oracle import REPO
 
 from ortstate.errors import RunError
-from ortstate.serve import serve_llm_in_thread
+from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 
 LLM = (REPO / "models" / "llm").resolve()  # an absolute folder: no reply may name it
 TOKEN = "s3cret"
@@ -33,7 +33,7 @@ error = openai_error
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Any]:
-    with serve_llm_in_thread(LLM / "llama", 4, slots=2, token=TOKEN) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / "llama", 4, slots=2, token=TOKEN)) as running:
         yield running
 
 
@@ -208,7 +208,7 @@ def test_no_reply_names_a_path_of_the_server(server: Any, tmp_path: Path) -> Non
     user = {"model": "llama", "messages": [{"role": "user", "content": "hi"}]}
     replies = [post(server.url, "/v1/chat/completions", json.dumps(tool).encode())]
     replies += [post(server.url, path, body) for path, body, _, _ in HOSTILE]
-    with serve_llm_in_thread(base, 2, slots=2, token=TOKEN) as bare:
+    with serve_llm_in_thread(LlmServeConfig(base, 2, slots=2, token=TOKEN)) as bare:
         replies.append(post(bare.url, "/v1/chat/completions", json.dumps(user).encode()))
     assert [r[0] for r in replies[:1] + replies[-1:]] == [400, 400]
     assert json.loads(replies[0][2])["error"]["message"] == (

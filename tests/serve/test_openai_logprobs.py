@@ -16,7 +16,7 @@ from oracle import REPO
 from ortstate.generate import Generator, SearchOptions
 from ortstate.generate.request import Request
 from ortstate.generate.stopping import StopCriteria
-from ortstate.serve import serve_llm_in_thread
+from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 
 FOLDER = REPO / "models" / "llm" / "llama"
 PROMPT = [1, 5, 7, 9, 11, 13]
@@ -27,7 +27,7 @@ NEW = 6
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[Generator, openai.OpenAI]]:
     gen = Generator.from_dir(FOLDER)
-    with serve_llm_in_thread(FOLDER, 8, slots=4) as running:
+    with serve_llm_in_thread(LlmServeConfig(FOLDER, 8, slots=4)) as running:
         yield gen, openai_client(running.url)
 
 

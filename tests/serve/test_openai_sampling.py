@@ -18,7 +18,7 @@ from conftest import openai_client
 from oracle import REPO
 
 from ortstate.generate import Generator
-from ortstate.serve import serve_llm_in_thread
+from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 
 LLM = REPO / "models" / "llm"
 PROMPT = [18, 152, 24, 240, 209]  # llama's reference prompt: greedy repeats token 77
@@ -28,7 +28,7 @@ EOS = 2
 @pytest.fixture(scope="module")
 def llama() -> Iterator[tuple[Generator, str]]:
     gen = Generator.from_dir(LLM / "llama")
-    with serve_llm_in_thread(LLM / "llama", 16, slots=8) as running:
+    with serve_llm_in_thread(LlmServeConfig(LLM / "llama", 16, slots=8)) as running:
         yield gen, running.url
 
 

@@ -25,8 +25,8 @@ from conftest import (
 from ray import serve
 
 from ortstate.errors import ServeError
-from ortstate.serve import Client
-from ortstate.serve.ray_deployment import make_app
+from ortstate.serve import Client, ServeConfig
+from ortstate.serve.streams.ray_deployment import make_app
 
 STREAMS = 12
 
@@ -120,7 +120,11 @@ def test_streams_survive_their_replicas_being_replaced(local_ray, tmp_path):
     rolling replacement, as for a new version of the code); every stream ends on the new one."""
 
     def run(replicas: int) -> None:
-        serve.run(make_app(MODEL, tmp_path, replicas=replicas, handoff=0.5), name="ortstate", route_prefix="/")
+        serve.run(
+            make_app(ServeConfig(MODEL, state_dir=tmp_path, handoff=0.5), replicas=replicas),
+            name="ortstate",
+            route_prefix="/",
+        )
 
     run(2)
     before, after = _survive(local_ray, tmp_path, lambda: run(1), seed=20)
@@ -136,7 +140,11 @@ def test_streams_survive_their_replica_being_removed(local_ray, tmp_path):
     from ray.serve.schema import ServeDeploySchema
 
     def apply(replicas: int) -> None:
-        app = {"name": "ortstate", "route_prefix": "/", "import_path": "ortstate.serve.ray_deployment:app_builder"}
+        app = {
+            "name": "ortstate",
+            "route_prefix": "/",
+            "import_path": "ortstate.serve.streams.ray_deployment:app_builder",
+        }
         app["args"] = {"model": str(MODEL), "state_dir": str(tmp_path), "handoff": 0.5}
         app["deployments"] = [{"name": "ortstate", "num_replicas": replicas}]
         _get_global_client().deploy_apps(ServeDeploySchema(applications=[app]), _blocking=True)
@@ -150,7 +158,11 @@ def test_a_killed_durable_replicas_streams_continue_on_another(local_ray, tmp_pa
     """``--durable`` replicas: one replica's process SIGKILLed (no shutdown code runs) while 12
     clients step; its streams continue on a replica that is left, at their last acknowledged step,
     and every reply of every stream is a lone session's (none lost, none made twice)."""
-    serve.run(make_app(MODEL, tmp_path, replicas=2, handoff=30, durable=True), name="ortstate", route_prefix="/")
+    serve.run(
+        make_app(ServeConfig(MODEL, state_dir=tmp_path, handoff=30, durable=True), replicas=2),
+        name="ortstate",
+        route_prefix="/",
+    )
     victims = []
 
     def kill(held: dict) -> None:

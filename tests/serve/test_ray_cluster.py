@@ -11,8 +11,8 @@ from conftest import MODEL, durable_streams_survive, free_port, process_as_it_wa
 from ray import serve
 from ray.cluster_utils import Cluster
 
-from ortstate.serve import Client
-from ortstate.serve.ray_deployment import make_app
+from ortstate.serve import Client, ServeConfig
+from ortstate.serve.streams.ray_deployment import make_app
 
 STREAMS = 12
 
@@ -27,7 +27,7 @@ def test_a_removed_nodes_streams_continue_on_the_other(tmp_path):
             )
             port = free_port()
             serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
-            app = make_app(MODEL, tmp_path, replicas=2, handoff=30, durable=True)
+            app = make_app(ServeConfig(MODEL, state_dir=tmp_path, handoff=30, durable=True), replicas=2)
             serve.run(app, name="ortstate", route_prefix="/")
             _, after = durable_streams_survive(
                 Client(f"http://127.0.0.1:{port}"), 24, lambda held: cluster.remove_node(worker)

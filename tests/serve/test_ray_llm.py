@@ -19,8 +19,8 @@ from oracle import REPO
 from ray import serve
 
 from ortstate.generate import Generator
-from ortstate.serve import serve_llm_in_thread
-from ortstate.serve.ray_llm import make_llm_app, route_by_conversation
+from ortstate.serve import LlmServeConfig, serve_llm_in_thread
+from ortstate.serve.openai.ray_deployment import make_llm_app, route_by_conversation
 
 FOLDER = REPO / "models" / "llm" / "llama"
 HEADER = "X-Ortstate-Conversation"
@@ -90,7 +90,11 @@ def test_a_conversation_continues_on_another_replica_after_its_own_is_killed(loc
     holding the first conversation is SIGKILLed: its next turns continue on another replica from the
     cache parked in the shared directory (``cached_tokens`` all but one of the last turn's tokens),
     and every turn of every conversation equals the same conversation on a plain server never stopped."""
-    serve.run(make_llm_app(FOLDER, tmp_path, replicas=2, slots=4, max_requests=16), name="ortstate", route_prefix="/")
+    serve.run(
+        make_llm_app(LlmServeConfig(FOLDER, 16, slots=4, state_dir=tmp_path), replicas=2),
+        name="ortstate",
+        route_prefix="/",
+    )
     api = client(local_ray)
     prompt = [1, 5, 7, 9, 11]
     whole = api.completions.create(model="llama", prompt=prompt, max_tokens=8, temperature=0)
@@ -122,7 +126,7 @@ def test_a_conversation_continues_on_another_replica_after_its_own_is_killed(loc
     for k in range(1, CONVERSATIONS):
         go(k, TURNS[2])
 
-    with serve_llm_in_thread(FOLDER, 8, slots=4) as plain:
+    with serve_llm_in_thread(LlmServeConfig(FOLDER, 8, slots=4)) as plain:
         for k in range(CONVERSATIONS):
             messages: list[dict[str, str]] = []
             for n, text in enumerate(TURNS):

@@ -22,8 +22,8 @@ from websockets.sync.client import connect
 
 from ortstate.errors import ServeError
 from ortstate.serve import AsyncClient, Client
-from ortstate.serve.codec import decode_npz, encode_npz
-from ortstate.serve.stream_ids import new_id as ortstate_id
+from ortstate.serve.streams.codec import decode_npz, encode_npz
+from ortstate.serve.streams.ids import new_id as ortstate_id
 
 
 def _http(url: str, method: str = "GET", token: str | None = None) -> tuple[int, dict]:

@@ -4,6 +4,7 @@ the same state directory resumes each stream exactly; one-line errors; ``--bench
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import subprocess
@@ -13,7 +14,7 @@ import time
 import numpy as np
 import pytest
 from conftest import MODEL, Lone, assert_same, feeds, running, serving
-from oracle import assert_one_line_error, run_cli
+from oracle import REPO, assert_one_line_error, run_cli
 
 from ortstate.errors import ServeError
 from ortstate.serve import AsyncClient, Client
@@ -120,6 +121,11 @@ def test_without_a_state_dir_streams_end_with_the_server():
         ([MODEL, "--token", ""], "the token is empty: give a secret of your own with --token or ORTSTATE_SERVE_TOKEN"),
         ([MODEL, "--idle-park", "5"], "--idle-park needs --state-dir: parked streams are written there"),
         ([MODEL, "--max-streams", "0"], "--max-streams must be positive, got 0"),
+        ([MODEL, "--max-delay-ms", "-2"], "--max-delay-ms / 1000 must be >= 0, got -0.002"),
+        ([MODEL, "--durable"], "--durable needs --state-dir: its log is kept there"),
+        ([MODEL, "--ray"], "--ray needs --state-dir: a folder every replica reaches, where streams move between them"),
+        ([MODEL, "--ray", "--state-dir", "unused", "--handoff", "0"], "--handoff must be positive, got 0.0"),
+        ([MODEL, "--ray", "--state-dir", "unused", "--replicas", "0"], "--replicas must be positive, got 0"),
         ([MODEL, "--port", "70000"], "--port must be 0..65535, got 70000"),
         (["nowhere.xml"], "nowhere.xml: no such file"),
         ([MODEL, "--state-dir", MODEL], f"--state-dir {MODEL}: File exists"),
@@ -134,6 +140,24 @@ def test_usage_errors_are_one_line(capsys, args, error):
     code, out, err = run_cli(capsys, "serve", *args)
     assert code == (1 if "URL starts" in error else 2) and out == ""
     assert_one_line_error(err, error)
+
+
+def test_the_docs_curl_lines():
+    """docs/serve-streams.md's curl lines, run against ``ortstate serve`` on the port it got: the
+    model as one stream sees it, and a new stream."""
+    section = (REPO / "docs" / "serve-streams.md").read_text(encoding="utf-8").split("## Call")[1]
+    block = next(b for b in section.split("```bash\n")[1:] if b.startswith("curl ")).split("```")[0]
+    with serving() as (proc, url):
+        assert all("http://127.0.0.1:8000/" in line for line in block.splitlines())
+        said = [
+            subprocess.run(["bash", "-c", line.replace("http://127.0.0.1:8000", url)], capture_output=True, text=True)
+            for line in block.splitlines()
+        ]
+        _stop(proc)
+    assert [s.returncode for s in said] == [0, 0], [s.stderr for s in said]
+    model, opened = (json.loads(s.stdout) for s in said)
+    assert model["inputs"] == [{"name": "x", "dtype": "float32", "shape": [1, None, 8]}]
+    assert sorted(opened) == ["durable", "id"] and opened["durable"] is False and len(opened["id"]) == 22
 
 
 def test_a_taken_port_is_one_line(capsys):

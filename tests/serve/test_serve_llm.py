@@ -10,7 +10,7 @@ from oracle import assert_one_line_error, run_cli
 
 from ortstate import StreamPool
 from ortstate.errors import ServeError
-from ortstate.serve.service import StreamService
+from ortstate.serve.streams.service import StreamService
 
 LLAMA = str(Path(__file__).resolve().parents[2] / "models" / "llm" / "llama" / "openvino_model.xml")
 
@@ -21,7 +21,7 @@ def test_an_llm_is_refused_with_what_to_use_instead(capsys):
     assert_one_line_error(
         err,
         f"{LLAMA}: an LLM with KV caches: serve its optimum-intel folder with the OpenAI API "
-        f"(ortstate serve {Path(LLAMA).parent}; docs/serve.md)",
+        f"(ortstate serve {Path(LLAMA).parent}; docs/serve-llm.md)",
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from ortstate.serve.wire import connect
+from ortstate.serve.streams.wire import connect
 
 LIMIT = 1 << 20
 

@@ -1,0 +1,266 @@
+"""The OpenAI API's requests, as ``ortstate serve`` takes them for an LLM folder (its responses:
+:mod:`.responses`).
+
+A request body is checked whole before anything runs: a field of the wrong type or out of range,
+a feature this server does not have (tools, ``echo``, ``response_format``, ...) is an
+:class:`ApiError` naming the field, answered in OpenAI's error body
+``{"error": {"message", "type", "param", "code"}}`` with its HTTP status. Every field is applied or
+refused: the sampling fields are OpenAI's and vLLM's (``top_k``, ``min_p``, ``repetition_penalty``,
+``presence_penalty``, ``frequency_penalty``, ``logit_bias``, ``ignore_eos``, ``min_tokens``, ``n``,
+``stop_token_ids``, with vLLM's meaning: see :class:`~ortstate.generate.SearchOptions`); the
+fields in :data:`~.fields.NO_EFFECT` cannot change the output and are accepted as they come;
+any other field (vLLM's ``use_beam_search``, ``bad_words``, ``guided_json``, ..., or a typo) is a
+400 naming it (:mod:`.fields`).
+
+One ortstate extension, vLLM's: ``"return_token_ids": true`` adds ``token_ids`` (the generated
+token ids) and ``prompt_token_ids`` to a choice (a streamed chunk: the ids of its text).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ServeError
+from .fields import SEARCH_FIELDS, short, unsupported
+
+__all__ = ["ApiError", "ChatRequest", "CompletionRequest", "Sampling", "parse_chat", "parse_completion"]
+
+MAX_STOP = 4  # stop strings per request, as OpenAI
+
+
+class ApiError(ServeError):
+    """A request answered with OpenAI's error body.
+
+    Attributes:
+        code: the HTTP status.
+        kind: the body's ``type``; ``param`` the field at fault; ``error_code`` the body's ``code``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        *,
+        param: str | None = None,
+        kind: str = "invalid_request_error",
+        error_code: str | None = None,
+    ) -> None:
+        super().__init__(message, status)
+        self.param = param
+        self.kind = kind
+        self.error_code = error_code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.error_code}}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What a request asks of the generation (checked).
+
+    Attributes:
+        max_tokens: new tokens at most (None: up to the context length).
+        temperature: 0 is greedy; above, sampling at that temperature.
+        stop: texts ending the completion (left out of it).
+    """
+
+    model: str
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+    token_ids: bool
+    logprobs: int | None = None  # asked for: the top tokens per token (None: no logprobs)
+    # vLLM's and OpenAI's sampling fields, as given (None: not given; checked by SearchOptions)
+    extra: tuple[tuple[str, Any], ...] = ()
+    ignore_eos: bool = False
+    n: int = 1
+
+    def search(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
+        """The :class:`~ortstate.generate.SearchOptions` keywords, as vLLM turns a request into its
+        ``SamplingParams``: greedy at temperature 0 (``top_k``, ``top_p``, ``min_p`` then ignored),
+        else sampling; ``top_k`` off unless the request or ``generation_config.json`` sets it; the
+        penalties, ``logit_bias``, ``min_tokens``, ``n`` and ``stop_token_ids`` as given."""
+        search: dict[str, Any] = {k: v for k, v in self.extra if v is not None}
+        if self.temperature == 0:
+            for key in ("top_k", "min_p"):
+                search.pop(key, None)
+            return search
+        search.update(do_sample=True, temperature=self.temperature, top_p=self.top_p)
+        if "top_k" not in defaults and "top_k" not in search:
+            search["top_k"] = 0
+        if self.seed is not None:
+            search["seed"] = self.seed
+        return search
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """``POST /v1/completions``: a text prompt or token ids."""
+
+    prompt: str | list[int]
+    sampling: Sampling
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """``POST /v1/chat/completions``: messages of text (``role``, ``content``)."""
+
+    messages: list[dict[str, str]]
+    sampling: Sampling
+
+
+# -- parsing ----------------------------------------------------------------------------------------
+def _number(body: Mapping[str, Any], key: str, default: float, lo: float, hi: float, *, open_lo: bool = False) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value > hi or value < lo or (open_lo and value == lo):
+        bound = f"{'>' if open_lo else '>='} {lo:g} and <= {hi:g}"
+        raise ApiError(f"{key} must be a number {bound}, got {value!r}", param=key)
+    return float(value)
+
+
+def _integer(body: Mapping[str, Any], key: str, lo: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ApiError(f"{key} must be an integer >= {lo}, got {value!r}", param=key)
+    return value
+
+
+def _logprobs(body: Mapping[str, Any], chat: bool) -> int | None:
+    """Top tokens wanted beside each token's logprob (None: no logprobs; chat: 0-20, completion: 0-5)."""
+    asked, top = body.get("logprobs"), body.get("top_logprobs")
+    key, value, most = ("top_logprobs", top, 20) if chat else ("logprobs", asked, 5)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most):
+        raise ApiError(f"{key} must be an integer from 0 to {most}, got {value!r}", param=key)
+    if not chat and top is not None:
+        raise ApiError("top_logprobs is a chat field: a completion takes logprobs (0 to 5)", param="top_logprobs")
+    if chat and asked not in (None, True, False):
+        raise ApiError(f"logprobs must be true or false, got {asked!r}", param="logprobs")
+    if chat and top is not None and not asked:
+        raise ApiError("top_logprobs needs logprobs set to true", param="top_logprobs")
+    return ((top or 0) if asked else None) if chat else asked
+
+
+def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...]) -> Sampling:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError("model: a model id (a string) is required", param="model")
+    max_tokens = None
+    for key in max_keys:
+        given = _integer(body, key, 1)
+        max_tokens = given if given is not None and max_tokens is None else max_tokens
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ApiError(f"seed must be an integer >= 0, got {seed!r}", param="seed")
+    stop = body.get("stop")
+    stops = () if stop is None else (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
+        raise ApiError(f"stop must be a non-empty string or a list of them, got {stop!r}", param="stop")
+    if len(stops) > MAX_STOP:
+        raise ApiError(f"stop takes at most {MAX_STOP} strings, got {len(stops)}", param="stop")
+    stream = body.get("stream")
+    if stream not in (None, True, False):
+        raise ApiError(f"stream must be true or false, got {stream!r}", param="stream")
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise ApiError("stream_options is only allowed when stream is true", param="stream_options")
+    if options is not None and (
+        not isinstance(options, Mapping) or options.get("include_usage") not in (None, True, False)
+    ):
+        raise ApiError(f"stream_options must be {{'include_usage': bool}}, got {options!r}", param="stream_options")
+    token_ids = body.get("return_token_ids")
+    if token_ids not in (None, True, False):
+        raise ApiError(f"return_token_ids must be true or false, got {token_ids!r}", param="return_token_ids")
+    ignore_eos = body.get("ignore_eos")
+    if ignore_eos not in (None, True, False):
+        raise ApiError(f"ignore_eos must be true or false, got {ignore_eos!r}", param="ignore_eos")
+    return Sampling(
+        model=model,
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, open_lo=True),
+        seed=seed,
+        stop=tuple(stops),
+        stream=bool(stream),
+        include_usage=bool(options and options.get("include_usage")),
+        token_ids=bool(token_ids),
+        logprobs=_logprobs(body, chat="max_completion_tokens" in max_keys),
+        extra=tuple((key, body.get(key)) for key in SEARCH_FIELDS),
+        ignore_eos=bool(ignore_eos),
+        n=_integer(body, "n", 1) or 1,
+    )
+
+
+def _object(body: Any) -> Mapping[str, Any]:
+    if not isinstance(body, Mapping):
+        raise ApiError(f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def parse_completion(body: Any) -> CompletionRequest:
+    """A ``/v1/completions`` body: ``prompt`` is a string, a list of token ids, or a list of one of either.
+
+    Raises:
+        ApiError: the body is not what the API takes, or asks for what this server does not do.
+    """
+    body = _object(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    ids = isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    if not (isinstance(prompt, str) or ids):
+        many = isinstance(prompt, list) and all(isinstance(p, (str, list)) for p in prompt)
+        why = "one prompt per request" if many and prompt else "a string or a list of token ids"
+        raise ApiError(f"prompt must be {why}, got {short(prompt)}", param="prompt")
+    if not prompt:
+        raise ApiError("prompt is empty", param="prompt")
+    _refuse_unsupported(body, frozenset({"prompt", "max_tokens"}))
+    return CompletionRequest(prompt, _sampling(body, ("max_tokens",)))
+
+
+def parse_chat(body: Any) -> ChatRequest:
+    """A ``/v1/chat/completions`` body: ``messages`` with a ``role`` (``developer`` read as ``system``)
+    and a text ``content`` (a string, or a list of ``{"type": "text", "text": ...}`` parts, joined).
+
+    Raises:
+        ApiError: as :func:`parse_completion`.
+    """
+    body = _object(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(f"messages must be a non-empty list, got {short(messages)}", param="messages")
+    out = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise ApiError(f"{where} must be an object with a role, got {short(message)}", param=where)
+        content = message.get("content")
+        if isinstance(content, list):
+            if not all(
+                isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+            ):
+                raise ApiError(f"{where}.content: only text parts are supported", param=f"{where}.content")
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise ApiError(f"{where}.content must be text, got {short(content)}", param=f"{where}.content")
+        role = "system" if message["role"] == "developer" else message["role"]  # OpenAI's newer name for it
+        out.append({"role": role, "content": content})
+    _refuse_unsupported(body, frozenset({"messages", "max_completion_tokens", "max_tokens", "top_logprobs"}))
+    return ChatRequest(out, _sampling(body, ("max_completion_tokens", "max_tokens")))
+
+
+def _refuse_unsupported(body: Mapping[str, Any], own: frozenset[str]) -> None:
+    problem = unsupported(body, own)
+    if problem is not None:
+        raise ApiError(problem[0], param=problem[1])

@@ -1,0 +1,79 @@
+"""A request's prompt as token ids, for ``ortstate serve``'s OpenAI API: tokenized once per request,
+in one of :data:`TOKENIZE_THREADS` threads (``tokenizers`` lets go of the GIL there, so the event
+loop answers meanwhile), and a text too long to fit the context by its length alone refused before
+it is tokenized (:mod:`ortstate.generate.token_bound`). A conversation's turn that goes on from its last
+one (:mod:`ortstate.generate.turns`) is that turn's ids, then only the text it adds tokenized.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+from ...errors import GenerationError
+from ...generate import Tokenizer
+from ...generate.turns import continued_at, continued_ids
+from .api import ApiError, ChatRequest, CompletionRequest
+from .conversations import Conversation
+
+__all__ = ["TOKENIZE_THREADS", "PromptTokens"]
+
+TOKENIZE_THREADS = 2  # requests tokenized at once (more wait their turn: each holds a place already)
+
+
+class PromptTokens:
+    """Text prompts to token ids with ``tokenizer``, for a model of ``context`` positions."""
+
+    def __init__(self, tokenizer: Tokenizer, context: int) -> None:
+        self.tokenizer = tokenizer
+        self.context = context
+        self._threads = ThreadPoolExecutor(TOKENIZE_THREADS, thread_name_prefix="ortstate-tokenize")
+
+    async def of(
+        self, request: CompletionRequest | ChatRequest, conversation: Conversation | None, least: int
+    ) -> tuple[list[int], str]:
+        """A text or chat request's token ids and text (``least``: new tokens the context must
+        leave room for), off the event loop.
+
+        Raises:
+            ApiError: 400 naming the prompt's field: the template or tokenizer refuses it, or its
+                text cannot fit (``context_length_exceeded``).
+        """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, self._tokenize, request, conversation, least)
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def _tokenize(
+        self, request: CompletionRequest | ChatRequest, conversation: Conversation | None, least: int
+    ) -> tuple[list[int], str]:
+        param = "messages" if isinstance(request, ChatRequest) else "prompt"
+        try:
+            if isinstance(request, ChatRequest):
+                text, special = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True), False
+            else:
+                text, special = str(request.prompt), True
+            at = continued_at(conversation.text, text) if conversation is not None else None
+            held = 0 if conversation is None or at is None else len(conversation.ids)
+            fewest = self.tokenizer.fewest_tokens(text[at or 0 :], self.context - held - least)
+            if fewest:
+                raise self._too_long(held + fewest, least, param)
+            if conversation is None or at is None:
+                return self.tokenizer.encode(text, add_special_tokens=special), text
+            ids = continued_ids(conversation.text, conversation.ids, text, self.tokenizer)
+            assert ids is not None  # continued_at found where it goes on
+            return ids, text
+        except GenerationError as exc:
+            raise ApiError(str(exc), param=param) from None
+
+    def _too_long(self, fewest: int, least: int, param: str) -> ApiError:
+        bound = self.tokenizer.bound
+        assert bound is not None  # fewest_tokens knows more only with one
+        return ApiError(
+            f"this model's maximum context length is {self.context} tokens; the request asks for at least "
+            f"{fewest + least} (at least {fewest} in the {param}, by the length of its text: no token of this "
+            f"model stands for more than {bound.max_bytes} bytes; {least} for the completion)",
+            param=param,
+            error_code="context_length_exceeded",
+        )

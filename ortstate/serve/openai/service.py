@@ -1,0 +1,243 @@
+"""What ``ortstate serve`` does for an LLM folder behind the OpenAI API: one
+:class:`~ortstate.generate.ContinuousBatcher` generating for every request at once, the folder's
+tokenizer and chat template around it, and how many requests it takes at once.
+
+A request is tokenized once, off the event loop (:mod:`.prompt_tokens`), and checked before
+anything runs; its text is then made token by token (:mod:`.generation`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...errors import GenerationError
+from ...generate import (
+    ContinuousBatcher,
+    Tokenizer,
+    find_model_files,
+)
+from ...generate.prompts import check_prompts
+from .api import ApiError, ChatRequest, CompletionRequest, Sampling
+from .conversations import HEADER, Conversation, Conversations
+from .generation import Generation
+from .prompt_tokens import PromptTokens
+
+__all__ = ["LlmService"]
+
+
+class LlmService:
+    """Requests of one model on one batcher.
+
+    Args:
+        batcher: generates (its pool's ``max_context`` is the context length).
+        tokenizer: the folder's, with its chat template.
+        model_id: the name clients give as ``model``.
+        max_requests: requests at once (generating or waiting for a row); one more is refused (503).
+    """
+
+    def __init__(
+        self,
+        batcher: ContinuousBatcher,
+        tokenizer: Tokenizer,
+        model_id: str,
+        max_requests: int,
+        conversations: Conversations | None = None,
+    ) -> None:
+        self.batcher = batcher
+        self.conversations = conversations or Conversations(batcher, None)
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.max_requests = max_requests
+        self.context = batcher.pool.max_context
+        self.created = int(time.time())
+        self.in_flight = 0
+        self.draining = False
+        self.prompts = PromptTokens(tokenizer, self.context)
+
+    @classmethod
+    def from_dir(
+        cls,
+        folder: str | os.PathLike[str],
+        *,
+        model_name: str | None = None,
+        max_requests: int = 1024,
+        slots: int = 64,
+        threads: int | None = None,
+        kv_cache_bytes: int | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        max_conversations: int = 1024,
+        shared: bool = False,
+        max_parked_bytes: int | None = None,
+        conversation_ttl: float | None = None,
+    ) -> LlmService:
+        """Load an optimum-intel folder's decoder into a batcher of ``slots`` rows, and its tokenizer;
+        conversations are kept (``max_conversations`` at most, each for ``conversation_ttl``
+        seconds idle if given) and, with ``state_dir``, logged and parked there, which holds
+        ``max_parked_bytes`` at most (``shared``: a directory servers behind one router share, see
+        :mod:`.conversations`).
+
+        Raises:
+            GenerationError: no decoder-only IR, no tokenizer.json, or a chat template that does not parse (a
+                base model without one is served: its chat requests are answered 400); and whatever
+                :meth:`ContinuousBatcher.from_dir` raises (all ``OrtStateError``).
+        """
+        files = find_model_files(folder)  # no IR: said first
+        if files.encoder or files.embeddings:
+            part = "an encoder" if files.encoder else "a text-embeddings model"
+            raise GenerationError(f"{files.folder}: has {part}: ortstate serve takes decoder-only LLMs (token ids in)")
+        tokenizer = Tokenizer.from_dir(folder)
+        if tokenizer.chat_template:  # one that does not parse is refused now; none: chat requests get a 400
+            tokenizer.check_chat_template()
+        tokenizer.bound  # noqa: B018 - read the vocabulary for it now, not in the first request
+        batcher = ContinuousBatcher.from_dir(folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes)
+        try:
+            conversations = Conversations(
+                batcher, state_dir, max_conversations, shared=shared, max_bytes=max_parked_bytes, ttl=conversation_ttl
+            )
+        except BaseException:
+            batcher.close()
+            raise
+        return cls(batcher, tokenizer, model_name or Path(folder).resolve().name, max_requests, conversations)
+
+    @property
+    def lost(self) -> dict[str, str]:
+        """Conversations that could not be parked at shutdown: why."""
+        return self.conversations.lost
+
+    # -- what the API shows ---------------------------------------------------------------------------
+    def model_card(self) -> dict[str, Any]:
+        return {
+            "id": self.model_id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "ortstate",
+            "max_model_len": self.context,
+        }
+
+    def check_model(self, model: str) -> None:
+        if model != self.model_id:
+            raise ApiError(
+                f"the model '{model}' does not exist: this server serves '{self.model_id}'",
+                404,
+                param="model",
+                error_code="model_not_found",
+            )
+
+    # -- admission ----------------------------------------------------------------------------------
+    def admit(self) -> Callable[[], None]:
+        """Take one of ``max_requests`` places; what gives it back (calling it again does nothing).
+
+        Raises:
+            ApiError: 503, every place is taken or the server is stopping.
+        """
+        if self.draining:
+            raise ApiError("the server is shutting down", 503, kind="server_error", error_code="shutting_down")
+        if self.in_flight >= self.max_requests:
+            raise ApiError(
+                f"server full: it generates for {self.in_flight} requests (--max-streams {self.max_requests}); "
+                "try again later",
+                503,
+                kind="server_error",
+                error_code="server_full",
+            )
+        self.in_flight += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.in_flight -= 1
+
+        return release
+
+    # -- requests -----------------------------------------------------------------------------------
+    def check(self, request: CompletionRequest | ChatRequest) -> None:
+        """What is refused before a request takes a place, without tokenizing: another model,
+        search options out of range (against as many new tokens as it may ask for).
+
+        Raises:
+            ApiError: 404 for another model; 400 naming a search option out of range.
+        """
+        self.check_model(request.sampling.model)
+        self._search(request.sampling, request.sampling.max_tokens or self.context, None)
+
+    async def start(
+        self, request: CompletionRequest | ChatRequest, conversation: Conversation | None = None
+    ) -> Generation:
+        """Tokenize a request (once, off the event loop) and check it fits, before anything runs. In
+        a ``conversation`` whose last turn (prompt and reply) starts the request's text, the prompt is
+        that turn's token ids, the reply's as generated, then the rest of the text's.
+
+        Raises:
+            ApiError: as :meth:`check`; 400 for a prompt the tokenizer or template refuses, token ids
+                out of the vocabulary, a prompt and ``max_tokens`` over the context length.
+        """
+        sampling = request.sampling
+        self.check(request)
+        param = "messages" if isinstance(request, ChatRequest) else "prompt"
+        least = sampling.max_tokens or 1  # new tokens the context must leave room for
+        text: str | None = None
+        if isinstance(request, CompletionRequest) and not isinstance(request.prompt, str):
+            prompt = list(request.prompt)
+        else:
+            prompt, text = await self.prompts.of(request, conversation, least)
+        room = self.context - len(prompt)
+        wanted = sampling.max_tokens if sampling.max_tokens is not None else room
+        if room < 1 or wanted > room:
+            raise ApiError(
+                f"this model's maximum context length is {self.context} tokens; the request asks for "
+                f"{len(prompt) + max(wanted, 1)} ({len(prompt)} in the {param}, {max(wanted, 1)} for the completion)",
+                param=param,
+                error_code="context_length_exceeded",
+            )
+        try:
+            if not prompt:
+                raise GenerationError("the prompt makes no tokens")
+            check_prompts([prompt], 1, vocab_size=self.batcher.vocab_size)
+        except GenerationError as exc:
+            raise ApiError(str(exc), param=param) from None
+        search = self._search(sampling, wanted, conversation)
+        generation = Generation(self, prompt, wanted, sampling, search, prompt_text=text, conversation=conversation)
+        if conversation is not None:
+            generation.kept, generation.cached = conversation.kept, conversation.kept.reuses(prompt)
+        return generation
+
+    def _search(self, sampling: Sampling, max_tokens: int, conversation: Conversation | None) -> dict[str, Any]:
+        """The request's search keywords, checked against the batcher.
+
+        Raises:
+            ApiError: 400 naming the field out of range or that this server cannot apply.
+        """
+        search = sampling.search(dict(self.batcher.search_defaults))
+        try:
+            self.batcher.search_options(max_tokens, **search)
+        except GenerationError as exc:
+            raise ApiError(str(exc), param=exc.field) from None
+        if sampling.n > 1 and conversation is not None:
+            raise ApiError(f"n must be 1 in a conversation ({HEADER}): it continues one answer", param="n")
+        return search
+
+    # -- what the server's lifecycle calls ------------------------------------------------------------
+    async def drain(self, timeout: float) -> None:
+        """Take no new request; wait (up to ``timeout`` seconds) for those generating to end."""
+        self.draining = True
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def park_all(self) -> int:
+        """Park every conversation in the state directory (none without one); how many were."""
+        return await self.conversations.park_all()
+
+    def release(self) -> None:
+        """Close the batcher (requests still running end) and the tokenizing threads, and let go of
+        the state directory (once the server has stopped)."""
+        self.prompts.close()
+        self.batcher.close()
+        self.conversations.release()
