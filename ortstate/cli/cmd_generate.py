@@ -171,8 +171,9 @@ def _prompt(args: argparse.Namespace, generator: Generator, tokenizer: Any) -> l
     return ids
 
 
-def run(args: argparse.Namespace) -> int:
-    model_dir = Path(args.model_dir)
+def _checked(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
+    """The command line's search options, once every argument is checked against the others and
+    the folder (before anything is converted)."""
     if not model_dir.exists():
         raise UsageError(f"{model_dir}: no such directory")
     if args.max_new_tokens < 1:
@@ -193,6 +194,12 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt_ids is not None:  # past the model's context: said before converting it
         context = read_config(model_dir).max_context
         check_context(len(_parse_ids(args.prompt_ids)), args.max_new_tokens, context, "the model's context")
+    return search
+
+
+def _checked_tokenizer(args: argparse.Namespace, model_dir: Path, search: dict[str, Any]) -> Any:
+    """The folder's tokenizer where an option needs one (None otherwise), with the schema and the
+    chat template it will serve checked."""
     why = "--chat" if args.chat else "--prompt" if args.prompt is not None else "--stop" if args.stop else None
     why = why or ("--json-schema" if args.json_schema else None)
     tokenizer = load_tokenizer(model_dir, why) if why else None
@@ -207,6 +214,13 @@ def run(args: argparse.Namespace) -> int:
             tokenizer.check_chat_template()
         except GenerationError as exc:
             raise UsageError(f"--chat: {exc}") from None
+    return tokenizer
+
+
+def run(args: argparse.Namespace) -> int:
+    model_dir = Path(args.model_dir)
+    search = _checked(args, model_dir)
+    tokenizer = _checked_tokenizer(args, model_dir, search)
     progress(f"converting {model_dir}")
     generator = Generator.from_dir(model_dir, form=args.form, tokenizer=tokenizer)
     problem = generator.beam_problem() if search.get("num_beams", 1) > 1 else None

@@ -34,7 +34,8 @@ import onnx
 from ..errors import StateError
 from ..meta import MAX_STATE_ELEMENTS, ModelMeta, VariableMeta, shown_id, spanned_elements
 from ..output_files import write_file
-from .store import ShapeRule, StateStore
+from .shape_rule import ShapeRule
+from .store import StateStore
 
 __all__ = ["fingerprint", "load_state", "model_digest", "model_fingerprint", "save_state"]
 

@@ -11,7 +11,7 @@ the batch and takes it only in those streams' rows.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import onnx
@@ -63,24 +63,7 @@ def rows_init(
             helper.make_node("ReduceMax", [as_int], [most], name=most, keepdims=0),
             helper.make_node("Cast", [most], [any_row], name=any_row, to=TensorProto.BOOL),
         ]
-        then = next(a.g for a in guard.attribute if a.name == "then_branch")
-        init = then.output[0].name
-        rows = fresh(f"{guard.name}/pool_rows")
-        picked = fresh(f"{guard.name}/pool_init")
-        trailing = len(var.shape or []) - axes[var.id] - 1
-        if not trailing:
-            then.node.append(helper.make_node("Identity", [var.init_flag], [rows], name=rows))
-        elif opset >= 13:  # noqa: PLR2004 - Unsqueeze's axes became an input in opset 13
-            after = fresh(f"{guard.name}/pool_rows_axes")
-            axes_value = numpy_helper.from_array(np.arange(1, trailing + 1, dtype=np.int64), after)
-            then.node.append(helper.make_node("Constant", [], [after], name=after, value=axes_value))
-            then.node.append(helper.make_node("Unsqueeze", [var.init_flag, after], [rows], name=rows))
-        else:
-            then.node.append(
-                helper.make_node("Unsqueeze", [var.init_flag], [rows], name=rows, axes=list(range(1, trailing + 1)))
-            )
-        then.node.append(helper.make_node("Where", [rows, init, var.state_input or ""], [picked], name=picked))
-        then.output[0].name = picked
+        _init_flagged_rows(guard, var, axes[var.id], opset, fresh)
         guard.input[0] = any_row
         for value in graph.input:
             if value.name == var.init_flag:
@@ -96,3 +79,29 @@ def rows_init(
         del graph.node[:]
         graph.node.extend(added + kept)
     return dataclasses.replace(meta, variables=tuple(variables)), flags
+
+
+def _init_flagged_rows(
+    guard: onnx.NodeProto, var: VariableMeta, axis: int, opset: int, fresh: Callable[[str], str]
+) -> None:
+    """Make ``guard``'s then-branch (the variable's init value) give the init value only on the rows
+    whose flag is set, and each other row's state as it is: ``Where(flag per row, init, state)``,
+    the flag unsqueezed over the state's axes after the batch ``axis``."""
+    then = next(a.g for a in guard.attribute if a.name == "then_branch")
+    init = then.output[0].name
+    rows = fresh(f"{guard.name}/pool_rows")
+    picked = fresh(f"{guard.name}/pool_init")
+    trailing = len(var.shape or []) - axis - 1
+    if not trailing:
+        then.node.append(helper.make_node("Identity", [var.init_flag], [rows], name=rows))
+    elif opset >= 13:  # noqa: PLR2004 - Unsqueeze's axes became an input in opset 13
+        after = fresh(f"{guard.name}/pool_rows_axes")
+        axes_value = numpy_helper.from_array(np.arange(1, trailing + 1, dtype=np.int64), after)
+        then.node.append(helper.make_node("Constant", [], [after], name=after, value=axes_value))
+        then.node.append(helper.make_node("Unsqueeze", [var.init_flag, after], [rows], name=rows))
+    else:
+        then.node.append(
+            helper.make_node("Unsqueeze", [var.init_flag], [rows], name=rows, axes=list(range(1, trailing + 1)))
+        )
+    then.node.append(helper.make_node("Where", [rows, init, var.state_input or ""], [picked], name=picked))
+    then.output[0].name = picked

@@ -47,7 +47,7 @@ class Generation:
     finish: str | None = None
     index: int = 0  # its choice (n > 1)
     _decoder: IncrementalDecoder = field(init=False, repr=False)
-    _given: list[str] = field(init=False, default_factory=list)  # the text given out, piece by piece
+    _sent: list[str] = field(init=False, default_factory=list)  # the text given out, piece by piece
     _tail: str = field(init=False, default="")  # the text decoded since (held back: a stop string may start)
     _pending: list[int] = field(init=False, default_factory=list)  # tokens not given out with a piece yet
 
@@ -82,12 +82,12 @@ class Generation:
         tail, pending = self._tail, self._pending
         cut = self._stop_in(tail)
         if cut is not None:
-            self.text, self.finish = "".join(self._given) + tail[:cut], "stop"
+            self.text, self.finish = "".join(self._sent) + tail[:cut], "stop"
             self._remember(cut=True)
             return tail[:cut], pending
         hold = max((len(s) for s in self.sampling.stop), default=1) - 1
         upto = max(0, len(tail) - hold)
-        self._given.append(tail[:upto])
+        self._sent.append(tail[:upto])
         self._tail, self._pending = tail[upto:], []
         return tail[:upto], pending
 
@@ -96,7 +96,7 @@ class Generation:
         tail, pending = self._tail + self._decoder.flush(), self._pending
         cut = self._stop_in(tail)
         end = len(tail) if cut is None else cut
-        self.text = "".join(self._given) + tail[:end]
+        self.text = "".join(self._sent) + tail[:end]
         stops = self.search.get("stop_token_ids") or ()
         eos = () if self.sampling.ignore_eos else self.service.batcher.eos_token_ids
         ended = cut is not None or bool(self.tokens and (self.tokens[-1] in eos or self.tokens[-1] in stops))
