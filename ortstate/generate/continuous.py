@@ -30,6 +30,8 @@ from .options import SearchOptions
 from .outbox import Outbox
 from .pooled_decoder import pool_decoder
 from .prompts import check_prompts
+from .structured import Grammars, grammars_for
+from .tokenizer import Tokenizer
 
 __all__ = ["ContinuousBatcher", "KeptStream"]
 
@@ -45,6 +47,8 @@ class ContinuousBatcher:
         search_defaults: what ``generation_config.json`` sets (``from_dir`` reads it).
         eos_token_ids: tokens that end a request (with ``stop_at_eos``).
         max_num_batched_tokens: prompt tokens fed per tick, all prompts together.
+        tokenizer: the model's (a :class:`~ortstate.generate.Tokenizer`), for ``json_schema``;
+            ``from_dir`` loads the folder's ``tokenizer.json`` when one is first asked for.
     """
 
     def __init__(
@@ -56,6 +60,7 @@ class ContinuousBatcher:
         eos_token_ids: Sequence[int] = (),
         vocab_size: int | None = None,
         max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        tokenizer: Any = None,
     ) -> None:
         if type(max_num_batched_tokens) is not int or max_num_batched_tokens < 1:
             raise GenerationError(f"max_num_batched_tokens must be an integer >= 1, got {max_num_batched_tokens!r}")
@@ -64,6 +69,8 @@ class ContinuousBatcher:
         self.search_defaults = dict(search_defaults or {})
         self.eos_token_ids = tuple(eos_token_ids)
         self.vocab_size = vocab_size
+        self._tokenizer = tokenizer
+        self._folder: str | os.PathLike[str] | None = None  # where from_dir looks for tokenizer.json
         self._engine = Engine(pool, rules, max_num_batched_tokens)
         self._outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbox] = weakref.WeakKeyDictionary()
         self._outboxes_lock = threading.Lock()
@@ -81,6 +88,7 @@ class ContinuousBatcher:
         int8_activations: bool = False,
         sess_options: ort.SessionOptions | None = None,
         model: str | os.PathLike[str] | None = None,
+        tokenizer: Any = None,
     ) -> ContinuousBatcher:
         """Convert an optimum-intel export folder's decoder and pool it.
 
@@ -95,6 +103,8 @@ class ContinuousBatcher:
             model: the folder's decoder already converted (an ONNX file of either form, as
                 ``ortstate convert`` writes it) to load instead of converting the IR here: a
                 process that only loads holds less memory at its peak.
+            tokenizer: the model's, for ``json_schema`` (default: the folder's ``tokenizer.json``,
+                loaded when a request first has a schema).
 
         Raises:
             GenerationError, and any conversion or pool error (all ``OrtStateError``).
@@ -109,14 +119,17 @@ class ContinuousBatcher:
             sess_options=sess_options,
             model=model,
         )
-        return cls(
+        batcher = cls(
             pooled.pool,
             pooled.rules,
             search_defaults=pooled.search_defaults,
             eos_token_ids=pooled.eos_token_ids,
             vocab_size=pooled.vocab_size,
             max_num_batched_tokens=max_num_batched_tokens,
+            tokenizer=tokenizer,
         )
+        batcher._folder = model_dir
+        return batcher
 
     # -- generation -------------------------------------------------------------------------------
     def generate_many(
@@ -320,7 +333,27 @@ class ContinuousBatcher:
     ) -> list[Request]:
         options = self.search_options(max_new_tokens, **search)
         eos = self.eos_token_ids if stop_at_eos else ()
-        return plan_requests(prompt, max_new_tokens, options, eos, self.pool.max_context)
+        return plan_requests(prompt, max_new_tokens, options, eos, self.pool.max_context, self._grammars)
+
+    def _grammars(self) -> Grammars:
+        """The schemas compiled for this model's tokenizer and logits (once per schema: the first
+        request with one compiles it, in its caller's thread, never the engine's).
+
+        Raises:
+            GenerationError: no tokenizer (naming what is missing), or the structured extra missing.
+        """
+        if self._tokenizer is None:
+            if self._folder is None:
+                raise GenerationError(
+                    "json_schema needs the model's tokenizer: give ContinuousBatcher(..., tokenizer=...), or "
+                    "load it with ContinuousBatcher.from_dir(folder) from a folder holding tokenizer.json",
+                    field="json_schema",
+                )
+            try:
+                self._tokenizer = Tokenizer.from_dir(self._folder)
+            except GenerationError as exc:
+                raise GenerationError(f"json_schema needs the model's tokenizer ({exc})", field="json_schema") from None
+        return grammars_for(self._tokenizer, self.vocab_size)
 
 
 def _tag(append: Callable[[Any], None], index: int, item: Any) -> None:

@@ -4,7 +4,9 @@ vLLM's split: requests come in through a queue; each tick, :func:`~.schedule.sch
 from the requests' progress alone what runs; the pool runs it (one batched run for every request
 decoding, a run per prompt chunk); then each request whose run ended its prompt or decoded picks
 its next token (its own search options and random generator, as a lone
-:class:`~ortstate.generate.Generator` picks it) and hands it to the request's sink. The engine
+:class:`~ortstate.generate.Generator` picks it; a ``json_schema``'s rows from logits their
+grammars masked, all of the tick's in one call, and a row stops once its answer is complete) and
+hands it to the request's sink. The engine
 runs in the thread that owns the pool (:class:`~ortstate.streams.loop.PoolLoop`, whose worker it
 is), one tick at a time while it has requests: the pool's other work (``pool.call`` commands such as
 opening, saving or loading a kept stream; ``pool.submit`` steps) runs between two ticks, so nothing
@@ -34,6 +36,7 @@ from .request import END, Request
 from .sampler import choose
 from .schedule import Progress, schedule
 from .scored import Scored
+from .structured import advance, mask_logits
 
 __all__ = ["END", "Engine", "Request", "Scored"]
 
@@ -281,7 +284,13 @@ class Engine:
             return
         tokens = logits.argmax(axis=-1)
         others = [k for k, r in enumerate(requests) if not r.plain]
-        tokens[others] = choose(logits[others], [requests[k].row for k in others])
+        scores = logits[others]  # a copy: the grammar masks it, logprobs read the raw logits
+        matchers = [requests[k].matcher for k in others]
+        constrained = any(m is not None for m in matchers)
+        if constrained:  # every constrained row's mask in one call
+            mask_logits(scores, matchers)
+        picked = choose(scores, [requests[k].row for k in others])
+        tokens[others] = advance(matchers, picked.tolist()) if constrained else picked
         for k in others:
             r = requests[k]
             if r.logprobs is not None:
@@ -294,7 +303,7 @@ class Engine:
         if r.streamed:
             self._outgoing.append((r, token if r.scored is None else r.scored))  # see _send
         stopped = token in r.stops if r.stops is not None else r.criteria.reason(r.tokens) is not None
-        if stopped or len(r.tokens) >= r.max_new_tokens:
+        if stopped or len(r.tokens) >= r.max_new_tokens or (r.matcher is not None and r.matcher.complete):
             self._end(r, END)
         else:
             if r.next_token is None:

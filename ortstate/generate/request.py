@@ -14,6 +14,7 @@ from .sampler import RowState
 from .schedule import Progress
 from .scored import Scored
 from .stopping import StopCriteria
+from .structured import Matcher
 
 __all__ = ["END", "Request"]
 
@@ -48,14 +49,17 @@ class Request:
     # the other choices of an n > 1 request: they start on copies of this one's stream once its
     # prompt is fed (KvPool.fork), and run as requests of their own from then on
     siblings: list[Request] = field(default_factory=list)
+    matcher: Matcher | None = None  # its place in its json_schema's grammar (None: no schema)
     stops: frozenset[int] | None = field(init=False)  # the tokens that stop it (None: stop strings)
     row: RowState = field(init=False)  # what its picks depend on (options, generator, its tokens)
-    plain: bool = field(init=False)  # greedy, nothing adjusted, no logprobs: its token is its logits' argmax
+    plain: bool = field(init=False)  # greedy, nothing adjusted, no logprobs or schema: its logits' argmax
 
     def __post_init__(self) -> None:
         self.stops = None if self.criteria.strings else self.criteria.token_ids
         self.row = RowState.start(self.options, self.prompt, self.criteria.token_ids, self.rng, output=self.tokens)
-        self.plain = not self.options.do_sample and not self.options.adjusts and self.logprobs is None
+        self.plain = (
+            not self.options.do_sample and not self.options.adjusts and self.logprobs is None and self.matcher is None
+        )
 
     @property
     def rows(self) -> int:

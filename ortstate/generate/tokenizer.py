@@ -172,8 +172,16 @@ class Tokenizer:
         jinja2 (naming the template's file by its path)."""
         self._template(self.template_source)
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
-        """The conversation as the model's chat template writes it.
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        """The conversation as the model's chat template writes it (``tools``: the functions the
+        model may call, OpenAI's ``{"type": "function", "function": {...}}``, given to the template as
+        transformers gives them; a template without tools leaves them out).
 
         Raises:
             GenerationError: no chat template, ``jinja2`` missing, or the template fails (its
@@ -188,6 +196,7 @@ class Tokenizer:
                 template.render(
                     messages=[dict(m) for m in messages],
                     add_generation_prompt=add_generation_prompt,
+                    **({"tools": [dict(t) for t in tools]} if tools else {}),
                     **self.special_tokens,
                 )
             )
