@@ -335,6 +335,22 @@ class ContinuousBatcher:
         eos = self.eos_token_ids if stop_at_eos else ()
         return plan_requests(prompt, max_new_tokens, options, eos, self.pool.max_context, self._grammars)
 
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer given, else the folder's ``tokenizer.json`` (``from_dir``; loaded on first use).
+
+        Raises:
+            GenerationError: there is none (naming the file missing, or saying none was given).
+        """
+        if self._tokenizer is None:
+            if self._folder is None:
+                raise GenerationError(
+                    "no tokenizer: give ContinuousBatcher(..., tokenizer=...), or load the model with "
+                    "ContinuousBatcher.from_dir(folder) from a folder holding tokenizer.json"
+                )
+            self._tokenizer = Tokenizer.from_dir(self._folder)  # raises naming the missing file
+        return self._tokenizer
+
     def _grammars(self) -> Grammars:
         """The schemas compiled for this model's tokenizer and logits (once per schema: the first
         request with one compiles it, in its caller's thread, never the engine's).
@@ -342,18 +358,11 @@ class ContinuousBatcher:
         Raises:
             GenerationError: no tokenizer (naming what is missing), or the structured extra missing.
         """
-        if self._tokenizer is None:
-            if self._folder is None:
-                raise GenerationError(
-                    "json_schema needs the model's tokenizer: give ContinuousBatcher(..., tokenizer=...), or "
-                    "load it with ContinuousBatcher.from_dir(folder) from a folder holding tokenizer.json",
-                    field="json_schema",
-                )
-            try:
-                self._tokenizer = Tokenizer.from_dir(self._folder)
-            except GenerationError as exc:
-                raise GenerationError(f"json_schema needs the model's tokenizer ({exc})", field="json_schema") from None
-        return grammars_for(self._tokenizer, self.vocab_size)
+        try:
+            tokenizer = self.tokenizer
+        except GenerationError as exc:
+            raise GenerationError(f"json_schema needs the model's tokenizer ({exc})", field="json_schema") from None
+        return grammars_for(tokenizer, self.vocab_size)
 
 
 def _tag(append: Callable[[Any], None], index: int, item: Any) -> None:

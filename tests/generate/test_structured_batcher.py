@@ -10,7 +10,6 @@ import json
 import sys
 from collections.abc import Iterator
 from functools import cache
-from types import SimpleNamespace
 
 import jsonschema
 import pytest
@@ -126,7 +125,7 @@ def test_a_tick_masks_its_constrained_rows_in_one_call_and_the_others_pay_nothin
     assert max(calls) == 2  # both constrained rows in one call
 
 
-def test_a_schema_needs_a_tokenizer_and_enough_new_tokens(family) -> None:
+def test_a_schema_needs_enough_new_tokens_and_a_good_schema(family) -> None:
     model, batcher = family
     with pytest.raises(GenerationError, match="too few for the shortest answer") as info:
         batcher.generate_many(PROMPTS[:1], 3, json_schema=SCHEMAS["object"])
@@ -134,7 +133,14 @@ def test_a_schema_needs_a_tokenizer_and_enough_new_tokens(family) -> None:
     with pytest.raises(GenerationError, match="Unimplemented keys") as info:
         batcher.generate_many(PROMPTS[:1], 20, json_schema={"not": {"type": "string"}})
     assert info.value.field == "json_schema"
-    bare = SimpleNamespace(_tokenizer=None, _folder=None, vocab_size=batcher.vocab_size)  # made from a pool alone
-    with pytest.raises(GenerationError, match="needs the model's tokenizer: give ContinuousBatcher") as info:
-        ContinuousBatcher._grammars(bare)  # type: ignore[arg-type]
+
+
+def test_a_schema_needs_the_tokenizer(tmp_path) -> None:
+    for path in (LLM / "llama").iterdir():
+        if path.name != "tokenizer.json":
+            (tmp_path / path.name).symlink_to(path)
+    with ContinuousBatcher.from_dir(tmp_path, slots=2) as batcher:
+        assert batcher.generate_many(PROMPTS[:1], 4) == [generator("llama").generate(PROMPTS[0], 4)]
+        with pytest.raises(GenerationError, match="json_schema needs the model's tokenizer .*tokenizer.json") as info:
+            batcher.generate_many(PROMPTS[:1], 20, json_schema={"type": "object"})
     assert info.value.field == "json_schema"
