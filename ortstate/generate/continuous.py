@@ -31,7 +31,7 @@ from .outbox import Outbox
 from .pooled_decoder import pool_decoder
 from .prompts import check_prompts
 from .structured import Grammars, grammars_for
-from .tokenizer import Tokenizer
+from .tokenizer import folder_tokenizer
 
 __all__ = ["ContinuousBatcher", "KeptStream"]
 
@@ -343,12 +343,7 @@ class ContinuousBatcher:
             GenerationError: there is none (naming the file missing, or saying none was given).
         """
         if self._tokenizer is None:
-            if self._folder is None:
-                raise GenerationError(
-                    "no tokenizer: give ContinuousBatcher(..., tokenizer=...), or load the model with "
-                    "ContinuousBatcher.from_dir(folder) from a folder holding tokenizer.json"
-                )
-            self._tokenizer = Tokenizer.from_dir(self._folder)  # raises naming the missing file
+            self._tokenizer = folder_tokenizer(self._folder, "ContinuousBatcher")
         return self._tokenizer
 
     def _grammars(self) -> Grammars:

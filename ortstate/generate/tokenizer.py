@@ -213,6 +213,21 @@ class Tokenizer:
         return _compile(self.chat_template, where)
 
 
+def folder_tokenizer(folder: str | os.PathLike[str] | None, owner: str) -> Tokenizer:
+    """The ``tokenizer.json`` of ``owner``'s (a class's name) model folder, for an ``owner`` given none.
+
+    Raises:
+        GenerationError: no folder (saying how to give a tokenizer), or the folder's cannot be
+            loaded (naming the file missing, the ``tokenizers`` package missing, ...).
+    """
+    if folder is None:
+        raise GenerationError(
+            f"no tokenizer: give {owner}(..., tokenizer=...), or load the model with "
+            f"{owner}.from_dir(folder) from a folder holding tokenizer.json"
+        )
+    return Tokenizer.from_dir(folder)
+
+
 def _compile(source: str, where: str) -> Any:
     try:
         import jinja2
