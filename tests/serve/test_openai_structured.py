@@ -73,7 +73,7 @@ def post(url: str, body: dict[str, Any], chat: bool = True) -> tuple[int, Any]:
 
 def ask(url: str, chat: bool = True, **fields: Any) -> dict[str, Any]:
     body = {"model": "llama", "max_tokens": 60, "return_token_ids": True, **fields}
-    body.update({"messages": MESSAGES} if chat else {"prompt": "Lunch?"})
+    body.update({"messages": fields.get("messages", MESSAGES)} if chat else {"prompt": "Lunch?"})
     status, got = post(url, body, chat)
     assert status == 200, got
     return got
@@ -169,7 +169,8 @@ def test_a_tool_without_parameters_and_n_tool_calls(llama) -> None:
 
 
 def test_tool_choice_none_is_plain_text_and_tools_reach_the_template(llama, tmp_path: Path) -> None:
-    """A template that writes the tools (as transformers gives them) gets them: the prompt holds their names."""
+    """A template that writes the tools, the calls sent back and the tools' results (as transformers
+    gives them: arguments as objects) gets them."""
     gen, url = llama
     plain = ask(url, max_tokens=8, temperature=0)["choices"][0]
     none = ask(url, max_tokens=8, temperature=0, tools=TOOLS, tool_choice="none")["choices"][0]
@@ -179,13 +180,28 @@ def test_tool_choice_none_is_plain_text_and_tools_reach_the_template(llama, tmp_
     for path in (LLM / "llama").iterdir():
         (folder / path.name).symlink_to(path)
     config = json.loads((LLM / "llama" / "tokenizer_config.json").read_text())
-    config["chat_template"] = "{% for t in tools or [] %}{{ t.function.name }};{% endfor %}" + config["chat_template"]
+    config["chat_template"] = (
+        "{% for t in tools or [] %}{{ t.function.name }};{% endfor %}"
+        "{% for m in messages %}{{ m.role }}:{{ m.content }}"
+        "{% for c in m.tool_calls or [] %}[{{ c.function.name }} {{ c.function.arguments.item }}]{% endfor %}"
+        "{% if m.tool_call_id %}<{{ m.tool_call_id }}>{% endif %}|{% endfor %}"
+    )
     (folder / "tokenizer_config.json").unlink()
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    called = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "order", "arguments": '{"item": "tea", "count": 2}'},
+    }
+    messages = [
+        *MESSAGES,
+        {"role": "assistant", "content": None, "tool_calls": [called]},
+        {"role": "tool", "content": "ok", "tool_call_id": "call_1"},
+    ]
     with serve_llm_in_thread(LlmServeConfig(folder, 2, slots=2)) as running:
-        got = ask(running.url, max_tokens=8, temperature=0, tools=TOOLS, tool_choice="none")["choices"][0]
-    text = gen.tokenizer.decode(got["prompt_token_ids"], skip_special_tokens=False)
-    assert text.startswith("order;ping;")
+        got = ask(running.url, max_tokens=8, temperature=0, tools=TOOLS, tool_choice="none", messages=messages)
+    expected = "order;ping;user:Lunch?|assistant:[order tea]|tool:ok<call_1>|"
+    assert got["choices"][0]["prompt_token_ids"] == gen.tokenizer.encode(expected, add_special_tokens=False)
 
 
 TOOL = {"tools": TOOLS, "tool_choice": NAMED}
@@ -262,6 +278,18 @@ REFUSED = {
         "tools[0].function.parameters",
         "must be a JSON object",
     ),
+    "a call sent back not JSON": (
+        {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{"}}]}]},
+        True,
+        "messages[0].tool_calls[0].function.arguments",
+        "is not JSON text",
+    ),
+    "a user's tool_calls": (
+        {"messages": [{"role": "user", "content": "x", "tool_calls": []}]},
+        True,
+        "messages[0].tool_calls",
+        "on an assistant message",
+    ),
     "format and tool": ({"response_format": FORMATS["json_object"][0], **TOOL}, True, "response_format", "send one"),
     "tools on completions": (TOOL, False, "tools", "a chat field"),
 }
@@ -272,7 +300,7 @@ def test_every_bad_field_is_a_400_naming_it(llama, case: str) -> None:
     _, url = llama
     fields, chat, param, piece = REFUSED[case]
     body = {"model": "llama", "max_tokens": 60, **fields}
-    body.update({"messages": MESSAGES} if chat else {"prompt": "Lunch?"})
+    body.update({"messages": fields.get("messages", MESSAGES)} if chat else {"prompt": "Lunch?"})
     status, got = post(url, body, chat)
     assert status == 400 and got["error"]["param"] == param, got
     message = got["error"]["message"]

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...errors import GenerationError, ServeError
 from .fields import SEARCH_FIELDS, short, unsupported
-from .formats import Constraint, constraint
+from .formats import Constraint, constraint, message_calls
 
 __all__ = ["ApiError", "ChatRequest", "CompletionRequest", "Sampling", "parse_chat", "parse_completion"]
 
@@ -120,7 +120,7 @@ class CompletionRequest:
 class ChatRequest:
     """``POST /v1/chat/completions``: messages of text (``role``, ``content``)."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     sampling: Sampling
 
 
@@ -247,7 +247,8 @@ def parse_completion(body: Any) -> CompletionRequest:
 
 def parse_chat(body: Any) -> ChatRequest:
     """A ``/v1/chat/completions`` body: ``messages`` with a ``role`` (``developer`` read as ``system``)
-    and a text ``content`` (a string, or a list of ``{"type": "text", "text": ...}`` parts, joined).
+    and a text ``content`` (a string, or a list of ``{"type": "text", "text": ...}`` parts, joined;
+    none on an assistant's turn with ``tool_calls``), and what tool calls carry (:func:`~.formats.message_calls`).
 
     Raises:
         ApiError: as :func:`parse_completion`.
@@ -261,7 +262,13 @@ def parse_chat(body: Any) -> ChatRequest:
         where = f"messages[{i}]"
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
             raise ApiError(f"{where} must be an object with a role, got {short(message)}", param=where)
+        try:
+            calls = message_calls(message, where)
+        except GenerationError as exc:
+            raise ApiError(str(exc), param=exc.field) from None
         content = message.get("content")
+        if content is None and "tool_calls" in calls:
+            content = ""  # an assistant's turn that only called tools
         if isinstance(content, list):
             if not all(
                 isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
@@ -271,7 +278,7 @@ def parse_chat(body: Any) -> ChatRequest:
         if not isinstance(content, str):
             raise ApiError(f"{where}.content must be text, got {short(content)}", param=f"{where}.content")
         role = "system" if message["role"] == "developer" else message["role"]  # OpenAI's newer name for it
-        out.append({"role": role, "content": content})
+        out.append({"role": role, "content": content, **calls})
     own = frozenset({"messages", "max_completion_tokens", "max_tokens", "top_logprobs", "tools", "tool_choice"})
     _refuse_unsupported(body, own)
     return ChatRequest(out, _sampling(body, ("max_completion_tokens", "max_tokens"), chat=True))

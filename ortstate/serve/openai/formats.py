@@ -15,10 +15,14 @@ Every refusal is a :class:`~ortstate.errors.GenerationError` of one line whose `
 request's field (answered 400 naming it); a schema over a bound is
 refused here, in time linear in its size (what llguidance refuses is found when it compiles, off
 the event loop: :mod:`.service`).
+
+A conversation that goes on after a tool call sends it back: an assistant message's ``tool_calls``
+and the ``tool`` message's ``tool_call_id`` reach the chat template (:func:`message_calls`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,7 +32,7 @@ from ...errors import GenerationError
 from ...generate.structured import JSON_OBJECT, schema_text
 from .fields import short
 
-__all__ = ["MAX_TOOLS", "Constraint", "constraint", "schema_error"]
+__all__ = ["MAX_TOOLS", "Constraint", "constraint", "message_calls", "schema_error"]
 
 MAX_TOOLS = 128  # as OpenAI
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for a function's name
@@ -219,3 +223,40 @@ def constraint(body: Mapping[str, Any], chat: bool) -> Constraint:
         )
     index = list(tools).index(tool)
     return Constraint(tools[tool], f"tools[{index}].function.parameters", tool, listed)
+
+
+def message_calls(message: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """What a chat ``message`` carries of tool calls, for the chat template: an assistant's
+    ``tool_calls`` (each ``function.arguments`` parsed, as vLLM gives them to a template: templates
+    write them as objects), a tool result's ``tool_call_id``."""
+    out: dict[str, Any] = {}
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if message.get("role") != "assistant" or not isinstance(calls, list):
+            raise GenerationError(
+                f"{where}.tool_calls must be a list, on an assistant message", field=f"{where}.tool_calls"
+            )
+        out["tool_calls"] = [_sent_call(call, f"{where}.tool_calls[{j}]") for j, call in enumerate(calls)]
+    if message.get("tool_call_id") is not None:
+        out["tool_call_id"] = _typed(message, "tool_call_id", str, where)
+    return out
+
+
+def _sent_call(call: Any, where: str) -> dict[str, Any]:
+    shape = '{"id", "type": "function", "function": {"name", "arguments"}}'
+    call = _keys(call, frozenset({"id", "type", "function"}), where, shape)
+    if call.get("type") not in (None, "function"):
+        raise GenerationError(f"{where}.type must be 'function', got {short(call.get('type'))}", field=f"{where}.type")
+    function = _keys(
+        call.get("function"), frozenset({"name", "arguments"}), f"{where}.function", '{"name", "arguments"}'
+    )
+    name = _typed(function, "name", str, f"{where}.function", required=True)
+    text = _typed(function, "arguments", str, f"{where}.function", required=True)
+    try:
+        arguments = json.loads(text)
+    except (ValueError, RecursionError):
+        raise GenerationError(
+            f"{where}.function.arguments is not JSON text", field=f"{where}.function.arguments"
+        ) from None
+    call_id = _typed(call, "id", str, where)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
