@@ -32,6 +32,9 @@ SUITES = {
     "llm-streams-profile": Suite(
         "llm_streams_profile", "where ContinuousBatcher's time goes on a real-size LLM: runs by kind and kernel"
     ),
+    "llm-prefix": Suite(
+        "llm_prefix", "prefix caching (chat, shared system prompt) and structured output against OpenVINO GenAI"
+    ),
     "serve": Suite("serve", "ortstate serve: 256 WebSocket streams from another process (--durable too)"),
     "openai-serve": Suite("openai_serve", "an LLM over OpenAI's API against the same batcher in process"),
     "native": Suite("suite", "converted recurrent models against their native ONNX export", "native_main"),

@@ -151,12 +151,24 @@ def run_sequential(generator: Any, prompt_list: list[list[int]], new: int) -> St
     return out
 
 
-def openvino_genai_pipeline(folder: Path, threads: int, cache_gb: int, props: dict[str, str] | None = None) -> Any:
-    """OpenVINO GenAI's continuous-batching pipeline on ``folder`` (``props``: the exact config)."""
+def openvino_genai_pipeline(
+    folder: Path,
+    threads: int,
+    cache_gb: int,
+    props: dict[str, str] | None = None,
+    scheduler_fields: dict[str, Any] | None = None,
+) -> Any:
+    """OpenVINO GenAI's continuous-batching pipeline on ``folder`` (``props``: the exact config;
+    ``scheduler_fields``: ``SchedulerConfig`` fields set besides ``cache_size``, e.g.
+    ``enable_prefix_caching``, ``max_num_batched_tokens``)."""
     import openvino_genai as genai
 
     scheduler = genai.SchedulerConfig()  # max_num_batched_tokens, dynamic_split_fuse: its defaults
     scheduler.cache_size = cache_gb
+    for field, value in (scheduler_fields or {}).items():
+        if not hasattr(scheduler, field):  # a misspelt field would set nothing and measure the default
+            raise ValueError(f"openvino_genai.SchedulerConfig has no field {field!r}")
+        setattr(scheduler, field, value)
     config = {**(OV_CONFIG if props is None else props), "INFERENCE_NUM_THREADS": threads}
     return genai.ContinuousBatchingPipeline(str(folder), scheduler, "CPU", config)
 

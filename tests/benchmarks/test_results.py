@@ -167,6 +167,8 @@ def _renderers() -> dict:
     """Each suite's markdown of a results document (the per-step suite renders from its live
     results, which its JSON keeps only the medians of)."""
     from benchmarks import (
+        grammar_masks,
+        llm_prefix_report,
         llm_streams_profile,
         llm_streams_report,
         openai_serve,
@@ -184,12 +186,14 @@ def _renderers() -> dict:
         "real-size-profile": realsize_profile.markdown,
         "llm-streams": llm_streams_report.markdown,
         "llm-streams-profile": llm_streams_profile.markdown,
+        "llm-prefix": llm_prefix_report.markdown,
         "serve": serve.markdown,
         "serve-durable": serve.durable_markdown,
         "openai-serve": openai_serve.markdown,
         "streams": streams.markdown,
         "grouped": realsize_grouped.markdown,
         "weights-kernels": weights_kernels.markdown,
+        "grammar-masks": grammar_masks.markdown,
     }
 
 

@@ -131,3 +131,31 @@ def test_the_grouped_suite_sets_its_sessions_through_the_public_setting(tmp_path
         "grouped": "on",
         "rows": None,
     }
+
+
+def test_the_llm_prefix_suite_runs_every_ortstate_engine_on_the_tiny_llama(tmp_path, monkeypatch) -> None:
+    """Each workload's ortstate rows: measured, or "not available" for what this ortstate lacks (prefix
+    caching, json_schema in the batcher); what ran with the cache gave the tokens it gives without."""
+    if sys.version_info < (3, 11):
+        pytest.skip(LLM)
+    monkeypatch.chdir(ROOT)
+    args = ["--quick", "--engines", "ortstate,ortstate-nocache,ortstate-schema"]
+    (doc,) = _smoke("llm-prefix", args, tmp_path, monkeypatch)
+    assert doc["suite"] == "llm-prefix" and doc["images"] == ["llm-prefix-quick.png"]
+    runs = {(r["workload"], r["engine"]): r["result"] for r in doc["data"]["runs"]}
+    assert sorted(runs) == sorted(
+        [(w, e) for w in ("chat", "shared") for e in ("ortstate", "ortstate-nocache")]
+        + [("structured", "ortstate"), ("structured", "ortstate-schema")]
+    )
+    spec = doc["data"]["config"]["spec"]
+    assert [t["prompt"] for t in runs["chat", "ortstate-nocache"]["turns"]] == [12, 28, 44]
+    assert [len(t) for t in runs["chat", "ortstate-nocache"]["tokens"]] == [spec["turn_new"]] * spec["turns"]
+    assert [len(t) for t in runs["shared", "ortstate-nocache"]["tokens"]] == [spec["shared_new"]] * spec["requests"]
+    assert runs["structured", "ortstate"]["answer_tokens_mean"] == spec["new"]
+    for workload in ("chat", "shared"):
+        cached = runs[workload, "ortstate"]
+        assert cached.get("error") == "this ortstate has no prefix caching" or (
+            cached["tokens"] == runs[workload, "ortstate-nocache"]["tokens"]
+        )
+    schema = runs["structured", "ortstate-schema"]
+    assert "refuses json_schema" in schema.get("error", "") or schema["valid"] == schema["answers"] == spec["streams"]

@@ -285,16 +285,19 @@ def _zero_points(
 
 def _codes_reader(graph: Graph, codes_layer: Layer, k_axis: int, rows: int, k: int) -> Callable[[], np.ndarray]:
     """A reader of the ``[rows, k]`` codes as stored (of ``[groups, group, rows]`` codes: a
-    transposed copy)."""
+    transposed copy). It holds the graph's constants, not the graph: the plan it belongs to is
+    memoised per graph in a ``WeakKeyDictionary``, whose values must not keep their key (and its
+    mapped ``.bin``) alive."""
+    constants = graph.constants
     if k_axis == 0:
 
         def stored_codes() -> np.ndarray:
-            return np.ascontiguousarray(graph.constant(codes_layer).reshape(k, rows).T)
+            return np.ascontiguousarray(constants[codes_layer.id].reshape(k, rows).T)
 
     else:
 
         def stored_codes() -> np.ndarray:
-            return graph.constant(codes_layer).reshape(rows, k)
+            return constants[codes_layer.id].reshape(rows, k)
 
     return stored_codes
 
