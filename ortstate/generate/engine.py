@@ -6,11 +6,11 @@ decoding, a run per prompt chunk); then each request whose run ended its prompt 
 its next token (its own search options and random generator, as a lone
 :class:`~ortstate.generate.Generator` picks it; a ``json_schema``'s rows from logits their
 grammars masked, all of the tick's in one call, and a row stops once its answer is complete) and
-hands it to the request's sink. The engine
-runs in the thread that owns the pool (:class:`~ortstate.streams.loop.PoolLoop`, whose worker it
-is), one tick at a time while it has requests: the pool's other work (``pool.call`` commands such as
-opening, saving or loading a kept stream; ``pool.submit`` steps) runs between two ticks, so nothing
-that waits on an event loop holds a lock across an ONNX Runtime run.
+hands it to the request's sink. The engine runs in the thread that owns the pool
+(:class:`~ortstate.streams.loop.PoolLoop`, whose worker it is), one tick at a time while it has
+requests: the pool's other work (``pool.call`` commands such as opening, saving or loading a kept
+stream; ``pool.submit`` steps) runs between two ticks, so nothing that waits on an event loop holds
+a lock across an ONNX Runtime run.
 
 A request is admitted when the pool has a row for it and the positions it can reach (prompt plus
 ``max_new_tokens``) fit beside those of the requests already running, so a step never needs more
