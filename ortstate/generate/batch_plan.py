@@ -16,8 +16,9 @@ from .options import SearchOptions
 from .prompts import check_context
 from .request import Request
 from .stopping import StopCriteria
+from .structured import Grammars, Matcher
 
-__all__ = ["batch_options", "plan_requests"]
+__all__ = ["batch_options", "plan_requests", "schema_matchers"]
 
 
 def batch_options(
@@ -28,8 +29,8 @@ def batch_options(
 
     Raises:
         GenerationError: an option out of range or unknown (its ``field`` names it), beam search,
-            stop strings (the batcher has no tokenizer), a ``json_schema``, ``logit_bias`` ids outside the
-            vocabulary, ``min_tokens`` over ``max_new_tokens``, ``n`` above ``slots``.
+            stop strings (the batcher has no tokenizer), ``logit_bias`` ids outside the vocabulary,
+            ``min_tokens`` over ``max_new_tokens``, ``n`` above ``slots``.
     """
     options = SearchOptions.build(defaults, **search)
     if options.beam_search:
@@ -39,10 +40,6 @@ def batch_options(
     if options.stop_strings:
         raise GenerationError(
             "ContinuousBatcher takes stop_token_ids, not stop strings (no tokenizer)", field="stop_strings"
-        )
-    if options.json_schema is not None:  # its masks are not applied by the batcher's engine yet
-        raise GenerationError(
-            "ContinuousBatcher does not constrain answers to a json_schema yet; use Generator", field="json_schema"
         )
     if options.n > slots:
         raise GenerationError(f"n must be at most the pool's {slots} slots, got {options.n}", field="n")
@@ -63,11 +60,13 @@ def plan_requests(
     streamed: bool = True,
     logprobs: int | None = None,
     kept: KeptStream | None = None,
+    matchers: Sequence[Matcher] | None = None,
 ) -> list[Request]:
     """A prompt's ``options.n`` requests, complete (ids ``rids``, choice ``i``'s items to
     ``sinks[i]``), choice ``i`` sampled with ``seed + i`` (as vLLM seeds its ``n`` children: choice 0
     is what ``n=1`` gives); the first holds the others as its siblings. ``kept``: the kept stream
-    the (one) request continues, feeding only what its cache lacks.
+    the (one) request continues, feeding only what its cache lacks. ``matchers``: each choice's
+    place in its ``json_schema``'s grammar (:func:`schema_matchers`; None: no schema).
 
     Raises:
         GenerationError: the prompt and ``max_new_tokens`` pass ``context`` (the pool's max_context).
@@ -79,10 +78,36 @@ def plan_requests(
 
     def request(i: int, **more: Any) -> Request:
         rng = None if seed is None else np.random.default_rng(seed + i)
+        matcher = None if matchers is None else matchers[i]
         return Request(
-            rids[i], list(prompt), int(max_new_tokens), options, criteria, sinks[i], rng=rng, **common, **more
+            rids[i],
+            list(prompt),
+            int(max_new_tokens),
+            options,
+            criteria,
+            sinks[i],
+            rng=rng,
+            matcher=matcher,
+            **common,
+            **more,
         )
 
     siblings = tuple(request(i) for i in range(1, options.n))
     reused = 0 if kept is None else kept.reuses(prompt)
     return [request(0, kept=kept, reused=reused, siblings=siblings), *siblings]
+
+
+def schema_matchers(
+    options: SearchOptions, eos: Sequence[int], max_new_tokens: int, grammars: Callable[[], Grammars]
+) -> list[Matcher]:
+    """Each of ``options.n`` choices' matcher of ``options.json_schema`` (from ``grammars()``: the
+    schema compiled once, each matcher a copy), its answer whole within ``max_new_tokens``.
+
+    Raises:
+        GenerationError: a schema the engine refuses, or whose shortest answer is longer than
+            ``max_new_tokens``; no tokenizer (from ``grammars``).
+    """
+    assert options.json_schema is not None
+    criteria = StopCriteria(eos, options.stop_token_ids, (), None, options.min_tokens)
+    found = grammars()
+    return [found.matcher(options.json_schema, criteria.token_ids, max_new_tokens) for _ in range(options.n)]

@@ -23,7 +23,7 @@ import onnxruntime as ort
 from ..decoders import FeedRules
 from ..errors import GenerationError, StateError
 from ..streams import KvPool
-from .batch_plan import batch_options, plan_requests
+from .batch_plan import batch_options, plan_requests, schema_matchers
 from .choice_stream import ChoiceStream
 from .delivery import Outboxes, tag
 from .engine import Engine
@@ -32,7 +32,9 @@ from .options import SearchOptions
 from .pooled_decoder import pool_decoder
 from .prompts import check_prompts
 from .request import END, Request
+from .schema_source import SchemaSource
 from .scored import Scored
+from .structured import Matcher
 
 __all__ = ["ContinuousBatcher", "KeptStream"]
 
@@ -48,6 +50,8 @@ class ContinuousBatcher:
         search_defaults: what ``generation_config.json`` sets (``from_dir`` reads it).
         eos_token_ids: tokens that end a request (with ``stop_at_eos``).
         max_num_batched_tokens: prompt tokens fed per tick, all prompts together.
+        tokenizer: the model's (a :class:`~ortstate.generate.Tokenizer`), for ``json_schema``;
+            ``from_dir`` loads the folder's ``tokenizer.json`` when one is first asked for.
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class ContinuousBatcher:
         eos_token_ids: Sequence[int] = (),
         vocab_size: int | None = None,
         max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        tokenizer: Any = None,
     ) -> None:
         if type(max_num_batched_tokens) is not int or max_num_batched_tokens < 1:
             raise GenerationError(f"max_num_batched_tokens must be an integer >= 1, got {max_num_batched_tokens!r}")
@@ -67,6 +72,7 @@ class ContinuousBatcher:
         self.search_defaults = dict(search_defaults or {})
         self.eos_token_ids = tuple(eos_token_ids)
         self.vocab_size = vocab_size
+        self._schemas = SchemaSource(tokenizer, vocab_size)
         self._engine = Engine(pool, rules, max_num_batched_tokens)
         self._ids = itertools.count()  # request ids (next() on it is atomic: callers on any thread)
         self._outboxes = Outboxes()
@@ -84,6 +90,7 @@ class ContinuousBatcher:
         int8_activations: bool = False,
         sess_options: ort.SessionOptions | None = None,
         model: str | os.PathLike[str] | None = None,
+        tokenizer: Any = None,
     ) -> ContinuousBatcher:
         """Convert an optimum-intel export folder's decoder and pool it.
 
@@ -98,6 +105,8 @@ class ContinuousBatcher:
             model: the folder's decoder already converted (an ONNX file of either form, as
                 ``ortstate convert`` writes it) to load instead of converting the IR here: a
                 process that only loads holds less memory at its peak.
+            tokenizer: the model's, for ``json_schema`` (default: the folder's ``tokenizer.json``,
+                loaded when a request first has a schema).
 
         Raises:
             GenerationError, and any conversion or pool error (all ``OrtStateError``).
@@ -112,14 +121,17 @@ class ContinuousBatcher:
             sess_options=sess_options,
             model=model,
         )
-        return cls(
+        batcher = cls(
             pooled.pool,
             pooled.rules,
             search_defaults=pooled.search_defaults,
             eos_token_ids=pooled.eos_token_ids,
             vocab_size=pooled.vocab_size,
             max_num_batched_tokens=max_num_batched_tokens,
+            tokenizer=tokenizer,
         )
+        batcher._schemas.folder = model_dir
+        return batcher
 
     # -- generation -------------------------------------------------------------------------------
     def generate_many(
@@ -145,7 +157,18 @@ class ContinuousBatcher:
                 done.release()
 
         sinks = [sink] * options.n  # (the tokens are read from each request's list at the end)
-        groups = [self._requests(row, max_new_tokens, stop_at_eos, options, sinks, streamed=False) for row in rows]
+        groups = [
+            self._requests(
+                row,
+                max_new_tokens,
+                stop_at_eos,
+                options,
+                sinks,
+                streamed=False,
+                matchers=self._matchers(options, max_new_tokens, stop_at_eos),
+            )
+            for row in rows
+        ]
         requests = [r for group in groups for r in group]
         for group in groups:
             self._engine.submit(group[0])
@@ -207,11 +230,13 @@ class ContinuousBatcher:
 
     def _checked(
         self, prompt: Sequence[int], max_new_tokens: int, stop_at_eos: bool, logprobs: int | None, search: dict
-    ) -> tuple[list[int], int, bool, SearchOptions, int | None]:
-        """A request of :meth:`stream` or :meth:`stream_choices`, checked now (its requests are made
-        as its items are first asked for, on the consumer's event loop)."""
+    ) -> tuple[list[int], int, bool, SearchOptions, int | None, list[Matcher] | None]:
+        """A request of :meth:`stream` or :meth:`stream_choices`, checked now, its schema's matchers
+        made here (its requests are made as its items are first asked for, on the consumer's event
+        loop)."""
         (row,) = check_prompts([prompt], max_new_tokens, vocab_size=self.vocab_size)
-        return row, max_new_tokens, stop_at_eos, self.search_options(max_new_tokens, **search), logprobs
+        options = self.search_options(max_new_tokens, **search)
+        return row, max_new_tokens, stop_at_eos, options, logprobs, self._matchers(options, max_new_tokens, stop_at_eos)
 
     async def _items(
         self,
@@ -220,6 +245,7 @@ class ContinuousBatcher:
         stop_at_eos: bool,
         options: SearchOptions,
         logprobs: int | None,
+        matchers: list[Matcher] | None,
         *,
         kept: KeptStream | None,
         rids: list[int],
@@ -232,7 +258,7 @@ class ContinuousBatcher:
         items: deque[Any] = deque()
         key = id(items)
         sinks = [functools.partial(tag, items.append, i) for i in range(options.n)] if tagged else [items.append]
-        delivery = {"notify": outbox.wake, "logprobs": logprobs, "kept": kept}
+        delivery = {"notify": outbox.wake, "logprobs": logprobs, "kept": kept, "matchers": matchers}
         requests = self._requests(prompt, max_new_tokens, stop_at_eos, options, sinks, **delivery)
         rids += [r.rid for r in requests]
         if kept is not None:
@@ -341,3 +367,20 @@ class ContinuousBatcher:
         eos = self.eos_token_ids if stop_at_eos else ()
         rids = [next(self._ids) for _ in range(options.n)]
         return plan_requests(rids, prompt, max_new_tokens, options, eos, self.pool.max_context, sinks, **delivery)
+
+    def _matchers(self, options: SearchOptions, max_new_tokens: int, stop_at_eos: bool) -> list[Matcher] | None:
+        """Each choice's matcher of ``options.json_schema`` (None without one), made in the caller's
+        thread: compiling a schema can take a while and never runs on the pool's loop."""
+        if options.json_schema is None:
+            return None
+        eos = self.eos_token_ids if stop_at_eos else ()
+        return schema_matchers(options, eos, max_new_tokens, self._schemas.grammars)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer given, else the folder's ``tokenizer.json`` (``from_dir``; loaded on first use).
+
+        Raises:
+            GenerationError: there is none (naming the file missing, or saying none was given).
+        """
+        return self._schemas.tokenizer

@@ -3,7 +3,9 @@ requests it ended: the streams of the requests admitted opened (or their kept st
 decoding requests stepped by one token as one batch (``KvPool.decode``), the prompt chunks stepped,
 the other choices of a prompt fed forked, then each request's next token picked by its own options
 and random generator (the plain greedy ones in one argmax), as a lone
-:class:`~ortstate.generate.Generator` picks it. Its items go to :class:`~.delivery.Delivery`.
+:class:`~ortstate.generate.Generator` picks it; a ``json_schema``'s rows from logits their
+grammars masked, all of the tick's in one call, and a row ends once its answer is complete. Its
+items go to :class:`~.delivery.Delivery`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .delivery import Delivery
 from .request import END, Request
 from .sampler import RowState, choose
 from .scored import Scored
+from .structured import advance, mask_logits
 
 __all__ = ["Executor", "Running"]
 
@@ -186,7 +189,13 @@ class Executor:
             return
         tokens = logits.argmax(axis=-1)
         others = [k for k, run in enumerate(runs) if not run.plain]
-        tokens[others] = choose(logits[others], [runs[k].row for k in others])
+        scores = logits[others]  # a copy: a grammar masks it, logprobs read the raw logits
+        matchers = [runs[k].request.matcher for k in others]
+        constrained = any(m is not None for m in matchers)
+        if constrained:  # every constrained row's mask in one call
+            mask_logits(scores, matchers)
+        picked = choose(scores, [runs[k].row for k in others])
+        tokens[others] = advance(matchers, picked.tolist()) if constrained else picked
         for k in others:
             run = runs[k]
             if run.request.logprobs is not None:
@@ -200,7 +209,8 @@ class Executor:
         if request.streamed:
             self._out.append((request, token if run.scored is None else run.scored))
         stopped = token in run.stops if run.stops is not None else request.criteria.reason(run.tokens) is not None
-        if stopped or len(run.tokens) >= run.max_new_tokens:
+        complete = request.matcher is not None and request.matcher.complete  # its answer is whole
+        if stopped or complete or len(run.tokens) >= run.max_new_tokens:
             self.end(request.rid, END)
         else:
             run.next_token = token

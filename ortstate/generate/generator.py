@@ -34,7 +34,7 @@ from .options import SearchOptions, file_defaults
 from .prompts import FirstRow, is_sequence, nested
 from .session_inputs import input_specs
 from .stepper import Stepper
-from .tokenizer import Tokenizer
+from .tokenizer import folder_tokenizer
 
 __all__ = ["GenerationRun", "Generator"]
 
@@ -135,12 +135,7 @@ class Generator:
                 the folder's cannot be loaded (the ``tokenizers`` package missing, ...).
         """
         if self._tokenizer is None:
-            if self._folder is None:
-                raise GenerationError(
-                    "no tokenizer: give Generator(..., tokenizer=...), or load the model with "
-                    "Generator.from_dir(folder) from a folder holding tokenizer.json"
-                )
-            self._tokenizer = Tokenizer.from_dir(self._folder)  # raises naming the missing file
+            self._tokenizer = folder_tokenizer(self._folder, "Generator")
         return self._tokenizer
 
     def notes(self, stop_at_eos: bool = True) -> list[str]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from .options import SearchOptions
 from .stopping import StopCriteria
+from .structured import Matcher
 
 if TYPE_CHECKING:
     from .kept import KeptStream
@@ -39,6 +40,7 @@ class Request:
         siblings: its other choices: they start on copies of its stream once its prompt is fed,
             and run as requests of their own from then on.
         tokens: its new tokens, as they are picked (the engine appends to this list).
+        matcher: where its answer is in its ``json_schema``'s grammar (the executor advances it).
     """
 
     rid: int
@@ -55,10 +57,12 @@ class Request:
     reused: int = 0
     siblings: tuple[Request, ...] = ()
     tokens: list[int] = field(default_factory=list)
+    matcher: Matcher | None = None  # its place in its json_schema's grammar (None: no schema)
     stops: frozenset[int] | None = field(init=False)  # the tokens that stop it (None: stop strings)
-    plain: bool = field(init=False)  # greedy, nothing adjusted, no logprobs: its token is its logits' argmax
+    plain: bool = field(init=False)  # greedy, nothing adjusted, no logprobs or schema: its logits' argmax
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stops", None if self.criteria.strings else self.criteria.token_ids)
-        plain = not self.options.do_sample and not self.options.adjusts and self.logprobs is None
+        options = self.options
+        plain = not options.do_sample and not options.adjusts and self.logprobs is None and self.matcher is None
         object.__setattr__(self, "plain", plain)

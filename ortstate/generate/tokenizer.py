@@ -172,8 +172,16 @@ class Tokenizer:
         jinja2 (naming the template's file by its path)."""
         self._template(self.template_source)
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
-        """The conversation as the model's chat template writes it.
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        """The conversation as the model's chat template writes it (``tools``: the functions the
+        model may call, OpenAI's ``{"type": "function", "function": {...}}``, given to the template as
+        transformers gives them; a template without tools leaves them out).
 
         Raises:
             GenerationError: no chat template, ``jinja2`` missing, or the template fails (its
@@ -188,6 +196,7 @@ class Tokenizer:
                 template.render(
                     messages=[dict(m) for m in messages],
                     add_generation_prompt=add_generation_prompt,
+                    **({"tools": [dict(t) for t in tools]} if tools else {}),
                     **self.special_tokens,
                 )
             )
@@ -202,6 +211,21 @@ class Tokenizer:
                 f"{where}: no chat_template (nor chat_template.jinja beside it): the model has no chat format to apply"
             )
         return _compile(self.chat_template, where)
+
+
+def folder_tokenizer(folder: str | os.PathLike[str] | None, owner: str) -> Tokenizer:
+    """The ``tokenizer.json`` of ``owner``'s (a class's name) model folder, for an ``owner`` given none.
+
+    Raises:
+        GenerationError: no folder (saying how to give a tokenizer), or the folder's cannot be
+            loaded (naming the file missing, the ``tokenizers`` package missing, ...).
+    """
+    if folder is None:
+        raise GenerationError(
+            f"no tokenizer: give {owner}(..., tokenizer=...), or load the model with "
+            f"{owner}.from_dir(folder) from a folder holding tokenizer.json"
+        )
+    return Tokenizer.from_dir(folder)
 
 
 def _compile(source: str, where: str) -> Any:

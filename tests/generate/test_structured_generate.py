@@ -92,14 +92,6 @@ def test_a_budget_too_short_and_a_bad_schema_fail_before_anything_runs() -> None
     assert gen.past_tokens == past
 
 
-def test_the_batcher_refuses_a_schema_it_does_not_apply_yet() -> None:
-    from ortstate.generate.batch_plan import batch_options
-
-    with pytest.raises(GenerationError) as raised:
-        batch_options({}, 4, 256, 16, {"json_schema": {"type": "object"}})
-    assert str(raised.value) == "ContinuousBatcher does not constrain answers to a json_schema yet; use Generator"
-
-
 # -- the command line ----------------------------------------------------------------------------------------
 def test_the_cli_answers_json(capsys, tmp_path) -> None:
     schema = tmp_path / "schema.json"

@@ -2,7 +2,7 @@
 :mod:`.responses`).
 
 A request body is checked whole before anything runs: a field of the wrong type or out of range,
-a feature this server does not have (tools, ``echo``, ``response_format``, ...) is an
+a feature this server does not have (``echo``, ``tool_choice`` ``"auto"``, ...) is an
 :class:`ApiError` naming the field, answered in OpenAI's error body
 ``{"error": {"message", "type", "param", "code"}}`` with its HTTP status. Every field is applied or
 refused: the sampling fields are OpenAI's and vLLM's (``top_k``, ``min_p``, ``repetition_penalty``,
@@ -11,6 +11,9 @@ refused: the sampling fields are OpenAI's and vLLM's (``top_k``, ``min_p``, ``re
 fields in :data:`~.fields.NO_EFFECT` cannot change the output and are accepted as they come;
 any other field (vLLM's ``use_beam_search``, ``bad_words``, ``guided_json``, ..., or a typo) is a
 400 naming it (:mod:`.fields`).
+
+``response_format`` (both endpoints) and ``tools`` with ``tool_choice`` (chat) constrain the answer
+to a JSON schema (:mod:`.formats`).
 
 One ortstate extension, vLLM's: ``"return_token_ids": true`` adds ``token_ids`` (the generated
 token ids) and ``prompt_token_ids`` to a choice (a streamed chunk: the ids of its text).
@@ -23,8 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ServeError
+from ...errors import GenerationError, ServeError
 from .fields import SEARCH_FIELDS, short, unsupported
+from .formats import Constraint, constraint, message_calls
 
 __all__ = ["ApiError", "ChatRequest", "CompletionRequest", "Sampling", "parse_chat", "parse_completion"]
 
@@ -81,13 +85,17 @@ class Sampling:
     extra: tuple[tuple[str, Any], ...] = ()
     ignore_eos: bool = False
     n: int = 1
+    constraint: Constraint = Constraint()  # response_format, or a forced tool
 
     def search(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
         """The :class:`~ortstate.generate.SearchOptions` keywords, as vLLM turns a request into its
         ``SamplingParams``: greedy at temperature 0 (``top_k``, ``top_p``, ``min_p`` then ignored),
         else sampling; ``top_k`` off unless the request or ``generation_config.json`` sets it; the
-        penalties, ``logit_bias``, ``min_tokens``, ``n`` and ``stop_token_ids`` as given."""
+        penalties, ``logit_bias``, ``min_tokens``, ``n`` and ``stop_token_ids`` as given; the
+        constraint's ``json_schema``."""
         search: dict[str, Any] = {k: v for k, v in self.extra if v is not None}
+        if self.constraint.schema is not None:
+            search["json_schema"] = self.constraint.schema
         if self.temperature == 0:
             for key in ("top_k", "min_p"):
                 search.pop(key, None)
@@ -112,7 +120,7 @@ class CompletionRequest:
 class ChatRequest:
     """``POST /v1/chat/completions``: messages of text (``role``, ``content``)."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     sampling: Sampling
 
 
@@ -152,7 +160,7 @@ def _logprobs(body: Mapping[str, Any], chat: bool) -> int | None:
     return ((top or 0) if asked else None) if chat else asked
 
 
-def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...]) -> Sampling:
+def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...], chat: bool) -> Sampling:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError("model: a model id (a string) is required", param="model")
@@ -195,11 +203,19 @@ def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...]) -> Sampling:
         stream=bool(stream),
         include_usage=bool(options and options.get("include_usage")),
         token_ids=bool(token_ids),
-        logprobs=_logprobs(body, chat="max_completion_tokens" in max_keys),
+        logprobs=_logprobs(body, chat),
         extra=tuple((key, body.get(key)) for key in SEARCH_FIELDS),
         ignore_eos=bool(ignore_eos),
         n=_integer(body, "n", 1) or 1,
+        constraint=_constraint(body, chat),
     )
+
+
+def _constraint(body: Mapping[str, Any], chat: bool) -> Constraint:
+    try:
+        return constraint(body, chat)
+    except GenerationError as exc:
+        raise ApiError(str(exc), param=exc.field) from None
 
 
 def _object(body: Any) -> Mapping[str, Any]:
@@ -226,12 +242,13 @@ def parse_completion(body: Any) -> CompletionRequest:
     if not prompt:
         raise ApiError("prompt is empty", param="prompt")
     _refuse_unsupported(body, frozenset({"prompt", "max_tokens"}))
-    return CompletionRequest(prompt, _sampling(body, ("max_tokens",)))
+    return CompletionRequest(prompt, _sampling(body, ("max_tokens",), chat=False))
 
 
 def parse_chat(body: Any) -> ChatRequest:
     """A ``/v1/chat/completions`` body: ``messages`` with a ``role`` (``developer`` read as ``system``)
-    and a text ``content`` (a string, or a list of ``{"type": "text", "text": ...}`` parts, joined).
+    and a text ``content`` (a string, or a list of ``{"type": "text", "text": ...}`` parts, joined;
+    none on an assistant's turn with ``tool_calls``), and what tool calls carry (:func:`~.formats.message_calls`).
 
     Raises:
         ApiError: as :func:`parse_completion`.
@@ -245,7 +262,13 @@ def parse_chat(body: Any) -> ChatRequest:
         where = f"messages[{i}]"
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
             raise ApiError(f"{where} must be an object with a role, got {short(message)}", param=where)
+        try:
+            calls = message_calls(message, where)
+        except GenerationError as exc:
+            raise ApiError(str(exc), param=exc.field) from None
         content = message.get("content")
+        if content is None and "tool_calls" in calls:
+            content = ""  # an assistant's turn that only called tools
         if isinstance(content, list):
             if not all(
                 isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
@@ -255,9 +278,10 @@ def parse_chat(body: Any) -> ChatRequest:
         if not isinstance(content, str):
             raise ApiError(f"{where}.content must be text, got {short(content)}", param=f"{where}.content")
         role = "system" if message["role"] == "developer" else message["role"]  # OpenAI's newer name for it
-        out.append({"role": role, "content": content})
-    _refuse_unsupported(body, frozenset({"messages", "max_completion_tokens", "max_tokens", "top_logprobs"}))
-    return ChatRequest(out, _sampling(body, ("max_completion_tokens", "max_tokens")))
+        out.append({"role": role, "content": content, **calls})
+    own = frozenset({"messages", "max_completion_tokens", "max_tokens", "top_logprobs", "tools", "tool_choice"})
+    _refuse_unsupported(body, own)
+    return ChatRequest(out, _sampling(body, ("max_completion_tokens", "max_tokens"), chat=True))
 
 
 def _refuse_unsupported(body: Mapping[str, Any], own: frozenset[str]) -> None:

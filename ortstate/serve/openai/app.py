@@ -191,9 +191,8 @@ async def _answer(
     ids = (generation.prompt, generation.tokens) if generation.sampling.token_ids else None
     scored = None if generation.sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat)
     logprobs = None if scored is None else scored.shape(generation.scored)
-    body = completion(
-        rid, service.model_id, chat, generation.text, str(generation.finish), _usage(generation), ids, logprobs
-    )
+    finish, call = str(generation.finish_reason), generation.call
+    body = completion(rid, service.model_id, chat, generation.text, finish, _usage(generation), ids, logprobs, call)
     return JSONResponse(body, headers=headers)
 
 
@@ -222,6 +221,7 @@ async def _events(
     extra = {"with_usage": sampling.include_usage}
     scored = None if sampling.logprobs is None else LogprobsShaper(generation.service.tokenizer, chat)
     shaped = 0  # tokens whose logprobs went out
+    call, first = generation.call, True  # a tool call's first piece names it
     try:
         if chat:
             yield event(chunk(rid, model, chat, role=True, **extra))
@@ -231,11 +231,14 @@ async def _events(
                 logprobs = None
                 if scored is not None:
                     logprobs, shaped = scored.shape(generation.scored[shaped : shaped + len(ids)]), shaped + len(ids)
-                yield event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, **extra))
+                yield event(
+                    chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, call=call, first=first, **extra)
+                )
+                first = False
         except OrtStateError as exc:
             yield event(failed(exc).body())
             return
-        yield event(chunk(rid, model, chat, "", generation.finish, **extra))
+        yield event(chunk(rid, model, chat, "", generation.finish_reason, **extra))
         if sampling.include_usage:
             yield event(chunk(rid, model, chat, used=_usage(generation)))
         try:  # before the last event: a next turn sent once it arrives finds the conversation

@@ -40,14 +40,7 @@ async def choice_pieces(choices: list[Generation]) -> AsyncIterator[tuple[int, s
     its tokens since its last piece) as each token comes, then each choice's last piece. A choice
     cut at a stop string takes no more tokens: its request is cancelled (the others go on)."""
     first = choices[0]
-    batcher, sampling = first.service.batcher, first.sampling
-    stream = batcher.stream_choices(
-        first.prompt,
-        first.max_tokens,
-        logprobs=sampling.logprobs,
-        stop_at_eos=not sampling.ignore_eos,
-        **first.search,
-    )
+    stream = first.source if first.source is not None else first.open()
     async with contextlib.aclosing(stream):
         async for index, item in stream:
             choice = choices[index]
@@ -78,7 +71,7 @@ async def answer_choices(
     for c in choices:
         ids = (c.prompt, c.tokens) if sampling.token_ids else None
         shaped = None if sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat).shape(c.scored)
-        bodies.append(choice(chat, c.index, c.text, str(c.finish), ids, shaped))
+        bodies.append(choice(chat, c.index, c.text, str(c.finish_reason), ids, shaped, c.call))
     return JSONResponse(response(rid, service.model_id, chat, bodies, _choices_usage(choices)))
 
 
@@ -96,6 +89,7 @@ async def _choice_events(
     extra = {"with_usage": sampling.include_usage}
     shaper = None if sampling.logprobs is None else LogprobsShaper(first.service.tokenizer, chat)
     shaped = [0] * len(choices)  # tokens of each choice whose logprobs went out
+    named = [False] * len(choices)  # a tool call's first piece names it
     try:
         for c in choices if chat else ():
             yield event(chunk(rid, model, chat, role=True, index=c.index, **extra))
@@ -106,12 +100,27 @@ async def _choice_events(
                     logprobs = shaper.shape(choices[index].scored[done : done + len(ids)])
                     shaped[index] = done + len(ids)
                 pieces = ids if sampling.token_ids else None
-                yield event(chunk(rid, model, chat, text, ids=pieces, logprobs=logprobs, index=index, **extra))
+                call, first = choices[index].call, not named[index]
+                named[index] = True
+                yield event(
+                    chunk(
+                        rid,
+                        model,
+                        chat,
+                        text,
+                        ids=pieces,
+                        logprobs=logprobs,
+                        index=index,
+                        call=call,
+                        first=first,
+                        **extra,
+                    )
+                )
         except OrtStateError as exc:
             yield event(failed(exc).body())
             return
         for c in choices:
-            yield event(chunk(rid, model, chat, "", c.finish, index=c.index, **extra))
+            yield event(chunk(rid, model, chat, "", c.finish_reason, index=c.index, **extra))
         if sampling.include_usage:
             yield event(chunk(rid, model, chat, used=_choices_usage(choices)))
         yield b"data: [DONE]\n\n"

@@ -12,8 +12,8 @@ from typing import Any
 
 __all__ = ["NO_EFFECT", "REFUSED", "SEARCH_FIELDS", "short", "unsupported"]
 
-# OpenAI's fields that cannot change the output: accepted and left alone (parallel_tool_calls
-# only matters with tools, which are refused)
+# OpenAI's fields that cannot change the output: accepted and left alone (parallel_tool_calls:
+# a forced tool is one call)
 NO_EFFECT = frozenset(
     {"user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key", "parallel_tool_calls"}
 )
@@ -32,27 +32,26 @@ SEARCH_FIELDS = (
 # what both endpoints apply; each adds its own (prompt / messages, its max and logprobs fields)
 _APPLIED = frozenset(
     {"model", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "ignore_eos", "logprobs",
-     "return_token_ids", *SEARCH_FIELDS}
+     "return_token_ids", "response_format", *SEARCH_FIELDS}
 )  # fmt: skip
 
 REFUSED = {  # field -> what it would need; refused unless absent, null or its neutral value
     "echo": ("echo is not supported", (None, False)),
     "best_of": ("best_of is not supported (n choices are n samples)", (None, 1)),
     "suffix": ("suffix is not supported", (None, "")),
-    "tools": ("tools are not supported", (None, [])),
-    "functions": ("functions are not supported", (None, [])),
-    "tool_choice": ("tool_choice is not supported", (None, "none")),
-    "function_call": ("function_call is not supported", (None, "none")),
-    "response_format": ("response_format is not supported (text only)", (None, {"type": "text"})),
+    "tools": ("tools are a chat field (/v1/chat/completions)", (None, [])),
+    "functions": ("functions are not supported (send tools)", (None, [])),
+    "tool_choice": ("tool_choice is a chat field (/v1/chat/completions)", (None, "none")),
+    "function_call": ("function_call is not supported (send tool_choice)", (None, "none")),
 }
 
 
 def unsupported(body: Mapping[str, Any], own: frozenset[str]) -> tuple[str, str] | None:
-    """What to refuse in ``body``, as (message, field), or None: a field of :data:`REFUSED` given
-    other than its neutral value, or one neither applied (both endpoints' fields and the endpoint's
-    ``own``), in :data:`REFUSED`, nor without effect (:data:`NO_EFFECT`)."""
+    """What to refuse in ``body``, as (message, field), or None: a field of :data:`REFUSED` (but the
+    endpoint's ``own``) given other than its neutral value, or one neither applied (both endpoints'
+    fields and ``own``), in :data:`REFUSED`, nor without effect (:data:`NO_EFFECT`)."""
     for key, (why, neutral) in REFUSED.items():
-        if body.get(key) not in neutral:
+        if key not in own and body.get(key) not in neutral:
             return why, key
     unknown = [k for k, v in body.items() if v is not None and k not in own and not _known(k)]
     if unknown:

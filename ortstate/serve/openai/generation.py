@@ -3,11 +3,17 @@
 tokens exactly); a stop string ends the generation as soon as the text holds it, and the text from
 it on is left out (as OpenAI does). While stop strings are asked for, the text that could be the
 start of one is held back until it is known not to be.
+
+An answer constrained to a JSON schema is whole when it ends (:mod:`ortstate.generate.structured`
+closes it within ``max_tokens``): its finish is ``"stop"`` even on its last allowed token, and a
+forced tool's whole answer finishes ``"tool_calls"``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,11 +23,14 @@ from ...generate.scored import Scored
 from ...generate.turns import turn_ids
 from .api import Sampling
 from .conversations import Conversation
+from .responses import Call, new_call_id
 
 if TYPE_CHECKING:
     from .service import LlmService
 
 __all__ = ["Generation"]
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')  # a whole JSON string
 
 
 @dataclass
@@ -29,7 +38,10 @@ class Generation:
     """One request's generation: what :meth:`LlmService.start` checked, and what it made so far.
 
     Attributes:
-        finish: ``"stop"`` (an eos token or a stop string) or ``"length"`` once it ended, else None.
+        finish: ``"stop"`` (an eos token, a stop string, a whole JSON answer) or ``"length"`` once
+            it ended, else None.
+        source: the batcher's stream, made beforehand (:meth:`open`; None: made as it starts).
+        whole: its JSON answer is whole (with a schema, once it ended not at a stop string).
     """
 
     service: LlmService
@@ -46,6 +58,9 @@ class Generation:
     text: str = ""
     finish: str | None = None
     index: int = 0  # its choice (n > 1)
+    source: Any = None
+    whole: bool = False
+    call_id: str = ""  # a forced tool's call
     _decoder: IncrementalDecoder = field(init=False, repr=False)
     _sent: list[str] = field(init=False, default_factory=list)  # the text given out, piece by piece
     _tail: str = field(init=False, default="")  # the text decoded since (held back: a stop string may start)
@@ -53,13 +68,37 @@ class Generation:
 
     def __post_init__(self) -> None:
         self._decoder = IncrementalDecoder(self.service.tokenizer)
+        if self.sampling.constraint.tool is not None:
+            self.call_id = new_call_id()
+
+    @property
+    def call(self) -> Call | None:
+        """The tool call the answer is: (its id, the function's name); None: a message."""
+        tool = self.sampling.constraint.tool
+        return None if tool is None else (self.call_id, tool)
+
+    @property
+    def finish_reason(self) -> str | None:
+        """``finish`` as the answer gives it: ``"tool_calls"`` for a forced tool's whole answer."""
+        return "tool_calls" if self.finish == "stop" and self.call is not None and self.whole else self.finish
+
+    def open(self) -> Any:
+        """The batcher's stream of this request (of its ``n`` choices, with ``n`` > 1); with a
+        ``json_schema``, its grammar compiled (it can take long: :class:`LlmService` calls it off the
+        event loop).
+
+        Raises:
+            GenerationError: an option the batcher refuses (a schema among them), naming it.
+        """
+        sampling, batcher = self.sampling, self.service.batcher
+        common: dict[str, Any] = {"logprobs": sampling.logprobs, "stop_at_eos": not sampling.ignore_eos, **self.search}
+        if sampling.n > 1:
+            return batcher.stream_choices(self.prompt, self.max_tokens, **common)
+        return batcher.stream(self.prompt, self.max_tokens, kept=self.kept, **common)
 
     async def pieces(self) -> AsyncIterator[tuple[str, list[int]]]:
         """Each new token as (the text now final, possibly "", the tokens since the last piece)."""
-        logprobs, ignore_eos = self.sampling.logprobs, self.sampling.ignore_eos
-        stream = self.service.batcher.stream(
-            self.prompt, self.max_tokens, kept=self.kept, logprobs=logprobs, stop_at_eos=not ignore_eos, **self.search
-        )
+        stream = self.source if self.source is not None else self.open()
         async with contextlib.aclosing(stream):
             async for item in stream:
                 yield self.take(item)
@@ -100,7 +139,8 @@ class Generation:
         stops = self.search.get("stop_token_ids") or ()
         eos = () if self.sampling.ignore_eos else self.service.batcher.eos_token_ids
         ended = cut is not None or bool(self.tokens and (self.tokens[-1] in eos or self.tokens[-1] in stops))
-        self.finish = "length" if not ended and len(self.tokens) >= self.max_tokens else "stop"
+        self.whole = cut is None and "json_schema" in self.search and _parses(self.text)
+        self.finish = "length" if not ended and not self.whole and len(self.tokens) >= self.max_tokens else "stop"
         self._remember(cut=cut is not None)
         return (tail[:end], pending) if end or pending else None
 
@@ -120,6 +160,18 @@ class Generation:
         self.conversation.text = None if self.prompt_text is None or cut else self.prompt_text + self.text
         self.conversation.ids = turn_ids(self.prompt, self.tokens, self.service.batcher.eos_token_ids)
         self.conversation.turns += 1  # (with a state directory: logged before the reply ends)
+
+
+def _parses(text: str) -> bool:
+    """``text`` is a JSON value (the answer, kept to its schema by the grammar, is whole)."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    except RecursionError:  # nested deeper than the parser goes: whole once every bracket is closed
+        rest = _STRING.sub("", text)
+        return '"' not in rest and rest.count("[") + rest.count("{") == rest.count("]") + rest.count("}")
+    return True
 
 
 def _first_stop(text: str, stops: tuple[str, ...], start: int) -> int | None:

@@ -51,7 +51,8 @@ class PromptTokens:
         param = "messages" if isinstance(request, ChatRequest) else "prompt"
         try:
             if isinstance(request, ChatRequest):
-                text, special = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True), False
+                tools = request.sampling.constraint.tools
+                text, special = self.tokenizer.apply_chat_template(request.messages, tools=tools), False
             else:
                 text, special = str(request.prompt), True
             at = continued_at(conversation.text, text) if conversation is not None else None

@@ -3,7 +3,10 @@
 tokenizer and chat template around it, and how many requests it takes at once.
 
 A request is tokenized once, off the event loop (:mod:`.prompt_tokens`), and checked before
-anything runs; its text is then made token by token (:mod:`.generation`).
+anything runs; its text is then made token by token (:mod:`.generation`). A request constrained to
+a JSON schema (:mod:`.formats`) has its batcher stream made beforehand, in one of
+:data:`GRAMMAR_THREADS` threads: the grammar is compiled there (the first time a schema is seen, or
+once it left the batcher's cache of compiled schemas), and what llguidance refuses is a 400.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +28,13 @@ from ...generate import (
 from ...generate.prompts import check_prompts
 from .api import ApiError, ChatRequest, CompletionRequest, Sampling
 from .conversations import HEADER, Conversation, Conversations
+from .formats import schema_error
 from .generation import Generation
 from .prompt_tokens import PromptTokens
 
-__all__ = ["LlmService"]
+__all__ = ["GRAMMAR_THREADS", "LlmService"]
+
+GRAMMAR_THREADS = 2  # schemas compiled at once (more wait their turn: each holds a place already)
 
 
 class LlmService:
@@ -58,6 +65,7 @@ class LlmService:
         self.in_flight = 0
         self.draining = False
         self.prompts = PromptTokens(tokenizer, self.context)
+        self._grammar_threads = ThreadPoolExecutor(GRAMMAR_THREADS, thread_name_prefix="ortstate-grammar")
 
     @classmethod
     def from_dir(
@@ -94,7 +102,9 @@ class LlmService:
         if tokenizer.chat_template:  # one that does not parse is refused now; none: chat requests get a 400
             tokenizer.check_chat_template()
         tokenizer.bound  # noqa: B018 - read the vocabulary for it now, not in the first request
-        batcher = ContinuousBatcher.from_dir(folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes)
+        batcher = ContinuousBatcher.from_dir(
+            folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes, tokenizer=tokenizer
+        )
         try:
             conversations = Conversations(
                 batcher, state_dir, max_conversations, shared=shared, max_bytes=max_parked_bytes, ttl=conversation_ttl
@@ -206,7 +216,33 @@ class LlmService:
         generation = Generation(self, prompt, wanted, sampling, search, prompt_text=text, conversation=conversation)
         if conversation is not None:
             generation.kept, generation.cached = conversation.kept, conversation.kept.reuses(prompt)
+        if sampling.constraint.schema is not None:
+            loop = asyncio.get_running_loop()
+            generation.source = await loop.run_in_executor(self._grammar_threads, self._open, generation)
         return generation
+
+    def _open(self, generation: Generation) -> Any:
+        """``generation``'s stream (its grammar compiled).
+
+        Raises:
+            ApiError: 400 naming the field: a schema llguidance refuses, the structured extra
+                missing, ``max_tokens`` too few for the schema's shortest answer.
+        """
+        try:
+            return generation.open()
+        except GenerationError as exc:
+            raise self._refused(exc, generation.sampling) from None
+
+    @staticmethod
+    def _refused(exc: GenerationError, sampling: Sampling) -> ApiError:
+        """A batcher's refusal as a 400 naming the request's field (a schema's: where it came from)."""
+        if exc.field == "json_schema":
+            error = schema_error(exc, sampling.constraint.param)
+            return ApiError(str(error), param=error.field)
+        if exc.field == "max_new_tokens":  # a schema's shortest answer is longer
+            text = str(exc).replace("max_new_tokens", "max_tokens").replace("json_schema", sampling.constraint.param)
+            return ApiError(text, param="max_tokens")
+        return ApiError(str(exc), param=exc.field)
 
     def _search(self, sampling: Sampling, max_tokens: int, conversation: Conversation | None) -> dict[str, Any]:
         """The request's search keywords, checked against the batcher.
@@ -218,7 +254,7 @@ class LlmService:
         try:
             self.batcher.search_options(max_tokens, **search)
         except GenerationError as exc:
-            raise ApiError(str(exc), param=exc.field) from None
+            raise self._refused(exc, sampling) from None
         if sampling.n > 1 and conversation is not None:
             raise ApiError(f"n must be 1 in a conversation ({HEADER}): it continues one answer", param="n")
         return search
@@ -239,5 +275,6 @@ class LlmService:
         """Close the batcher (requests still running end) and the tokenizing threads, and let go of
         the state directory (once the server has stopped)."""
         self.prompts.close()
+        self._grammar_threads.shutdown(wait=False, cancel_futures=True)
         self.batcher.close()
         self.conversations.release()
