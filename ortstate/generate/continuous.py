@@ -10,6 +10,7 @@ and seed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import os
@@ -21,13 +22,13 @@ from typing import Any
 import onnxruntime as ort
 
 from ..decoders import FeedRules
-from ..errors import GenerationError, StateError
+from ..errors import GenerationError
 from ..streams import KvPool
-from .batch_plan import batch_options, plan_requests, schema_matchers
+from .batch_plan import batch_options, plan_requests
 from .choice_stream import ChoiceStream
 from .delivery import Outboxes, tag
 from .engine import Engine
-from .kept import KeptStream
+from .kept import KeptStream, load_kept
 from .options import SearchOptions
 from .pooled_decoder import pool_decoder
 from .prompts import check_prompts
@@ -157,17 +158,10 @@ class ContinuousBatcher:
                 done.release()
 
         sinks = [sink] * options.n  # (the tokens are read from each request's list at the end)
+        schemas = [self._matchers(options, max_new_tokens, stop_at_eos) for _ in rows]  # each prompt its own
         groups = [
-            self._requests(
-                row,
-                max_new_tokens,
-                stop_at_eos,
-                options,
-                sinks,
-                streamed=False,
-                matchers=self._matchers(options, max_new_tokens, stop_at_eos),
-            )
-            for row in rows
+            self._requests(row, max_new_tokens, stop_at_eos, options, sinks, streamed=False, matchers=m)
+            for row, m in zip(rows, schemas)
         ]
         requests = [r for group in groups for r in group]
         for group in groups:
@@ -253,10 +247,8 @@ class ContinuousBatcher:
     ) -> AsyncIterator[Any]:
         """The items of a request's choices as the engine hands them over (``tagged``: as ``(choice,
         item)``); ``rids`` gets their ids."""
-        loop = asyncio.get_running_loop()
-        outbox = self._outboxes.of(loop)
+        outbox = self._outboxes.of(asyncio.get_running_loop())
         items: deque[Any] = deque()
-        key = id(items)
         sinks = [functools.partial(tag, items.append, i) for i in range(options.n)] if tagged else [items.append]
         delivery = {"notify": outbox.wake, "logprobs": logprobs, "kept": kept, "matchers": matchers}
         requests = self._requests(prompt, max_new_tokens, stop_at_eos, options, sinks, **delivery)
@@ -269,29 +261,14 @@ class ContinuousBatcher:
             if kept is not None:
                 kept.busy = False
             raise
-        left = len(requests)
-        try:
-            while True:
-                while not items:  # one future a wait, awaited here: no coroutine between
-                    waiter = loop.create_future()
-                    outbox.waiting[key] = (items, waiter)  # the drain takes it out as it wakes us
-                    await waiter
-                entry = items.popleft()
-                item = entry[1] if tagged else entry
-                if item is END:
-                    left -= 1
-                    if not left:
-                        return
-                    continue
-                if isinstance(item, BaseException):
-                    left -= 1  # its request ended; the other choices' are cancelled
-                    raise item
+
+        def cancel() -> None:
+            for request in requests:
+                self._engine.cancel(request.rid)
+
+        async with contextlib.aclosing(outbox.received(items, len(requests), tagged, cancel)) as received:
+            async for entry in received:  # (closed with this generator: its requests cancelled)
                 yield entry
-        finally:
-            outbox.waiting.pop(key, None)  # left while waiting (cancelled, or the loop closed)
-            if left:
-                for request in requests:
-                    self._engine.cancel(request.rid)
 
     # -- kept streams (conversations) -------------------------------------------------------------
     # Each goes to the pool's loop (``pool.call``) and runs there between two ticks: the one way to a
@@ -318,16 +295,7 @@ class ContinuousBatcher:
         Raises:
             StateError: the snapshot is not one of this model's, or holds another number of positions.
         """
-        return KeptStream(await self.pool.call(self._load_kept, path, len(tokens)), [int(t) for t in tokens])
-
-    def _load_kept(self, path: str | os.PathLike[str], count: int) -> int:
-        """(In the pool's loop.) The stream loaded from ``path``, once it holds ``count`` positions."""
-        sid = self.pool.load(path)
-        held = self.pool.length(sid)
-        if held != count:
-            self.pool.close(sid)
-            raise StateError(f"{path}: its caches hold {held} positions, its tokens are {count}")
-        return sid
+        return KeptStream(await self.pool.call(load_kept, self.pool, path, len(tokens)), [int(t) for t in tokens])
 
     def close(self) -> None:
         """Stop generating (requests still running or waiting end with an error)."""
@@ -344,7 +312,6 @@ class ContinuousBatcher:
         """Ticks run so far (each: one decode batch and the prompt chunks beside it)."""
         return self._engine.executor.ticks
 
-    # -- helpers ----------------------------------------------------------------------------------
     def search_options(self, max_new_tokens: int = 16, **search: Any) -> SearchOptions:
         """The :class:`SearchOptions` a request with these keywords uses (``generation_config.json``
         filling the rest), checked against this batcher (see :func:`~.batch_plan.batch_options`).
@@ -368,19 +335,11 @@ class ContinuousBatcher:
         rids = [next(self._ids) for _ in range(options.n)]
         return plan_requests(rids, prompt, max_new_tokens, options, eos, self.pool.max_context, sinks, **delivery)
 
-    def _matchers(self, options: SearchOptions, max_new_tokens: int, stop_at_eos: bool) -> list[Matcher] | None:
-        """Each choice's matcher of ``options.json_schema`` (None without one), made in the caller's
-        thread: compiling a schema can take a while and never runs on the pool's loop."""
-        if options.json_schema is None:
-            return None
-        eos = self.eos_token_ids if stop_at_eos else ()
-        return schema_matchers(options, eos, max_new_tokens, self._schemas.grammars)
-
     @property
     def tokenizer(self) -> Any:
-        """The tokenizer given, else the folder's ``tokenizer.json`` (``from_dir``; loaded on first use).
-
-        Raises:
-            GenerationError: there is none (naming the file missing, or saying none was given).
-        """
+        """The tokenizer given, else the folder's (:attr:`.schema_source.SchemaSource.tokenizer`)."""
         return self._schemas.tokenizer
+
+    def _matchers(self, options: SearchOptions, max_new_tokens: int, stop_at_eos: bool) -> list[Matcher] | None:
+        eos = self.eos_token_ids if stop_at_eos else ()
+        return self._schemas.matchers(options, eos, max_new_tokens)  # in the caller's thread

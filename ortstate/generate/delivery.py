@@ -8,10 +8,10 @@ import asyncio
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from .request import Request
+from .request import END, Request
 
 __all__ = ["Delivery", "Outbox", "Outboxes", "tag"]
 
@@ -87,6 +87,35 @@ class Outbox:
             loop.call_soon_threadsafe(self.drain)
         except RuntimeError:  # the consumer's event loop is closed: nobody is reading any more
             self.waiting.clear()
+
+    async def received(
+        self, items: deque[Any], requests: int, tagged: bool, cancel: Callable[[], None]
+    ) -> AsyncIterator[Any]:
+        """The items ``requests`` requests append to ``items`` (``tagged``: as ``(choice, item)``)
+        until each has ended (:data:`~.request.END`); an error ends them (raised here). Left early
+        (closed, cancelled, the loop gone): ``cancel()`` ends those still running."""
+        loop, key, left = asyncio.get_running_loop(), id(items), requests
+        try:
+            while True:
+                while not items:  # one future a wait, awaited here: no coroutine between
+                    waiter = loop.create_future()
+                    self.waiting[key] = (items, waiter)  # the drain takes it out as it wakes us
+                    await waiter
+                entry = items.popleft()
+                item = entry[1] if tagged else entry
+                if item is END:
+                    left -= 1
+                    if not left:
+                        return
+                    continue
+                if isinstance(item, BaseException):
+                    left -= 1  # its request ended; the other choices' are cancelled
+                    raise item
+                yield entry
+        finally:
+            self.waiting.pop(key, None)  # left while waiting (cancelled, or the loop closed)
+            if left:
+                cancel()
 
     def drain(self) -> None:
         self.armed = False

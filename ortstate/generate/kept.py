@@ -3,12 +3,17 @@ conversation's cache), and what a generation on it reuses and leaves."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..errors import GenerationError
+from ..errors import GenerationError, StateError
 
-__all__ = ["KeptStream"]
+if TYPE_CHECKING:
+    from ..streams import KvPool
+
+__all__ = ["KeptStream", "load_kept"]
 
 
 @dataclass
@@ -48,3 +53,17 @@ class KeptStream:
         the tokens ``fed`` to it (the prompt, then the new tokens); it is idle again."""
         self.tokens = list(fed[:length])
         self.busy = False
+
+
+def load_kept(pool: KvPool, path: str | os.PathLike[str], count: int) -> int:
+    """(In the pool's loop.) The stream ``pool`` loads from ``path``, once it holds ``count`` positions.
+
+    Raises:
+        StateError: the snapshot is not one of this model's, or holds another number of positions.
+    """
+    sid = pool.load(path)
+    held = pool.length(sid)
+    if held != count:
+        pool.close(sid)
+        raise StateError(f"{path}: its caches hold {held} positions, its tokens are {count}")
+    return sid

@@ -5,10 +5,13 @@ schemas compiled for it and the model's logits."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import GenerationError
-from .structured import Grammars, grammars_for
+from .batch_plan import schema_matchers
+from .options import SearchOptions
+from .structured import Grammars, Matcher, grammars_for
 from .tokenizer import folder_tokenizer
 
 __all__ = ["SchemaSource"]
@@ -33,6 +36,17 @@ class SchemaSource:
         if self._tokenizer is None:
             self._tokenizer = folder_tokenizer(self.folder, "ContinuousBatcher")
         return self._tokenizer
+
+    def matchers(self, options: SearchOptions, eos: Sequence[int], max_new_tokens: int) -> list[Matcher] | None:
+        """Each choice's matcher of ``options.json_schema`` (None without one): made in the caller's
+        thread, as compiling a schema can take a while and must never run on the pool's loop.
+
+        Raises:
+            GenerationError: as :func:`~.batch_plan.schema_matchers` and :meth:`grammars`.
+        """
+        if options.json_schema is None:
+            return None
+        return schema_matchers(options, eos, max_new_tokens, self.grammars)
 
     def grammars(self) -> Grammars:
         """The schemas compiled for this model's tokenizer and logits (once per schema: the first
