@@ -16,7 +16,7 @@ import pytest
 from oracle import REPO
 from test_structured import SCHEMAS
 
-import ortstate.generate.engine as engine_module
+import ortstate.generate.executor as executor_module
 from ortstate.generate import ContinuousBatcher, GenerationError, Generator
 
 pytestmark = pytest.mark.skipif(
@@ -92,13 +92,13 @@ def test_a_tick_masks_its_constrained_rows_in_one_call_and_the_others_pay_nothin
     model, batcher = family
     gen, schema = generator(model), SCHEMAS["recursive"]
     calls: list[int] = []
-    real = engine_module.mask_logits
+    real = executor_module.mask_logits
 
     def counted(logits, matchers) -> None:
         calls.append(sum(m is not None for m in matchers))
         real(logits, matchers)
 
-    monkeypatch.setattr(engine_module, "mask_logits", counted)
+    monkeypatch.setattr(executor_module, "mask_logits", counted)
     sampled = {"do_sample": True, "seed": 5}
     prompt = PROMPTS[0]
     ticks = batcher.ticks
