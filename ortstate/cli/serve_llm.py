@@ -139,7 +139,7 @@ def _stopped(config: LlmServeConfig, service: LlmService) -> int:
 def _ray(args: argparse.Namespace, config: LlmServeConfig) -> int:
     """Serve the folder on Ray Serve, routed by conversation id, until SIGTERM or Ctrl-C."""
     ray_installed()
-    from ..serve.openai.ray_deployment import make_llm_app, route_by_conversation
+    from ..serve.openai.ray_deployment import ROUTING_ENVIRONMENT, make_llm_app
 
     def ready(url: str) -> None:
         print(
@@ -148,7 +148,6 @@ def _ray(args: argparse.Namespace, config: LlmServeConfig) -> int:
             flush=True,
         )
 
-    route_by_conversation()  # before Ray starts: its proxy reads it
-    run_on_ray(config, make_llm_app, args.replicas, ready)
+    run_on_ray(config, make_llm_app, args.replicas, ready, ROUTING_ENVIRONMENT)  # Ray's proxy reads it
     print(f"ortstate serve: stopped; conversations parked in {config.state_dir}", flush=True)
     return EXIT_OK

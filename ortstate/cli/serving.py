@@ -5,7 +5,7 @@ serving in this process until SIGTERM or Ctrl-C; serving on Ray Serve."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +61,16 @@ def ray_installed() -> None:
         raise UsageError(f"ortstate serve --ray needs Ray Serve: {install_hint('ray')}")
 
 
-def run_on_ray(config: Any, make: Callable[..., Any], replicas: int, ready: Callable[[str], None]) -> None:
+def run_on_ray(
+    config: Any,
+    make: Callable[..., Any],
+    replicas: int,
+    ready: Callable[[str], None],
+    environment: Mapping[str, str] | None = None,
+) -> None:
     """Serve ``make(config, replicas=replicas)`` (a Ray Serve application) on Ray Serve, its proxy
     where ``config`` says, until SIGTERM or Ctrl-C; ``ready(url)`` once it serves. The state
-    directory every replica shares is made here first.
+    directory every replica shares is made here first; ``environment`` is set only while Ray runs.
 
     Raises:
         UsageError: the application refuses ``replicas``, or the state directory cannot be made.
@@ -78,4 +84,4 @@ def run_on_ray(config: Any, make: Callable[..., Any], replicas: int, ready: Call
         raise usage(exc) from None
     except OSError as exc:
         raise UsageError(f"--state-dir {config.state_dir}: {exc.strerror}") from None
-    serve_on_ray(app, config.host, config.port, ready, replicas)
+    serve_on_ray(app, config.host, config.port, ready, replicas, environment)

@@ -5,11 +5,12 @@ command line until it is told to stop."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ray import serve
@@ -45,10 +46,38 @@ def deployment(replica: type, config: Any, *, replicas: int, ongoing: int, grace
     ).bind(config)
 
 
-def serve_on_ray(app: Any, host: str, port: int, ready: Callable[[str], None], replicas: int) -> None:
+def serve_on_ray(
+    app: Any,
+    host: str,
+    port: int,
+    ready: Callable[[str], None],
+    replicas: int,
+    environment: Mapping[str, str] | None = None,
+) -> None:
     """Run ``app`` on Ray Serve (this machine's Ray, started here, or the cluster ``RAY_ADDRESS``
     names) with its HTTP proxy on ``host``:``port``, until SIGTERM or SIGINT; then shut Serve down
-    (each replica hands its sockets over and parks its streams) and return."""
+    (each replica hands its sockets over and parks its streams) and return. ``environment``: variables
+    Ray's processes started here must see (they inherit this process's), set for as long as Ray runs
+    and restored after, so that a later Ray in the same process starts as it would have."""
+    with _environment(environment or {}):
+        _serve_on_ray(app, host, port, ready, replicas)
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _serve_on_ray(app: Any, host: str, port: int, ready: Callable[[str], None], replicas: int) -> None:
     import ray
 
     if port == 0:

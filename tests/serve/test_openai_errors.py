@@ -5,6 +5,7 @@ command line serves a folder until SIGTERM, and refuses what does not fit in one
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import urllib.error
@@ -23,6 +24,8 @@ from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 
 LLM = REPO / "models" / "llm"
 TOKEN = "s3cret"
+
+SESSION_HEADER_VARIABLE = "RAY_SERVE_SESSION_ID_HEADER_KEY"  # what Ray Serve's proxy routes by
 
 
 error = openai_error
@@ -305,9 +308,14 @@ def test_the_docs_curl_example() -> None:
     ],
 )
 def test_command_line_refusals(capsys: pytest.CaptureFixture[str], argv: list, code: int, message: str) -> None:
+    """Each refusal one line, and the process as it was: a refused ``--ray`` leaves no routing
+    variable behind for a Ray started later in the same process (a stream server's routes by
+    another header)."""
+    routing = os.environ.get(SESSION_HEADER_VARIABLE)
     got, out, err = run_cli(capsys, *argv, "--port", "0")
     assert (got, out) == (code, "")
     assert_one_line_error(err, message)
+    assert os.environ.get(SESSION_HEADER_VARIABLE) == routing
 
 
 def test_a_base_model_without_a_chat_template_serves_completions_and_refuses_chat(tmp_path) -> None:

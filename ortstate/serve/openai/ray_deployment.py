@@ -31,16 +31,28 @@ from .config import LlmServeConfig
 from .conversations import HEADER
 from .server import build
 
-__all__ = ["SESSION_HEADER_VARIABLE", "OrtStateLlm", "app_builder", "make_llm_app", "route_by_conversation"]
+__all__ = [
+    "ROUTING_ENVIRONMENT",
+    "SESSION_HEADER_VARIABLE",
+    "OrtStateLlm",
+    "app_builder",
+    "make_llm_app",
+    "route_by_conversation",
+]
 
 SESSION_HEADER_VARIABLE = "RAY_SERVE_SESSION_ID_HEADER_KEY"  # the header Ray's proxy routes by
+# What Ray's processes must see to route by conversation (they inherit the environment Ray starts in).
+ROUTING_ENVIRONMENT = {SESSION_HEADER_VARIABLE: HEADER}
 _GRACE = 15.0  # how long Ray waits for a removed replica's requests (they end, then it parks)
 
 
 def route_by_conversation() -> None:
     """Make Ray Serve's proxy route by ``X-Ortstate-Conversation``: call before Ray starts on this
-    machine (its processes inherit the environment); a cluster's must be started so."""
-    os.environ[SESSION_HEADER_VARIABLE] = HEADER
+    machine (its processes inherit the environment); a cluster's must be started so. This sets it
+    in this process for good: a stream server's Ray started later in the same process would route
+    by the wrong header (``ortstate serve --ray`` sets :data:`ROUTING_ENVIRONMENT` only while its Ray
+    runs)."""
+    os.environ.update(ROUTING_ENVIRONMENT)
 
 
 @serve.ingress()
