@@ -137,7 +137,7 @@ _ORT_TYPE = {"float32": "float", "float64": "double", "bool": "bool"}
 
 
 class _Arg:
-    """What ``ortstate.generate.input_specs`` reads of an input: name, ``tensor(type)``, dims."""
+    """What ``ortstate.decoders.input_specs`` reads of an input: name, ``tensor(type)``, dims."""
 
     def __init__(self, port: Any) -> None:
         self.name = port.get_any_name()

@@ -52,12 +52,12 @@ class OVModel:
             or "cache_position" in self.inputs
             or ("position_ids" not in self.inputs and not self.ref["encoder"])
         ):
-            from ortstate.decoders import FeedRules, cache_position_window, ir_input_specs, read_config
+            from ortstate.decoders import FeedRules, cache_position_window, input_specs, read_config
             from ortstate.ir import read_ir
 
             graph = read_ir(folder / self.ref["decoder_ir"])
             window = cache_position_window(graph)
-            self.rules = FeedRules.for_model(ir_input_specs(graph), read_config(folder), window=window)
+            self.rules = FeedRules.for_model(input_specs(graph), read_config(folder), window=window)
         self.hidden = None
         if self.ref["encoder"]:
             enc = self.ref["encoder"]

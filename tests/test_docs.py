@@ -182,7 +182,7 @@ TENSOR_NAMES = (
     "ortstate.init.",
     "ortstate.len.",
     "ortstate.len_out.",
-    "ortstate.pool.",  # the KV pool's run inputs (passes/kv_pool.py, passes/last_logits.py)
+    "ortstate.pool.",  # the KV pool's run inputs (passes/ragged_kv.py, passes/last_logits.py)
     "ortstate.split_max_rows.",  # the exact split's row limits (meta.SPLIT_ROWS), set at load
 )
 

@@ -13,9 +13,8 @@ from oracle import save_ir
 import ortstate
 from ortstate.cli import main
 from ortstate.cli.cmd_verify import WIDTH, state_kinds
-from ortstate.errors import OrtStateError
 from ortstate.ir import read_ir
-from ortstate.verify import InputSpec, VerifyInputs, compare, input_specs, random_inputs, verify
+from ortstate.verify import VerifyInputs, compare, verify
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 COMMITTED = ["accumulator", "counter_i64", "kv_cache_toy"]
@@ -260,22 +259,6 @@ def test_outputs_without_tensor_names(capsys, tmp_path):
     out, err = capsys.readouterr()
     assert code == 0, out + err
     assert out.count(": match (max abs error: ") == 2
-
-
-def test_random_inputs_follow_the_parameters():
-    specs = input_specs(read_ir(MODELS / "kv_cache_toy" / "model.xml"))
-    assert specs == [
-        InputSpec("input", np.dtype(np.float32), (None, None, 8)),
-        InputSpec("beam_idx", np.dtype(np.int32), (None,)),
-    ]
-    feeds = random_inputs(specs, np.random.default_rng(0), batch=3, shapes={"input": (3, 5, 8)})
-    assert feeds["input"].shape == (3, 5, 8) and feeds["input"].dtype == np.float32
-    assert feeds["beam_idx"].shape == (3,) and feeds["beam_idx"].dtype == np.int32
-    assert set(feeds["beam_idx"].tolist()) <= {0, 1, 2}
-    flags = random_inputs([InputSpec("m", np.dtype(bool), (2, 64))], np.random.default_rng(0))["m"]
-    assert flags.dtype == np.bool_ and flags.any() and not flags.all()
-    with pytest.raises(OrtStateError, match=r"input 'r' has a dynamic rank: give a shape \(--shape r=D0,D1,...\)"):
-        random_inputs([InputSpec("r", np.dtype(np.float32), None)], np.random.default_rng(0))
 
 
 def test_compare():

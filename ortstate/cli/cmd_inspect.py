@@ -9,7 +9,7 @@ from pathlib import Path
 
 import onnx
 
-from ..convert import build, collect_variables, read_attention_report, read_report, unsupported_ops
+from ..convert import build, collect_variables, read_attention_report, read_report, registered, unsupported_ops
 from ..errors import OrtStateError, StateError
 from ..ir import Graph, read_ir
 from ..meta import EXPLICIT, read_meta, split_id
@@ -21,8 +21,9 @@ from .report import format_dims, natural_key, table
 DESCRIPTION = """\
 Show a model's inputs and outputs (name, dtype, shape), its variables (id, element type, shape,
 how the initial value is made) and its op types. For an IR (.xml) it also lists the ops ortstate
-cannot convert yet, without failing. For an ONNX model converted by ortstate it shows the form
-(custom-op or explicit) and, for the explicit form, the graph inputs/outputs carrying each variable
+cannot convert yet, without failing, each with the versions of its type ortstate does convert
+("none", or e.g. "1-6, 8+"). For an ONNX model converted by ortstate it shows the form (custom-op
+or explicit) and, for the explicit form, the graph inputs/outputs carrying each variable
 and the init flag input telling the model to compute a variable's initial value: the names needed
 to drive the explicit form by hand, without ortstate. Variables are listed by name (numbers in
 names read as numbers), as every ortstate command lists them; an id OpenVINO glued from the input
@@ -90,12 +91,29 @@ def _inspect_ir(graph: Graph) -> str:
         except OrtStateError as exc:
             out.append(f"\nweights: not converted ({exc})")
     if missing:
-        rows = [[op, str(len(at)), ", ".join(at[:3]) + ", ..." * (len(at) > 3)] for op, at in sorted(missing.items())]
+        known = registered()
+        rows = [
+            [
+                op,
+                str(len(at)),
+                _versions(known.get(op.rpartition("-")[0] or op)),
+                ", ".join(at[:3]) + ", ..." * (len(at) > 3),
+            ]
+            for op, at in sorted(missing.items())
+        ]
         title = "unsupported ops (ortstate cannot convert this model yet)"
-        out.append(_section(title, ["op", "layers", "where"], rows))
+        out.append(_section(title, ["op", "layers", "converted", "where"], rows))
     else:
         out.append("\nunsupported ops: none")
     return "\n".join(out)
+
+
+def _versions(since: list[int] | None) -> str:
+    """The versions of an op type ortstate converts, as ``5+`` (one translator) or ``1-6, 7+``."""
+    if not since:
+        return "none"
+    ranges = [f"{a}-{b - 1}" if b - 1 > a else str(a) for a, b in zip(since, since[1:])]
+    return ", ".join([*ranges, f"{since[-1]}+"])
 
 
 def _inspect_onnx(path: Path) -> str:

@@ -73,5 +73,6 @@ def observe(callback: Callable[[str, int], None]) -> Iterator[None]:
 
 
 def registered() -> dict[str, list[int]]:
-    """``{op type: [first versions]}``, for docs and ``--help``."""
+    """``{op type: [first versions]}``: what converts (``ortstate inspect`` shows it beside each op
+    type a model uses in a version that does not)."""
     return {op: [v for v, _ in entries] for op, entries in sorted(_TABLE.items())}

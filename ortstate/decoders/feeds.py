@@ -39,9 +39,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DecoderError
+from .inputs import InputSpec
 from .model_dir import ModelConfig
 
-__all__ = ["KNOWN_INPUTS", "MAMBA_FAMILY", "FeedRules", "InputSpec"]
+__all__ = ["KNOWN_INPUTS", "MAMBA_FAMILY", "FeedRules"]
 
 # Decoders optimum feeds through OVModelWithMambaForCausalLM: the mask covers the current tokens only.
 MAMBA_FAMILY = frozenset({"mamba", "falcon_mamba", "zamba2"})
@@ -50,19 +51,6 @@ CONTEXT_INPUTS = ("encoder_hidden_states", "encoder_attention_mask", "inputs_emb
 KNOWN_INPUTS = frozenset(
     {"input_ids", "attention_mask", "position_ids", "cache_position", "beam_idx", "token_type_ids", *CONTEXT_INPUTS}
 )
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """One model input: its name, numpy dtype and dims (int, or None/str when dynamic; None = any rank)."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int | str | None, ...] | None
-
-    @property
-    def rank(self) -> int | None:
-        return None if self.shape is None else len(self.shape)
 
 
 @dataclass(frozen=True)
@@ -230,7 +218,7 @@ class FeedRules:
                 pos[mask == 0] = 1
                 pos = pos[:, -n:]
             if spec.rank == 3:
-                sections = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else 3
+                sections = spec.dims[0] if spec.dims and isinstance(spec.dims[0], int) else 3
                 pos = np.broadcast_to(pos, (sections, batch, n))
             return pos
         if name == "cache_position":

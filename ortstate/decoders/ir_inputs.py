@@ -14,14 +14,14 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..ir import Graph, Layer, element_type, parse_partial_shape
-from .feeds import KNOWN_INPUTS, FeedRules, InputSpec
+from .feeds import KNOWN_INPUTS, FeedRules
+from .inputs import input_specs
 from .model_dir import ModelConfig
 
 __all__ = [
     "cache_position_window",
     "decoder_rules",
     "empty_start_states",
-    "ir_input_specs",
     "logits_size",
 ]
 
@@ -31,22 +31,6 @@ _VALUE_OPS = frozenset(
     {"Convert", "Clamp", "Add", "Subtract", "Mod", "FloorMod", "Minimum", "Maximum", "Unsqueeze", "Squeeze", "Reshape"}
 )
 _SCATTERS = frozenset({"ScatterNDUpdate", "ScatterUpdate", "ScatterElementsUpdate"})
-
-
-def ir_input_specs(graph: Graph) -> list[InputSpec]:
-    """The IR's Parameters as :class:`InputSpec` (dims None where dynamic; shape None for a dynamic rank).
-
-    A Parameter of an element type numpy cannot hold gets ``dtype`` None: callers that must make
-    values for it refuse it, naming it.
-    """
-    specs = []
-    for layer in graph.parameters:
-        etype = layer.outputs[0].element_type if layer.outputs else None
-        dtype = np.dtype(etype.dtype) if etype is not None and etype.dtype is not None else None
-        shape = parse_partial_shape(layer.attrs.get("shape", "..."))
-        dims = None if shape.dims is None else tuple(d.lo if d.is_static else None for d in shape.dims)
-        specs.append(InputSpec(layer.tensor_name(), dtype, dims))  # type: ignore[arg-type]
-    return specs
 
 
 def _parameter(graph: Graph, name: str) -> Layer | None:
@@ -125,12 +109,13 @@ def decoder_rules(graph: Graph, config: ModelConfig) -> FeedRules | None:
 
     A model without variables (an encoder, text embeddings) or with inputs no rule feeds is not fed
     as a decoder: callers make plain inputs for it.
+
+    Raises:
+        DecoderError: a Parameter without an element type numpy can hold (see :func:`.inputs.input_specs`).
     """
-    specs = ir_input_specs(graph)
+    specs = input_specs(graph)
     names = {s.name for s in specs}
     if not graph.of_type("ReadValue") or not names <= KNOWN_INPUTS or not names & {"input_ids", "inputs_embeds"}:
-        return None
-    if any(s.dtype is None for s in specs):
         return None
     return FeedRules.for_model(specs, config, window=cache_position_window(graph))
 

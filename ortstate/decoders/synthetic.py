@@ -10,64 +10,18 @@ for each step; what an encoder or an embeddings model would give (``encoder_hidd
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from ..errors import DecoderError
 from ..ir import Graph
-from .feeds import FeedRules, InputSpec
-from .ir_inputs import decoder_rules, empty_start_states, ir_input_specs, logits_size
+from .feeds import FeedRules
+from .inputs import concrete_shape, input_specs, random_inputs
+from .ir_inputs import decoder_rules, empty_start_states, logits_size
 from .model_dir import ModelConfig
 
-__all__ = ["SyntheticInputs", "concrete_shape", "decoder_steps", "random_inputs"]
-
-
-def concrete_shape(
-    spec: InputSpec, batch: int, dim: int, override: Sequence[int] | None = None, error: type[Exception] = ValueError
-) -> tuple[int, ...]:
-    """``override`` if it fits ``spec``, else its dims with dynamic ones as ``batch`` (first) or ``dim``.
-
-    Raises:
-        error: ``override`` does not fit the declared dims, or the rank is dynamic and no override given.
-    """
-    dims = spec.shape
-    if override is not None:
-        fits = dims is None or (
-            len(override) == len(dims) and all(not isinstance(d, int) or d == n for d, n in zip(dims, override))
-        )
-        if not fits:
-            shown = "[" + ",".join(str(d) if isinstance(d, int) else "?" for d in dims or ()) + "]"
-            raise error(f"input '{spec.name}': shape {list(override)} does not fit {shown}")
-        return tuple(override)
-    if dims is None:
-        raise error(f"input '{spec.name}' has a dynamic rank: give a shape (--shape {spec.name}=D0,D1,...)")
-    return tuple(d if isinstance(d, int) else (batch if i == 0 else dim) for i, d in enumerate(dims))
-
-
-def random_inputs(
-    specs: Sequence[InputSpec],
-    rng: np.random.Generator,
-    *,
-    batch: int = 2,
-    dim: int = 4,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-    scale: float = 1.0,
-    error: type[Exception] = ValueError,
-) -> dict[str, np.ndarray]:
-    """One random value per input: floats ~ N(0, ``scale``²); integers in ``[0, batch)`` (valid as
-    indices along the batch axis, e.g. ``beam_idx``, and into any embedding table); bools 50/50.
-    Dynamic dims are ``batch`` for the first dim and ``dim`` for the others; ``shapes`` overrides."""
-    feeds = {}
-    for spec in specs:
-        shape = concrete_shape(spec, batch, dim, (shapes or {}).get(spec.name), error)
-        if spec.dtype.kind == "b":
-            value = rng.random(shape) < 0.5
-        elif spec.dtype.kind in "iu":
-            value = rng.integers(0, max(batch, 1), size=shape)
-        else:
-            value = rng.standard_normal(shape) * scale
-        feeds[spec.name] = np.asarray(value).astype(spec.dtype)
-    return feeds
+__all__ = ["SyntheticInputs", "decoder_steps"]
 
 
 def decoder_steps(
@@ -108,7 +62,7 @@ def decoder_steps(
         tokens = ids if ids is not None else rng.integers(0, vocab or 2, size=(batch, count))
         if rules.uses_embeddings:
             embeds = specs["inputs_embeds"]
-            size = embeds.shape[-1] if embeds.shape and isinstance(embeds.shape[-1], int) else 4
+            size = embeds.dims[-1] if embeds.dims and isinstance(embeds.dims[-1], int) else 4
             context["inputs_embeds"] = rng.standard_normal((batch, tokens.shape[1], size)).astype(embeds.dtype)
         feeds.append(rules.feeds(tokens, past, context))
         past += tokens.shape[1]
@@ -133,7 +87,7 @@ class SyntheticInputs:
         scale: the standard deviation of random floats.
         context_positions: the encoder positions of a random ``encoder_hidden_states``.
         scalar_dynamic_rank: an input of dynamic rank without a shape is fed a scalar (else refused).
-        error: what a shape that does not fit raises.
+        error: what a shape that does not fit, or an input no numpy type holds, raises.
 
     Attributes:
         rules: the decoder's feeding rules, None when the IR is not fed as a decoder.
@@ -156,9 +110,9 @@ class SyntheticInputs:
         scalar_dynamic_rank: bool = False,
         error: type[Exception] = ValueError,
     ) -> None:
-        specs = ir_input_specs(graph)
+        specs = input_specs(graph, error=error)
         if scalar_dynamic_rank:
-            specs = [InputSpec(s.name, s.dtype, s.shape if s.shape is not None else ()) for s in specs]
+            specs = [s if s.dims is not None else replace(s, dims=()) for s in specs]
         self.specs = specs
         self.shapes = dict(shapes or {})
         self.fixed = {name: np.asarray(value) for name, value in (fixed or {}).items()}
@@ -177,7 +131,7 @@ class SyntheticInputs:
     def rows(self) -> int:
         """The batch the inputs carry: the first dim of the first input whose first dim is dynamic."""
         for spec in self.specs:
-            if spec.shape and not isinstance(spec.shape[0], int):
+            if spec.dims and not isinstance(spec.dims[0], int):
                 given = self.fixed[spec.name].shape if spec.name in self.fixed else self.shapes.get(spec.name)
                 return int(given[0]) if given else self.batch
         return self.batch

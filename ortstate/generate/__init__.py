@@ -14,7 +14,6 @@ the names generation has always exported from there (``FeedRules``, ``ModelConfi
 
 from ..decoders import (
     FeedRules,
-    InputSpec,
     ModelConfig,
     ModelFiles,
     StateLayout,
@@ -29,7 +28,6 @@ from .continuous import ContinuousBatcher, KeptStream
 from .encoder_decoder import Encoder, TextEmbedder
 from .generator import GenerationRun, Generator
 from .options import SearchOptions
-from .session_inputs import input_specs
 from .streamer import IncrementalDecoder, TextStreamer
 from .tokenizer import Tokenizer
 
@@ -43,7 +41,6 @@ __all__ = [
     "Generator",
     "Hypothesis",
     "IncrementalDecoder",
-    "InputSpec",
     "KeptStream",
     "ModelConfig",
     "ModelFiles",
@@ -53,7 +50,6 @@ __all__ = [
     "TextStreamer",
     "Tokenizer",
     "find_model_files",
-    "input_specs",
     "read_config",
     "state_layout",
 ]

@@ -81,10 +81,6 @@ class BeamSearch:
         self.generated = 0
         self.done = False
 
-    def running_tokens(self) -> np.ndarray:
-        """The running beams' new tokens ``[batch * num_beams, generated]``."""
-        return self.running[:, :, : self.generated].reshape(self.batch * self.num_beams, self.generated)
-
     def step(self, log_probs: np.ndarray, hits: Callable[[np.ndarray], np.ndarray]) -> BeamStep:
         """Select the next running beams from this step's processed log-probabilities.
 

@@ -11,10 +11,9 @@ import time
 
 import numpy as np
 
-from ..decoders import InputSpec
+from ..decoders import InputSpec, input_specs
 from ..errors import GenerationError
 from ..runtime import StatefulSession
-from .session_inputs import input_specs
 
 __all__ = ["Encoder", "TextEmbedder"]
 

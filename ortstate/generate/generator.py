@@ -21,6 +21,7 @@ from ..decoders import (
     StateLayout,
     cache_position_window,
     find_model_files,
+    input_specs,
     read_config,
     state_layout,
 )
@@ -32,7 +33,6 @@ from .encoder_decoder import Encoder, TextEmbedder
 from .job_plan import plan_job
 from .options import SearchOptions, file_defaults
 from .prompts import FirstRow, is_sequence, nested
-from .session_inputs import input_specs
 from .stepper import Stepper
 from .tokenizer import folder_tokenizer
 

@@ -14,7 +14,7 @@ import onnxruntime as ort
 
 from ..convert import build
 from ..convert.context import ConvertOptions
-from ..decoders import FeedRules, ModelFiles, find_model_files, read_config
+from ..decoders import FeedRules, ModelFiles, find_model_files, input_specs, read_config
 from ..decoders.ir_inputs import cache_position_window
 from ..errors import GenerationError
 from ..ir import read_ir
@@ -22,7 +22,6 @@ from ..runtime.options import quiet_session_options
 from ..runtime.source import Source
 from ..streams.kv.pool import DEFAULT_MAX_CONTEXT, KvPool
 from .options import file_defaults
-from .session_inputs import input_specs
 
 __all__ = ["PooledDecoder", "pool_decoder"]
 

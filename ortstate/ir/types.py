@@ -25,10 +25,6 @@ class ElementType:
     bits: int
     dtype: np.dtype | None
 
-    @property
-    def is_float(self) -> bool:
-        return self.name.startswith(("f", "bf", "nf"))
-
 
 def _t(name: str, bits: int, dtype: object) -> ElementType:
     return ElementType(name, bits, None if dtype is None else np.dtype(dtype))

@@ -11,6 +11,8 @@ each by exactly one pass, one module each:
   (what a session of the custom-op form runs; never saved);
 - :func:`share_kv` (:mod:`.kv_share`): the explicit form's KV variables given length inputs and
   outputs, so a session can keep them in buffers with spare rows (done on load, never saved);
+- :func:`~.ragged_kv.ragged_kv` (:mod:`.ragged_kv`): those buffers read at a length per row, so one
+  run steps streams whose caches hold different numbers of rows (the KV pool's form, never saved);
 - :func:`group_decode` (:mod:`.grouped_decode`): a grouped attention's one-row step over those
   buffers as batched products that read each KV head once (done on load, never saved);
 - :func:`kv_layout` (:mod:`.kv_layout`): the past/present layout of ONNX LLM tools

@@ -11,7 +11,7 @@ so a model no step changes is never copied.
 
 The order is the point of this module: ``to_explicit`` first (the other passes work on the
 explicit form), ``share_kv`` before ``group_decode`` (which reads the buffers ``share_kv`` makes),
-``pool_kv`` before ``slice_last_logits`` and ``prune`` last (the lengths the kernel read before).
+``ragged_kv`` before ``slice_last_logits`` and ``prune`` last (the lengths the kernel read before).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from .fuse import fusable, fuse_state_ops
 from .grouped_decode import group_decode
 from .init_guard import Worth, guard_inits
 from .kv_layout import kv_layout
-from .kv_pool import pool_kv
 from .kv_share import share_kv, shares_any
 from .last_logits import slice_last_logits
 from .prune import prune
+from .ragged_kv import ragged_kv
 from .to_explicit import to_explicit
 from .transposes import cancel_transposes
 
@@ -195,8 +195,8 @@ def _pool_form(model: onnx.ModelProto, meta: ModelMeta, options: PassOptions) ->
     return PassResult(True, form.meta, form)
 
 
-def _pool_kv(model: onnx.ModelProto, meta: ModelMeta, options: PassOptions) -> PassResult:
-    return PassResult(True, meta, pool_kv(model, meta))
+def _ragged_kv(model: onnx.ModelProto, meta: ModelMeta, options: PassOptions) -> PassResult:
+    return PassResult(True, meta, ragged_kv(model, meta))
 
 
 def _last_logits(model: onnx.ModelProto, meta: ModelMeta, options: PassOptions) -> PassResult:
@@ -266,7 +266,7 @@ KV_POOL = Pipeline(
     (
         TO_EXPLICIT,
         Step("share_kv", _share_kv, _unshared),
-        Step("pool_kv", _pool_kv),
+        Step("ragged_kv", _ragged_kv),
         Step("slice_last_logits", _last_logits),
         Step("prune", _prune),
     ),

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from ..decoders import InputSpec
 from ..errors import RunError
 from ..runtime.guards import Guard
 from ..runtime.guards import check_not_empty as _check_not_empty
-from .layout import InputSpec
 
 __all__ = ["check_feeds", "check_not_empty", "quick_feeds"]
 

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from ..decoders import InputSpec
 from ..errors import OrtStateError, PassError
 from ..meta import ModelMeta, VariableMeta, read_meta
 from ..passes.batchable import PoolForm, row_index_inputs
@@ -27,25 +28,9 @@ from ..runtime.loaded import layer_behind, load_model
 from ..runtime.runners import ORT_FAILED, ort_error
 from ..runtime.source import Source, read_source
 
-__all__ = ["InputSpec", "Layout", "StateSpec", "join_column", "load_pool_model", "offset_rows", "read_pool_source"]
+__all__ = ["Layout", "StateSpec", "join_column", "load_pool_model", "offset_rows", "read_pool_source"]
 
 _SEED = 20
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """A graph input as one stream feeds it: its dims (None: any size; the batch axis is 1);
-    ``axis`` None: a value the streams of one run share (runs group streams by it); ``rows``: it
-    indexes rows of the batch (see :mod:`ortstate.passes.batchable.row_index`)."""
-
-    name: str
-    dtype: np.dtype
-    dims: tuple[int | None, ...]
-    axis: int | None
-    rows: bool = False
-
-    def shown(self) -> str:
-        return "[" + ",".join("?" if d is None else str(d) for d in self.dims) + "]"
 
 
 @dataclass(frozen=True)

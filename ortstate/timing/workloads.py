@@ -138,9 +138,6 @@ def model_workload(
         what = f"one-token decode from position {position}"
         return Workload(xml.stem, xml, feeds[2:], feeds[:2], config, what, label, precision, rules=inputs.rules)
 
-    untyped = [s.name for s in inputs.specs if s.dtype is None]
-    if untyped:
-        raise ValueError(f"cannot make values for input(s) {', '.join(untyped)}: no numpy type holds their elements")
     timed = inputs.steps(rng, steps)
     initial = inputs.initial if timed else {}
     what = "one step per run"

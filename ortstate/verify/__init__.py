@@ -7,24 +7,9 @@
   (``pip install '.[verify]'``).
 """
 
-from .inputs import VerifyInputs
-from .run import (
-    DEFAULT_ATOL,
-    DEFAULT_DIM,
-    DEFAULT_RTOL,
-    OV_CONFIG,
-    Check,
-    FormResult,
-    InputError,
-    InputSpec,
-    OpenVINOUnavailable,
-    VerifyResult,
-    compare,
-    input_specs,
-    load_openvino,
-    random_inputs,
-    verify,
-)
+from .inputs import DEFAULT_DIM, VerifyInputs
+from .reference import OV_CONFIG
+from .run import DEFAULT_ATOL, DEFAULT_RTOL, Check, FormResult, VerifyResult, compare, load_openvino, verify
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -33,14 +18,9 @@ __all__ = [
     "OV_CONFIG",
     "Check",
     "FormResult",
-    "InputError",
-    "InputSpec",
-    "OpenVINOUnavailable",
     "VerifyInputs",
     "VerifyResult",
     "compare",
-    "input_specs",
     "load_openvino",
-    "random_inputs",
     "verify",
 ]

@@ -10,45 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..decoders import FeedRules, InputSpec, SyntheticInputs, concrete_shape, ir_input_specs, read_config
-from ..decoders import random_inputs as _random_inputs
+from ..decoders import FeedRules, InputSpec, SyntheticInputs, concrete_shape, input_specs, read_config
 from ..errors import InputError
 from ..ir import Graph, Layer
 from ..ir.walk import upstream
 
-__all__ = ["DEFAULT_DIM", "InputError", "VerifyInputs", "input_specs", "inputs_reaching", "random_inputs"]
+__all__ = ["DEFAULT_DIM", "VerifyInputs", "inputs_reaching"]
 
 DEFAULT_DIM = 4  # dynamic dims other than the first; a decoder's prompt length
-
-
-def input_specs(graph: Graph) -> list[InputSpec]:
-    """The IR's Parameters as :class:`InputSpec` (dims None where dynamic).
-
-    Raises:
-        InputError: a Parameter of an element type no numpy array can hold.
-    """
-    specs = ir_input_specs(graph)
-    for spec, layer in zip(specs, graph.parameters):
-        if spec.dtype is None:
-            etype = layer.outputs[0].element_type if layer.outputs else None
-            raise InputError(f"{graph.source}: {layer.describe()}: cannot generate inputs of element type {etype}")
-    return specs
-
-
-def random_inputs(
-    specs: Sequence[InputSpec],
-    rng: np.random.Generator,
-    *,
-    batch: int = 2,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-) -> dict[str, np.ndarray]:
-    """Floats ~ N(0, 1); integers in ``[0, batch)`` (valid as indices along the batch axis); bools 50/50.
-    Dynamic dims: ``batch`` for the first, ``DEFAULT_DIM`` for the others; ``shapes`` overrides.
-
-    Raises:
-        InputError: a shape that does not fit, or a dynamic rank without a shape.
-    """
-    return _random_inputs(specs, rng, batch=batch, dim=DEFAULT_DIM, shapes=shapes, error=InputError)
 
 
 class VerifyInputs:
@@ -66,7 +35,7 @@ class VerifyInputs:
         shapes: Mapping[str, Sequence[int]],
         fixed: Mapping[str, np.ndarray],
     ) -> None:
-        self.specs = input_specs(graph)
+        self.specs = input_specs(graph, error=InputError)
         by_name = {s.name: s for s in self.specs}
         for option, names in (("--input", fixed), ("--shape", shapes)):
             for name in names:

@@ -25,31 +25,23 @@ import numpy as np
 import onnx
 
 from ..convert import convert_graph
-from ..decoders import InputSpec
-from ..errors import InputError, OpenVINOUnavailable, OrtStateError, RunError
+from ..errors import OpenVINOUnavailable, OrtStateError, RunError
 from ..extras import install_hint
 from ..ir import Graph, read_ir
 from ..meta import CUSTOM_OP, EXPLICIT, read_meta
 from ..progress import task
 from ..runtime import StatefulSession
-from .inputs import DEFAULT_DIM, VerifyInputs, input_specs, random_inputs
-from .reference import OV_CONFIG, Reference
+from .inputs import VerifyInputs
+from .reference import Reference
 
 __all__ = [
     "DEFAULT_ATOL",
-    "DEFAULT_DIM",
     "DEFAULT_RTOL",
-    "OV_CONFIG",
     "Check",
     "FormResult",
-    "InputError",
-    "InputSpec",
-    "OpenVINOUnavailable",
     "VerifyResult",
     "compare",
-    "input_specs",
     "load_openvino",
-    "random_inputs",
     "verify",
 ]
 

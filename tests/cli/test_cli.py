@@ -17,6 +17,7 @@ from oracle import REPO, assert_one_line_error, linked_copy, run_cli, save_ir
 
 import ortstate
 from ortstate.cli import COMMANDS
+from ortstate.cli.cmd_inspect import _versions
 from ortstate.extras import install_hint
 
 ROOT = REPO
@@ -174,7 +175,23 @@ def test_inspect_lists_unsupported_ops_without_failing(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "inspect", einsum_ir(tmp_path))
     assert code == 0
     assert "unsupported ops (ortstate cannot convert this model yet)" in out
-    assert "  Einsum-7  1       'einsum' id 2" in out
+    assert "  Einsum-7  1       none       'einsum' id 2" in out
+
+
+def test_inspect_names_the_versions_of_an_unsupported_op_type_that_convert(capsys, tmp_path):
+    """An op type converted from a later version than the model's (LSTMSequence: 5 on)."""
+    xml = linked_copy(MODELS / "lstm_1l", tmp_path / "lstm_1l", skip=("model.xml",)) / "model.xml"
+    xml.write_text(
+        (MODELS / "lstm_1l" / "model.xml")
+        .read_text()
+        .replace('type="LSTMSequence" version="opset5"', 'type="LSTMSequence" version="opset1"')
+    )
+    code, out, _ = run_cli(capsys, "inspect", xml)
+    assert code == 0
+    unsupported = out.split("unsupported ops (ortstate cannot convert this model yet)")[1].splitlines()
+    assert unsupported[1].split() == ["op", "layers", "converted", "where"]
+    assert unsupported[2].split()[:3] == ["LSTMSequence-1", "1", "5+"]
+    assert [_versions(v) for v in ([1, 7, 8], [2, 7], None)] == ["1-6, 7, 8+", "2-6, 7+", "none"]
 
 
 # -- run ------------------------------------------------------------------------------------------

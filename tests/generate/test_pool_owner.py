@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 import ortstate
+from ortstate.decoders import input_specs
 from ortstate.decoders.feeds import FeedRules
 from ortstate.decoders.model_dir import find_model_files, read_config
 from ortstate.errors import OrtStateError
 from ortstate.generate import ContinuousBatcher, Generator
-from ortstate.generate.session_inputs import input_specs
 from ortstate.streams import KvPool
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "llm"

@@ -24,7 +24,7 @@ def test_each_pipeline_spells_out_its_order() -> None:
     }
     assert {p.name: [s.name for s in p.steps] for p in (POOL, KV_POOL, EXPORT)} == {
         "pool": ["to_explicit", "pool_form"],
-        "kv-pool": ["to_explicit", "share_kv", "pool_kv", "slice_last_logits", "prune"],
+        "kv-pool": ["to_explicit", "share_kv", "ragged_kv", "slice_last_logits", "prune"],
         "export": ["kv_layout"],
     }
 

@@ -14,10 +14,10 @@ from oracle import save_ir
 
 import ortstate
 from ortstate.convert import read_attention_report
+from ortstate.decoders import input_specs
 from ortstate.decoders.feeds import FeedRules
 from ortstate.decoders.model_dir import find_model_files, read_config
 from ortstate.errors import OrtStateError, RunError, StateError
-from ortstate.generate.session_inputs import input_specs
 from ortstate.streams import KvPool
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "llm"

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import ortstate
+from ortstate.decoders import input_specs
 from ortstate.decoders.feeds import FeedRules
 from ortstate.decoders.model_dir import find_model_files, read_config
 from ortstate.errors import RunError, StateError
-from ortstate.generate.session_inputs import input_specs
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "llm"
 # ragged (one run), uniform (split per cache length), a mask of the current token only (zamba2)

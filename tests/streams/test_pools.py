@@ -17,10 +17,10 @@ import pytest
 from oracle import REPO
 
 import ortstate
+from ortstate.decoders import input_specs
 from ortstate.decoders.feeds import FeedRules
 from ortstate.decoders.model_dir import read_config
 from ortstate.errors import OrtStateError, StateError
-from ortstate.generate.session_inputs import input_specs
 from ortstate.runtime import LoadedModel
 from ortstate.streams import KvPool, Pool, PoolStats, SlotPool
 from ortstate.streams.loop import PoolLoop

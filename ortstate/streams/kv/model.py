@@ -1,5 +1,5 @@
 """A decoder with KV caches loaded for a pool of streams: its explicit form with every KV variable
-kept in an arena row (:mod:`ortstate.passes.kv_share`, :mod:`ortstate.passes.kv_pool`), and how
+kept in an arena row (:mod:`ortstate.passes.kv_share`, :mod:`ortstate.passes.ragged_kv`), and how
 each of its inputs joins a batch of streams.
 
 A stream feeds what a lone ``StatefulSession`` of the model is fed (batch 1). The batch is built
@@ -109,7 +109,7 @@ def load_kv_model(model: Any, sess_options: ort.SessionOptions | None, providers
         ran = KV_POOL.run(proto, meta, PassOptions(origin))
     except PassError as exc:
         raise OrtStateError(f"{origin}: cannot pool its streams: {exc}") from None
-    meta, names, last = ran.meta, ran.found("pool_kv"), ran.found("slice_last_logits")
+    meta, names, last = ran.meta, ran.found("ragged_kv"), ran.found("slice_last_logits")
     kv = tuple(v for v in meta.variables if v.length_input or _copied(v))
     fixed = tuple(_fixed(v, origin) for v in meta.variables if v not in kv)
     if not kv:

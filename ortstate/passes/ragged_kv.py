@@ -38,7 +38,7 @@ from ..meta import ModelMeta
 from .build import namer
 from .walk import graphs
 
-__all__ = ["KEY_INDEX", "SEQLENS", "PoolKv", "pool_kv"]
+__all__ = ["KEY_INDEX", "SEQLENS", "RaggedKv", "ragged_kv"]
 
 SEQLENS = "ortstate.pool.seqlens_k"
 KEY_INDEX = "ortstate.pool.key_index"
@@ -47,8 +47,8 @@ _SEQLENS_AT, _BIAS_AT = 5, 10
 
 
 @dataclasses.dataclass(frozen=True)
-class PoolKv:
-    """The inputs :func:`pool_kv` gave the graph ("" each: none, the model has no fused attention),
+class RaggedKv:
+    """The inputs :func:`ragged_kv` gave the graph ("" each: none, the model has no fused attention),
     and how many fused attentions read them."""
 
     seqlens: str
@@ -65,7 +65,7 @@ def _kernels(model: onnx.ModelProto) -> list[tuple[onnx.GraphProto, int]]:
     ]
 
 
-def pool_kv(model: onnx.ModelProto, meta: ModelMeta) -> PoolKv:
+def ragged_kv(model: onnx.ModelProto, meta: ModelMeta) -> RaggedKv:
     """Give explicit ``model`` (its KV variables shared) the per-row inputs of the module docstring,
     in place.
 
@@ -79,7 +79,7 @@ def pool_kv(model: onnx.ModelProto, meta: ModelMeta) -> PoolKv:
         if var.length_input and var.state_input not in pasts:
             raise PassError(f"variable '{var.id}': its cache is not read by a fused attention")
     if not kernels:
-        return PoolKv("", "", 0)
+        return RaggedKv("", "", 0)
     fresh = namer(model.graph)
 
     seqlens, key_index = fresh(SEQLENS), fresh(KEY_INDEX)
@@ -99,7 +99,7 @@ def pool_kv(model: onnx.ModelProto, meta: ModelMeta) -> PoolKv:
         if len(rewritten) != len(owner.node):
             del owner.node[:]
             owner.node.extend(rewritten)
-    return PoolKv(seqlens, key_index, len(kernels))
+    return RaggedKv(seqlens, key_index, len(kernels))
 
 
 def _gathered_bias(node: onnx.NodeProto, key_index: str, fresh) -> list[onnx.NodeProto]:
