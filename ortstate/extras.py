@@ -8,17 +8,18 @@ is right whichever way it was installed.
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 from .errors import OrtStateError
 
-__all__ = ["EXTRAS", "MissingExtraError", "install_hint", "missing_modules", "require_extra"]
+__all__ = ["EXTRAS", "MissingExtraError", "install_hint", "missing_extra", "missing_modules", "require_extra"]
 
 # extra -> the modules it brings that ortstate imports
 EXTRAS: dict[str, tuple[str, ...]] = {
     "verify": ("openvino",),
     "plot": ("matplotlib",),
     "text": ("tokenizers", "jinja2"),
-    "serve": ("starlette", "uvicorn", "websockets", "httptools"),
+    "serve": ("starlette", "uvicorn", "websockets", "httptools", "prometheus_client"),
     "ray": ("ray",),
     "genai": ("onnxruntime_genai", "tokenizers"),
     "structured": ("llguidance", "tokenizers"),
@@ -36,8 +37,16 @@ def install_hint(extra: str) -> str:
 
 
 def missing_modules(extra: str) -> list[str]:
-    """The modules of ``extra`` that cannot be imported here."""
-    return [m for m in EXTRAS[extra] if importlib.util.find_spec(m) is None]
+    """The modules of ``extra`` that cannot be imported here (not found, or blocked: ``None`` in
+    ``sys.modules``)."""
+    return [m for m in EXTRAS[extra] if (sys.modules[m] is None if m in sys.modules else _unfound(m))]
+
+
+def _unfound(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):  # a parent package that is not one, a module without a spec
+        return True
 
 
 def require_extra(extra: str, what: str) -> None:
@@ -46,6 +55,15 @@ def require_extra(extra: str, what: str) -> None:
     Args:
         what: who needs it, for the message (``"ortstate.serve"``).
     """
+    message = missing_extra(extra, what)
+    if message:
+        raise MissingExtraError(message)
+
+
+def missing_extra(extra: str, what: str) -> str | None:
+    """What to say when ``what`` needs ``extra`` and some of its modules are missing (the extra
+    named, the modules missing in passing); None when it is installed whole."""
     missing = missing_modules(extra)
-    if missing:
-        raise MissingExtraError(f"{what} needs the {extra} extra ({', '.join(missing)} missing): {install_hint(extra)}")
+    if not missing:
+        return None
+    return f"{what} needs the {extra} extra ({', '.join(missing)} missing): {install_hint(extra)}"

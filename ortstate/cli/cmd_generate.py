@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RunError, UsageError
+from ..extras import missing_extra
 from ..generate import (
     Chat,
     GenerationError,
@@ -52,9 +53,9 @@ json.dumps writes it), whatever the weights: it stops when the JSON is complete 
 within -n tokens; a schema the engine refuses, or -n below its shortest answer, is an error before
 anything runs. It needs tokenizer.json and the structured extra (llguidance); not with --num-beams.
 
---prompt TEXT, --stop and --chat need the folder's tokenizer.json and the 'tokenizers' package;
---chat also needs a chat template (tokenizer_config.json's chat_template, or chat_template.jinja)
-and 'jinja2': it wraps --prompt in the template as a user turn, or, without --prompt, reads one user
+--prompt TEXT, --stop and --chat need the folder's tokenizer.json and the text extra (pip install
+'ortstate[text]'); --chat also needs a chat template (tokenizer_config.json's chat_template, or
+chat_template.jinja): it wraps --prompt in the template as a user turn, or, without --prompt, reads one user
 turn per line from standard input and answers each, continuing from the cache: a turn's prompt is
 the last one's tokens, the reply's as generated, then only the tokens of the text the template
 adds, so only those are fed (a template that rewrites earlier turns makes the whole conversation
@@ -94,6 +95,18 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--encoder-input", metavar="FILE.npy", help="the encoder's input (Whisper/T5)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at the end-of-sequence token")
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="T",
+        help="ONNX Runtime intra-op threads of the decoder (default: ONNX Runtime's, every physical core)",
+    )
+    p.add_argument(
+        "--int8-activations",
+        action="store_true",
+        help="compressed (int4/int8) weights compute on int8-quantized activations: faster on CPUs with VNNI, "
+        "logits move ~1e-2 (default: exact f32 activations)",
+    )
     add_search_options(p)
     chat = p.add_argument_group("chat")
     chat.add_argument("--chat", action="store_true", help="apply the folder's chat template (see above)")
@@ -118,11 +131,10 @@ def load_tokenizer(model_dir: Path, why: str = "--prompt") -> Tokenizer:
         instead = {"--prompt": "use --prompt-ids instead", "--stop": "use --stop-id for token ids"}.get(why)
         more = f"; {instead}" if instead else ""
         raise UsageError(f"{path}: no such file ({why} needs the model's tokenizer{more})")
-    try:
-        import tokenizers  # noqa: F401 - only to say what is missing
-    except ImportError:
+    missing = missing_extra("text", why)
+    if missing:
         alternative = "; or use --prompt-ids" if why == "--prompt" else ""
-        raise UsageError(f"{why} needs the 'tokenizers' package (pip install tokenizers){alternative}") from None
+        raise UsageError(missing + alternative)
     try:
         return Tokenizer.from_dir(model_dir)
     except GenerationError as exc:
@@ -178,6 +190,8 @@ def _checked(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         raise UsageError(f"{model_dir}: no such directory")
     if args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {args.threads}")
     if args.prompt_ids is not None:
         _parse_ids(args.prompt_ids)  # a typo fails before the conversion
     if args.chat and args.prompt_ids is not None:
@@ -222,7 +236,9 @@ def run(args: argparse.Namespace) -> int:
     search = _checked(args, model_dir)
     tokenizer = _checked_tokenizer(args, model_dir, search)
     progress(f"converting {model_dir}")
-    generator = Generator.from_dir(model_dir, form=args.form, tokenizer=tokenizer)
+    generator = Generator.from_dir(
+        model_dir, form=args.form, tokenizer=tokenizer, threads=args.threads, int8_activations=args.int8_activations
+    )
     problem = generator.beam_problem() if search.get("num_beams", 1) > 1 else None
     if problem:
         raise UsageError(f"--num-beams: beam search cannot run on this model: {problem}")

@@ -105,7 +105,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     _add_limits(p)
     _add_state(p)
-    p.add_argument("--threads", type=int, default=1, metavar="T", help="ONNX Runtime intra-op threads (default 1)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="T",
+        help="ONNX Runtime intra-op threads (default: the physical cores this process may use; said at start)",
+    )
     _add_ray_and_bench(p)
 
 
@@ -154,6 +159,23 @@ def _add_state(p: argparse.ArgumentParser) -> None:
         help="LLM: what --state-dir may hold, its logs included (bytes, or with K, M, G or T: powers of 1024; "
         "default 10G, or less where the disk has less room: what DIR holds at start plus half its free space); "
         "past it, the least recently used parked conversations are removed",
+    )
+    p.add_argument(
+        "--no-access-log",
+        action="store_true",
+        help="LLM: no line per request on stderr (method, path, status, prompt/cached/generated tokens, ms)",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        metavar="N",
+        help="LLM: positions one request may reach, prompt and answer (default: the model's context; at most that)",
+    )
+    p.add_argument(
+        "--kv-cache-bytes",
+        metavar="N",
+        help="LLM: the KV memory of all requests together (bytes, or with K, M, G or T; default: a quarter of "
+        "the machine's; said at start): a request waits until its positions fit",
     )
     p.add_argument(
         "--conversation-ttl",
@@ -217,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--model-name and --max-conversations apply to an LLM folder")
     if args.max_parked_bytes is not None or args.conversation_ttl is not None:
         raise UsageError("--max-parked-bytes and --conversation-ttl apply to an LLM folder's conversations")
+    if args.max_model_len is not None or args.kv_cache_bytes is not None or args.no_access_log:
+        raise UsageError("--max-model-len, --kv-cache-bytes and --no-access-log apply to an LLM folder")
     config = _config(args, model_path(args.model))  # a folder of one stream model names it
     return _ray(args, config) if args.ray else _serve_here(config)
 
@@ -255,7 +279,8 @@ def _serve_here(config: ServeConfig) -> int:
         kept = f"every step logged in {config.state_dir}"
 
     def says(_: Any, url: str) -> str:
-        return f"ortstate serve: {config.model} on {url} ({kept}; SIGTERM or Ctrl-C stops it)"
+        threads = f"{config.threads_used} threads"
+        return f"ortstate serve: {config.model} on {url} ({kept}, {threads}; SIGTERM or Ctrl-C stops it)"
 
     service = serve_here(config, build, says)
     parked = service.stats()["streams_parked"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,17 +69,33 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
             "token: an LLM folder is served without it (with --state-dir, conversations are parked at a clean stop)"
         )
     config = _config(args, folder)
+    if config.access_log:
+        _print_access_log()
     if args.ray:
         return _ray(args, config)
     from ..serve.openai.server import build
 
     def says(service: LlmService, url: str) -> str:
+        kv = service.batcher.pool.kv_cache_bytes
         return (
             f"ortstate serve: {folder} as model '{service.model_id}' on {url} (OpenAI API at /v1, {config.slots} "
-            "requests generating at once; SIGTERM or Ctrl-C stops it)"
+            f"requests generating at once, {service.threads} threads, max model len {service.context}, "
+            f"KV cache {kv / (1 << 30):.2f} GiB; SIGTERM or Ctrl-C stops it)"
         )
 
     return _stopped(config, serve_here(config, build, says))
+
+
+def _print_access_log() -> None:
+    """The access log's lines on stderr, as ``ortstate serve: ...`` lines are on stdout."""
+    from ..serve.openai.access_log import access_logger
+
+    logger = access_logger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("ortstate serve: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def byte_count(text: str, option: str) -> int:
@@ -99,6 +116,7 @@ def _config(args: argparse.Namespace, folder: Path) -> LlmServeConfig:
     from ..serve.openai.config import LlmServeConfig
 
     bound = None if args.max_parked_bytes is None else byte_count(args.max_parked_bytes, "--max-parked-bytes")
+    kv = None if args.kv_cache_bytes is None else byte_count(args.kv_cache_bytes, "--kv-cache-bytes")
     try:
         return LlmServeConfig(
             folder,
@@ -107,6 +125,9 @@ def _config(args: argparse.Namespace, folder: Path) -> LlmServeConfig:
             token=args.token,
             model_name=args.model_name,
             threads=args.threads,
+            kv_cache_bytes=kv,
+            max_model_len=args.max_model_len,
+            access_log=not args.no_access_log,
             max_body_bytes=args.max_message_bytes,
             state_dir=args.state_dir,
             max_conversations=args.max_conversations,

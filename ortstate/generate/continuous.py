@@ -307,6 +307,10 @@ class ContinuousBatcher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def stats(self) -> dict[str, float]:
+        """Requests running and waiting, and the KV budget's share in use, as of now (no lock)."""
+        return {**self._engine.counts(), "kv_usage": self.pool.kv_usage()}
+
     @property
     def ticks(self) -> int:
         """Ticks run so far (each: one decode batch and the prompt chunks beside it)."""

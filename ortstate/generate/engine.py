@@ -78,6 +78,10 @@ class Engine:
             except OrtStateError:  # closed meanwhile: it has ended
                 pass
 
+    def counts(self) -> dict[str, int]:
+        """Requests running and waiting now (read without the pool's loop: a moment's values)."""
+        return {"running": self.scheduler.running, "waiting": self.scheduler.waiting}
+
     def close(self) -> None:
         """Stop generating; requests still running or waiting end with an error."""
         self._closing = True

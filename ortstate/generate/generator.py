@@ -28,6 +28,7 @@ from ..decoders import (
 from ..errors import GenerationError
 from ..ir import read_ir
 from ..runtime import StatefulSession
+from .decoder_source import converted_decoder, thread_options
 from .decoding import GenerationRun, beam_search, sample_or_greedy
 from .encoder_decoder import Encoder, TextEmbedder
 from .job_plan import plan_job
@@ -95,9 +96,20 @@ class Generator:
         self.last_run: GenerationRun | None = None
 
     @classmethod
-    def from_dir(cls, model_dir: str | os.PathLike[str], form: str = "auto", *, tokenizer: Any = None) -> Generator:
+    def from_dir(
+        cls,
+        model_dir: str | os.PathLike[str],
+        form: str = "auto",
+        *,
+        tokenizer: Any = None,
+        threads: int | None = None,
+        int8_activations: bool = False,
+    ) -> Generator:
         """Convert the IRs of an optimum-intel export folder (see :mod:`~ortstate.decoders.model_dir`)
-        to ``form`` (see :class:`~ortstate.StatefulSession`).
+        to ``form`` (see :class:`~ortstate.StatefulSession`). ``threads``: the decoder's ONNX Runtime
+        intra-op threads (default: ONNX Runtime's, every physical core); ``int8_activations``: the
+        decoder's compressed weights compute on int8-quantized activations (faster on CPUs with
+        VNNI; logits move ~1e-2, see ``ortstate.convert``).
 
         Raises:
             GenerationError, and any conversion error (all ``OrtStateError``).
@@ -108,10 +120,12 @@ class Generator:
         graph = read_ir(files.decoder)  # what it tells about feeding it (its weights are not read)
         window = cache_position_window(graph)
         layout = state_layout(graph)
-        del graph
         # The session converts the IR itself: the model is its own to rewrite (no copy), and its
         # large weights stay views of the memory-mapped .bin until ONNX Runtime takes them.
-        session = StatefulSession(files.decoder, form=form)
+        options = thread_options(threads)
+        decoder = converted_decoder(files, graph, True, explicit_state=False) if int8_activations else files.decoder
+        session = StatefulSession(decoder, sess_options=options, form=form)
+        del graph
         rules = FeedRules.for_model(input_specs(session.get_inputs()), config, window=window)
         encoder = Encoder.from_ir(files.encoder, form) if files.encoder else None
         embedder = TextEmbedder.from_ir(files.embeddings, form) if files.embeddings else None
@@ -223,7 +237,7 @@ class Generator:
     # -- generation ---------------------------------------------------------------------------------
     def generate(
         self,
-        prompt_ids: Sequence[int],
+        prompt_ids: Sequence[int] | str,
         max_new_tokens: int = 16,
         *,
         stream: Callable[[int], None] | None = None,
@@ -232,8 +246,10 @@ class Generator:
         keep_logits: bool = False,
         reset: bool = True,
         **search: Any,
-    ) -> list[int]:
-        """Generate up to ``max_new_tokens`` after ``prompt_ids`` (one prompt).
+    ) -> list[int] | str:
+        """Generate up to ``max_new_tokens`` after ``prompt_ids`` (one prompt): token ids, or text
+        (encoded by :attr:`tokenizer`; the answer is then its text, decoded without special tokens,
+        as OpenVINO GenAI's ``LLMPipeline.generate`` gives it).
 
         Args:
             stream: called with each new token as soon as it is picked; its ``end()``, if it has one,
@@ -251,16 +267,22 @@ class Generator:
                 ``stop_strings``; ``n`` > 1 only through :meth:`generate_batch`).
 
         Returns:
-            the new tokens (beam search: the best beam's; all in ``last_run.beams``).
+            the new tokens (beam search: the best beam's; all in ``last_run.beams``); given text,
+            their text.
 
         Raises:
-            GenerationError: a bad prompt or option, no encoder output, ...
+            GenerationError: a bad prompt or option, no encoder output, text without a tokenizer, ...
             RunError: the model failed to run (its variables are left as they were).
         """
         if stream is not None and not callable(stream):
             raise GenerationError(f"stream must be a callable taking each new token, got {type(stream).__name__}")
+        if isinstance(prompt_ids, str):  # text in, text out
+            ids = self.tokenizer.encode(prompt_ids)
+            kwargs = {"stream": stream, "encoder_input": encoder_input, "keep_logits": keep_logits, "reset": reset}
+            new = self.generate(ids, max_new_tokens, stop_at_eos=stop_at_eos, **kwargs, **search)
+            return self.tokenizer.decode(new)
         if not is_sequence(prompt_ids):
-            raise GenerationError(f"the prompt is a list of token ids, got {type(prompt_ids).__name__}")
+            raise GenerationError(f"the prompt is a text or a list of token ids, got {type(prompt_ids).__name__}")
         if nested(prompt_ids):
             raise GenerationError(
                 "generate() takes one prompt (a list of token ids); for several, use generate_batch()"

@@ -12,15 +12,12 @@ from typing import Any
 
 import onnxruntime as ort
 
-from ..convert import build
-from ..convert.context import ConvertOptions
 from ..decoders import FeedRules, ModelFiles, find_model_files, input_specs, read_config
 from ..decoders.ir_inputs import cache_position_window
 from ..errors import GenerationError
 from ..ir import read_ir
-from ..runtime.options import quiet_session_options
-from ..runtime.source import Source
 from ..streams.kv.pool import DEFAULT_MAX_CONTEXT, KvPool
+from .decoder_source import converted_decoder, thread_options
 from .options import file_defaults
 
 __all__ = ["PooledDecoder", "pool_decoder"]
@@ -82,15 +79,9 @@ def _decoder_source(files: ModelFiles, graph: Any, model: str | os.PathLike[str]
         if int8_activations:
             raise GenerationError("int8_activations is chosen when converting: convert the model with it instead")
         return model
-    built = build(graph, explicit_state=True, options=ConvertOptions(int8_activations))
-    return Source(built.model, str(files.decoder), built.arrays, converted=True)
+    return converted_decoder(files, graph, int8_activations, explicit_state=True)
 
 
 def _session_options(sess_options: ort.SessionOptions | None, threads: int | None) -> ort.SessionOptions | None:
     """``sess_options``, else ONNX Runtime's quiet options on ``threads`` intra-op threads if given."""
-    options = sess_options
-    if options is None and threads is not None:
-        options = quiet_session_options()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-    return options
+    return sess_options if sess_options is not None else thread_options(threads)

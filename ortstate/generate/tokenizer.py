@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GenerationError
+from ..extras import missing_extra
 from .token_bound import TokenBound, token_bound
 
 __all__ = ["TOKENIZER_FILE", "Tokenizer"]
@@ -117,7 +118,7 @@ class Tokenizer:
         try:
             import tokenizers
         except ImportError:
-            raise GenerationError("text needs the 'tokenizers' package (pip install tokenizers)") from None
+            raise GenerationError(missing_extra("text", "text") or "text needs the tokenizers package") from None
         try:
             backend = tokenizers.Tokenizer.from_file(str(path))
         except Exception as exc:  # noqa: BLE001 - tokenizers raises its own exception types
@@ -234,7 +235,7 @@ def _compile(source: str, where: str) -> Any:
         from jinja2.ext import loopcontrols
         from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError:
-        raise GenerationError("a chat template needs the 'jinja2' package (pip install jinja2)") from None
+        raise GenerationError(missing_extra("text", "a chat template") or "a chat template needs jinja2") from None
 
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)

@@ -85,9 +85,9 @@ def test_generate_refuses_bad_prompts(mamba: Generator, prompts: list[list[int]]
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda g: g.generate(None), "the prompt is a list of token ids, got NoneType"),
-        (lambda g: g.generate("12"), "the prompt is a list of token ids, got str"),
-        (lambda g: g.generate(5), "the prompt is a list of token ids, got int"),
+        (lambda g: g.generate(None), "the prompt is a text or a list of token ids, got NoneType"),
+        (lambda g: g.generate({1: 2}), "the prompt is a text or a list of token ids, got dict"),
+        (lambda g: g.generate(5), "the prompt is a text or a list of token ids, got int"),
         (lambda g: g.generate([1, 2.5]), "token ids must be integers, got 2.5 (float)"),
         (lambda g: g.generate([1, True]), "token ids must be integers, got True (bool)"),
         (lambda g: g.generate([1, "3"]), "token ids must be integers, got '3' (str)"),
@@ -246,7 +246,11 @@ def test_cli_prompt_without_tokenizers_package(
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
     code, out, err = run_cli(capsys, "generate", folder, "--prompt", "hello")
     assert (code, out) == (2, "")
-    assert_one_line_error(err, "--prompt needs the 'tokenizers' package (pip install tokenizers); or use --prompt-ids")
+    assert_one_line_error(
+        err,
+        "--prompt needs the text extra (tokenizers missing): pip install 'ortstate[text]' ('.[text]' in a checkout); "
+        "or use --prompt-ids",
+    )
 
 
 def test_cli_prompt_text_with_a_tokenizer(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

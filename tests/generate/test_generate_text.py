@@ -268,5 +268,6 @@ def test_chat_template_without_jinja2(tmp_path: Path, monkeypatch: pytest.Monkey
 
     tokenizer = Tokenizer.from_dir(write_word_tokenizer(tmp_path))
     monkeypatch.setitem(sys.modules, "jinja2", None)
-    with pytest.raises(GenerationError, match=r"^a chat template needs the 'jinja2' package \(pip install jinja2\)$"):
+    expected = r"^a chat template needs the text extra \(jinja2 missing\): pip install 'ortstate\[text\]'"
+    with pytest.raises(GenerationError, match=expected):
         tokenizer.apply_chat_template([])

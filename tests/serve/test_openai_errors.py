@@ -208,7 +208,13 @@ def test_the_command_line_serves_a_folder_until_sigterm() -> None:
         assert refused(lambda: client(url, key="wrong").models.list(), 401)["error"]["code"] == "invalid_api_key"
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and err == "" and out.splitlines()[-1] == "ortstate serve: stopped"
+    assert proc.returncode == 0 and out.splitlines()[-1] == "ortstate serve: stopped"
+    usage = got.usage
+    logged = [line.rsplit(" ", 2)[0] for line in err.splitlines()]  # the access log's, its ms left out
+    assert logged == [
+        f"ortstate serve: POST /v1/chat/completions 200 prompt {usage.prompt_tokens} cached 0 generated 5",
+        "ortstate serve: GET /v1/models 401",
+    ]
 
 
 def test_the_docs_curl_example() -> None:

@@ -30,7 +30,15 @@ from ...errors import GenerationError, ServeError
 from .fields import SEARCH_FIELDS, short, unsupported
 from .formats import Constraint, constraint, message_calls
 
-__all__ = ["ApiError", "ChatRequest", "CompletionRequest", "Sampling", "parse_chat", "parse_completion"]
+__all__ = [
+    "ApiError",
+    "ChatRequest",
+    "CompletionRequest",
+    "Sampling",
+    "parse_chat",
+    "parse_completion",
+    "parse_messages",
+]
 
 MAX_STOP = 4  # stop strings per request, as OpenAI
 
@@ -254,7 +262,18 @@ def parse_chat(body: Any) -> ChatRequest:
         ApiError: as :func:`parse_completion`.
     """
     body = _object(body)
-    messages = body.get("messages")
+    out = parse_messages(body.get("messages"))
+    own = frozenset({"messages", "max_completion_tokens", "max_tokens", "top_logprobs", "tools", "tool_choice"})
+    _refuse_unsupported(body, own)
+    return ChatRequest(out, _sampling(body, ("max_completion_tokens", "max_tokens"), chat=True))
+
+
+def parse_messages(messages: Any) -> list[dict[str, Any]]:
+    """A chat's ``messages`` as its template takes them (see :func:`parse_chat`).
+
+    Raises:
+        ApiError: 400 naming the message at fault.
+    """
     if not isinstance(messages, list) or not messages:
         raise ApiError(f"messages must be a non-empty list, got {short(messages)}", param="messages")
     out = []
@@ -279,9 +298,7 @@ def parse_chat(body: Any) -> ChatRequest:
             raise ApiError(f"{where}.content must be text, got {short(content)}", param=f"{where}.content")
         role = "system" if message["role"] == "developer" else message["role"]  # OpenAI's newer name for it
         out.append({"role": role, "content": content, **calls})
-    own = frozenset({"messages", "max_completion_tokens", "max_tokens", "top_logprobs", "tools", "tool_choice"})
-    _refuse_unsupported(body, own)
-    return ChatRequest(out, _sampling(body, ("max_completion_tokens", "max_tokens"), chat=True))
+    return out
 
 
 def _refuse_unsupported(body: Mapping[str, Any], own: frozenset[str]) -> None:

@@ -10,13 +10,15 @@ read within bounds (:mod:`ortstate.serve.json_body`); a 503 says when to come ba
 error is a 500 whose message is a log id, and the server's log line with that id holds the
 traceback. A request with the header ``X-Ortstate-Conversation`` continues that conversation's
 cache (:mod:`.conversations`); its answer names the server that held it in ``X-Ortstate-Server``.
-``DELETE /v1/conversations/{id}`` removes one.
+``DELETE /v1/conversations/{id}`` removes one. ``POST /tokenize`` and ``POST /detokenize`` are
+vLLM's (:mod:`.tokenize`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -30,15 +32,18 @@ from ...errors import OrtStateError, ServeError
 from ..auth import BearerAuth
 from ..json_body import read_json
 from ..lifespan import parking_lifespan
+from .access_log import TOKENS, AccessLog
 from .api import ApiError, parse_chat, parse_completion
 from .choices import answer_choices, choices_of
 from .conversations import HEADER
 from .errors import api_error, failed, http_error, internal_error, logged_app
 from .generation import Generation
 from .logprobs import LogprobsShaper
+from .metrics import CONTENT_TYPE as METRICS_TYPE
 from .replies import event, run_to_end, streamed, unless_gone
 from .responses import chunk, completion, new_id, usage
 from .service import LlmService
+from .tokenize import parse_detokenize, parse_tokenize
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "SERVER_HEADER", "UNAUTHORIZED", "create_llm_app"]
 
@@ -55,6 +60,7 @@ def create_llm_app(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     idle_park: float | None = None,
+    access_log: bool = True,
 ) -> Any:
     """The ASGI app serving ``service`` with OpenAI's API.
 
@@ -63,6 +69,7 @@ def create_llm_app(
             send their ``api_key`` so).
         max_body_bytes: the largest request body (a larger one is answered 413).
         idle_park: park conversations idle that long (seconds; needs the service's state directory).
+        access_log: a line per request on ``ortstate.serve.access`` (:mod:`.access_log`).
     """
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         ApiError: api_error,
@@ -72,12 +79,13 @@ def create_llm_app(
     routes = _routes(service, max_body_bytes)
     app = logged_app(Starlette(routes=routes, exception_handlers=handlers, lifespan=_lifespan(service, idle_park)))
     body = json.dumps(UNAUTHORIZED.body()).encode()
-    return app if token is None else BearerAuth(app, token, error_body=body)
+    app = app if token is None else BearerAuth(app, token, error_body=body)
+    return AccessLog(app) if access_log else app
 
 
 def _routes(service: LlmService, limit: int) -> list[Route]:
-    """The endpoints: the model, health, the two generations (bodies of ``limit`` bytes at most),
-    deleting a conversation."""
+    """The endpoints: the model, health, the two generations and tokenizing (bodies of ``limit``
+    bytes at most), deleting a conversation."""
 
     async def models(request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [service.model_card()]})
@@ -95,6 +103,25 @@ def _routes(service: LlmService, limit: int) -> list[Route]:
     async def chat(request: Request) -> Response:
         return await _answer(service, request, parse_chat, limit, chat=True)
 
+    async def tokenize(request: Request) -> JSONResponse:
+        asked = parse_tokenize(await _body(request, limit))
+        if asked.model is not None:
+            service.check_model(asked.model)
+        tokenizer = service.tokenizer
+        ids = await service.prompts.run(asked.ids, tokenizer)
+        strs = [tokenizer.backend.id_to_token(i) for i in ids] if asked.return_token_strs else None
+        return JSONResponse({"count": len(ids), "max_model_len": service.context, "tokens": ids, "token_strs": strs})
+
+    async def detokenize(request: Request) -> JSONResponse:
+        tokenizer = service.tokenizer
+        asked = parse_detokenize(await _body(request, limit), tokenizer.backend.get_vocab_size(with_added_tokens=True))
+        if asked.model is not None:
+            service.check_model(asked.model)
+        return JSONResponse({"prompt": await service.prompts.run(tokenizer.decode, asked.tokens, False)})
+
+    async def metrics(request: Request) -> Response:
+        return Response(service.metrics.text(), media_type=METRICS_TYPE)
+
     async def delete_conversation(request: Request) -> JSONResponse:
         cid = request.path_params["id"]
         await service.conversations.delete(cid)
@@ -107,6 +134,9 @@ def _routes(service: LlmService, limit: int) -> list[Route]:
         Route("/health", health),  # where vLLM's is: load tools (guidellm) check it first
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/metrics", metrics),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
         Route("/v1/conversations/{id}", delete_conversation, methods=["DELETE"]),
     ]
 
@@ -151,6 +181,7 @@ async def _body(request: Request, limit: int) -> Any:
 async def _answer(
     service: LlmService, request: Request, parse: Callable[[Any], Any], limit: int, chat: bool
 ) -> Response:
+    arrived = time.monotonic()
     parsed = parse(await _body(request, limit))
     cid = request.headers.get(HEADER)
     service.check(parsed)  # another model, bad options: refused before a place or a conversation is taken
@@ -159,6 +190,7 @@ async def _answer(
     conversation = None
     released = False
     parking: list[asyncio.Task[None]] = []  # the turn being logged (see Conversations.done)
+    answered: list[Generation] = []  # its choices, counted as it ends
 
     def release() -> asyncio.Task[None] | None:  # once the answer ends, however it ends (more calls do nothing)
         nonlocal released
@@ -168,6 +200,7 @@ async def _answer(
                 task = service.conversations.done(cid)
                 parking.extend([task] if task is not None else [])
             admitted()
+            _counted(service, request, answered, arrived)
         return parking[0] if parking else None
 
     try:
@@ -179,8 +212,10 @@ async def _answer(
     headers = {} if cid is None else {HEADER: cid, SERVER_HEADER: service.conversations.name}
 
     rid = new_id(chat)
+    answered.append(generation)
     if generation.sampling.n > 1:
-        return await answer_choices(service, request, choices_of(generation), rid, chat, release)
+        answered[:] = choices_of(generation)
+        return await answer_choices(service, request, answered, rid, chat, release)
     if generation.sampling.stream:
         return streamed(_events(generation, rid, chat, release), release, headers)
     try:
@@ -194,6 +229,14 @@ async def _answer(
     finish, call = str(generation.finish_reason), generation.call
     body = completion(rid, service.model_id, chat, generation.text, finish, _usage(generation), ids, logprobs, call)
     return JSONResponse(body, headers=headers)
+
+
+def _counted(service: LlmService, request: Request, choices: list[Generation], arrived: float) -> None:
+    """An answer's figures (/metrics) and its tokens for the access log's line."""
+    service.metrics.answered(choices, arrived)
+    if choices:
+        first = choices[0]
+        setattr(request.state, TOKENS, (len(first.prompt), first.cached, sum(len(c.tokens) for c in choices)))
 
 
 async def _turn_kept(ending: asyncio.Task[None] | None) -> None:

@@ -33,8 +33,10 @@ class LlmServeConfig(ServerSettings):
             if fewer).
         token: the bearer token every request must carry (none: loopback only).
         model_name: the model's id in the API (default: the folder's name).
-        threads: ONNX Runtime's intra-op threads (default: its own choice).
+        threads: ONNX Runtime's intra-op threads (default: the physical cores this process may use).
         kv_cache_bytes: the KV memory of all requests (default: a quarter of the machine's).
+        max_model_len: the positions one request may reach, prompt and answer (default: the
+            model's context; at most that).
         max_body_bytes: the largest request body.
         state_dir: where conversations are logged and parked (none: in memory only).
         max_conversations: conversations kept in memory at most (one more parks or forgets the
@@ -49,6 +51,8 @@ class LlmServeConfig(ServerSettings):
         host, port: where the server listens (port 0: any free port; the command line's default is
             8000). Behind Ray Serve, where Ray's proxy listens.
         deadlines: each connection's (:class:`~ortstate.serve.guard.Deadlines`).
+        access_log: a line per request on the logger ``ortstate.serve.access`` (INFO; the command
+            line prints it on stderr).
 
     Raises:
         SettingError: a setting out of range, or missing one it needs (naming both).
@@ -64,6 +68,7 @@ class LlmServeConfig(ServerSettings):
     model_name: str | None = None
     threads: int | None = None
     kv_cache_bytes: int | None = None
+    max_model_len: int | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     state_dir: str | None = None
     max_conversations: int = 1024
@@ -74,9 +79,10 @@ class LlmServeConfig(ServerSettings):
     host: str = "127.0.0.1"
     port: int = 0
     deadlines: Deadlines = Deadlines()
+    access_log: bool = True
 
     def __post_init__(self) -> None:
-        check_positive(self, "max_requests", "slots", "threads", "kv_cache_bytes", "max_body_bytes")
+        check_positive(self, "max_requests", "slots", "threads", "kv_cache_bytes", "max_model_len", "max_body_bytes")
         check_positive(self, "max_conversations", "max_parked_bytes")
         check_seconds(self, "idle_park")
         check_seconds(self, "conversation_ttl", positive=True)

@@ -32,7 +32,7 @@ from ...errors import GenerationError
 from ...generate.structured import JSON_OBJECT, schema_text
 from .fields import short
 
-__all__ = ["MAX_TOOLS", "Constraint", "constraint", "message_calls", "schema_error"]
+__all__ = ["Constraint", "MAX_TOOLS", "check_tools", "constraint", "message_calls", "schema_error"]
 
 MAX_TOOLS = 128  # as OpenAI
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for a function's name
@@ -124,6 +124,15 @@ def response_format(value: Any) -> str | None:
     if spec.get("schema") is None:
         raise GenerationError(f"{param}.schema is required (a JSON schema)", field=f"{param}.schema")
     return _schema(spec["schema"], f"{param}.schema")
+
+
+def check_tools(value: Any) -> None:
+    """``tools`` as the chat endpoint takes them (each a function, its ``parameters`` a schema).
+
+    Raises:
+        GenerationError: naming the field at fault.
+    """
+    _tools(value)
 
 
 def _tools(value: Any) -> dict[str, str]:

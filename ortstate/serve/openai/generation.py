@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -61,10 +62,13 @@ class Generation:
     source: Any = None
     whole: bool = False
     call_id: str = ""  # a forced tool's call
+    first_at: float | None = None  # when its first token came (time.monotonic)
+    gaps: list[float] = field(default_factory=list)  # the seconds between its tokens (for /metrics)
     _decoder: IncrementalDecoder = field(init=False, repr=False)
     _sent: list[str] = field(init=False, default_factory=list)  # the text given out, piece by piece
     _tail: str = field(init=False, default="")  # the text decoded since (held back: a stop string may start)
     _pending: list[int] = field(init=False, default_factory=list)  # tokens not given out with a piece yet
+    _last_at: float = field(init=False, default=0.0)  # when its last token came
 
     def __post_init__(self) -> None:
         self._decoder = IncrementalDecoder(self.service.tokenizer)
@@ -112,6 +116,12 @@ class Generation:
         """Add one token: the text now final and the tokens since the last piece. A stop string in
         the text (once more than ``min_tokens`` tokens came, as vLLM) ends it: ``finish`` is "stop"
         and the text stops before the stop string."""
+        now = time.monotonic()
+        if self.first_at is None:
+            self.first_at = now
+        else:
+            self.gaps.append(now - self._last_at)
+        self._last_at = now
         if isinstance(item, Scored):
             self.scored.append(item)
         token = item.token if isinstance(item, Scored) else item

@@ -8,7 +8,9 @@ one (:mod:`ortstate.generate.turns`) is that turn's ids, then only the text it a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from ...errors import GenerationError
 from ...generate import Tokenizer
@@ -18,6 +20,7 @@ from .conversations import Conversation
 
 __all__ = ["TOKENIZE_THREADS", "PromptTokens"]
 
+T = TypeVar("T")
 TOKENIZE_THREADS = 2  # requests tokenized at once (more wait their turn: each holds a place already)
 
 
@@ -41,6 +44,10 @@ class PromptTokens:
         """
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, self._tokenize, request, conversation, least)
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(*args)`` in the threads that tokenize, off the event loop (``/tokenize``)."""
+        return await asyncio.get_running_loop().run_in_executor(self._threads, work, *args)
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)

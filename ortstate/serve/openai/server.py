@@ -33,13 +33,17 @@ def build(config: LlmServeConfig) -> tuple[LlmService, Any]:
         slots=c.slots,
         threads=c.threads,
         kv_cache_bytes=c.kv_cache_bytes,
+        max_model_len=c.max_model_len,
         state_dir=c.state_dir,
         max_conversations=c.max_conversations,
         shared=c.shared,
         max_parked_bytes=c.max_parked_bytes,
         conversation_ttl=c.conversation_ttl,
     )
-    return service, create_llm_app(service, token=c.token, max_body_bytes=c.max_body_bytes, idle_park=c.idle_park)
+    app = create_llm_app(
+        service, token=c.token, max_body_bytes=c.max_body_bytes, idle_park=c.idle_park, access_log=c.access_log
+    )
+    return service, app
 
 
 def serve_llm_in_thread(config: LlmServeConfig, *, start_timeout: float = 60.0) -> AbstractContextManager[Running]:

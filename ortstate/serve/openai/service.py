@@ -26,10 +26,12 @@ from ...generate import (
     find_model_files,
 )
 from ...generate.prompts import check_prompts
+from ...runtime.cpu import usable_cores
 from .api import ApiError, ChatRequest, CompletionRequest, Sampling
 from .conversations import HEADER, Conversation, Conversations
 from .formats import schema_error
 from .generation import Generation
+from .metrics import ServerMetrics
 from .prompt_tokens import PromptTokens
 
 __all__ = ["GRAMMAR_THREADS", "LlmService"]
@@ -54,8 +56,10 @@ class LlmService:
         model_id: str,
         max_requests: int,
         conversations: Conversations | None = None,
+        threads: int | None = None,
     ) -> None:
         self.batcher = batcher
+        self.threads = threads  # ONNX Runtime's intra-op threads, where known
         self.conversations = conversations or Conversations(batcher, None)
         self.tokenizer = tokenizer
         self.model_id = model_id
@@ -65,6 +69,7 @@ class LlmService:
         self.in_flight = 0
         self.draining = False
         self.prompts = PromptTokens(tokenizer, self.context)
+        self.metrics = ServerMetrics(model_id, batcher.stats)
         self._grammar_threads = ThreadPoolExecutor(GRAMMAR_THREADS, thread_name_prefix="ortstate-grammar")
 
     @classmethod
@@ -77,13 +82,17 @@ class LlmService:
         slots: int = 64,
         threads: int | None = None,
         kv_cache_bytes: int | None = None,
+        max_model_len: int | None = None,
         state_dir: str | os.PathLike[str] | None = None,
         max_conversations: int = 1024,
         shared: bool = False,
         max_parked_bytes: int | None = None,
         conversation_ttl: float | None = None,
     ) -> LlmService:
-        """Load an optimum-intel folder's decoder into a batcher of ``slots`` rows, and its tokenizer;
+        """Load an optimum-intel folder's decoder into a batcher of ``slots`` rows on ``threads`` ONNX
+        Runtime threads (default: the cores this process may use), each request reaching
+        ``max_model_len`` positions (default: the model's context) within ``kv_cache_bytes`` of KV
+        memory for all (default: a quarter of the machine's), and its tokenizer;
         conversations are kept (``max_conversations`` at most, each for ``conversation_ttl``
         seconds idle if given) and, with ``state_dir``, logged and parked there, which holds
         ``max_parked_bytes`` at most (``shared``: a directory servers behind one router share, see
@@ -102,8 +111,14 @@ class LlmService:
         if tokenizer.chat_template:  # one that does not parse is refused now; none: chat requests get a 400
             tokenizer.check_chat_template()
         tokenizer.bound  # noqa: B018 - read the vocabulary for it now, not in the first request
+        used = threads or usable_cores()
         batcher = ContinuousBatcher.from_dir(
-            folder, slots=slots, threads=threads, kv_cache_bytes=kv_cache_bytes, tokenizer=tokenizer
+            folder,
+            slots=slots,
+            threads=used,
+            kv_cache_bytes=kv_cache_bytes,
+            max_context=max_model_len,
+            tokenizer=tokenizer,
         )
         try:
             conversations = Conversations(
@@ -112,7 +127,8 @@ class LlmService:
         except BaseException:
             batcher.close()
             raise
-        return cls(batcher, tokenizer, model_name or Path(folder).resolve().name, max_requests, conversations)
+        name = model_name or Path(folder).resolve().name
+        return cls(batcher, tokenizer, name, max_requests, conversations, threads=used)
 
     @property
     def lost(self) -> dict[str, str]:

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import onnxruntime as ort
 import uvicorn
 
+from ...runtime.cpu import usable_cores
 from ..config import ServerSettings, check_address, check_needs, check_positive, check_seconds
 from ..guard import Deadlines
 from ..server import uvicorn_config
@@ -31,7 +32,7 @@ class ServeConfig(ServerSettings):
         token: the bearer token every request must carry (none: loopback only).
         max_message_bytes: the largest step message.
         idle_park: park streams idle that many seconds (none: never).
-        threads: ONNX Runtime's intra-op threads.
+        threads: ONNX Runtime's intra-op threads (default: the physical cores this process may use).
         shared: servers share ``state_dir`` on purpose (Ray Serve's replicas).
         handoff: a socket is handed over after that many seconds (parked; the client reconnects).
         durable: log every acknowledged step in ``state_dir`` (see :mod:`.journal`).
@@ -54,7 +55,7 @@ class ServeConfig(ServerSettings):
     token: str | None = None
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     idle_park: float | None = None
-    threads: int = 1
+    threads: int | None = None
     shared: bool = False
     handoff: float | None = None
     durable: bool = False
@@ -71,9 +72,14 @@ class ServeConfig(ServerSettings):
         check_needs(self, "durable", "state_dir", "its log is kept there")
         check_address(self.host, self.port, self.token)
 
+    @property
+    def threads_used(self) -> int:
+        """``threads``, else the physical cores this process may use (where it runs)."""
+        return self.threads or usable_cores()
+
     def session_options(self) -> ort.SessionOptions:
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
+        options.intra_op_num_threads = self.threads_used
         options.inter_op_num_threads = 1
         return options
 

@@ -278,6 +278,11 @@ class KvPool:
             )
             return dataclasses.replace(base, kv_cache_bytes=self.kv_cache_bytes, preempted=self._rows.preempted)
 
+    def kv_usage(self) -> float:
+        """The share of the KV budget the streams' caches hold now (read without the lock, for a
+        server's metrics: a moment's value)."""
+        return self._arena.held() / self.budget.positions
+
     def length(self, sid: int) -> int:
         """How many positions stream ``sid``'s caches hold."""
         with self._lock:

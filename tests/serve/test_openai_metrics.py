@@ -1,0 +1,112 @@
+"""``ortstate serve`` for an LLM folder: ``/metrics`` read with Prometheus' own parser after real
+requests (counts equal the answers' usage exactly, one latency per token or answer), and the
+access log's line per request."""
+
+from __future__ import annotations
+
+import logging
+import urllib.error
+import urllib.request
+from typing import Any
+
+import openai
+import pytest
+from oracle import REPO
+from prometheus_client.parser import text_string_to_metric_families
+
+from ortstate.serve import LlmServeConfig, serve_llm_in_thread
+
+LLAMA = REPO / "models" / "llm" / "llama"
+TOKEN = "s3cret"
+
+
+def scrape(url: str, token: str | None = TOKEN) -> dict[tuple[str, tuple], float]:
+    """Every sample of ``/metrics``: (name, its labels but model_name) -> value."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url + "/metrics", headers=headers), timeout=30) as reply:
+        assert reply.headers["content-type"].startswith("text/plain")
+        text = reply.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            assert s.labels.get("model_name") == "llama", s
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != "model_name"))
+            samples[s.name, labels] = s.value
+    return samples
+
+
+def test_metrics_count_what_the_answers_say(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ortstate.serve.access")
+    with serve_llm_in_thread(LlmServeConfig(LLAMA, 4, slots=2, token=TOKEN)) as running:
+        client = openai.OpenAI(base_url=running.url + "/v1", api_key=TOKEN, max_retries=0)
+        every = {"temperature": 0, "extra_body": {"ignore_eos": True}}  # each answer exactly max_tokens
+        done = [
+            client.completions.create(model="llama", prompt="Hello", max_tokens=5, **every),
+            client.completions.create(
+                model="llama", prompt=[1, 5, 7, 9], max_tokens=3, n=2, seed=1, **{**every, "temperature": 0.8}
+            ),
+            client.chat.completions.create(
+                model="llama", messages=[{"role": "user", "content": "hi"}], max_tokens=4, **every
+            ),
+        ]
+        conversation = {"X-Ortstate-Conversation": "c1"}
+        first = client.completions.create(
+            model="llama", prompt="Once", max_tokens=2, extra_headers=conversation, **every
+        )
+        again = "Once" + first.choices[0].text + " upon a time"  # goes on from the first turn
+        turns = [
+            first,
+            client.completions.create(model="llama", prompt=again, max_tokens=2, extra_headers=conversation, **every),
+        ]
+        got = scrape(running.url)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            scrape(running.url, token=None)
+        assert refused.value.code == 401
+    answers = done + turns
+    choices = [c for a in answers for c in a.choices]
+    assert got["vllm:prompt_tokens_total", ()] == sum(a.usage.prompt_tokens for a in answers)
+    assert got["vllm:generation_tokens_total", ()] == sum(a.usage.completion_tokens for a in answers)
+    assert got["vllm:prefix_cache_queries_total", ()] == sum(a.usage.prompt_tokens for a in answers)
+    cached = sum(a.usage.prompt_tokens_details.cached_tokens for a in answers)
+    assert cached > 0 and got["vllm:prefix_cache_hits_total", ()] == cached
+    assert got["vllm:e2e_request_latency_seconds_count", ()] == len(answers)
+    assert got["vllm:time_to_first_token_seconds_count", ()] == len(choices)
+    tokens = [2 * 3, 5, 4, 2, 2]  # each answer's tokens, its choices together
+    assert sum(tokens) == got["vllm:generation_tokens_total", ()]
+    gaps = 4 + 2 + 2 + 3 + 1 + 1  # a choice's tokens but its first
+    assert got["vllm:inter_token_latency_seconds_count", ()] == gaps
+    reasons = {}
+    for c in choices:
+        reasons[c.finish_reason] = reasons.get(c.finish_reason, 0) + 1
+    assert {k[1][0][1]: v for k, v in got.items() if k[0] == "vllm:request_success_total"} == reasons
+    assert got["vllm:num_requests_running", ()] == got["vllm:num_requests_waiting", ()] == 0
+    assert 0 <= got["vllm:kv_cache_usage_perc", ()] <= 1
+    lines = [r.getMessage() for r in caplog.records if r.name == "ortstate.serve.access"]
+    want = [
+        f"POST /v1/{'chat/' if a.object == 'chat.completion' else ''}completions 200 prompt "
+        f"{a.usage.prompt_tokens} cached {a.usage.prompt_tokens_details.cached_tokens or 0} "
+        f"generated {a.usage.completion_tokens}"
+        for a in answers
+    ]
+    assert [line.rsplit(" ", 2)[0] for line in lines[: len(answers)]] == want
+    assert lines[len(answers)].startswith("GET /metrics 200 ") and lines[-1].startswith("GET /metrics 401 ")
+    assert all(line.endswith(" ms") for line in lines)
+
+
+def test_the_access_log_is_quiet_when_told(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ortstate.serve.access")
+    with serve_llm_in_thread(LlmServeConfig(LLAMA, 2, slots=1, access_log=False)) as running:
+        with urllib.request.urlopen(running.url + "/health", timeout=30) as reply:
+            assert reply.status == 200
+    assert [r for r in caplog.records if r.name == "ortstate.serve.access"] == []
+
+
+def test_two_servers_in_one_process_count_apart() -> None:
+    with (
+        serve_llm_in_thread(LlmServeConfig(LLAMA, 2, slots=1)) as one,
+        serve_llm_in_thread(LlmServeConfig(LLAMA, 2, slots=1)) as other,
+    ):
+        client: Any = openai.OpenAI(base_url=one.url + "/v1", api_key="none", max_retries=0)
+        client.completions.create(model="llama", prompt=[1, 2], max_tokens=2, temperature=0)
+        assert scrape(one.url, None)["vllm:generation_tokens_total", ()] == 2
+        assert scrape(other.url, None).get(("vllm:generation_tokens_total", ()), 0) == 0
