@@ -221,6 +221,36 @@ def test_no_module_takes_another_modules_private_names() -> None:
     assert wrong == []
 
 
+def _exported(tree: ast.Module) -> tuple[list[str], set[str]]:
+    """A module's ``__all__`` and the names it defines itself (functions, classes, assignments)."""
+    listed: list[str] = []
+    defined: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        for target in targets:
+            names = target.elts if isinstance(target, ast.Tuple) else [target]
+            defined.update(n.id for n in names if isinstance(n, ast.Name))
+            if isinstance(target, ast.Name) and target.id == "__all__" and isinstance(node, ast.Assign):
+                listed = list(ast.literal_eval(node.value))
+    return listed, defined
+
+
+def test_a_name_is_exported_by_its_module_and_at_most_a_package():
+    """Re-exports once: a module's ``__all__`` lists only what it defines; only a package's
+    ``__init__`` exports names of its modules (so no name goes through three lists)."""
+    wrong = []
+    for name, path in MODULES.items():
+        if path.name == "__init__.py":
+            continue
+        listed, defined = _exported(ast.parse(path.read_text()))
+        wrong += [f"{name}: {n}" for n in listed if n not in defined]
+    assert wrong == []
+
+
 def test_no_import_cycles() -> None:
     """Between modules (a package's ``__init__`` counts as importing what it re-exports)."""
     graph = {

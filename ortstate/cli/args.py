@@ -33,7 +33,6 @@ def add_verbose_option(p: argparse.ArgumentParser, more: str = "") -> None:
 
 
 __all__ = [
-    "UsageError",
     "add_form_option",
     "add_verbose_option",
     "existing_file",

@@ -18,15 +18,7 @@ from typing import Any
 
 from ..errors import DecoderError, OrtStateError
 
-__all__ = [
-    "CONTEXT_KEYS",
-    "DecoderError",
-    "ModelConfig",
-    "ModelFiles",
-    "find_model_files",
-    "read_config",
-    "read_json_object",
-]
+__all__ = ["CONTEXT_KEYS", "ModelConfig", "ModelFiles", "find_model_files", "read_config", "read_json_object"]
 
 DECODER_ONLY = "openvino_model.xml"
 LANGUAGE_MODEL = "openvino_language_model.xml"

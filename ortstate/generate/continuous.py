@@ -37,7 +37,7 @@ from .schema_source import SchemaSource
 from .scored import Scored
 from .structured import Matcher
 
-__all__ = ["ContinuousBatcher", "KeptStream"]
+__all__ = ["ContinuousBatcher"]
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 256
 

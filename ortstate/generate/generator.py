@@ -37,7 +37,7 @@ from .prompts import FirstRow, is_sequence, nested
 from .stepper import Stepper
 from .tokenizer import folder_tokenizer
 
-__all__ = ["GenerationRun", "Generator"]
+__all__ = ["Generator"]
 
 _ONE_SEQUENCE = (
     "generate() returns one sequence: for n > 1 choices use generate_batch(), whose rows are each prompt's n choices"

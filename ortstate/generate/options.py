@@ -23,7 +23,7 @@ from ..decoders import SEARCH_KEYS
 from ..errors import GenerationError
 from .structured.schema import schema_text
 
-__all__ = ["SEARCH_KEYS", "SearchOptions", "file_defaults"]
+__all__ = ["SearchOptions", "file_defaults"]
 
 # beam sampling sums temperature-scaled log-probabilities over steps (transformers' float32 scores)
 MIN_BEAM_TEMPERATURE = 0.01

@@ -1,7 +1,8 @@
 """The OpenVINO side: read IR v10/v11 into an immutable graph. Imports nothing from ONNX."""
 
 from .graph import Edge, Graph, Layer, Port
-from .reader import KNOWN_OPSETS, read_ir
+from .layers import KNOWN_OPSETS
+from .reader import read_ir
 from .shapes import Dim, PartialShape, parse_partial_shape
 from .types import ELEMENT_TYPES, ElementType, element_type
 

@@ -19,7 +19,7 @@ from .packing import Packed, decode_strings, frozen, packed_size
 from .shapes import parse_static_shape
 from .types import element_type
 
-__all__ = ["ConstantTable", "Packed", "decode_constant"]
+__all__ = ["ConstantTable", "decode_constant"]
 
 
 class ConstantTable(Mapping[int, np.ndarray]):

@@ -22,9 +22,9 @@ from ..model_path import model_file
 from .constants import ConstantTable, Packed, decode_constant
 from .edges import parse_edges, topological_order
 from .graph import Graph, Layer
-from .layers import KNOWN_OPSETS, layer_where, parse_layer
+from .layers import layer_where, parse_layer
 
-__all__ = ["KNOWN_OPSETS", "read_ir"]
+__all__ = ["read_ir"]
 
 _SUPPORTED_IR_VERSIONS = ("10", "11")
 # Refuse before reading: an IR's XML is a few MB even for multi-GB models.

@@ -10,10 +10,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .loaded import FORMS, LoadedModel, load_model
+from .loaded import LoadedModel, load_model
 from .request import InferRequest, VariableState
 
-__all__ = ["FORMS", "StatefulSession"]
+__all__ = ["StatefulSession"]
 
 
 class StatefulSession:

@@ -47,7 +47,7 @@ from .api import ApiError
 from .conversation_files import ID_PATTERN, ConversationFiles
 from .conversation_store import Conversation, ConversationStore
 
-__all__ = ["HEADER", "ID_PATTERN", "Conversation", "Conversations"]
+__all__ = ["HEADER", "Conversations"]
 
 HEADER = "x-ortstate-conversation"
 WAIT_SECONDS = 5.0  # a request on a busy conversation waits that long for it

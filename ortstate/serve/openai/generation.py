@@ -23,7 +23,7 @@ from ...generate import IncrementalDecoder, KeptStream
 from ...generate.scored import Scored
 from ...generate.turns import turn_ids
 from .api import Sampling
-from .conversations import Conversation
+from .conversation_store import Conversation
 from .responses import Call, new_call_id
 
 if TYPE_CHECKING:

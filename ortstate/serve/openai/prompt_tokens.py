@@ -16,7 +16,7 @@ from ...errors import GenerationError
 from ...generate import Tokenizer
 from ...generate.turns import continued_at, continued_ids
 from .api import ApiError, ChatRequest, CompletionRequest
-from .conversations import Conversation
+from .conversation_store import Conversation
 
 __all__ = ["TOKENIZE_THREADS", "PromptTokens"]
 

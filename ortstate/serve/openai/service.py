@@ -28,7 +28,8 @@ from ...generate import (
 from ...generate.prompts import check_prompts
 from ...runtime.cpu import usable_cores
 from .api import ApiError, ChatRequest, CompletionRequest, Sampling
-from .conversations import HEADER, Conversation, Conversations
+from .conversation_store import Conversation
+from .conversations import HEADER, Conversations
 from .formats import schema_error
 from .generation import Generation
 from .metrics import ServerMetrics
