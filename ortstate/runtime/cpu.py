@@ -7,7 +7,7 @@ import os
 from functools import cache
 from pathlib import Path
 
-__all__ = ["cpu_fields", "cpu_flags", "usable_cores"]
+__all__ = ["cores_of", "cpu_fields", "cpu_flags", "usable_cores"]
 
 
 @cache
@@ -39,28 +39,29 @@ def cpu_flags() -> frozenset[str]:
 def usable_cores() -> int:
     """The physical cores this process may run on: the CPUs of its affinity (``taskset``, a
     container's cpuset), hyper-threads of one core counted once, as ONNX Runtime and OpenVINO count
-    the cores they use by default. Where ``/proc/cpuinfo`` does not say which core a CPU is, every
-    CPU allowed counts."""
+    the cores they use by default (see :func:`cores_of`)."""
     try:
         allowed = os.sched_getaffinity(0)
     except (AttributeError, OSError):  # not Linux
         return max(1, os.cpu_count() or 1)
-    cores = _cores_of(allowed)
-    return max(1, len(cores) if cores else len(allowed))
-
-
-def _cores_of(cpus: set[int]) -> set[tuple[str, str]]:
-    """The (physical id, core id) of each of ``cpus``; empty where ``/proc/cpuinfo`` lacks them."""
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
-        return set()
+        text = ""
+    return cores_of(allowed, text)
+
+
+def cores_of(cpus: set[int], cpuinfo: str) -> int:
+    """How many physical cores the logical ``cpus`` are on, as ``cpuinfo`` (the text of Linux's
+    ``/proc/cpuinfo``) pairs them: CPUs of one (``physical id``, ``core id``) count once. Where it
+    does not say which core a CPU is, every CPU counts (at least 1)."""
     cores: set[tuple[str, str]] = set()
-    for block in text.split("\n\n"):
-        fields = dict(line.split(":", 1) for line in block.splitlines() if ":" in line)
-        fields = {k.strip(): v.strip() for k, v in fields.items()}
-        if "processor" not in fields or "core id" not in fields:
+    for block in cpuinfo.split("\n\n"):
+        fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in block.splitlines())}
+        cpu = fields.get("processor", "")
+        if not cpu.isdigit() or int(cpu) not in cpus:
             continue
-        if fields["processor"].isdigit() and int(fields["processor"]) in cpus:
-            cores.add((fields.get("physical id", "0"), fields["core id"]))
-    return cores
+        if "core id" not in fields:
+            return max(1, len(cpus))  # cores not said (a VM's or another architecture's cpuinfo)
+        cores.add((fields.get("physical id", "0"), fields["core id"]))
+    return max(1, len(cores) if cores else len(cpus))

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ortstate.errors import ServeError
+from ortstate.runtime.cpu import usable_cores
 from ortstate.serve import Deadlines, LlmServeConfig, ServeConfig, SettingError
 from ortstate.serve.openai.errors import full_body
 
@@ -91,6 +92,11 @@ def test_an_llm_server_generates_for_64_requests_at_once_or_fewer() -> None:
     assert LlmServeConfig("x").slots == 64
     assert LlmServeConfig("x", max_requests=8).slots == 8
     assert LlmServeConfig("x", max_requests=8, slots=16).slots == 16
+
+
+def test_a_stream_server_runs_on_the_usable_cores_unless_told() -> None:
+    assert ServeConfig("x").session_options().intra_op_num_threads == usable_cores()
+    assert ServeConfig("x", threads=3).session_options().intra_op_num_threads == 3
 
 
 def test_a_serve_run_configs_args_are_coerced_to_each_fields_type() -> None:

@@ -20,6 +20,7 @@ from oracle import REPO, assert_one_line_error, run_cli
 
 from ortstate.errors import ServeError
 from ortstate.generate import Generator
+from ortstate.runtime.cpu import usable_cores
 from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 
 LLM = REPO / "models" / "llm"
@@ -201,7 +202,10 @@ def test_the_command_line_serves_a_folder_until_sigterm() -> None:
     messages = [{"role": "user", "content": "Which runtime runs it?"}]
     prompt = gen.tokenizer.apply_chat_template(messages)
     want = gen.tokenizer.decode(gen.generate(gen.tokenizer.encode(prompt, add_special_tokens=False), 5))
-    with serving("--token", TOKEN, "--model-name", "tiny", model=LLM / "qwen2") as (proc, url):
+    knobs = ("--max-model-len", "100", "--kv-cache-bytes", "64M")  # said at start, with the threads: the cores
+    said = rf"\(OpenAI API at /v1, 64 requests generating at once, {usable_cores()} threads, max model len 100, "
+    said += r"KV cache 0\.06 GiB; SIGTERM or Ctrl-C stops it\)$"
+    with serving("--token", TOKEN, "--model-name", "tiny", *knobs, model=LLM / "qwen2", then=said) as (proc, url):
         api = client(url)
         got = api.chat.completions.create(model="tiny", messages=messages, max_tokens=5, temperature=0)
         assert got.choices[0].message.content == want

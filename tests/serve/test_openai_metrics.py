@@ -59,6 +59,9 @@ def test_metrics_count_what_the_answers_say(caplog: pytest.LogCaptureFixture) ->
             client.completions.create(model="llama", prompt=again, max_tokens=2, extra_headers=conversation, **every),
         ]
         got = scrape(running.url)
+        budget = running.service.batcher.pool.budget.positions
+        client.delete("/conversations/c1", cast_to=object)
+        emptied = scrape(running.url)
         with pytest.raises(urllib.error.HTTPError) as refused:
             scrape(running.url, token=None)
         assert refused.value.code == 401
@@ -80,7 +83,9 @@ def test_metrics_count_what_the_answers_say(caplog: pytest.LogCaptureFixture) ->
         reasons[c.finish_reason] = reasons.get(c.finish_reason, 0) + 1
     assert {k[1][0][1]: v for k, v in got.items() if k[0] == "vllm:request_success_total"} == reasons
     assert got["vllm:num_requests_running", ()] == got["vllm:num_requests_waiting", ()] == 0
-    assert 0 <= got["vllm:kv_cache_usage_perc", ()] <= 1
+    last = turns[-1].usage  # the conversation's cache holds its last turn, but the token that ended it
+    assert got["vllm:kv_cache_usage_perc", ()] == (last.prompt_tokens + last.completion_tokens - 1) / budget
+    assert emptied["vllm:kv_cache_usage_perc", ()] == 0
     lines = [r.getMessage() for r in caplog.records if r.name == "ortstate.serve.access"]
     want = [
         f"POST /v1/{'chat/' if a.object == 'chat.completion' else ''}completions 200 prompt "
@@ -90,6 +95,7 @@ def test_metrics_count_what_the_answers_say(caplog: pytest.LogCaptureFixture) ->
     ]
     assert [line.rsplit(" ", 2)[0] for line in lines[: len(answers)]] == want
     assert lines[len(answers)].startswith("GET /metrics 200 ") and lines[-1].startswith("GET /metrics 401 ")
+    assert lines[len(answers) + 1].startswith("DELETE /v1/conversations/c1 200 ")
     assert all(line.endswith(" ms") for line in lines)
 
 

@@ -99,11 +99,18 @@ def test_the_defaults_use_the_machine_and_the_knobs_set_them() -> None:
     """No threads given: the cores this process may use; max_model_len and kv_cache_bytes reach the
     pool (and /v1/models); the model's context bounds max_model_len."""
     with serve_llm_in_thread(LlmServeConfig(LLAMA, 2, slots=2)) as running:
-        assert running.service.threads == usable_cores()
-        assert running.service.context == running.service.batcher.pool.max_context
+        pool = running.service.batcher.pool
+        assert running.service.threads == session_threads(pool) == usable_cores()
+        assert running.service.context == pool.max_context
     config = LlmServeConfig(LLAMA, 2, slots=2, threads=1, max_model_len=40, kv_cache_bytes=1 << 20)
     with serve_llm_in_thread(config) as running:
         pool = running.service.batcher.pool
-        assert (running.service.threads, pool.max_context, pool.kv_cache_bytes) == (1, 40, 1 << 20)
+        assert (running.service.threads, session_threads(pool)) == (1, 1)
+        assert (pool.max_context, pool.kv_cache_bytes) == (40, 1 << 20)
         with urllib.request.urlopen(running.url + "/v1/models", timeout=30) as reply:
             assert json.loads(reply.read())["data"][0]["max_model_len"] == 40
+
+
+def session_threads(pool: Any) -> int:
+    """The intra-op threads ONNX Runtime's session of ``pool`` was made with."""
+    return pool.loaded.session.get_session_options().intra_op_num_threads
