@@ -4,7 +4,11 @@ access log's line per request."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
 import logging
+import subprocess
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -14,6 +18,7 @@ import pytest
 from oracle import REPO
 from prometheus_client.parser import text_string_to_metric_families
 
+from ortstate.generate import Tokenizer
 from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 
 LLAMA = REPO / "models" / "llm" / "llama"
@@ -78,7 +83,7 @@ def test_metrics_count_what_the_answers_say(caplog: pytest.LogCaptureFixture) ->
     assert sum(tokens) == got["vllm:generation_tokens_total", ()]
     gaps = 4 + 2 + 2 + 3 + 1 + 1  # a choice's tokens but its first
     assert got["vllm:inter_token_latency_seconds_count", ()] == gaps
-    reasons = {}
+    reasons = {"stop": 0, "length": 0, "tool_calls": 0}  # each there from the start, as vLLM's
     for c in choices:
         reasons[c.finish_reason] = reasons.get(c.finish_reason, 0) + 1
     assert {k[1][0][1]: v for k, v in got.items() if k[0] == "vllm:request_success_total"} == reasons
@@ -99,6 +104,28 @@ def test_metrics_count_what_the_answers_say(caplog: pytest.LogCaptureFixture) ->
     assert all(line.endswith(" ms") for line in lines)
 
 
+def test_the_gauges_count_requests_running_and_waiting() -> None:
+    """One row: while a long answer runs, a second request waits for it (its gauge read once the
+    batcher counts it, a counter waited on, not a time); both 0 once they are answered."""
+    with serve_llm_in_thread(LlmServeConfig(LLAMA, 4, slots=1)) as running:
+        client: Any = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0)
+        long = {"prompt": [1], "max_tokens": 127, "temperature": 0, "extra_body": {"ignore_eos": True}}
+        first = client.completions.create(model="llama", stream=True, **long)
+        next(iter(first))  # it runs
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            second = pool.submit(client.completions.create, model="llama", prompt=[1, 2], max_tokens=2, temperature=0)
+            while running.service.batcher.stats()["waiting"] == 0:
+                assert not second.done(), "the second request was answered before the first ended"
+                time.sleep(0.001)
+            during = scrape(running.url, None)
+            assert not second.done(), "the first answer ended before it could be seen running"
+            assert (during["vllm:num_requests_running", ()], during["vllm:num_requests_waiting", ()]) == (1, 1)
+            assert [c.choices[0].finish_reason for c in first][-1] == "length"
+            assert second.result().usage.completion_tokens == 2
+        after = scrape(running.url, None)
+    assert (after["vllm:num_requests_running", ()], after["vllm:num_requests_waiting", ()]) == (0, 0)
+
+
 def test_the_access_log_is_quiet_when_told(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="ortstate.serve.access")
     with serve_llm_in_thread(LlmServeConfig(LLAMA, 2, slots=1, access_log=False)) as running:
@@ -115,4 +142,38 @@ def test_two_servers_in_one_process_count_apart() -> None:
         client: Any = openai.OpenAI(base_url=one.url + "/v1", api_key="none", max_retries=0)
         client.completions.create(model="llama", prompt=[1, 2], max_tokens=2, temperature=0)
         assert scrape(one.url, None)["vllm:generation_tokens_total", ()] == 2
-        assert scrape(other.url, None).get(("vllm:generation_tokens_total", ()), 0) == 0
+        untouched = scrape(other.url, None)
+    # every series is there before the first request, at 0 (as vLLM's), a histogram's buckets too
+    assert {name for (name, _), value in untouched.items() if value == 0} >= {
+        *(
+            f"vllm:{n}_total"
+            for n in ("prompt_tokens", "generation_tokens", "prefix_cache_queries", "prefix_cache_hits")
+        ),
+        *(f"vllm:{n}_seconds_count" for n in ("time_to_first_token", "inter_token_latency", "e2e_request_latency")),
+        "vllm:request_success_total",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+    }
+    assert untouched["vllm:time_to_first_token_seconds_bucket", (("le", "+Inf"),)] == 0
+    assert untouched["vllm:generation_tokens_total", ()] == 0
+
+
+def test_the_docs_watch_it_lines() -> None:
+    """docs/serve-llm.md's "Watch it" curl lines, run against a server of models/llm/llama."""
+    section = (REPO / "docs" / "serve-llm.md").read_text(encoding="utf-8").split("## Watch it")[1]
+    lines = section.split("```bash\n")[1].split("```")[0].splitlines()
+    with serve_llm_in_thread(LlmServeConfig(LLAMA, 2, slots=1)) as running:
+        done = [
+            subprocess.run(
+                ["bash", "-c", line.replace("http://127.0.0.1:8000", running.url)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+            for line in lines
+        ]
+    assert done[0] == 'vllm:generation_tokens_total{model_name="llama"} 0.0\n'
+    tokens = Tokenizer.from_dir(LLAMA).encode("Hello")
+    assert json.loads(done[1]) == {"count": len(tokens), "max_model_len": 128, "tokens": tokens, "token_strs": None}

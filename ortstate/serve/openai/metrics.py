@@ -35,6 +35,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 _TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
          80.0, 160.0, 640.0, 2560.0)  # fmt: skip
 _ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+_REASONS = ("stop", "length", "tool_calls")  # an answer's finish_reason (OpenAI's)
 _E2E = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
         960.0, 1920.0, 7680.0)  # fmt: skip
 
@@ -46,23 +47,28 @@ class ServerMetrics:
     def __init__(self, model_name: str, now: Callable[[], dict[str, float]]) -> None:
         self.registry = CollectorRegistry()
         self.model_name = model_name
-        labels, reg = ["model_name"], self.registry
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens processed.", labels, registry=reg)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens.", labels, registry=reg)
+        reg = self.registry
+        # Each series is made now, at 0 (as vLLM's are): a scrape before the first request has them
+        # all, and a rate() over a counter's first increase counts it.
+
+        def counter(name: str, doc: str) -> Any:
+            return Counter(name, doc, ["model_name"], registry=reg).labels(model_name)
+
+        def histogram(name: str, doc: str, buckets: Sequence[float]) -> Any:
+            return Histogram(name, doc, ["model_name"], buckets=buckets, registry=reg).labels(model_name)
+
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens", "Generated tokens.")
+        self.queries = counter("vllm:prefix_cache_queries", "Prompt tokens looked up in a cache.")
+        self.hits = counter("vllm:prefix_cache_hits", "Prompt tokens a cache held.")
         self.success = Counter(
-            "vllm:request_success", "Requests answered whole.", [*labels, "finished_reason"], registry=reg
+            "vllm:request_success", "Requests answered whole.", ["model_name", "finished_reason"], registry=reg
         )
-        self.queries = Counter("vllm:prefix_cache_queries", "Prompt tokens looked up in a cache.", labels, registry=reg)
-        self.hits = Counter("vllm:prefix_cache_hits", "Prompt tokens a cache held.", labels, registry=reg)
-        self.ttft = Histogram(
-            "vllm:time_to_first_token_seconds", "From arrival to the first token.", labels, buckets=_TTFT, registry=reg
-        )
-        self.itl = Histogram(
-            "vllm:inter_token_latency_seconds", "Between two tokens of a choice.", labels, buckets=_ITL, registry=reg
-        )
-        self.e2e = Histogram(
-            "vllm:e2e_request_latency_seconds", "From arrival to the answer's end.", labels, buckets=_E2E, registry=reg
-        )
+        for reason in _REASONS:
+            self.success.labels(model_name, reason)
+        self.ttft = histogram("vllm:time_to_first_token_seconds", "From arrival to the first token.", _TTFT)
+        self.itl = histogram("vllm:inter_token_latency_seconds", "Between two tokens of a choice.", _ITL)
+        self.e2e = histogram("vllm:e2e_request_latency_seconds", "From arrival to the answer's end.", _E2E)
         reg.register(_Moment(model_name, now))
 
     def answered(self, choices: Sequence[Generation], arrived: float) -> None:
@@ -70,19 +76,19 @@ class ServerMetrics:
         (``time.monotonic()``), however it ended (its tokens so far counted)."""
         if not choices:
             return
-        name, first = self.model_name, choices[0]
-        self.prompt_tokens.labels(name).inc(len(first.prompt))
-        self.queries.labels(name).inc(len(first.prompt))
-        self.hits.labels(name).inc(first.cached)
-        self.generation_tokens.labels(name).inc(sum(len(c.tokens) for c in choices))
+        first = choices[0]
+        self.prompt_tokens.inc(len(first.prompt))
+        self.queries.inc(len(first.prompt))
+        self.hits.inc(first.cached)
+        self.generation_tokens.inc(sum(len(c.tokens) for c in choices))
         for choice in choices:
             if choice.first_at is not None:
-                self.ttft.labels(name).observe(choice.first_at - arrived)
+                self.ttft.observe(choice.first_at - arrived)
             for gap in choice.gaps:
-                self.itl.labels(name).observe(gap)
+                self.itl.observe(gap)
             if choice.finish is not None:
-                self.success.labels(name, str(choice.finish_reason)).inc()
-        self.e2e.labels(name).observe(time.monotonic() - arrived)
+                self.success.labels(self.model_name, str(choice.finish_reason)).inc()
+        self.e2e.observe(time.monotonic() - arrived)
 
     def text(self) -> bytes:
         """Every figure, in Prometheus' text format."""
