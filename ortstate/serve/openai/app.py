@@ -107,10 +107,9 @@ def _routes(service: LlmService, limit: int) -> list[Route]:
         asked = parse_tokenize(await _body(request, limit))
         if asked.model is not None:
             service.check_model(asked.model)
-        tokenizer = service.tokenizer
-        ids = await service.prompts.run(asked.ids, tokenizer)
-        strs = [tokenizer.backend.id_to_token(i) for i in ids] if asked.return_token_strs else None
-        return JSONResponse({"count": len(ids), "max_model_len": service.context, "tokens": ids, "token_strs": strs})
+        # Tokenized, its token strings looked up and the answer rendered off the event loop: a body
+        # of 1 MiB can be a million tokens.
+        return await service.prompts.run(lambda: JSONResponse(asked.answer(service.tokenizer, service.context)))
 
     async def detokenize(request: Request) -> JSONResponse:
         tokenizer = service.tokenizer

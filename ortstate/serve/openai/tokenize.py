@@ -59,6 +59,17 @@ class Tokenize:
         except GenerationError as exc:
             raise ApiError(str(exc), param="prompt" if self.messages is None else "messages") from None
 
+    def answer(self, tokenizer: Any, max_model_len: int) -> dict[str, Any]:
+        """vLLM's answer: ``count``, ``max_model_len``, ``tokens`` and ``token_strs`` (null unless
+        asked for).
+
+        Raises:
+            ApiError: as :meth:`ids`.
+        """
+        ids = self.ids(tokenizer)
+        strs = [tokenizer.backend.id_to_token(i) for i in ids] if self.return_token_strs else None
+        return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": strs}
+
 
 @dataclass(frozen=True)
 class Detokenize:
