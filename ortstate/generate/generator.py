@@ -259,7 +259,7 @@ class Generator:
             keep_logits: keep every step's logits in :attr:`last_run`.
             reset: start from a fresh state (default); False continues the state the last call left:
                 ``prompt_ids`` are the next turn's tokens only (may be empty), fed after the last
-                token generated.
+                token generated (a text is then encoded without the tokenizer's special tokens).
             **search: :class:`~ortstate.generate.SearchOptions` (``do_sample``, ``temperature``,
                 ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``, ``presence_penalty``,
                 ``frequency_penalty``, ``logit_bias``, ``min_tokens``, ``num_beams``,
@@ -277,7 +277,8 @@ class Generator:
         if stream is not None and not callable(stream):
             raise GenerationError(f"stream must be a callable taking each new token, got {type(stream).__name__}")
         if isinstance(prompt_ids, str):  # text in, text out
-            ids = self.tokenizer.encode(prompt_ids)
+            # A turn that goes on (reset=False) is no start of a text: no BOS in the middle of one.
+            ids = self.tokenizer.encode(prompt_ids, add_special_tokens=reset)
             kwargs = {"stream": stream, "encoder_input": encoder_input, "keep_logits": keep_logits, "reset": reset}
             new = self.generate(ids, max_new_tokens, stop_at_eos=stop_at_eos, **kwargs, **search)
             return self.tokenizer.decode(new)

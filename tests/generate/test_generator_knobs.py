@@ -30,6 +30,20 @@ def test_generate_takes_text_and_answers_text() -> None:
     assert isinstance(ids, list) and all(isinstance(i, int) for i in ids)
 
 
+def test_text_that_goes_on_gets_no_special_tokens() -> None:
+    """A turn that continues the cache (``reset=False``) is encoded as the middle of a text: no BOS
+    (the llama tokenizer adds one at a text's start)."""
+    generator = Generator.from_dir(LLM / "llama")
+    tokenizer = Tokenizer.from_dir(LLM / "llama")
+    assert tokenizer.encode("upon") != tokenizer.encode("upon", add_special_tokens=False)
+    generator.generate(tokenizer.encode("Once"), 3, stop_at_eos=False)
+    ids = generator.generate(tokenizer.encode(" upon", add_special_tokens=False), 6, stop_at_eos=False, reset=False)
+    fed = generator.history
+    generator.generate("Once", 3, stop_at_eos=False)
+    assert generator.generate(" upon", 6, stop_at_eos=False, reset=False) == tokenizer.decode(ids)
+    assert generator.history == fed  # the same tokens in the cache: no BOS before " upon"
+
+
 def test_text_without_a_tokenizer_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "llama"
     folder.mkdir()
