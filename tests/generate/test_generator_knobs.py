@@ -4,6 +4,7 @@ same knobs."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,16 @@ def test_text_that_goes_on_gets_no_special_tokens() -> None:
     generator.generate("Once", 3, stop_at_eos=False)
     assert generator.generate(" upon", 6, stop_at_eos=False, reset=False) == tokenizer.decode(ids)
     assert generator.history == fed  # the same tokens in the cache: no BOS before " upon"
+
+
+def test_text_without_the_text_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    generator = Generator.from_dir(LLM / "llama")
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
+    with pytest.raises(GenerationError) as info:
+        generator.generate("hello", 2)
+    assert str(info.value) == (
+        "text needs the text extra (tokenizers missing): pip install 'ortstate[text]' ('.[text]' in a checkout)"
+    )
 
 
 def test_text_without_a_tokenizer_is_refused(tmp_path: Path) -> None:
