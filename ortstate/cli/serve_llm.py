@@ -76,11 +76,11 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     from ..serve.openai.server import build
 
     def says(service: LlmService, url: str) -> str:
-        kv = service.batcher.pool.kv_cache_bytes
+        budget = service.batcher.pool.budget  # as vLLM says its KV cache: in tokens, all requests together
         return (
             f"ortstate serve: {folder} as model '{service.model_id}' on {url} (OpenAI API at /v1, {config.slots} "
             f"requests generating at once, {service.threads} threads, max model len {service.context}, "
-            f"KV cache {kv / (1 << 30):.2f} GiB; SIGTERM or Ctrl-C stops it)"
+            f"KV cache {budget.bytes / (1 << 30):.2f} GiB = {budget.positions:,} positions; SIGTERM or Ctrl-C stops it)"
         )
 
     return _stopped(config, serve_here(config, build, says))
