@@ -32,10 +32,17 @@ each with "stream": true (server-sent events, a chunk per token, then [DONE]; "s
 temperature (0: greedy), top_p, top_k, min_p, seed, stop (strings, left out of the text), n
 (choices, when sampling), presence, frequency and repetition penalties, logit_bias, logprobs
 (completions 0-5; chat: true, with top_logprobs 0-20: log-softmax of the raw logits); no tools.
+And vLLM's: GET /metrics (its figures under vLLM's vllm:* names, Prometheus' text format), POST
+/tokenize {"prompt"} or {"messages"} -> {"count", "max_model_len", "tokens", "token_strs"}, POST
+/detokenize {"tokens"} -> {"prompt"}.
 Errors have OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 a bad request
 (malformed JSON, a bad field, a prompt over the context length), 401 no or a wrong token, 404
 another model, 408 a request too slow, 503 full (with Retry-After), 500 an internal error (its
-message a log id; the traceback in the server's log under that id). A
+message a log id; the traceback in the server's log under that id). Each request is a line on
+stderr once answered (method, path, status, prompt/cached/generated tokens, ms; --no-access-log:
+none). ONNX Runtime runs on the physical cores the process may use (--threads sets it), a request
+reaches the model's context (--max-model-len sets less), all share a quarter of the machine's
+memory for KV caches (--kv-cache-bytes); the start line says all three. A
 client that goes away cancels its request. The same --token, loopback and connection rules. A body
 is JSON nested 64 deep at most, numbers of 100 characters at most, no lone surrogate; a request is
 tokenized once, off the event loop, and a text prompt too long for the context by its length
