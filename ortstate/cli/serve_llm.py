@@ -31,8 +31,9 @@ each with "stream": true (server-sent events, a chunk per token, then [DONE]; "s
 {"include_usage": true} adds a usage chunk) or without; max_tokens / max_completion_tokens,
 temperature (0: greedy), top_p, top_k, min_p, seed, stop (strings, left out of the text), n
 (choices, when sampling), presence, frequency and repetition penalties, logit_bias, logprobs
-(completions 0-5; chat: true, with top_logprobs 0-20: log-softmax of the raw logits); no tools.
-And vLLM's: GET /metrics (its figures under vLLM's vllm:* names, Prometheus' text format), POST
+(completions 0-5; chat: true, with top_logprobs 0-20: log-softmax of the raw logits);
+response_format (json_object, json_schema) and, in a chat, tools with a tool_choice naming one of
+them (docs/structured-output.md). And vLLM's: GET /metrics (its figures under vLLM's vllm:* names, Prometheus' text format), POST
 /tokenize {"prompt"} or {"messages"} -> {"count", "max_model_len", "tokens", "token_strs"}, POST
 /detokenize {"tokens"} -> {"prompt"}.
 Errors have OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 a bad request
