@@ -33,9 +33,9 @@ temperature (0: greedy), top_p, top_k, min_p, seed, stop (strings, left out of t
 (choices, when sampling), presence, frequency and repetition penalties, logit_bias, logprobs
 (completions 0-5; chat: true, with top_logprobs 0-20: log-softmax of the raw logits);
 response_format (json_object, json_schema) and, in a chat, tools with a tool_choice naming one of
-them (docs/structured-output.md). And vLLM's: GET /metrics (its figures under vLLM's vllm:* names, Prometheus' text format), POST
-/tokenize {"prompt"} or {"messages"} -> {"count", "max_model_len", "tokens", "token_strs"}, POST
-/detokenize {"tokens"} -> {"prompt"}.
+them (docs/structured-output.md). And vLLM's: GET /metrics (its figures under vLLM's vllm:*
+names, Prometheus' text format), POST /tokenize {"prompt"} or {"messages"} -> {"count",
+"max_model_len", "tokens", "token_strs"}, POST /detokenize {"tokens"} -> {"prompt"}.
 Errors have OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 a bad request
 (malformed JSON, a bad field, a prompt over the context length), 401 no or a wrong token, 404
 another model, 408 a request too slow, 503 full (with Retry-After), 500 an internal error (its
