@@ -168,7 +168,7 @@ def test_a_conversation_continues_across_a_sigterm_restart(llama: Generator, tmp
         unbroken = converse(running.url, TURNS)
     api, messages, replies = None, [], []
     for k, text in enumerate(TURNS):
-        with serving("--state-dir", str(tmp_path), model=LLM / "llama") as (proc, url):
+        with serving("--state-dir", str(tmp_path), "--no-access-log", model=LLM / "llama") as (proc, url):
             api = client(url)
             messages.append({"role": "user", "content": text})
             replies.append(turn(api, messages))
