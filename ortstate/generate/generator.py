@@ -282,14 +282,7 @@ class Generator:
             kwargs = {"stream": stream, "encoder_input": encoder_input, "keep_logits": keep_logits, "reset": reset}
             new = self.generate(ids, max_new_tokens, stop_at_eos=stop_at_eos, **kwargs, **search)
             return self.tokenizer.decode(new)
-        if not is_sequence(prompt_ids):
-            raise GenerationError(f"the prompt is a text or a list of token ids, got {type(prompt_ids).__name__}")
-        if nested(prompt_ids):
-            raise GenerationError(
-                "generate() takes one prompt (a list of token ids); for several, use generate_batch()"
-            )
-        if search.get("n") not in (None, 1):
-            raise GenerationError(_ONE_SEQUENCE, field="n")
+        _check_one_prompt(prompt_ids, search)
         row_stream = None if stream is None else FirstRow(stream)
         rows = self.generate_batch(
             [prompt_ids],
@@ -334,3 +327,17 @@ class Generator:
             if callable(end):
                 end()
         return job.run.tokens
+
+
+def _check_one_prompt(prompt_ids: Any, search: dict[str, Any]) -> None:
+    """:meth:`Generator.generate`'s prompt is one list of token ids, and its search one sequence.
+
+    Raises:
+        GenerationError: naming what is wrong.
+    """
+    if not is_sequence(prompt_ids):
+        raise GenerationError(f"the prompt is a text or a list of token ids, got {type(prompt_ids).__name__}")
+    if nested(prompt_ids):
+        raise GenerationError("generate() takes one prompt (a list of token ids); for several, use generate_batch()")
+    if search.get("n") not in (None, 1):
+        raise GenerationError(_ONE_SEQUENCE, field="n")
