@@ -54,10 +54,10 @@ class Engine:
         self.scheduler = Scheduler(limits)
         self.delivery = Delivery()
         self.executor = Executor(pool, rules, self.delivery, self.scheduler.end)
-        self.loop = pool.loop
+        self.worker = pool.worker
         self.closed = threading.Event()  # set once every request has ended, in the loop's thread
         self._closing = False
-        self.loop.attach(self)
+        self.worker.attach(self)
 
     # -- from any thread --------------------------------------------------------------------------
     def submit(self, request: Request) -> None:
@@ -68,13 +68,13 @@ class Engine:
         """
         if self._closing:
             raise OrtStateError("the batcher is closed")
-        self.loop.post(request)
+        self.worker.post(request)
 
     def cancel(self, rid: int) -> None:
         """End request ``rid`` at the next tick (nothing once the engine is closed)."""
         if not self._closing:
             try:
-                self.loop.post(Cancel(rid))
+                self.worker.post(Cancel(rid))
             except OrtStateError:  # closed meanwhile: it has ended
                 pass
 
@@ -85,12 +85,12 @@ class Engine:
     def close(self) -> None:
         """Stop generating; requests still running or waiting end with an error."""
         self._closing = True
-        if self.loop.in_thread():  # from a sink or a command: at once
+        if self.worker.in_thread():  # from a sink or a command: at once
             self._shutdown()
         else:
-            self.loop.post(_CLOSE)
+            self.worker.post(_CLOSE)
             self.closed.wait()
-        self.loop.detach(self)
+        self.worker.detach(self)
 
     # -- the pool's loop ----------------------------------------------------------------------------
     def take(self, messages: list[Any]) -> None:
