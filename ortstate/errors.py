@@ -17,6 +17,7 @@ __all__ = [
     "PassError",
     "PoolFullError",
     "RunError",
+    "RuntimeTooOldError",
     "ServeError",
     "StateError",
     "UnsupportedOpsError",
@@ -77,6 +78,11 @@ class StateError(OrtStateError):
 
 class RunError(OrtStateError):
     """An inference run failed; no variable was changed."""
+
+
+class RuntimeTooOldError(RunError):
+    """The installed onnxruntime predates what the model needs (a contrib op's newer attribute, such
+    as GroupQueryAttention's ``causal`` on onnxruntime 1.23, Python 3.10's newest wheel)."""
 
 
 class PassError(OrtStateError):

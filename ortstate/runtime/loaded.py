@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..errors import OrtStateError, PassError, RunError
+from ..errors import OrtStateError, PassError, RunError, RuntimeTooOldError
 from ..meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
 from ..passes.pipelines import LOAD, LOAD_CUSTOM_OP, PassOptions
 from ..passes.walk import nodes
@@ -234,7 +234,7 @@ def _session(
         older = _UNKNOWN_ATTRIBUTE.search(str(exc))
         if older and any(n.op_type == older[2] and n.domain == _ORT_DOMAIN for n in nodes(proto.graph)):
             # a contrib op's attribute this onnxruntime predates: the model was written for a newer one
-            raise OrtStateError(
+            raise RuntimeTooOldError(
                 f"{source.origin}{converted}: {layer}onnxruntime {ort.__version__} does not know attribute "
                 f"'{older[1]}' of operator {older[2]}: the model needs a newer onnxruntime "
                 "(pip install -U onnxruntime; LLMs need Python 3.11+, where its newest wheels are)"
