@@ -277,19 +277,9 @@ class Generator:
         if stream is not None and not callable(stream):
             raise GenerationError(f"stream must be a callable taking each new token, got {type(stream).__name__}")
         if isinstance(prompt_ids, str):  # text in, text out
-            # A turn that goes on (reset=False) is no start of a text: no BOS in the middle of one.
-            ids = self.tokenizer.encode(prompt_ids, add_special_tokens=reset)
-            kwargs = {"stream": stream, "encoder_input": encoder_input, "keep_logits": keep_logits, "reset": reset}
-            new = self.generate(ids, max_new_tokens, stop_at_eos=stop_at_eos, **kwargs, **search)
-            return self.tokenizer.decode(new)
-        if not is_sequence(prompt_ids):
-            raise GenerationError(f"the prompt is a text or a list of token ids, got {type(prompt_ids).__name__}")
-        if nested(prompt_ids):
-            raise GenerationError(
-                "generate() takes one prompt (a list of token ids); for several, use generate_batch()"
-            )
-        if search.get("n") not in (None, 1):
-            raise GenerationError(_ONE_SEQUENCE, field="n")
+            kwargs = {"stream": stream, "encoder_input": encoder_input, "keep_logits": keep_logits}
+            return self._generate_text(prompt_ids, max_new_tokens, stop_at_eos, reset, kwargs | search)
+        _check_one_prompt(prompt_ids, search)
         row_stream = None if stream is None else FirstRow(stream)
         rows = self.generate_batch(
             [prompt_ids],
@@ -302,6 +292,15 @@ class Generator:
             **search,
         )
         return rows[0]
+
+    def _generate_text(
+        self, text: str, max_new_tokens: int, stop_at_eos: bool, reset: bool, kwargs: dict[str, Any]
+    ) -> str:
+        """:meth:`generate` of a text: its tokens' answer, decoded."""
+        # A turn that goes on (reset=False) is no start of a text: no BOS in the middle of one.
+        ids = self.tokenizer.encode(text, add_special_tokens=reset)
+        new = self.generate(ids, max_new_tokens, stop_at_eos=stop_at_eos, reset=reset, **kwargs)
+        return self.tokenizer.decode(new)
 
     def generate_batch(
         self,
@@ -334,3 +333,13 @@ class Generator:
             if callable(end):
                 end()
         return job.run.tokens
+
+
+def _check_one_prompt(prompt_ids: Sequence[int], search: dict[str, Any]) -> None:
+    """Refuse what :meth:`Generator.generate` cannot take: no list of ids, several prompts, ``n`` > 1."""
+    if not is_sequence(prompt_ids):
+        raise GenerationError(f"the prompt is a text or a list of token ids, got {type(prompt_ids).__name__}")
+    if nested(prompt_ids):
+        raise GenerationError("generate() takes one prompt (a list of token ids); for several, use generate_batch()")
+    if search.get("n") not in (None, 1):
+        raise GenerationError(_ONE_SEQUENCE, field="n")

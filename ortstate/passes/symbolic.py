@@ -122,14 +122,14 @@ def _concat(node: onnx.NodeProto, ins: list[Known]) -> list[Known]:
     return [_known(shape, ins[0].elem, values)]
 
 
-def _given(node: onnx.NodeProto, ins: list[Known], index: int) -> Known | None:
+def _optional_input(node: onnx.NodeProto, ins: list[Known], index: int) -> Known | None:
     """Input ``index`` when the node has it (an optional input left out: None)."""
     return ins[index] if len(node.input) > index and node.input[index] else None
 
 
 def _axes(node: onnx.NodeProto, ins: list[Known]) -> list[int] | None:
     """Squeeze's or Unsqueeze's axes (an input since opset 13, an attribute before), as given."""
-    given = _given(node, ins, 1)
+    given = _optional_input(node, ins, 1)
     if given is not None:
         return _ints_of(given)
     axes = _attr(node, "axes", None)
@@ -141,7 +141,7 @@ def _squeeze(node: onnx.NodeProto, ins: list[Known]) -> list[Known]:
     if shape is None:
         return [UNKNOWN]
     axes = _axes(node, ins)
-    if axes is None and (_given(node, ins, 1) is not None or not static_dims(shape)):
+    if axes is None and (_optional_input(node, ins, 1) is not None or not static_dims(shape)):
         return [UNKNOWN]
     picked = [i for i, d in enumerate(shape) if d == 1] if axes is None else [a % len(shape) for a in axes]
     if any(shape[a] != 1 for a in picked):
@@ -205,7 +205,7 @@ def _constant_of_shape(node: onnx.NodeProto, ins: list[Known]) -> list[Known]:
 def _slice(node: onnx.NodeProto, ins: list[Known]) -> list[Known]:
     """Elements of a 1-D value sliced by constants (shapes of anything else: not known)."""
     data = ins[0]
-    args = [_given(node, ins, i) for i in range(1, 5)]
+    args = [_optional_input(node, ins, i) for i in range(1, 5)]
     bounds = [None if a is None else _ints_of(a) for a in args]
     starts, ends = bounds[0], bounds[1]
     axes = [0] if args[2] is None else bounds[2]
@@ -260,7 +260,7 @@ def _split(node: onnx.NodeProto, ins: list[Known]) -> list[Known]:
     if shape is None:
         return [UNKNOWN] * n
     axis = int(_attr(node, "axis", 0)) % len(shape)
-    given, dim = _given(node, ins, 1), shape[axis]
+    given, dim = _optional_input(node, ins, 1), shape[axis]
     sizes: list[Dim] | None = None if given is None else _ints_of(given)  # type: ignore[assignment]
     if given is None:
         sizes = [dim // n] * n if isinstance(dim, int) and dim % n == 0 else [None] * n
