@@ -10,14 +10,14 @@ items go to :class:`~.delivery.Delivery`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 
 from ..decoders import FeedRules
-from ..errors import OrtStateError
-from ..scheduler.requests import Plan
+from ..errors import OrtStateError, StateError
+from ..scheduler.requests import Plan, Scheduler
 from ..streams import KvPool
 from .delivery import Delivery
 from .request import END, Request
@@ -46,18 +46,17 @@ class Running:
 
 
 class Executor:
-    """Runs plans on ``pool``, fed by ``rules``; ``end(rid)`` is told each request that ends (it
-    returns the ids ending with it: the scheduler's :meth:`~ortstate.scheduler.requests.Scheduler.end`)."""
+    """Runs ``scheduler``'s plans on ``pool``, fed by ``rules``; tells the scheduler each request that
+    ends, and each stream that ends up in its prefix cache."""
 
-    def __init__(
-        self, pool: KvPool, rules: FeedRules, delivery: Delivery, end: Callable[[int], tuple[int, ...]]
-    ) -> None:
-        self.pool, self.rules, self.delivery, self.scheduler_end = pool, rules, delivery, end
+    def __init__(self, pool: KvPool, rules: FeedRules, delivery: Delivery, scheduler: Scheduler) -> None:
+        self.pool, self.rules, self.delivery, self.scheduler = pool, rules, delivery, scheduler
         # decoding requests go to the pool as one batch (KvPool.decode) unless a row's feeds hold a
         # value every row of a run shares (cache_position: one per cache length)
         self.batched = "cache_position" not in rules.names
         self.requests: dict[int, Request] = {}  # queued or running, choices not started included
         self.running: dict[int, Running] = {}
+        self.cached: dict[Hashable, int] = {}  # the prefix cache's streams, by the scheduler's keys
         self.ticks = 0
         self._out = delivery.items
 
@@ -68,9 +67,11 @@ class Executor:
 
     def run(self, plan: Plan) -> None:
         """Run one tick's ``plan``."""
-        forks = dict(plan.forks)
+        forks, prefixes = dict(plan.forks), {rid: rest for rid, *rest in plan.prefixes}
+        for key in plan.evict:
+            self.pool.close(self.cached.pop(key))
         for rid in plan.admit:
-            error = self._start(rid)
+            error = self._start(rid, prefixes.get(rid))
             if error is not None:  # its choices never start either
                 for choice in forks.get(rid, ()):
                     self.end(choice, error)
@@ -110,15 +111,15 @@ class Executor:
 
     def end(self, rid: int, last: Any) -> None:
         """End request ``rid`` (and its choices not started) with ``last`` (:data:`END` or an error):
-        its stream closed (a kept one given back), ``last`` to its sink."""
-        for ended in self.scheduler_end(rid) or (rid,):
+        its stream the prefix cache's (or closed; a kept one given back), ``last`` to its sink."""
+        for ended in self.scheduler.end(rid) or (rid,):
             run = self.running.pop(ended, None)
             request = self.requests.pop(ended, None)
             if request is None:
                 continue
             kept = request.kept
             if run is not None and kept is None:
-                self.pool.close(run.sid)
+                self._cache(run, last is END)
             elif run is not None and kept is not None:
                 kept.release(request.prompt + request.tokens, self.pool.length(run.sid))
             elif kept is not None:
@@ -126,16 +127,27 @@ class Executor:
             self._out.append((request, last))
 
     # -- inside -----------------------------------------------------------------------------------
-    def _start(self, rid: int) -> OrtStateError | None:
-        """Request ``rid`` on a stream: a new one, or its kept stream (emptied if it reuses none);
-        the error it ended with where there was none for it."""
+    def drop_cache(self) -> None:
+        """Close every stream of the prefix cache."""
+        for key in list(self.cached):
+            self.scheduler.forget(key)
+            self.pool.close(self.cached.pop(key))
+
+    def _start(self, rid: int, prefix: list | None) -> OrtStateError | None:
+        """Request ``rid`` on a stream: a new one (holding ``prefix``: ``[key, length, moved]``, a
+        copy of the first ``length`` positions of ``key``'s stream, or that cached stream itself, cut
+        to them), or its kept stream (emptied if it reuses none); the error it ended with where
+        there was none for it."""
         request = self.requests[rid]
         kept = request.kept
         try:
-            if kept is None:
-                sid = self.pool.open()
+            if prefix is not None:
+                key, length, moved = prefix
+                sid = self._prefix(key, length, moved)
+            elif kept is None:
+                sid, length = self.pool.open(), 0
             else:
-                sid = kept.sid
+                sid, length = kept.sid, request.reused
                 if not request.reused and kept.tokens:
                     self.pool.reset(sid)
                     kept.tokens = []
@@ -143,7 +155,30 @@ class Executor:
             self.end(rid, exc)
             return exc
         self.running[rid] = Running(request, sid)
+        if request.started is not None:
+            request.started(length)
         return None
+
+    def _prefix(self, key: Hashable, length: int, moved: bool) -> int:
+        """A stream holding the first ``length`` positions of ``key``'s (see :meth:`_start`)."""
+        if moved:
+            sid = self.cached.pop(key)
+            self.pool.trim(sid, length)
+            return sid
+        source = self.running[key].sid if key in self.running else self.cached.get(key)
+        if source is None:  # the request it was to copy failed to start
+            raise StateError(f"the stream holding the prompt's first {length} tokens is gone")
+        return self.pool.fork(source, length)
+
+    def _cache(self, run: Running, whole: bool) -> None:
+        """``run``'s stream, its request ended (``whole``: not by an error), to the prefix cache, or
+        closed: the scheduler says which of the cached streams go now."""
+        sid, request = run.sid, run.request
+        key = ("stream", sid)
+        self.cached[key] = sid
+        held = (request.prompt + request.tokens)[: self.pool.length(sid)] if whole else ()
+        for gone in self.scheduler.cache(key, held):
+            self.pool.close(self.cached.pop(gone))
 
     def _fork(self, run: Running, choices: tuple[int, ...]) -> list[Running]:
         """``run``'s other ``choices``, each on a copy of its stream now that its prompt is fed."""

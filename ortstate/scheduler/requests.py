@@ -222,6 +222,11 @@ class Scheduler:
         self._evict(gone, set())
         return tuple(gone)
 
+    def forget(self, key: Hashable) -> None:
+        """The cached stream ``key`` is gone (closed by the caller)."""
+        if self.prefixes is not None:
+            self.prefixes.remove(key)
+
     def _admit(self) -> tuple[list[int], list[Hashable], list[tuple[int, Hashable, int, bool]]]:
         """The requests admitted now, the cached streams they evict, and where their prompts start."""
         limits, admitted, evicted, prefixes = self.limits, [], [], []
