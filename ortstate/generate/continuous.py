@@ -306,7 +306,8 @@ class ContinuousBatcher:
         self.close()
 
     def stats(self) -> dict[str, float]:
-        """Requests running and waiting, streams cached, the KV budget's share in use (no lock)."""
+        """Requests ``running`` and ``waiting``, streams ``cached``, prompt tokens ``prefilled`` so
+        far, the KV budget's share in use (``kv_usage``, the cache's included), now (no lock)."""
         return {**self._engine.counts(), "kv_usage": self.pool.kv_usage()}
 
     @property

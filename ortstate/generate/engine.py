@@ -120,9 +120,15 @@ class Engine:
                 pass
 
     def counts(self) -> dict[str, int]:
-        """Requests running and waiting, streams cached (read without the pool's loop: a moment's values)."""
-        cached = len(self.executor.cached)
-        return {"running": self.scheduler.running, "waiting": self.scheduler.waiting, "cached": cached}
+        """Requests running and waiting, streams cached, prompt tokens fed so far (read without the
+        pool's loop: a moment's values)."""
+        executor, scheduler = self.executor, self.scheduler
+        return {
+            "running": scheduler.running,
+            "waiting": scheduler.waiting,
+            "cached": len(executor.cached),
+            "prefilled": executor.prefilled,
+        }
 
     def drop_cache(self) -> None:
         """Close the prefix cache's streams (the requests running keep theirs)."""

@@ -58,6 +58,7 @@ class Executor:
         self.running: dict[int, Running] = {}
         self.cached: dict[Hashable, int] = {}  # the prefix cache's streams, by the scheduler's keys
         self.ticks = 0
+        self.prefilled = 0  # prompt tokens fed (those a stream held already, cached, are not)
         self._out = delivery.items
 
     def adopt(self, request: Request) -> None:
@@ -88,6 +89,7 @@ class Executor:
         for run, first, count in chunks:
             ids = np.array([run.request.prompt[first : first + count]], np.int64)
             feeds[run.sid] = self.rules.feeds(ids, first)
+            self.prefilled += count
         results = self.pool.step(feeds, errors="return", logits="last", before_run=self.delivery.flush) if feeds else {}
         self.ticks += 1
         fed = {run.request.rid for run, first, count in chunks if first + count == len(run.request.prompt)}
