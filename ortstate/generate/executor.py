@@ -79,8 +79,9 @@ class Executor:
         if plan.empty:
             return
         decoding = [self.running[rid] for rid in plan.decode]
+        decoded: tuple[list[Running], np.ndarray] | None = None
         if decoding and self.batched:
-            self._decode(decoding)
+            decoded = self._decode(decoding)
             decoding = []
         feeds: dict[int, dict[str, np.ndarray]] = {}
         for run in decoding:
@@ -108,7 +109,12 @@ class Executor:
             group = [run, *self._fork(run, forks.get(rid, ()))]
             picking += group
             logits += [out["logits"][0, -1]] * len(group)
-        if picking:
+        # one pick a tick (a grammar's rows masked in one call), the batch decoded first
+        if decoded is not None and picking:
+            self._pick([*decoded[0], *picking], np.concatenate([decoded[1], np.stack(logits)]))
+        elif decoded is not None:
+            self._pick(*decoded)
+        elif picking:
             self._pick(picking, np.stack(logits))
 
     def end(self, rid: int, last: Any) -> None:
@@ -195,9 +201,10 @@ class Executor:
             started.append(choice)
         return started
 
-    def _decode(self, decoding: list[Running]) -> None:
+    def _decode(self, decoding: list[Running]) -> tuple[list[Running], np.ndarray] | None:
         """Every decoding request's one-token step as one batch (``KvPool.decode``): feeds built
-        once for all rows, as Hugging Face batches them (masks left-padded; positions from them)."""
+        once for all rows, as Hugging Face batches them (masks left-padded; positions from them);
+        the rows and their last logits to pick from (None: the run failed, its requests ended)."""
         count = len(decoding)
         tokens, pasts_list, sids = [], [], []
         for run in decoding:
@@ -213,8 +220,8 @@ class Executor:
         except OrtStateError as exc:
             for run in decoding:
                 self.end(run.request.rid, exc)
-            return
-        self._pick(decoding, logits)
+            return None
+        return decoding, logits
 
     def _pick(self, runs: list[Running], logits: np.ndarray) -> None:
         """Each request's next token from its row of ``logits`` ``[requests, vocab]``, by its own
