@@ -3,7 +3,9 @@
 :class:`Generator` feeds the decoder step by step (see :mod:`~ortstate.decoders.feeds`) and picks
 tokens greedily, by sampling or by beam search (:mod:`~ortstate.generate.decoding`); beam search
 reorders the cache through the model's own ``beam_idx`` input. A generation either starts from a
-fresh state or continues the state the last one left (``reset=False``: a chat turn after a turn).
+fresh state or continues the state the last one left (``reset=False``: a chat turn after a turn);
+``generate()`` of a prompt that starts with what the state holds reuses it (prefix caching, see
+:mod:`.prefix_reuse`).
 """
 
 from __future__ import annotations
@@ -33,15 +35,12 @@ from .decoding import GenerationRun, beam_search, sample_or_greedy
 from .encoder_decoder import Encoder, TextEmbedder
 from .job_plan import plan_job
 from .options import SearchOptions, file_defaults
-from .prompts import FirstRow, is_sequence, nested
+from .prefix_reuse import reuse
+from .prompts import FirstRow, check_one_prompt, check_prompts
 from .stepper import Stepper
 from .tokenizer import folder_tokenizer
 
 __all__ = ["Generator"]
-
-_ONE_SEQUENCE = (
-    "generate() returns one sequence: for n > 1 choices use generate_batch(), whose rows are each prompt's n choices"
-)
 
 
 class Generator:
@@ -59,6 +58,10 @@ class Generator:
         tokenizer: for stop strings (anything with ``decode(ids, skip_special_tokens=...)``);
             without it, ``folder``'s ``tokenizer.json`` is loaded when first needed.
         folder: the export folder the model came from (:meth:`from_dir` gives it).
+        prefix_cache: ``generate()`` of a prompt that starts with what the state holds (the last
+            call's prompt and answer) feeds only the rest, cutting the state where the prompt parts
+            from it if every variable is an attention cache (:mod:`.prefix_reuse`);
+            :attr:`cached_tokens` says how many it held.
 
     Raises:
         GenerationError: the decoder has inputs no rule feeds, needs an embedder that is missing, or
@@ -76,6 +79,7 @@ class Generator:
         layout: StateLayout | None = None,
         tokenizer: Any = None,
         folder: Path | None = None,
+        prefix_cache: bool = True,
     ) -> None:
         self.session = session
         self.config = config or ModelConfig()
@@ -94,6 +98,8 @@ class Generator:
         self._tokenizer = tokenizer
         self._folder = folder  # where the tokenizer is looked for when none is given
         self.last_run: GenerationRun | None = None
+        self.prefix_cache = prefix_cache
+        self.cached_tokens = 0  # the last generate()'s prompt tokens the state held already
 
     @classmethod
     def from_dir(
@@ -257,9 +263,10 @@ class Generator:
             encoder_input: for an encoder-decoder, runs :meth:`encode` first (else the last encoding is used).
             stop_at_eos: stop after an eos token of the config (it is returned).
             keep_logits: keep every step's logits in :attr:`last_run`.
-            reset: start from a fresh state (default); False continues the state the last call left:
-                ``prompt_ids`` are the next turn's tokens only (may be empty), fed after the last
-                token generated (a text is then encoded without the tokenizer's special tokens).
+            reset: start from a fresh state (default; with :attr:`prefix_cache`, a prompt that
+                starts with what the state holds keeps that); False continues the state the last
+                call left: ``prompt_ids`` are the next turn's tokens only (may be empty), fed after
+                the last token generated (a text is then encoded without the special tokens).
             **search: :class:`~ortstate.generate.SearchOptions` (``do_sample``, ``temperature``,
                 ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``, ``presence_penalty``,
                 ``frequency_penalty``, ``logit_bias``, ``min_tokens``, ``num_beams``,
@@ -279,10 +286,11 @@ class Generator:
         if isinstance(prompt_ids, str):  # text in, text out
             kwargs = {"stream": stream, "encoder_input": encoder_input, "keep_logits": keep_logits}
             return self._generate_text(prompt_ids, max_new_tokens, stop_at_eos, reset, kwargs | search)
-        _check_one_prompt(prompt_ids, search)
+        check_one_prompt(prompt_ids, search)
+        prompt, reset = self._reused(prompt_ids, reset, encoder_input, search)
         row_stream = None if stream is None else FirstRow(stream)
         rows = self.generate_batch(
-            [prompt_ids],
+            [prompt],
             max_new_tokens,
             stream=row_stream,
             encoder_input=encoder_input,
@@ -292,6 +300,18 @@ class Generator:
             **search,
         )
         return rows[0]
+
+    def _reused(
+        self, prompt: Sequence[int], reset: bool, encoder_input: np.ndarray | None, search: dict[str, Any]
+    ) -> tuple[Sequence[int], bool]:
+        """What :meth:`generate` feeds and whether it starts afresh: the prompt's tokens the state does
+        not hold, continuing it, where :attr:`prefix_cache` and the state allow (:func:`.reuse`)."""
+        kept = None
+        if reset and self.prefix_cache and self._rows.rows == 1 and encoder_input is None:
+            (ids,) = check_prompts([prompt], 1, vocab_size=self.vocab_size)  # (refused here as there)
+            kept = None if self.search_options(**search).beam_search else reuse(self.stepper, ids)
+        self.cached_tokens = 0 if kept is None else kept[1]
+        return (prompt, reset) if kept is None else (kept[0], False)
 
     def _generate_text(
         self, text: str, max_new_tokens: int, stop_at_eos: bool, reset: bool, kwargs: dict[str, Any]
@@ -333,13 +353,3 @@ class Generator:
             if callable(end):
                 end()
         return job.run.tokens
-
-
-def _check_one_prompt(prompt_ids: Sequence[int], search: dict[str, Any]) -> None:
-    """Refuse what :meth:`Generator.generate` cannot take: no list of ids, several prompts, ``n`` > 1."""
-    if not is_sequence(prompt_ids):
-        raise GenerationError(f"the prompt is a text or a list of token ids, got {type(prompt_ids).__name__}")
-    if nested(prompt_ids):
-        raise GenerationError("generate() takes one prompt (a list of token ids); for several, use generate_batch()")
-    if search.get("n") not in (None, 1):
-        raise GenerationError(_ONE_SEQUENCE, field="n")
