@@ -35,8 +35,8 @@ from .decoding import GenerationRun, beam_search, sample_or_greedy
 from .encoder_decoder import Encoder, TextEmbedder
 from .job_plan import plan_job
 from .options import SearchOptions, file_defaults
-from .prefix_reuse import reuse
-from .prompts import FirstRow, check_one_prompt, check_prompts
+from .prefix_reuse import reused
+from .prompts import FirstRow, check_one_prompt
 from .stepper import Stepper
 from .tokenizer import folder_tokenizer
 
@@ -287,7 +287,10 @@ class Generator:
             kwargs = {"stream": stream, "encoder_input": encoder_input, "keep_logits": keep_logits}
             return self._generate_text(prompt_ids, max_new_tokens, stop_at_eos, reset, kwargs | search)
         check_one_prompt(prompt_ids, search)
-        prompt, reset = self._reused(prompt_ids, reset, encoder_input, search)
+        args = (max_new_tokens, None, None, stop_at_eos, keep_logits, True, search)
+        self.cached_tokens, prompt = 0, prompt_ids
+        if encoder_input is None and reset and self.prefix_cache:  # (an encoder's new output starts afresh)
+            prompt, reset = reused(self, prompt_ids, lambda: plan_job(self, [prompt_ids], *args))
         row_stream = None if stream is None else FirstRow(stream)
         rows = self.generate_batch(
             [prompt],
@@ -300,18 +303,6 @@ class Generator:
             **search,
         )
         return rows[0]
-
-    def _reused(
-        self, prompt: Sequence[int], reset: bool, encoder_input: np.ndarray | None, search: dict[str, Any]
-    ) -> tuple[Sequence[int], bool]:
-        """What :meth:`generate` feeds and whether it starts afresh: the prompt's tokens the state does
-        not hold, continuing it, where :attr:`prefix_cache` and the state allow (:func:`.reuse`)."""
-        kept = None
-        if reset and self.prefix_cache and self._rows.rows == 1 and encoder_input is None:
-            (ids,) = check_prompts([prompt], 1, vocab_size=self.vocab_size)  # (refused here as there)
-            kept = None if self.search_options(**search).beam_search else reuse(self.stepper, ids)
-        self.cached_tokens = 0 if kept is None else kept[1]
-        return (prompt, reset) if kept is None else (kept[0], False)
 
     def _generate_text(
         self, text: str, max_new_tokens: int, stop_at_eos: bool, reset: bool, kwargs: dict[str, Any]

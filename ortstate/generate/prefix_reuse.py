@@ -7,17 +7,39 @@ tokens alone make), and starts afresh otherwise. A whole prompt held still feeds
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
+from .prompts import check_prompts
 from .stepper import Stepper
 
-__all__ = ["reuse"]
+if TYPE_CHECKING:
+    from .generator import Generator
+
+__all__ = ["reuse", "reused"]
+
+
+def reused(generator: Generator, prompt: Sequence[int], plan: Callable[[], Any]) -> tuple[Sequence[int], bool]:
+    """What ``generator.generate(prompt)`` feeds and whether it starts afresh: the prompt's tokens
+    its state does not hold, continuing it (``generator.cached_tokens`` set), where the state allows
+    (:func:`reuse`); ``plan()`` checks the request as a fresh one first (one refused leaves the state
+    as it was)."""
+    stepper = generator.stepper
+    if stepper.rows.rows != 1 or stepper.context:
+        return prompt, True
+    (ids,) = check_prompts([prompt], 1, vocab_size=generator.vocab_size)  # (refused here as there)
+    kept = None if plan().options.beam_search else reuse(stepper, ids)
+    if kept is None:
+        return prompt, True
+    generator.cached_tokens = kept[1]
+    return kept[0], False
 
 
 def reuse(stepper: Stepper, prompt: Sequence[int]) -> tuple[list[int], int] | None:
     """What to feed after the state ``stepper`` keeps for a generation of ``prompt`` (its tokens not
     held: after the pending token, when the prompt goes on with it) and how many of the prompt's
-    tokens the state holds; None: start from a fresh state. The state is cut here if need be."""
+    tokens the state holds; None: start from a fresh state. The state is cut here if need be: the
+    caller has checked the request (a request refused leaves the state as it was)."""
     rows = stepper.rows
     if rows.rows != 1 or rows.stale or stepper.context or not rows.mask.all():
         return None  # several rows, a beam search's, padding, an encoder's output: afresh
