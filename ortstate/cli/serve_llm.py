@@ -7,7 +7,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ServeError, UsageError
 from .command import EXIT_OK
@@ -77,8 +77,7 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
             "token: an LLM folder is served without it (with --state-dir, conversations are parked at a clean stop)"
         )
     config = _config(args, folder)
-    if config.access_log:
-        _print_access_log()
+    _print_access_log(config.access_log)
     if args.ray:
         return _ray(args, config)
     from ..serve.openai.server import build
@@ -94,16 +93,35 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
     return _stopped(config, serve_here(config, build, says))
 
 
-def _print_access_log() -> None:
-    """The access log's lines on stderr, as ``ortstate serve: ...`` lines are on stdout."""
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler writing to ``sys.stderr`` as it is when a line is logged (not when it was made)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _print_access_log(on: bool) -> None:
+    """The access log's lines on stderr (``on``), as ``ortstate serve: ...`` lines are on stdout;
+    once per process however often the command runs in it, and off again when told."""
     from ..serve.openai.access_log import access_logger
 
     logger = access_logger()
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("ortstate serve: %(message)s"))
-    logger.addHandler(handler)
+    mine = [h for h in logger.handlers if isinstance(h, _Stderr)]
+    if not on:
+        for handler in mine:
+            logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+        return
+    if not mine:
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("ortstate serve: %(message)s"))
+        logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-    logger.propagate = False
 
 
 def byte_count(text: str, option: str) -> int:

@@ -71,10 +71,10 @@ class Engine:
         self.scheduler = Scheduler(limits)
         self.delivery = Delivery()
         self.executor = Executor(pool, rules, self.delivery, self.scheduler)
-        self.loop = pool.loop
+        self.worker = pool.worker
         self.closed = threading.Event()  # set once every request has ended, in the loop's thread
         self._closing = False
-        self.loop.attach(self)
+        self.worker.attach(self)
 
     # -- from any thread --------------------------------------------------------------------------
     def submit(self, request: Request) -> None:
@@ -85,7 +85,7 @@ class Engine:
         """
         if self._closing:
             raise OrtStateError("the batcher is closed")
-        self.loop.post(request)
+        self.worker.post(request)
 
     async def items(
         self, requests: list[Request], items: deque[Any], outbox: Outbox, tagged: bool
@@ -115,7 +115,7 @@ class Engine:
         """End request ``rid`` at the next tick (nothing once the engine is closed)."""
         if not self._closing:
             try:
-                self.loop.post(Cancel(rid))
+                self.worker.post(Cancel(rid))
             except OrtStateError:  # closed meanwhile: it has ended
                 pass
 
@@ -134,22 +134,22 @@ class Engine:
         """Close the prefix cache's streams (the requests running keep theirs)."""
         if self.closed.is_set():  # (closing closed them)
             return
-        if self.loop.in_thread():
+        if self.worker.in_thread():
             self.executor.drop_cache()
             return
         done = threading.Event()
-        self.loop.post(_DropCache(done))
+        self.worker.post(_DropCache(done))
         done.wait()
 
     def close(self) -> None:
         """Stop generating; requests still running or waiting end with an error."""
         self._closing = True
-        if self.loop.in_thread():  # from a sink or a command: at once
+        if self.worker.in_thread():  # from a sink or a command: at once
             self._shutdown()
         else:
-            self.loop.post(_CLOSE)
+            self.worker.post(_CLOSE)
             self.closed.wait()
-        self.loop.detach(self)
+        self.worker.detach(self)
 
     # -- the pool's loop ----------------------------------------------------------------------------
     def take(self, messages: list[Any]) -> None:

@@ -42,8 +42,8 @@ class Pool(Protocol):
     :meth:`submit` and :meth:`call` instead, which hand the work to the pool's thread."""
 
     slots: int  # how many streams hold a row of the pool's state at once
-    # the loop every pool has (one thread, one queue), and its two methods, which are the pool's:
-    loop: PoolLoop
+    # the worker every pool has (its PoolLoop: one thread, one queue), and its two methods, the pool's:
+    worker: PoolLoop
 
     def open(self) -> int:
         """A new stream at the model's initial state; its id."""

@@ -78,8 +78,8 @@ class SlotPool:
         self._park_dir = None if park_dir is None else Path(park_dir)
         self._lock = threading.RLock()
         self._record = Recorder()
-        self.loop = PoolLoop(self, max_batch or slots, max_delay)  # the queue and thread behind:
-        self.submit, self.call = self.loop.submit, self.loop.call  # (see the Pool protocol)
+        self.worker = PoolLoop(self, max_batch or slots, max_delay)  # the queue and thread behind:
+        self.submit, self.call = self.worker.submit, self.worker.call  # (see the Pool protocol)
         self._batches = BatchRunner(self._model, self.layout, self._states, self._record)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ class SlotPool:
                 parked=len(self._parked),
                 slots=self.slots,
                 state_bytes=self._states.nbytes,
-                ticks=self.loop.latencies,
+                ticks=self.worker.latencies,
             )
 
     @property

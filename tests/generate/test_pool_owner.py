@@ -177,8 +177,8 @@ async def _drain(batcher: ContinuousBatcher, tokens: int) -> list[int]:
 def test_a_second_batcher_on_one_pool_is_refused() -> None:
     with ContinuousBatcher.from_dir(MODELS / "llama") as batcher:
         with pytest.raises(OrtStateError, match="already has a batcher"):
-            batcher.pool.loop.attach(object())  # type: ignore[arg-type]
-    batcher.pool.loop.attach(_Idle())  # closed: its place is free
+            batcher.pool.worker.attach(object())  # type: ignore[arg-type]
+    batcher.pool.worker.attach(_Idle())  # closed: its place is free
 
 
 class _Idle:

@@ -81,14 +81,14 @@ def test_a_failure_of_the_loop_itself_answers_every_waiting_call(monkeypatch) ->
     """A bug inside a round (not a caller's error) reaches every caller of the round as an
     OrtStateError: none waits forever, and the loop goes on."""
     pool = ortstate.StreamPool(MODEL, slots=2, max_batch=2, max_delay=0.001)
-    loop = pool.loop
-    real = loop._round
+    worker = pool.worker
+    real = worker._round
 
     def broken(items):
-        loop._round = real  # once
+        worker._round = real  # once
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(loop, "_round", broken)
+    monkeypatch.setattr(worker, "_round", broken)
 
     async def calls() -> tuple:
         first = await asyncio.gather(pool.call(pool.open), return_exceptions=True)

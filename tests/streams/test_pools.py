@@ -140,7 +140,7 @@ def test_every_member_of_the_protocol_means_the_same_on_both_pools(kind_name: st
     kind = make_kind(real)
     assert type(real) is kind.cls and isinstance(real, Pool)
     pool, lone, rng = Seen(real), Lone(kind, tmp_path), np.random.default_rng(5)
-    assert pool.slots == 4 and isinstance(pool.loaded, LoadedModel) and isinstance(pool.loop, PoolLoop)
+    assert pool.slots == 4 and isinstance(pool.loaded, LoadedModel) and isinstance(pool.worker, PoolLoop)
 
     a, b = pool.open(), pool.open()
     lone.start(a), lone.start(b)

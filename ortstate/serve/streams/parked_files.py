@@ -56,7 +56,7 @@ class ParkedFiles:
         self.parking = DurableParking(self.pool, self.journal, self.server)
         recovered = self.recover_orphans(force=True)
         self.journal.start()
-        self.pool.loop.on_commit = self.journal.commit
+        self.pool.worker.on_commit = self.journal.commit
         return recovered
 
     def recover_orphans(self, force: bool = False) -> list[str]:

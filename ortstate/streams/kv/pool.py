@@ -87,8 +87,8 @@ class KvPool:
         )
         self._streams = self._rows.streams  # (the same dict: read on every decode)
         self._lock = threading.RLock()
-        self.loop = PoolLoop(self, max_batch or slots, max_delay)  # the queue and thread behind:
-        self.submit, self.call = self.loop.submit, self.loop.call  # (see the Pool protocol)
+        self.worker = PoolLoop(self, max_batch or slots, max_delay)  # the queue and thread behind:
+        self.submit, self.call = self.worker.submit, self.worker.call  # (see the Pool protocol)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def open(self) -> int:
@@ -292,7 +292,7 @@ class KvPool:
                 parked=parked,
                 slots=self.slots,
                 state_bytes=sum(a.nbytes for a in self._fixed) + self._arena.held() * self._arena.token_bytes,
-                ticks=self.loop.latencies,
+                ticks=self.worker.latencies,
             )
             return dataclasses.replace(base, kv_cache_bytes=self.kv_cache_bytes, preempted=self._rows.preempted)
 
