@@ -16,7 +16,7 @@ token ids in [0, vocab); greedy, eos ignored):
               every answer decoded and validated (jsonschema)
 
 Engines: ``ortstate`` / ``ortstate-nocache`` (``ContinuousBatcher.from_dir(DIR, threads=T,
-int8_activations=False, max_num_batched_tokens=256, prefix_caching=True/False)``; an ortstate without
+int8_activations=False, max_num_batched_tokens=256, prefix_cache=True/False)``; an ortstate without
 that option gets "not available" for the cache row and runs the other without it), ``ov-cache`` /
 ``ov-nocache`` (OpenVINO GenAI, exact config: KV_CACHE_PRECISION=f32, INFERENCE_PRECISION_HINT=f32,
 DYNAMIC_QUANTIZATION_GROUP_SIZE=0, INFERENCE_NUM_THREADS=T; SchedulerConfig enable_prefix_caching

@@ -15,8 +15,8 @@ token ids in [0, vocab), see :func:`workload_ids`; greedy, eos ignored):
   :data:`SCHEMA` (every answer decoded with the folder's tokenizer and validated).
 
 Engines: ``ortstate`` / ``ortstate-nocache`` (``ContinuousBatcher.from_dir(DIR, threads=T,
-int8_activations=False, max_num_batched_tokens=B, prefix_caching=True/False)``; an ortstate whose
-``from_dir`` has no ``prefix_caching`` runs ``ortstate-nocache`` without it and refuses ``ortstate``),
+int8_activations=False, max_num_batched_tokens=B, prefix_cache=True/False)``; an ortstate whose
+``from_dir`` has no ``prefix_cache`` runs ``ortstate-nocache`` without it and refuses ``ortstate``),
 ``ov-cache`` / ``ov-nocache`` (OpenVINO GenAI's ``ContinuousBatchingPipeline``, exact config, its
 ``SchedulerConfig`` with ``enable_prefix_caching`` True/False, ``max_num_batched_tokens`` B and
 ``cache_size`` ``--kv-cache-gb``). Every engine first runs one untimed request of ``warm_prompt``
@@ -147,19 +147,19 @@ def _percentile(values: list[float], q: float) -> float:
 # -- engines -----------------------------------------------------------------------------------------
 def ortstate_run(ir: Path, a: argparse.Namespace, caching: bool | None) -> tuple[Run, str]:
     """ContinuousBatcher's ``stream()`` consumers on an event loop of the call's own (``caching`` None:
-    the batcher's default); a note when this ortstate has no ``prefix_caching`` option."""
+    the batcher's default); a note when this ortstate has no ``prefix_cache`` option."""
     from ortstate.generate import ContinuousBatcher
 
     kwargs: dict[str, Any] = {"threads": a.threads, "int8_activations": False}
     kwargs["max_num_batched_tokens"] = a.spec["batched"]
     note = ""
     if caching is not None:
-        if "prefix_caching" in inspect.signature(ContinuousBatcher.from_dir).parameters:
-            kwargs["prefix_caching"] = caching
+        if "prefix_cache" in inspect.signature(ContinuousBatcher.from_dir).parameters:
+            kwargs["prefix_cache"] = caching
         elif caching:
             raise Unavailable("this ortstate has no prefix caching")
         else:
-            note = "this ortstate has no prefix_caching option: no cache to turn off"
+            note = "this ortstate has no prefix_cache option: no cache to turn off"
     batcher = ContinuousBatcher.from_dir(ir, **kwargs)
 
     def run(prompt_list: list[list[int]], new: int, **search: Any) -> Streams:

@@ -175,7 +175,14 @@ def _add_state(p: argparse.ArgumentParser) -> None:
         "--kv-cache-bytes",
         metavar="N",
         help="LLM: the KV memory of all requests together (bytes, or with K, M, G or T; default: a quarter of "
-        "the machine's; said at start): a request waits until its positions fit",
+        "the machine's; said at start): a request waits until its positions fit; the prefix cache lives in it",
+    )
+    p.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="LLM: no automatic prefix caching (default: on; the streams of requests that ended stay in the KV "
+        "memory, least recently used evicted first, and a request whose prompt starts as one of theirs feeds "
+        "only the rest: usage.prompt_tokens_details.cached_tokens says how many it did not)",
     )
     p.add_argument(
         "--conversation-ttl",
@@ -241,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-parked-bytes and --conversation-ttl apply to an LLM folder's conversations")
     if args.max_model_len is not None or args.kv_cache_bytes is not None or args.no_access_log:
         raise UsageError("--max-model-len, --kv-cache-bytes and --no-access-log apply to an LLM folder")
+    if args.no_prefix_cache:
+        raise UsageError("--no-prefix-cache applies to an LLM folder")
     config = _config(args, model_path(args.model))  # a folder of one stream model names it
     return _ray(args, config) if args.ray else _serve_here(config)
 

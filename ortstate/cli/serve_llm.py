@@ -152,6 +152,7 @@ def _config(args: argparse.Namespace, folder: Path) -> LlmServeConfig:
             model_name=args.model_name,
             threads=args.threads,
             kv_cache_bytes=kv,
+            prefix_cache=not args.no_prefix_cache,
             max_model_len=args.max_model_len,
             access_log=not args.no_access_log,
             max_body_bytes=args.max_message_bytes,

@@ -11,7 +11,8 @@ graph, not of a model family, so it is read here, variable by variable:
 - *static*: the Assign writes back the value read (Whisper's and T5's cross-attention keys/values,
   computed once from the encoder output): the same for every beam of a prompt;
 - *cache*: the Assign writes a Concat of the value read and the new step's part: an attention
-  cache, which an attention mask can hide positions of (left padding);
+  cache, which an attention mask can hide positions of (left padding), and whose first positions
+  (along the Concat's axis) are what the first tokens alone make (a prefix to keep, cut there);
 - anything else is *recurrent* (an SSM or convolution state): every token fed flows into it, pad
   tokens included.
 """
@@ -37,6 +38,7 @@ class StateLayout:
     reordered: tuple[str, ...] = ()
     static: tuple[str, ...] = ()
     caches: tuple[str, ...] = ()
+    cache_axes: tuple[int, ...] = ()  # each cache's positions axis (its Concat's), as ``caches``
 
     @property
     def recurrent(self) -> tuple[str, ...]:
@@ -59,6 +61,15 @@ class StateLayout:
         """Every variable is reordered by ``beam_idx``: one prefill row per prompt, then ``beam_idx``
         repeats each row for its beams (what optimum-intel does); else every beam is prefilled."""
         return bool(self.variables) and set(self.reordered) == set(self.variables)
+
+    def cut_problem(self) -> str | None:
+        """Why the state cannot be cut to its first positions (a prompt's start), or None."""
+        if not self.variables or len(self.cache_axes) != len(self.caches):
+            return "the decoder's variables are unknown (build the Generator with from_dir)"
+        others = [v for v in self.variables if v not in self.caches]
+        if others:
+            return f"its variable(s) {_some(others)} are not attention caches, a position a token"
+        return None
 
     def padding_problem(self) -> str | None:
         """Why pad tokens fed to this model would change its state, or None when a mask hides them."""
@@ -118,7 +129,7 @@ def state_layout(graph: Graph) -> StateLayout:
     beam = next((p for p in graph.parameters if p.tensor_name() == "beam_idx"), None)
     reads = {r.attrs.get("variable_id", r.name): r for r in graph.of_type("ReadValue")}
     assigns = {a.attrs.get("variable_id", a.name): a for a in graph.of_type("Assign")}
-    reordered, static, caches = [], [], []
+    reordered, static, caches = [], [], {}
     for vid, read in reads.items():
         readers = _readers(graph, read)
         gathers = [g for g, i in readers if g.type == "Gather" and i == 0]
@@ -142,5 +153,12 @@ def state_layout(graph: Graph) -> StateLayout:
             parts = [_source(graph, written, i) for i in range(len(written.inputs))]
             fed = {p.id for p in parts if p is not None}
             if read.id in fed or any(g.id in fed for g in gathers):
-                caches.append(vid)
-    return StateLayout(tuple(sorted(reads)), tuple(sorted(reordered)), tuple(sorted(static)), tuple(sorted(caches)))
+                caches[vid] = int(written.attrs.get("axis", 0))
+    cached = sorted(caches)
+    return StateLayout(
+        tuple(sorted(reads)),
+        tuple(sorted(reordered)),
+        tuple(sorted(static)),
+        tuple(cached),
+        tuple(caches[v] for v in cached),
+    )

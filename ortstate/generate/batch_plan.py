@@ -61,12 +61,14 @@ def plan_requests(
     logprobs: int | None = None,
     kept: KeptStream | None = None,
     matchers: Sequence[Matcher] | None = None,
+    started: Callable[[int], None] | None = None,
 ) -> list[Request]:
     """A prompt's ``options.n`` requests, complete (ids ``rids``, choice ``i``'s items to
     ``sinks[i]``), choice ``i`` sampled with ``seed + i`` (as vLLM seeds its ``n`` children: choice 0
     is what ``n=1`` gives); the first holds the others as its siblings. ``kept``: the kept stream
     the (one) request continues, feeding only what its cache lacks. ``matchers``: each choice's
     place in its ``json_schema``'s grammar (:func:`schema_matchers`; None: no schema).
+    ``started``: told the prompt's tokens the first's stream held when it started.
 
     Raises:
         GenerationError: the prompt and ``max_new_tokens`` pass ``context`` (the pool's max_context).
@@ -94,7 +96,7 @@ def plan_requests(
 
     siblings = tuple(request(i) for i in range(1, options.n))
     reused = 0 if kept is None else kept.reuses(prompt)
-    return [request(0, kept=kept, reused=reused, siblings=siblings), *siblings]
+    return [request(0, kept=kept, reused=reused, siblings=siblings, started=started), *siblings]
 
 
 def schema_matchers(

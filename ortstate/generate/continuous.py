@@ -4,13 +4,13 @@ Each request is a stream of a :class:`~ortstate.streams.KvPool`; the pool's loop
 its :class:`~.engine.Engine` one tick a round: every request decoding in one batched run per tick,
 prompts fed in chunks between them (see :mod:`ortstate.scheduler.requests`). Each request's
 tokens are those a lone :class:`~ortstate.generate.Generator` gives for the same prompt, options
-and seed.
+and seed. With the prefix cache (on by default), a request starts from a copy of the longest
+start of its prompt that a stream of the pool holds, and feeds only the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import itertools
 import os
@@ -25,7 +25,7 @@ from ..decoders import FeedRules
 from ..errors import GenerationError
 from ..streams import KvPool
 from .batch_plan import batch_options, plan_requests
-from .choice_stream import ChoiceStream
+from .choice_stream import ChoiceStream, TokenStream
 from .delivery import Outboxes, tag
 from .engine import Engine
 from .kept import KeptStream, load_kept
@@ -34,7 +34,6 @@ from .pooled_decoder import pool_decoder
 from .prompts import check_prompts
 from .request import END, Request
 from .schema_source import SchemaSource
-from .scored import Scored
 from .structured import Matcher
 
 __all__ = ["ContinuousBatcher"]
@@ -53,6 +52,9 @@ class ContinuousBatcher:
         max_num_batched_tokens: prompt tokens fed per tick, all prompts together.
         tokenizer: the model's (a :class:`~ortstate.generate.Tokenizer`), for ``json_schema``;
             ``from_dir`` loads the folder's ``tokenizer.json`` when one is first asked for.
+        prefix_cache: start each request from the longest start of its prompt a stream of the pool
+            holds, the streams of requests ended kept as a cache within the KV budget (where
+            ``pool.prefix_sharing``; see :mod:`ortstate.scheduler.requests`).
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class ContinuousBatcher:
         vocab_size: int | None = None,
         max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
         tokenizer: Any = None,
+        prefix_cache: bool = True,
     ) -> None:
         if type(max_num_batched_tokens) is not int or max_num_batched_tokens < 1:
             raise GenerationError(f"max_num_batched_tokens must be an integer >= 1, got {max_num_batched_tokens!r}")
@@ -74,7 +77,7 @@ class ContinuousBatcher:
         self.eos_token_ids = tuple(eos_token_ids)
         self.vocab_size = vocab_size
         self._schemas = SchemaSource(tokenizer, vocab_size)
-        self._engine = Engine(pool, rules, max_num_batched_tokens)
+        self._engine = Engine(pool, rules, max_num_batched_tokens, prefix_cache)
         self._ids = itertools.count()  # request ids (next() on it is atomic: callers on any thread)
         self._outboxes = Outboxes()
 
@@ -92,6 +95,7 @@ class ContinuousBatcher:
         sess_options: ort.SessionOptions | None = None,
         model: str | os.PathLike[str] | None = None,
         tokenizer: Any = None,
+        prefix_cache: bool = True,
     ) -> ContinuousBatcher:
         """Convert an optimum-intel export folder's decoder and pool it.
 
@@ -108,6 +112,7 @@ class ContinuousBatcher:
                 process that only loads holds less memory at its peak.
             tokenizer: the model's, for ``json_schema`` (default: the folder's ``tokenizer.json``,
                 loaded when a request first has a schema).
+            prefix_cache: as the class takes it.
 
         Raises:
             GenerationError, and any conversion or pool error (all ``OrtStateError``).
@@ -130,6 +135,7 @@ class ContinuousBatcher:
             vocab_size=pooled.vocab_size,
             max_num_batched_tokens=max_num_batched_tokens,
             tokenizer=tokenizer,
+            prefix_cache=prefix_cache,
         )
         batcher._schemas.folder = model_dir
         return batcher
@@ -181,8 +187,9 @@ class ContinuousBatcher:
         kept: KeptStream | None = None,
         logprobs: int | None = None,
         **search: Any,
-    ) -> AsyncIterator[int | Scored]:
-        """Each new token of one generation as it is picked (batched with every other request).
+    ) -> TokenStream:
+        """Each new token of one generation as it is picked (batched with every other request);
+        its ``cached_tokens``: the prompt's tokens not fed (a kept stream's, the prefix cache's).
 
         Args:
             kept: continue this kept stream (:meth:`keep`): only what its cache does not hold yet
@@ -197,7 +204,7 @@ class ContinuousBatcher:
         if search.get("n") not in (None, 1):
             raise GenerationError("stream() gives one choice: for n > 1 use stream_choices()", field="n")
         request = self._checked(prompt, max_new_tokens, stop_at_eos, logprobs, search)
-        return self._items(*request, kept=kept, rids=[], tagged=False)
+        return TokenStream(lambda started: self._items(*request, kept=kept, rids=[], tagged=False, started=started))
 
     def stream_choices(
         self,
@@ -219,8 +226,8 @@ class ContinuousBatcher:
         """
         rids: list[int] = []  # the choices' request ids, known once the iteration starts
         request = self._checked(prompt, max_new_tokens, stop_at_eos, logprobs, search)
-        items = self._items(*request, kept=None, rids=rids, tagged=True)
-        return ChoiceStream(items, lambda: rids, self._engine.cancel)
+        items = functools.partial(self._items, *request, kept=None, rids=rids, tagged=True)
+        return ChoiceStream(lambda started: items(started=started), lambda: rids, self._engine.cancel)
 
     def _checked(
         self, prompt: Sequence[int], max_new_tokens: int, stop_at_eos: bool, logprobs: int | None, search: dict
@@ -244,31 +251,18 @@ class ContinuousBatcher:
         kept: KeptStream | None,
         rids: list[int],
         tagged: bool,
+        started: Callable[[int], None],
     ) -> AsyncIterator[Any]:
         """The items of a request's choices as the engine hands them over (``tagged``: as ``(choice,
-        item)``); ``rids`` gets their ids."""
+        item)``); ``rids`` gets their ids; ``started``: told the prompt's tokens cached."""
         outbox = self._outboxes.of(asyncio.get_running_loop())
         items: deque[Any] = deque()
         sinks = [functools.partial(tag, items.append, i) for i in range(options.n)] if tagged else [items.append]
-        delivery = {"notify": outbox.wake, "logprobs": logprobs, "kept": kept, "matchers": matchers}
+        delivery = {"notify": outbox.wake, "logprobs": logprobs, "kept": kept, "matchers": matchers, "started": started}
         requests = self._requests(prompt, max_new_tokens, stop_at_eos, options, sinks, **delivery)
         rids += [r.rid for r in requests]
-        if kept is not None:
-            kept.claim()
-        try:
-            self._engine.submit(requests[0])
-        except BaseException:
-            if kept is not None:
-                kept.busy = False
-            raise
-
-        def cancel() -> None:
-            for request in requests:
-                self._engine.cancel(request.rid)
-
-        async with contextlib.aclosing(outbox.received(items, len(requests), tagged, cancel)) as received:
-            async for entry in received:  # (closed with this generator: its requests cancelled)
-                yield entry
+        async for entry in self._engine.items(requests, items, outbox, tagged):
+            yield entry
 
     # -- kept streams (conversations) -------------------------------------------------------------
     # Each goes to the pool's loop (``pool.call``) and runs there between two ticks: the one way to a
@@ -297,8 +291,12 @@ class ContinuousBatcher:
         """
         return KeptStream(await self.pool.call(load_kept, self.pool, path, len(tokens)), [int(t) for t in tokens])
 
+    def reset_prefix_cache(self) -> None:
+        """Close the prefix cache's streams (the requests running, and kept streams, keep theirs)."""
+        self._engine.drop_cache()
+
     def close(self) -> None:
-        """Stop generating (requests still running or waiting end with an error)."""
+        """Stop generating (requests running or waiting end with an error, the cache is closed)."""
         self._engine.close()
 
     def __enter__(self) -> ContinuousBatcher:
@@ -308,8 +306,14 @@ class ContinuousBatcher:
         self.close()
 
     def stats(self) -> dict[str, float]:
-        """Requests running and waiting, and the KV budget's share in use, as of now (no lock)."""
+        """Requests ``running`` and ``waiting``, streams ``cached``, prompt tokens ``prefilled`` so
+        far, the KV budget's share in use (``kv_usage``, the cache's included), now (no lock)."""
         return {**self._engine.counts(), "kv_usage": self.pool.kv_usage()}
+
+    @property
+    def prefix_cache(self) -> bool:
+        """Whether it caches prefixes: asked, and ``pool.prefix_sharing`` (states of KV alone)."""
+        return self._engine.prefix_cache
 
     @property
     def ticks(self) -> int:

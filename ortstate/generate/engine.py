@@ -14,11 +14,19 @@ starts. Nothing on an event loop holds the pool's lock across a run.
 Admission counts the pool's rows and its one KV budget (``KvPool.budget``): a request runs once
 its rows are free and the positions it can reach fit beside those of the requests running, so a
 tick never needs more KV memory than ``kv_cache_bytes``; the others wait in order.
+
+With ``prefix_cache`` (on a pool whose streams' state is KV caches alone,
+``KvPool.prefix_sharing``), the streams of the requests that ended stay open as the scheduler's
+prefix cache, and a request starts from a copy of the longest start of its prompt a stream holds
+(see :mod:`ortstate.scheduler.requests`); a kept stream's request continues its kept stream instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +34,7 @@ from ..decoders import FeedRules
 from ..errors import OrtStateError, RunError
 from ..scheduler.requests import Limits, Scheduler
 from ..streams import KvPool
-from .delivery import Delivery
+from .delivery import Delivery, Outbox
 from .executor import Executor
 from .request import END, Request
 
@@ -42,18 +50,27 @@ class Cancel:
     rid: int
 
 
-class Engine:
-    """Generates for the requests posted to ``pool``'s loop, fed by ``rules`` (the pool's worker)."""
+@dataclass(frozen=True)
+class _DropCache:
+    """The message that closes the prefix cache's streams (``done`` set after)."""
 
-    def __init__(self, pool: KvPool, rules: FeedRules, max_num_batched_tokens: int) -> None:
+    done: threading.Event
+
+
+class Engine:
+    """Generates for the requests posted to ``pool``'s loop, fed by ``rules`` (the pool's worker);
+    ``prefix_cache``: where the pool's streams can share a prefix (see the module docstring)."""
+
+    def __init__(self, pool: KvPool, rules: FeedRules, max_num_batched_tokens: int, prefix_cache: bool) -> None:
         # A decoder whose recurrent state reads one token per run once it holds a past (the mamba
         # family's decode path; transformers feeds it so): a kept stream's new tokens go one a tick.
         stepwise = rules.mask == "current" or rules.cache_position == "conv_kernel"
         chunked = pool.batching == "ragged" and rules.cache_position != "conv_kernel"
-        limits = Limits(pool.slots, pool.budget.positions, max_num_batched_tokens, chunked, stepwise)
+        self.prefix_cache = prefix_cache and pool.prefix_sharing and not stepwise
+        limits = Limits(pool.slots, pool.budget.positions, max_num_batched_tokens, chunked, stepwise, self.prefix_cache)
         self.scheduler = Scheduler(limits)
         self.delivery = Delivery()
-        self.executor = Executor(pool, rules, self.delivery, self.scheduler.end)
+        self.executor = Executor(pool, rules, self.delivery, self.scheduler)
         self.worker = pool.worker
         self.closed = threading.Event()  # set once every request has ended, in the loop's thread
         self._closing = False
@@ -70,6 +87,30 @@ class Engine:
             raise OrtStateError("the batcher is closed")
         self.worker.post(request)
 
+    async def items(
+        self, requests: list[Request], items: deque[Any], outbox: Outbox, tagged: bool
+    ) -> AsyncIterator[Any]:
+        """Submit a prompt's ``requests`` (its kept stream claimed), then the items their sinks put
+        in ``items`` as ``outbox`` wakes this event loop (see :meth:`Outbox.received`); left early,
+        those still running are cancelled."""
+        kept = requests[0].kept
+        if kept is not None:
+            kept.claim()
+        try:
+            self.submit(requests[0])
+        except BaseException:
+            if kept is not None:
+                kept.busy = False
+            raise
+
+        def cancel() -> None:
+            for request in requests:
+                self.cancel(request.rid)
+
+        async with contextlib.aclosing(outbox.received(items, len(requests), tagged, cancel)) as received:
+            async for entry in received:  # (closed with this generator: its requests cancelled)
+                yield entry
+
     def cancel(self, rid: int) -> None:
         """End request ``rid`` at the next tick (nothing once the engine is closed)."""
         if not self._closing:
@@ -79,8 +120,26 @@ class Engine:
                 pass
 
     def counts(self) -> dict[str, int]:
-        """Requests running and waiting now (read without the pool's loop: a moment's values)."""
-        return {"running": self.scheduler.running, "waiting": self.scheduler.waiting}
+        """Requests running and waiting, streams cached, prompt tokens fed so far (read without the
+        pool's loop: a moment's values)."""
+        executor, scheduler = self.executor, self.scheduler
+        return {
+            "running": scheduler.running,
+            "waiting": scheduler.waiting,
+            "cached": len(executor.cached),
+            "prefilled": executor.prefilled,
+        }
+
+    def drop_cache(self) -> None:
+        """Close the prefix cache's streams (the requests running keep theirs)."""
+        if self.closed.is_set():  # (closing closed them)
+            return
+        if self.worker.in_thread():
+            self.executor.drop_cache()
+            return
+        done = threading.Event()
+        self.worker.post(_DropCache(done))
+        done.wait()
 
     def close(self) -> None:
         """Stop generating; requests still running or waiting end with an error."""
@@ -99,6 +158,9 @@ class Engine:
                 self._queue(message)
             elif isinstance(message, Cancel):
                 self.executor.end(message.rid, END)
+            elif isinstance(message, _DropCache):
+                self.executor.drop_cache()
+                message.done.set()
             elif message is _CLOSE:
                 self._shutdown()
 
@@ -123,7 +185,9 @@ class Engine:
         try:
             if self.closed.is_set():  # queued as the engine closed
                 raise OrtStateError("the batcher was closed")
-            self.scheduler.add(request.rid, len(request.prompt), request.max_new_tokens, request.reused, ids[1:])
+            matched = request.prompt if request.kept is None else None  # (a kept stream is continued)
+            prompt, new = len(request.prompt), request.max_new_tokens
+            self.scheduler.add(request.rid, prompt, new, request.reused, ids[1:], matched)
         except OrtStateError as exc:
             self._end_all(exc, ids)
 
@@ -132,6 +196,7 @@ class Engine:
             return
         self._closing = True
         self._end_all(OrtStateError("the batcher was closed"), list(self.executor.requests))
+        self.executor.drop_cache()
         self.delivery.flush()
         self.closed.set()
 

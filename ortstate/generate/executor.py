@@ -10,14 +10,14 @@ items go to :class:`~.delivery.Delivery`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 
 from ..decoders import FeedRules
-from ..errors import OrtStateError
-from ..scheduler.requests import Plan
+from ..errors import OrtStateError, StateError
+from ..scheduler.requests import Plan, Scheduler
 from ..streams import KvPool
 from .delivery import Delivery
 from .request import END, Request
@@ -46,19 +46,19 @@ class Running:
 
 
 class Executor:
-    """Runs plans on ``pool``, fed by ``rules``; ``end(rid)`` is told each request that ends (it
-    returns the ids ending with it: the scheduler's :meth:`~ortstate.scheduler.requests.Scheduler.end`)."""
+    """Runs ``scheduler``'s plans on ``pool``, fed by ``rules``; tells the scheduler each request that
+    ends, and each stream that ends up in its prefix cache."""
 
-    def __init__(
-        self, pool: KvPool, rules: FeedRules, delivery: Delivery, end: Callable[[int], tuple[int, ...]]
-    ) -> None:
-        self.pool, self.rules, self.delivery, self.scheduler_end = pool, rules, delivery, end
+    def __init__(self, pool: KvPool, rules: FeedRules, delivery: Delivery, scheduler: Scheduler) -> None:
+        self.pool, self.rules, self.delivery, self.scheduler = pool, rules, delivery, scheduler
         # decoding requests go to the pool as one batch (KvPool.decode) unless a row's feeds hold a
         # value every row of a run shares (cache_position: one per cache length)
         self.batched = "cache_position" not in rules.names
         self.requests: dict[int, Request] = {}  # queued or running, choices not started included
         self.running: dict[int, Running] = {}
+        self.cached: dict[Hashable, int] = {}  # the prefix cache's streams, by the scheduler's keys
         self.ticks = 0
+        self.prefilled = 0  # prompt tokens fed (those a stream held already, cached, are not)
         self._out = delivery.items
 
     def adopt(self, request: Request) -> None:
@@ -68,17 +68,20 @@ class Executor:
 
     def run(self, plan: Plan) -> None:
         """Run one tick's ``plan``."""
-        forks = dict(plan.forks)
+        forks, prefixes = dict(plan.forks), {rid: rest for rid, *rest in plan.prefixes}
+        for key in plan.evict:
+            self.pool.close(self.cached.pop(key))
         for rid in plan.admit:
-            error = self._start(rid)
+            error = self._start(rid, prefixes.get(rid))
             if error is not None:  # its choices never start either
                 for choice in forks.get(rid, ()):
                     self.end(choice, error)
         if plan.empty:
             return
         decoding = [self.running[rid] for rid in plan.decode]
+        decoded: tuple[list[Running], np.ndarray] | None = None
         if decoding and self.batched:
-            self._decode(decoding)
+            decoded = self._decode(decoding)
             decoding = []
         feeds: dict[int, dict[str, np.ndarray]] = {}
         for run in decoding:
@@ -87,6 +90,7 @@ class Executor:
         for run, first, count in chunks:
             ids = np.array([run.request.prompt[first : first + count]], np.int64)
             feeds[run.sid] = self.rules.feeds(ids, first)
+            self.prefilled += count
         results = self.pool.step(feeds, errors="return", logits="last", before_run=self.delivery.flush) if feeds else {}
         self.ticks += 1
         fed = {run.request.rid for run, first, count in chunks if first + count == len(run.request.prompt)}
@@ -105,20 +109,25 @@ class Executor:
             group = [run, *self._fork(run, forks.get(rid, ()))]
             picking += group
             logits += [out["logits"][0, -1]] * len(group)
-        if picking:
+        # one pick a tick (a grammar's rows masked in one call), the batch decoded first
+        if decoded is not None and picking:
+            self._pick([*decoded[0], *picking], np.concatenate([decoded[1], np.stack(logits)]))
+        elif decoded is not None:
+            self._pick(*decoded)
+        elif picking:
             self._pick(picking, np.stack(logits))
 
     def end(self, rid: int, last: Any) -> None:
         """End request ``rid`` (and its choices not started) with ``last`` (:data:`END` or an error):
-        its stream closed (a kept one given back), ``last`` to its sink."""
-        for ended in self.scheduler_end(rid) or (rid,):
+        its stream the prefix cache's (or closed; a kept one given back), ``last`` to its sink."""
+        for ended in self.scheduler.end(rid) or (rid,):
             run = self.running.pop(ended, None)
             request = self.requests.pop(ended, None)
             if request is None:
                 continue
             kept = request.kept
             if run is not None and kept is None:
-                self.pool.close(run.sid)
+                self._cache(run, last is END)
             elif run is not None and kept is not None:
                 kept.release(request.prompt + request.tokens, self.pool.length(run.sid))
             elif kept is not None:
@@ -126,16 +135,27 @@ class Executor:
             self._out.append((request, last))
 
     # -- inside -----------------------------------------------------------------------------------
-    def _start(self, rid: int) -> OrtStateError | None:
-        """Request ``rid`` on a stream: a new one, or its kept stream (emptied if it reuses none);
-        the error it ended with where there was none for it."""
+    def drop_cache(self) -> None:
+        """Close every stream of the prefix cache."""
+        for key in list(self.cached):
+            self.scheduler.forget(key)
+            self.pool.close(self.cached.pop(key))
+
+    def _start(self, rid: int, prefix: list | None) -> OrtStateError | None:
+        """Request ``rid`` on a stream: a new one (holding ``prefix``: ``[key, length, moved]``, a
+        copy of the first ``length`` positions of ``key``'s stream, or that cached stream itself, cut
+        to them), or its kept stream (emptied if it reuses none); the error it ended with where
+        there was none for it."""
         request = self.requests[rid]
         kept = request.kept
         try:
-            if kept is None:
-                sid = self.pool.open()
+            if prefix is not None:
+                key, length, moved = prefix
+                sid = self._prefix(key, length, moved)
+            elif kept is None:
+                sid, length = self.pool.open(), 0
             else:
-                sid = kept.sid
+                sid, length = kept.sid, request.reused
                 if not request.reused and kept.tokens:
                     self.pool.reset(sid)
                     kept.tokens = []
@@ -143,7 +163,30 @@ class Executor:
             self.end(rid, exc)
             return exc
         self.running[rid] = Running(request, sid)
+        if request.started is not None:
+            request.started(length)
         return None
+
+    def _prefix(self, key: Hashable, length: int, moved: bool) -> int:
+        """A stream holding the first ``length`` positions of ``key``'s (see :meth:`_start`)."""
+        if moved:
+            sid = self.cached.pop(key)
+            self.pool.trim(sid, length)
+            return sid
+        source = self.running[key].sid if key in self.running else self.cached.get(key)
+        if source is None:  # the request it was to copy failed to start
+            raise StateError(f"the stream holding the prompt's first {length} tokens is gone")
+        return self.pool.fork(source, length)
+
+    def _cache(self, run: Running, whole: bool) -> None:
+        """``run``'s stream, its request ended (``whole``: not by an error), to the prefix cache, or
+        closed: the scheduler says which of the cached streams go now."""
+        sid, request = run.sid, run.request
+        key = ("stream", sid)
+        self.cached[key] = sid
+        held = (request.prompt + request.tokens)[: self.pool.length(sid)] if whole else ()
+        for gone in self.scheduler.cache(key, held):
+            self.pool.close(self.cached.pop(gone))
 
     def _fork(self, run: Running, choices: tuple[int, ...]) -> list[Running]:
         """``run``'s other ``choices``, each on a copy of its stream now that its prompt is fed."""
@@ -158,9 +201,10 @@ class Executor:
             started.append(choice)
         return started
 
-    def _decode(self, decoding: list[Running]) -> None:
+    def _decode(self, decoding: list[Running]) -> tuple[list[Running], np.ndarray] | None:
         """Every decoding request's one-token step as one batch (``KvPool.decode``): feeds built
-        once for all rows, as Hugging Face batches them (masks left-padded; positions from them)."""
+        once for all rows, as Hugging Face batches them (masks left-padded; positions from them);
+        the rows and their last logits to pick from (None: the run failed, its requests ended)."""
         count = len(decoding)
         tokens, pasts_list, sids = [], [], []
         for run in decoding:
@@ -176,8 +220,8 @@ class Executor:
         except OrtStateError as exc:
             for run in decoding:
                 self.end(run.request.rid, exc)
-            return
-        self._pick(decoding, logits)
+            return None
+        return decoding, logits
 
     def _pick(self, runs: list[Running], logits: np.ndarray) -> None:
         """Each request's next token from its row of ``logits`` ``[requests, vocab]``, by its own

@@ -3,7 +3,9 @@
 :class:`Generator` feeds the decoder step by step (see :mod:`~ortstate.decoders.feeds`) and picks
 tokens greedily, by sampling or by beam search (:mod:`~ortstate.generate.decoding`); beam search
 reorders the cache through the model's own ``beam_idx`` input. A generation either starts from a
-fresh state or continues the state the last one left (``reset=False``: a chat turn after a turn).
+fresh state or continues the state the last one left (``reset=False``: a chat turn after a turn);
+``generate()`` of a prompt that starts with what the state holds reuses it (prefix caching, see
+:mod:`.prefix_reuse`).
 """
 
 from __future__ import annotations
@@ -33,15 +35,12 @@ from .decoding import GenerationRun, beam_search, sample_or_greedy
 from .encoder_decoder import Encoder, TextEmbedder
 from .job_plan import plan_job
 from .options import SearchOptions, file_defaults
-from .prompts import FirstRow, is_sequence, nested
+from .prefix_reuse import reused
+from .prompts import FirstRow, check_one_prompt
 from .stepper import Stepper
 from .tokenizer import folder_tokenizer
 
 __all__ = ["Generator"]
-
-_ONE_SEQUENCE = (
-    "generate() returns one sequence: for n > 1 choices use generate_batch(), whose rows are each prompt's n choices"
-)
 
 
 class Generator:
@@ -59,6 +58,10 @@ class Generator:
         tokenizer: for stop strings (anything with ``decode(ids, skip_special_tokens=...)``);
             without it, ``folder``'s ``tokenizer.json`` is loaded when first needed.
         folder: the export folder the model came from (:meth:`from_dir` gives it).
+        prefix_cache: ``generate()`` of a prompt that starts with what the state holds (the last
+            call's prompt and answer) feeds only the rest, cutting the state where the prompt parts
+            from it if every variable is an attention cache (:mod:`.prefix_reuse`);
+            :attr:`cached_tokens` says how many it held.
 
     Raises:
         GenerationError: the decoder has inputs no rule feeds, needs an embedder that is missing, or
@@ -76,6 +79,7 @@ class Generator:
         layout: StateLayout | None = None,
         tokenizer: Any = None,
         folder: Path | None = None,
+        prefix_cache: bool = True,
     ) -> None:
         self.session = session
         self.config = config or ModelConfig()
@@ -94,6 +98,8 @@ class Generator:
         self._tokenizer = tokenizer
         self._folder = folder  # where the tokenizer is looked for when none is given
         self.last_run: GenerationRun | None = None
+        self.prefix_cache = prefix_cache
+        self.cached_tokens = 0  # the last generate()'s prompt tokens the state held already
 
     @classmethod
     def from_dir(
@@ -257,9 +263,10 @@ class Generator:
             encoder_input: for an encoder-decoder, runs :meth:`encode` first (else the last encoding is used).
             stop_at_eos: stop after an eos token of the config (it is returned).
             keep_logits: keep every step's logits in :attr:`last_run`.
-            reset: start from a fresh state (default); False continues the state the last call left:
-                ``prompt_ids`` are the next turn's tokens only (may be empty), fed after the last
-                token generated (a text is then encoded without the tokenizer's special tokens).
+            reset: start from a fresh state (default; with :attr:`prefix_cache`, a prompt that
+                starts with what the state holds keeps that); False continues the state the last
+                call left: ``prompt_ids`` are the next turn's tokens only (may be empty), fed after
+                the last token generated (a text is then encoded without the special tokens).
             **search: :class:`~ortstate.generate.SearchOptions` (``do_sample``, ``temperature``,
                 ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``, ``presence_penalty``,
                 ``frequency_penalty``, ``logit_bias``, ``min_tokens``, ``num_beams``,
@@ -277,15 +284,16 @@ class Generator:
         if stream is not None and not callable(stream):
             raise GenerationError(f"stream must be a callable taking each new token, got {type(stream).__name__}")
         if isinstance(prompt_ids, str):  # text in, text out
-            # A turn that goes on (reset=False) is no start of a text: no BOS in the middle of one.
-            ids = self.tokenizer.encode(prompt_ids, add_special_tokens=reset)
-            kwargs = {"stream": stream, "encoder_input": encoder_input, "keep_logits": keep_logits, "reset": reset}
-            new = self.generate(ids, max_new_tokens, stop_at_eos=stop_at_eos, **kwargs, **search)
-            return self.tokenizer.decode(new)
-        _check_one_prompt(prompt_ids, search)
+            kwargs = {"stream": stream, "encoder_input": encoder_input, "keep_logits": keep_logits}
+            return self._generate_text(prompt_ids, max_new_tokens, stop_at_eos, reset, kwargs | search)
+        check_one_prompt(prompt_ids, search)
+        args = (max_new_tokens, None, None, stop_at_eos, keep_logits, True, search)
+        self.cached_tokens, prompt = 0, prompt_ids
+        if encoder_input is None and reset and self.prefix_cache:  # (an encoder's new output starts afresh)
+            prompt, reset = reused(self, prompt_ids, lambda: plan_job(self, [prompt_ids], *args))
         row_stream = None if stream is None else FirstRow(stream)
         rows = self.generate_batch(
-            [prompt_ids],
+            [prompt],
             max_new_tokens,
             stream=row_stream,
             encoder_input=encoder_input,
@@ -295,6 +303,15 @@ class Generator:
             **search,
         )
         return rows[0]
+
+    def _generate_text(
+        self, text: str, max_new_tokens: int, stop_at_eos: bool, reset: bool, kwargs: dict[str, Any]
+    ) -> str:
+        """:meth:`generate` of a text: its tokens' answer, decoded."""
+        # A turn that goes on (reset=False) is no start of a text: no BOS in the middle of one.
+        ids = self.tokenizer.encode(text, add_special_tokens=reset)
+        new = self.generate(ids, max_new_tokens, stop_at_eos=stop_at_eos, reset=reset, **kwargs)
+        return self.tokenizer.decode(new)
 
     def generate_batch(
         self,
@@ -327,17 +344,3 @@ class Generator:
             if callable(end):
                 end()
         return job.run.tokens
-
-
-def _check_one_prompt(prompt_ids: Any, search: dict[str, Any]) -> None:
-    """:meth:`Generator.generate`'s prompt is one list of token ids, and its search one sequence.
-
-    Raises:
-        GenerationError: naming what is wrong.
-    """
-    if not is_sequence(prompt_ids):
-        raise GenerationError(f"the prompt is a text or a list of token ids, got {type(prompt_ids).__name__}")
-    if nested(prompt_ids):
-        raise GenerationError("generate() takes one prompt (a list of token ids); for several, use generate_batch()")
-    if search.get("n") not in (None, 1):
-        raise GenerationError(_ONE_SEQUENCE, field="n")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import GenerationError
 
-__all__ = ["FirstRow", "check_context", "check_prompts", "is_sequence", "nested"]
+__all__ = ["FirstRow", "check_context", "check_one_prompt", "check_prompts", "is_sequence", "nested"]
 
 _MAX_ID = 2**63 - 1  # token ids are fed as int64
 
@@ -98,3 +99,17 @@ class FirstRow:
         end = getattr(self.stream, "end", None)
         if callable(end):
             end()
+
+
+def check_one_prompt(prompt_ids: Sequence[int], search: dict[str, Any]) -> None:
+    """Refuse what :meth:`Generator.generate` cannot take: no list of ids, several prompts, ``n`` > 1."""
+    if not is_sequence(prompt_ids):
+        raise GenerationError(f"the prompt is a text or a list of token ids, got {type(prompt_ids).__name__}")
+    if nested(prompt_ids):
+        raise GenerationError("generate() takes one prompt (a list of token ids); for several, use generate_batch()")
+    if search.get("n") not in (None, 1):
+        raise GenerationError(
+            "generate() returns one sequence: for n > 1 choices use generate_batch(), whose rows are each "
+            "prompt's n choices",
+            field="n",
+        )

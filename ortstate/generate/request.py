@@ -41,6 +41,9 @@ class Request:
             and run as requests of their own from then on.
         tokens: its new tokens, as they are picked (the engine appends to this list).
         matcher: where its answer is in its ``json_schema``'s grammar (the executor advances it).
+        started: called (in the pool's loop) with how many of its prompt's tokens its stream held
+            when it started, before its first token: a kept stream's (``reused``) or a cached
+            prefix's (see :mod:`ortstate.scheduler.requests`); a first choice's only.
     """
 
     rid: int
@@ -58,6 +61,7 @@ class Request:
     siblings: tuple[Request, ...] = ()
     tokens: list[int] = field(default_factory=list)
     matcher: Matcher | None = None  # its place in its json_schema's grammar (None: no schema)
+    started: Callable[[int], None] | None = None
     stops: frozenset[int] | None = field(init=False)  # the tokens that stop it (None: stop strings)
     plain: bool = field(init=False)  # greedy, nothing adjusted, no logprobs or schema: its logits' argmax
 

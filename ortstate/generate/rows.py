@@ -72,6 +72,11 @@ class CacheRows:
         self.pending = [[] for _ in self.pending]
         return True
 
+    def cut(self, length: int) -> None:
+        """One row's cache cut to its first ``length`` positions, real tokens all: nothing pending."""
+        self.mask = self.mask[:, :length]
+        self.history, self.pending = [self.history[0][:length]], [[]]
+
     def start(self, chunks: Sequence[Sequence[int]], prompts: np.ndarray) -> None:
         """A fresh cache about to be fed ``chunks`` (one per row)."""
         self.clear()

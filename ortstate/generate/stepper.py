@@ -91,6 +91,18 @@ class Stepper:
         self.session.reset_state()
         self.rows.clear()
 
+    def cut(self, length: int) -> None:
+        """Cut one row's cache to its first ``length`` positions: every variable an attention cache
+        (``layout.cut_problem()`` is None), sliced along its positions axis."""
+        axes = dict(zip(self.layout.caches, self.layout.cache_axes))
+        for state in self.session.query_state():
+            axis = axes[state.name]
+            value = state.state
+            index = [slice(None)] * value.ndim
+            index[axis] = slice(0, length)
+            state.state = np.ascontiguousarray(value[tuple(index)])
+        self.rows.cut(length)
+
     def start(self, chunks: Sequence[Sequence[int]], prompts: np.ndarray) -> None:
         """Reset for a generation that feeds ``chunks`` (one per row; row ``r`` of prompt ``prompts[r]``) first."""
         self.session.reset_state()

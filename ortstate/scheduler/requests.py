@@ -17,15 +17,26 @@ holds a past (the mamba family's decode path) gets one token a tick past its fir
 A request of several choices feeds its prompt once, as its first choice; the tick its last chunk
 runs, its other choices start on copies of that stream (``forks``) and decode from the next tick
 on, each a request of its own.
+
+With ``prefix_cache`` (automatic prefix caching, as SGLang's RadixAttention and vLLM's), the
+streams of requests that ended stay in the pool as a cache (:meth:`Scheduler.cache`), and every
+request admitted starts from the longest start of its prompt that a stream holds, running or
+cached (:class:`~.prefix_tree.PrefixTree`): its stream gets a copy of those positions (or the
+cached stream itself, cut to them, when the request extends all it holds or the budget needs the
+room) and only the rest of its prompt is fed; a whole prompt held still feeds its last token (its
+logits). A request whose prompt a running request is still feeding waits until that one holds it.
+The cache is evicted least recently used first, so that the cached streams and the running
+requests' rows and reach fit the pool's rows and KV budget; a running request's stream never is.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from ..errors import OrtStateError
+from .prefix_tree import Match, PrefixTree
 
 __all__ = ["Limits", "Plan", "Scheduler"]
 
@@ -34,13 +45,15 @@ __all__ = ["Limits", "Plan", "Scheduler"]
 class Limits:
     """What a scheduler admits and feeds against: the pool's ``rows``, its KV budget in
     ``positions`` (:class:`~.budget.KvBudget`), prompt tokens fed per tick; ``chunked``: a prompt
-    may be split; ``stepwise``: a request past its first chunk feeds one token a tick."""
+    may be split; ``stepwise``: a request past its first chunk feeds one token a tick;
+    ``prefix_cache``: requests start from the longest start of their prompt a stream holds."""
 
     rows: int
     positions: int
     max_num_batched_tokens: int
     chunked: bool = True
     stepwise: bool = False
+    prefix_cache: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rows", "positions", "max_num_batched_tokens"):
@@ -53,12 +66,17 @@ class Limits:
 class Plan:
     """One tick: the requests admitted now (``admit``: their streams open before anything runs), those
     decoding one token, the prompt ``chunks`` fed (``(request, first token, tokens)``), and the
-    ``forks``: ``(request, its other choices)``, started on copies of its stream once its chunk ran."""
+    ``forks``: ``(request, its other choices)``, started on copies of its stream once its chunk ran;
+    with a prefix cache, the cached streams to close first (``evict``, by their keys) and the
+    admitted requests' ``prefixes``: ``(request, the key of the stream holding it, its length,
+    moved)``, moved: the request takes that cached stream itself, cut to the length (else a copy)."""
 
     admit: tuple[int, ...] = ()
     decode: tuple[int, ...] = ()
     chunks: tuple[tuple[int, int, int], ...] = ()
     forks: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    evict: tuple[Hashable, ...] = ()
+    prefixes: tuple[tuple[int, Hashable, int, bool], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -69,10 +87,13 @@ class _Request:
     """A request as the scheduler keeps it: its prompt's length, how much of it is fed, its limit,
     and its other choices (until they fork)."""
 
-    __slots__ = ("choices", "fed", "max_new_tokens", "prompt", "rid")
+    __slots__ = ("choices", "fed", "ids", "max_new_tokens", "prompt", "rid")
 
-    def __init__(self, rid: int, prompt: int, fed: int, max_new_tokens: int, choices: list[int]) -> None:
+    def __init__(
+        self, rid: int, prompt: int, fed: int, max_new_tokens: int, choices: list[int], ids: tuple[int, ...] | None
+    ) -> None:
         self.rid, self.prompt, self.fed, self.max_new_tokens, self.choices = rid, prompt, fed, max_new_tokens, choices
+        self.ids = ids  # its prompt's token ids, matched against the prefix cache (None: not matched)
 
     @property
     def rows(self) -> int:
@@ -95,6 +116,8 @@ class Scheduler:
         self._reach = 0  # and the positions they can reach
         self._feeding = 0  # running requests with prompt tokens to feed
         self._steady: Plan | None = None  # the plan while nothing changes: every request decoding
+        # the streams by what they hold: running requests' (by their id, pinned) and the cache's
+        self.prefixes = PrefixTree() if limits.prefix_cache else None
 
     @property
     def waiting(self) -> int:
@@ -108,16 +131,26 @@ class Scheduler:
         """The running requests, oldest first (choices that started from one included)."""
         return tuple(self._running)
 
-    def add(self, rid: int, prompt: int, max_new_tokens: int, fed: int = 0, choices: Sequence[int] = ()) -> None:
+    def add(
+        self,
+        rid: int,
+        prompt: int,
+        max_new_tokens: int,
+        fed: int = 0,
+        choices: Sequence[int] = (),
+        ids: Sequence[int] | None = None,
+    ) -> None:
         """Queue request ``rid``: ``prompt`` tokens of which its stream holds ``fed`` already (a kept
-        stream's), up to ``max_new_tokens`` new ones; ``choices``: the ids of its other choices.
+        stream's), up to ``max_new_tokens`` new ones; ``choices``: the ids of its other choices;
+        ``ids``: its prompt's token ids, to start from the prefix cache (None: it does not).
 
         Raises:
             OrtStateError: nothing left to feed, or a count that is not a positive integer.
         """
-        if not 0 <= fed < prompt or max_new_tokens < 1:
+        if not 0 <= fed < prompt or max_new_tokens < 1 or (ids is not None and (fed or len(ids) != prompt)):
             raise OrtStateError(f"request {rid}: {prompt} prompt tokens, {fed} fed, {max_new_tokens} new: none to run")
-        request = _Request(rid, prompt, fed, max_new_tokens, list(choices))
+        matched = None if ids is None or self.prefixes is None else tuple(ids)
+        request = _Request(rid, prompt, fed, max_new_tokens, list(choices), matched)
         self._waiting.append(request)
         for choice in choices:
             self._first[choice] = request
@@ -136,6 +169,8 @@ class Scheduler:
             return (rid,)
         request = self._running.pop(rid, None)
         if request is not None:
+            if self.prefixes is not None:
+                self.prefixes.remove(rid)
             self._rows, self._reach = self._rows - request.rows, self._reach - request.reach
             self._feeding -= request.fed < request.prompt
             self._steady = None
@@ -155,7 +190,7 @@ class Scheduler:
                 self._steady = Plan(decode=tuple(self._running))
             return self._steady
         self._steady = None
-        admit = self._admit()
+        admit, evict, prefixes = self._admit()
         decode, chunks, forks = [], [], []
         budget, feeding = self.limits.max_num_batched_tokens, True
         for request in list(self._running.values()):
@@ -169,16 +204,38 @@ class Scheduler:
             chunks.append((request.rid, request.fed, take))
             budget -= take
             request.fed += take
+            if request.ids is not None:
+                self.prefixes.hold(request.rid, request.fed)  # type: ignore[union-attr]
             if request.fed == request.prompt:
                 self._feeding -= 1
                 if request.choices:
                     forks.append((request.rid, self._fork(request)))
-        return Plan(tuple(admit), tuple(decode), tuple(chunks), tuple(forks))
+        return Plan(tuple(admit), tuple(decode), tuple(chunks), tuple(forks), tuple(evict), tuple(prefixes))
 
-    def _admit(self) -> list[int]:
-        limits, admitted = self.limits, []
+    def cache(self, key: Hashable, ids: Sequence[int]) -> tuple[Hashable, ...]:
+        """A stream that holds ``ids`` (a request's that ended) is the cache's from now on, as ``key``;
+        the cached streams to close now (``key`` among them when it holds nothing new, or no room
+        is left for it). Without a prefix cache: ``(key,)``."""
+        if self.prefixes is None:
+            return (key,)
+        gone = list(self.prefixes.insert(key, ids))
+        self._evict(gone, set())
+        return tuple(gone)
+
+    def forget(self, key: Hashable) -> None:
+        """The cached stream ``key`` is gone (closed by the caller)."""
+        if self.prefixes is not None:
+            self.prefixes.remove(key)
+
+    def _admit(self) -> tuple[list[int], list[Hashable], list[tuple[int, Hashable, int, bool]]]:
+        """The requests admitted now, the cached streams they evict, and where their prompts start."""
+        limits, admitted, evicted, prefixes = self.limits, [], [], []
+        copied: set[Hashable] = set()  # streams copied this tick: closed after, never before
         while self._waiting:
             request = self._waiting[0]
+            match = self._match(request)
+            if self._running and match.longest > match.length:
+                break  # a running request still feeding holds more of it soon: wait for it
             full = self._rows + request.rows > limits.rows or self._reach + request.reach > limits.positions
             if self._running and full:
                 break
@@ -187,7 +244,56 @@ class Scheduler:
             self._rows, self._reach = self._rows + request.rows, self._reach + request.reach
             self._feeding += 1
             admitted.append(request.rid)
-        return admitted
+            if request.ids is not None:
+                prefix = self._start(request, match, copied, evicted)
+                if prefix is not None:
+                    prefixes.append(prefix)
+        return admitted, evicted, prefixes
+
+    def _match(self, request: _Request) -> Match:
+        """The longest start of ``request``'s prompt held, short of its last token (fed for its logits)."""
+        if request.ids is None or self.prefixes is None:
+            return Match(None, 0, 0)
+        found = self.prefixes.match(request.ids)
+        last = request.prompt - 1
+        return Match(found.key, min(found.length, last), min(found.longest, last))
+
+    def _start(
+        self, request: _Request, match: Match, copied: set[Hashable], evicted: list[Hashable]
+    ) -> tuple[int, Hashable, int, bool] | None:
+        """``request`` admitted: the cache evicted to make room (its match last), its prompt's start."""
+        tree = self.prefixes
+        assert tree is not None
+        source, length = match.key, match.length
+        keep = set(copied) if source is None else {*copied, source}
+        room = self._evict(evicted, keep)
+        cached = source is not None and length > 0 and not tree.pinned(source)
+        moved = cached and (not room or tree.held(source) == length)  # no copy: the stream itself, cut
+        if moved:
+            tree.remove(source)
+        elif source is not None and length:
+            copied.add(source)
+        request.fed = length
+        tree.insert(request.rid, request.ids or (), length, pins=1)
+        return (request.rid, source, length, moved) if source is not None and length else None
+
+    def _evict(self, evicted: list[Hashable], keep: set[Hashable]) -> bool:
+        """Evict cached streams not in ``keep``, least recently used first, until the cache and the
+        running requests' rows and reach fit the limits; whether they do."""
+        tree, limits = self.prefixes, self.limits
+        assert tree is not None
+
+        def fits() -> bool:
+            rows, positions = tree.cached + self._rows, tree.cached_positions + self._reach
+            return rows <= limits.rows and positions <= limits.positions
+
+        for key in [] if fits() else list(tree.victims()):
+            if key not in keep:
+                tree.remove(key)
+                evicted.append(key)
+                if fits():
+                    break
+        return fits()
 
     def _take(self, request: _Request, budget: int, others: bool) -> int:
         """The prompt tokens ``request`` feeds this tick, ``budget`` left (``others``: chunks planned)."""
@@ -205,5 +311,5 @@ class Scheduler:
         choices, request.choices = tuple(request.choices), []
         for rid in choices:
             del self._first[rid]
-            self._running[rid] = _Request(rid, request.prompt, request.prompt, request.max_new_tokens, [])
+            self._running[rid] = _Request(rid, request.prompt, request.prompt, request.max_new_tokens, [], None)
         return choices

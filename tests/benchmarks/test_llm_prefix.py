@@ -86,8 +86,8 @@ def test_structured_answers_are_decoded_and_validated():
 
 @LLM
 @pytest.mark.parametrize("has_option", [True, False])
-def test_the_ortstate_engines_set_prefix_caching_as_a_user_would(has_option, monkeypatch):
-    """Through ``from_dir``'s own ``prefix_caching`` when it has one; without it the cache engine is
+def test_the_ortstate_engines_set_prefix_cache_as_a_user_would(has_option, monkeypatch):
+    """Through ``from_dir``'s own ``prefix_cache`` when it has one; without it the cache engine is
     refused and the cache-less one runs without the option (a note says so)."""
     import ortstate.generate
 
@@ -98,8 +98,8 @@ def test_the_ortstate_engines_set_prefix_caching_as_a_user_would(has_option, mon
         if has_option:
 
             @classmethod
-            def from_dir(cls, model_dir, *, prefix_caching: bool, **kwargs):  # type: ignore[override]
-                seen.append(kwargs | {"prefix_caching": prefix_caching})
+            def from_dir(cls, model_dir, *, prefix_cache: bool, **kwargs):  # type: ignore[override]
+                seen.append(kwargs | {"prefix_cache": prefix_cache})
                 return real.from_dir(model_dir, **kwargs)
 
         else:
@@ -118,9 +118,9 @@ def test_the_ortstate_engines_set_prefix_caching_as_a_user_would(has_option, mon
             continue
         run, note = child.ortstate_run(LLAMA, a, caching)
         assert len(run([[5, 6, 7]], 3).tokens[0]) == 3
-        assert note == ("" if has_option else "this ortstate has no prefix_caching option: no cache to turn off")
+        assert note == ("" if has_option else "this ortstate has no prefix_cache option: no cache to turn off")
     expected = {"threads": 1, "int8_activations": False, "max_num_batched_tokens": 16}
-    assert seen == ([expected | {"prefix_caching": c} for c in (True, False)] if has_option else [expected])
+    assert seen == ([expected | {"prefix_cache": c} for c in (True, False)] if has_option else [expected])
 
 
 def test_openvino_genai_gets_the_exact_config_and_the_scheduler_fields(monkeypatch):

@@ -54,7 +54,8 @@ def _fresh_equals_continued(generator: Generator, chat: Chat, family: str | None
     prompt, then one token a run) within 1e-4."""
     continued = generator.last_run
     assert continued is not None and continued.logits is not None
-    tokens = generator.generate(chat.prompt_ids, NEW, keep_logits=True)  # reset: from an empty cache
+    generator.reset()  # from an empty cache (generate() would reuse the state: it holds the prompt's start)
+    tokens = generator.generate(chat.prompt_ids, NEW, keep_logits=True)
     fresh = generator.last_run
     assert fresh is not None and fresh.logits is not None and fresh.prompt_tokens == len(chat.prompt_ids)
     assert tokens == continued.tokens[0]

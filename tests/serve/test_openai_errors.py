@@ -303,6 +303,11 @@ def test_the_docs_curl_example() -> None:
             2,
             "--model-name and --max-conversations apply to an LLM folder",
         ),
+        (
+            ["serve", REPO / "models" / "lstm_1l" / "model.xml", "--no-prefix-cache"],
+            2,
+            "--no-prefix-cache applies to an LLM folder",
+        ),
     ],
     ids=[
         "encoder-decoder",
@@ -315,6 +320,7 @@ def test_the_docs_curl_example() -> None:
         "max-message-bytes",
         "idle-park",
         "model-name",
+        "no-prefix-cache",
     ],
 )
 def test_command_line_refusals(capsys: pytest.CaptureFixture[str], argv: list, code: int, message: str) -> None:

@@ -21,6 +21,7 @@ from conftest import openai_error
 from oracle import REPO
 
 from ortstate.errors import RunError
+from ortstate.generate.choice_stream import TokenStream
 from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 
 LLM = (REPO / "models" / "llm").resolve()  # an absolute folder: no reply may name it
@@ -173,11 +174,11 @@ def test_a_generation_that_fails_names_a_log_id_not_its_error(server, monkeypatc
     """The engine's error (a run failing, in its words: a path, ONNX Runtime's text) goes to the
     log under an id; the client gets the id, as a 500 or as the stream's last event."""
 
-    async def failing(*args: Any, **kwargs: Any) -> Any:
+    async def failing(started: Any) -> Any:
         raise RunError(f"{LLM}/openvino_model.onnx: ONNX Runtime failed")
-        yield 0  # an async generator, as ContinuousBatcher.stream is
+        yield 0  # an async generator, as ContinuousBatcher.stream's items are
 
-    monkeypatch.setattr(server.service.batcher, "stream", failing)
+    monkeypatch.setattr(server.service.batcher, "stream", lambda *args, **kwargs: TokenStream(failing))
     with caplog.at_level(logging.ERROR, logger="ortstate.serve"):
         status, _, reply = post(server.url, "/v1/completions", completion("Hello", stream=stream))
     if stream:

@@ -89,8 +89,12 @@ def test_metrics_count_what_the_answers_say(caplog: pytest.LogCaptureFixture) ->
     assert {k[1][0][1]: v for k, v in got.items() if k[0] == "vllm:request_success_total"} == reasons
     assert got["vllm:num_requests_running", ()] == got["vllm:num_requests_waiting", ()] == 0
     last = turns[-1].usage  # the conversation's cache holds its last turn, but the token that ended it
-    assert got["vllm:kv_cache_usage_perc", ()] == (last.prompt_tokens + last.completion_tokens - 1) / budget
-    assert emptied["vllm:kv_cache_usage_perc", ()] == 0
+    # and the prefix cache the last other answer's stream (its prompt and answer but its last token):
+    # of 2 rows, one ran the conversation's turn; the streams before were evicted for it
+    cache = done[-1].usage.prompt_tokens + done[-1].usage.completion_tokens - 1
+    conversation = last.prompt_tokens + last.completion_tokens - 1
+    assert got["vllm:kv_cache_usage_perc", ()] == (conversation + cache) / budget
+    assert emptied["vllm:kv_cache_usage_perc", ()] == cache / budget
     lines = [r.getMessage() for r in caplog.records if r.name == "ortstate.serve.access"]
     want = [
         f"POST /v1/{'chat/' if a.object == 'chat.completion' else ''}completions 200 prompt "

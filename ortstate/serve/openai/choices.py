@@ -42,13 +42,16 @@ async def choice_pieces(choices: list[Generation]) -> AsyncIterator[tuple[int, s
     first = choices[0]
     stream = first.source if first.source is not None else first.open()
     async with contextlib.aclosing(stream):
-        async for index, item in stream:
-            choice = choices[index]
-            if choice.finish is None:
-                piece = choice.take(item)
-                if choice.finish is not None:  # cut at a stop string: its request ends now
-                    stream.cancel(index)
-                yield (index, *piece)
+        try:
+            async for index, item in stream:
+                choice = choices[index]
+                if choice.finish is None:
+                    piece = choice.take(item)
+                    if choice.finish is not None:  # cut at a stop string: its request ends now
+                        stream.cancel(index)
+                    yield (index, *piece)
+        finally:
+            first.cached = stream.cached_tokens  # the prompt fed once, for all of them
     for choice in choices:
         last = choice.close() if choice.finish is None else None
         if last is not None:
@@ -76,7 +79,7 @@ async def answer_choices(
 
 
 def _choices_usage(choices: list[Generation]) -> dict[str, Any]:
-    return usage(len(choices[0].prompt), sum(len(c.tokens) for c in choices))
+    return usage(len(choices[0].prompt), sum(len(c.tokens) for c in choices), choices[0].cached)
 
 
 async def _choice_events(

@@ -34,7 +34,12 @@ class LlmServeConfig(ServerSettings):
         token: the bearer token every request must carry (none: loopback only).
         model_name: the model's id in the API (default: the folder's name).
         threads: ONNX Runtime's intra-op threads (default: the physical cores this process may use).
-        kv_cache_bytes: the KV memory of all requests (default: a quarter of the machine's).
+        kv_cache_bytes: the KV memory of all requests (default: a quarter of the machine's), the
+            prefix cache's streams included.
+        prefix_cache: keep the streams of requests that ended as a cache within ``kv_cache_bytes``
+            (least recently used evicted first) and start each request from the longest start
+            of its prompt a stream holds, feeding only the rest (automatic prefix caching, as
+            vLLM's, on by default; a model whose state is not KV caches alone caches nothing).
         max_model_len: the positions one request may reach, prompt and answer (default: the
             model's context; at most that).
         max_body_bytes: the largest request body.
@@ -68,6 +73,7 @@ class LlmServeConfig(ServerSettings):
     model_name: str | None = None
     threads: int | None = None
     kv_cache_bytes: int | None = None
+    prefix_cache: bool = True
     max_model_len: int | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     state_dir: str | None = None

@@ -53,7 +53,7 @@ class Generation:
     prompt_text: str | None = None  # None: token ids
     conversation: Conversation | None = None
     kept: KeptStream | None = None  # the conversation's cache, continued
-    cached: int = 0  # prompt tokens the conversation's cache held already
+    cached: int = 0  # prompt tokens its stream held already (a conversation's, the prefix cache's)
     tokens: list[int] = field(default_factory=list)
     scored: list[Scored] = field(default_factory=list)  # each token's logprobs, when asked for
     text: str = ""
@@ -104,10 +104,13 @@ class Generation:
         """Each new token as (the text now final, possibly "", the tokens since the last piece)."""
         stream = self.source if self.source is not None else self.open()
         async with contextlib.aclosing(stream):
-            async for item in stream:
-                yield self.take(item)
-                if self.finish is not None:  # cut at a stop string
-                    return
+            try:
+                async for item in stream:
+                    yield self.take(item)
+                    if self.finish is not None:  # cut at a stop string
+                        return
+            finally:
+                self.cached = stream.cached_tokens  # (set as its request started)
         last = self.close()
         if last is not None:
             yield last

@@ -7,7 +7,7 @@ dashboard made for vLLM reads them), each labelled with the served ``model_name`
 - Counters: ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total`` (what the answers' usage
   counts), ``vllm:request_success_total`` by ``finished_reason``, ``vllm:prefix_cache_queries_total``
   and ``vllm:prefix_cache_hits_total`` (prompt tokens looked up, and those a cache held: a
-  conversation's, ``usage.prompt_tokens_details.cached_tokens``).
+  conversation's or the prefix cache's, ``usage.prompt_tokens_details.cached_tokens``).
 - Histograms (vLLM's buckets), per answer: ``vllm:time_to_first_token_seconds`` and
   ``vllm:e2e_request_latency_seconds`` (from the request's arrival), ``vllm:inter_token_latency_seconds``
   (between a choice's tokens).

@@ -24,7 +24,8 @@ def new_call_id() -> str:
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached: int = 0) -> dict[str, Any]:
-    """OpenAI's usage; ``cached``: prompt tokens a conversation's cache held already."""
+    """OpenAI's usage; ``cached``: prompt tokens not fed, a stream held them already (a
+    conversation's, the prefix cache's: vLLM's ``cached_tokens``)."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,

@@ -33,6 +33,7 @@ def build(config: LlmServeConfig) -> tuple[LlmService, Any]:
         slots=c.slots,
         threads=c.threads,
         kv_cache_bytes=c.kv_cache_bytes,
+        prefix_cache=c.prefix_cache,
         max_model_len=c.max_model_len,
         state_dir=c.state_dir,
         max_conversations=c.max_conversations,

@@ -83,6 +83,7 @@ class LlmService:
         slots: int = 64,
         threads: int | None = None,
         kv_cache_bytes: int | None = None,
+        prefix_cache: bool = True,
         max_model_len: int | None = None,
         state_dir: str | os.PathLike[str] | None = None,
         max_conversations: int = 1024,
@@ -93,7 +94,8 @@ class LlmService:
         """Load an optimum-intel folder's decoder into a batcher of ``slots`` rows on ``threads`` ONNX
         Runtime threads (default: the cores this process may use), each request reaching
         ``max_model_len`` positions (default: the model's context) within ``kv_cache_bytes`` of KV
-        memory for all (default: a quarter of the machine's), and its tokenizer;
+        memory for all (default: a quarter of the machine's), with a prefix cache in it unless
+        ``prefix_cache`` is False (:class:`ContinuousBatcher`'s), and its tokenizer;
         conversations are kept (``max_conversations`` at most, each for ``conversation_ttl``
         seconds idle if given) and, with ``state_dir``, logged and parked there, which holds
         ``max_parked_bytes`` at most (``shared``: a directory servers behind one router share, see
@@ -118,6 +120,7 @@ class LlmService:
             slots=slots,
             threads=used,
             kv_cache_bytes=kv_cache_bytes,
+            prefix_cache=prefix_cache,
             max_context=max_model_len,
             tokenizer=tokenizer,
         )
@@ -232,7 +235,7 @@ class LlmService:
         search = self._search(sampling, wanted, conversation)
         generation = Generation(self, prompt, wanted, sampling, search, prompt_text=text, conversation=conversation)
         if conversation is not None:
-            generation.kept, generation.cached = conversation.kept, conversation.kept.reuses(prompt)
+            generation.kept = conversation.kept  # (its stream says what it reused: cached_tokens)
         if sampling.constraint.schema is not None:
             loop = asyncio.get_running_loop()
             generation.source = await loop.run_in_executor(self._grammar_threads, self._open, generation)

@@ -1,8 +1,8 @@
 """``--durable``: every step a client sees acknowledged survives a hard stop (SIGKILL, an
 out-of-memory kill, a power cut).
 
-The pool's loop (:mod:`ortstate.streams.loop`) calls :meth:`Journal.commit` once per round, in its
-own thread, after the round's commands and tick ran and before any reply is sent: the round's
+The pool's loop (:mod:`ortstate.streams.loop`) calls :meth:`Journal.commit` once per round, on the
+loop's thread, after the round's commands and tick ran and before any reply is sent: the round's
 records (one per stream that stepped, opened, reset, parked, resumed or closed: the whole stream,
 see :mod:`ortstate.serve.log_format`) go to the log in one ``write`` and one ``fsync`` (group commit, as a
 database's), so an acknowledged step is on disk. If the log cannot be written, the round's streams

@@ -108,16 +108,34 @@ class KvPool:
         with self._lock:
             self._rows.close(sid)
 
-    def fork(self, sid: int) -> int:
+    def fork(self, sid: int, length: int | None = None) -> int:
         """A new stream whose caches and states are a copy of stream ``sid``'s (a prompt fed once,
-        continued several ways); copied inside the arena, row to row, when ``sid`` holds one.
+        continued several ways); copied inside the arena, row to row, when ``sid`` holds one;
+        ``length``: its first ``length`` positions only (a prompt's start, see :attr:`prefix_sharing`).
 
         Raises:
-            StateError: ``sid`` is not open; PoolFullError: no row or KV budget for the copy.
+            StateError: ``sid`` not open, a ``length`` :meth:`trim` refuses; PoolFullError: no room.
         """
         with self._lock:
             kv, fixed = self._rows.values(self._rows.get(sid), copy=False)  # copied into the new row
+            if length is not None:
+                kv = [a[:, :, : self._rows.cut(sid, kv[0].shape[2], length)] for a in kv]
             return self._rows.new(kv, fixed, "fork a stream", {sid})
+
+    def trim(self, sid: int, length: int) -> None:
+        """Cut stream ``sid``'s caches to their first ``length`` positions (a prompt's start).
+
+        Raises:
+            StateError: ``sid`` not open, ``length`` past what it holds, no :attr:`prefix_sharing`.
+        """
+        with self._lock:
+            self._rows.trim(self._rows.get(sid), sid, length)
+
+    @property
+    def prefix_sharing(self) -> bool:
+        """Whether a stream's state is KV caches alone, a position a token (no convolution or SSM
+        state): their first positions are then what those tokens alone make (a prefix to share)."""
+        return not self._kv.fixed
 
     def save(self, sid: int, path: str | os.PathLike[str]) -> None:
         """Write stream ``sid``'s variables as a ``StatefulSession`` snapshot of the model."""
@@ -296,8 +314,7 @@ class KvPool:
     @property
     def inputs(self) -> list[Any]:
         """The inputs a stream feeds (onnxruntime ``NodeArg``s, batch 1 each), as a lone session's."""
-        fed = {s.name for s in self._kv.feeds}
-        return [i for i in self._kv.loaded.inputs if i.name in fed]
+        return [i for i in self._kv.loaded.inputs if i.name in {s.name for s in self._kv.feeds}]
 
     @property
     def last_logits(self) -> bool:

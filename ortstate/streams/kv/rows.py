@@ -202,6 +202,27 @@ class KvRows:
             kv, fixed = stream.held
         return ([a.copy() for a in kv], [a.copy() for a in fixed]) if copy else (kv, fixed)
 
+    def cut(self, sid: int, held: int, length: int) -> int:
+        """``length``, checked: a cut of stream ``sid``'s ``held`` positions.
+
+        Raises:
+            StateError: past what it holds, or a model whose state is not its KV caches alone.
+        """
+        if self.fixed or not 0 <= length <= held:
+            why = "its state is not KV caches alone" if self.fixed else f"it holds {held} positions"
+            raise StateError(f"stream {sid}: cannot cut it to {length} positions: {why}")
+        return length
+
+    def trim(self, stream: KvStream, sid: int, length: int) -> None:
+        """``stream``'s caches cut to their first ``length`` positions (what lies past them is never
+        read again: the next step writes over it)."""
+        self.cut(sid, self.length(stream), length)
+        if stream.slot is not None:
+            self.arena.lengths[stream.slot] = length
+        else:
+            kv, fixed = self.values(stream, copy=False)
+            self.move_out(stream, [a[:, :, :length].copy() for a in kv], fixed)
+
     def reset(self, stream: KvStream) -> None:
         """``stream`` back at its initial state: empty caches, fixed states at zeros."""
         self.drop_held(stream)
