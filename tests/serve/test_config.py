@@ -97,6 +97,9 @@ def test_an_llm_server_generates_for_64_requests_at_once_or_fewer() -> None:
 def test_a_stream_server_runs_on_the_usable_cores_unless_told() -> None:
     assert ServeConfig("x").session_options().intra_op_num_threads == usable_cores()
     assert ServeConfig("x", threads=3).session_options().intra_op_num_threads == 3
+    # its runs are short and the event loop needs the cores between them: ONNX Runtime's threads
+    # sleep instead of spinning when a run ends
+    assert ServeConfig("x").session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
 
 
 def test_a_serve_run_configs_args_are_coerced_to_each_fields_type() -> None:

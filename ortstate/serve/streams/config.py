@@ -81,6 +81,9 @@ class ServeConfig(ServerSettings):
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads_used
         options.inter_op_num_threads = 1
+        # a stream server's runs are short and its event loop needs the cores between them: ORT's
+        # threads sleep when a run ends rather than spin (docs/serve.md, --threads)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return options
 
     def uvicorn_config(self, app: Any) -> uvicorn.Config:
