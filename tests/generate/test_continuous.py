@@ -5,6 +5,7 @@ prompts chunked, requests waiting for rows or KV memory, and cancelled streams."
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -37,28 +38,17 @@ def _prompts(seed: int) -> list[list[int]]:
     return [[int(t) for t in rng.integers(0, 200, n)] for n in (3, 9, 15, 1, 20, 5)]
 
 
-@pytest.fixture(scope="module")
-def generators() -> dict[str, Generator]:
-    return {}
-
-
-def _lone(generators: dict[str, Generator], name: str) -> Generator:
-    if name not in generators:
-        generators[name] = Generator.from_dir(MODELS / name)
-    return generators[name]
-
-
 @pytest.mark.parametrize("name", NAMES)
-def test_tokens_equal_lone_generators(name: str, generators: dict[str, Generator]) -> None:
-    lone = _lone(generators, name)
+def test_tokens_equal_lone_generators(name: str, lone: Callable[[str], Generator]) -> None:
+    gen = lone(name)
     prompts = _prompts(len(name))
     # 7 prompt tokens a tick: long prompts are fed over several ticks beside the decoding requests
     with ContinuousBatcher.from_dir(MODELS / name, max_num_batched_tokens=7) as batcher:
         greedy = batcher.generate_many(prompts, 10, stop_at_eos=False)
-        assert greedy == [lone.generate(p, 10, stop_at_eos=False) for p in prompts]
+        assert greedy == [gen.generate(p, 10, stop_at_eos=False) for p in prompts]
         search = {"do_sample": True, "seed": 11, "top_p": 0.9, "temperature": 0.7, "top_k": 20}
         sampled = batcher.generate_many(prompts, 10, stop_at_eos=False, **search)
-        assert sampled == [lone.generate(p, 10, stop_at_eos=False, **search) for p in prompts]
+        assert sampled == [gen.generate(p, 10, stop_at_eos=False, **search) for p in prompts]
         assert sampled != greedy
 
         async def streams() -> list[list[int]]:
@@ -74,10 +64,10 @@ def test_tokens_equal_lone_generators(name: str, generators: dict[str, Generator
         assert batcher.prefix_cache == (batcher.stats()["cached"] > 0) == (not hybrid)
 
 
-def test_requests_wait_for_rows_and_kv_memory(generators: dict[str, Generator]) -> None:
-    lone = _lone(generators, "llama")
+def test_requests_wait_for_rows_and_kv_memory(lone: Callable[[str], Generator]) -> None:
+    gen = lone("llama")
     prompts = _prompts(3)
-    want = [lone.generate(p, 12, stop_at_eos=False, stop_token_ids=[7]) for p in prompts]
+    want = [gen.generate(p, 12, stop_at_eos=False, stop_token_ids=[7]) for p in prompts]
     with ContinuousBatcher.from_dir(MODELS / "llama", slots=2, max_context=40) as batcher:
         assert batcher.generate_many(prompts, 12, stop_at_eos=False, stop_token_ids=[7]) == want
     probe = ContinuousBatcher.from_dir(MODELS / "llama", max_context=40)
@@ -88,8 +78,8 @@ def test_requests_wait_for_rows_and_kv_memory(generators: dict[str, Generator]) 
         assert batcher.pool.stats().max_batch == 2  # 41 positions: two requests reach at most 15 + 21
 
 
-def test_a_stream_left_early_is_cancelled_and_the_others_go_on(generators: dict[str, Generator]) -> None:
-    lone = _lone(generators, "llama")
+def test_a_stream_left_early_is_cancelled_and_the_others_go_on(lone: Callable[[str], Generator]) -> None:
+    gen = lone("llama")
     prompts = _prompts(5)
 
     async def run(batcher: ContinuousBatcher) -> tuple[list[int], list[int]]:
@@ -108,8 +98,8 @@ def test_a_stream_left_early_is_cancelled_and_the_others_go_on(generators: dict[
 
     with ContinuousBatcher.from_dir(MODELS / "llama") as batcher:
         early, full = asyncio.run(run(batcher))
-        assert early == lone.generate(prompts[0], 3, stop_at_eos=False)
-        assert full == lone.generate(prompts[1], 30, stop_at_eos=False)
+        assert early == gen.generate(prompts[0], 3, stop_at_eos=False)
+        assert full == gen.generate(prompts[1], 30, stop_at_eos=False)
         for _ in range(50):  # the cancelled request's stream is the cache's at the engine's next tick
             if len(batcher.pool.streams) == batcher.stats()["cached"]:
                 break
@@ -130,10 +120,10 @@ def test_bad_requests_are_refused_before_anything_runs() -> None:
         assert batcher.ticks == 0
 
 
-def test_a_consumer_whose_event_loop_closed_disturbs_no_other_request(generators: dict[str, Generator]) -> None:
+def test_a_consumer_whose_event_loop_closed_disturbs_no_other_request(lone: Callable[[str], Generator]) -> None:
     import threading
 
-    lone = _lone(generators, "llama")
+    gen = lone("llama")
     prompts = _prompts(9)
     got: list[list[list[int]]] = []
     with ContinuousBatcher.from_dir(MODELS / "llama") as batcher:
@@ -149,16 +139,16 @@ def test_a_consumer_whose_event_loop_closed_disturbs_no_other_request(generators
             return tokens
 
         for _ in range(5):  # each loop closes while its request may still be picking tokens
-            assert asyncio.run(first_two()) == lone.generate(prompts[2], 2, stop_at_eos=False)
+            assert asyncio.run(first_two()) == gen.generate(prompts[2], 2, stop_at_eos=False)
         worker.join(60)
-    assert got == [[lone.generate(p, 40, stop_at_eos=False) for p in prompts]]
+    assert got == [[gen.generate(p, 40, stop_at_eos=False) for p in prompts]]
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_kept_stream_feeds_only_what_its_cache_lacks(name: str, generators: dict[str, Generator], tmp_path) -> None:
+def test_a_kept_stream_feeds_only_what_its_cache_lacks(name: str, lone: Callable[[str], Generator], tmp_path) -> None:
     """A conversation's turns on one kept stream: each equal to a lone Generator fed the whole
     prompt; through a snapshot and back; a prompt that does not start with the cache is fed whole."""
-    lone = _lone(generators, name)
+    gen = lone(name)
 
     async def run(batcher: ContinuousBatcher, prompt: list[int], kept: KeptStream) -> list[int]:
         tokens = [t async for t in batcher.stream(prompt, 6, stop_at_eos=False, kept=kept)]
@@ -172,23 +162,23 @@ def test_a_kept_stream_feeds_only_what_its_cache_lacks(name: str, generators: di
         kept = asyncio.run(batcher.keep())
         first = [5, 6, 7, 8, 9, 10, 11]
         tokens = asyncio.run(run(batcher, first, kept))
-        assert tokens == lone.generate(first, 6, stop_at_eos=False)
+        assert tokens == gen.generate(first, 6, stop_at_eos=False)
         assert kept.tokens == (first + tokens)[:-1]  # the last token is not fed yet
         for more in ([20], [20, 21, 22], list(range(20, 31))):  # one token, fewer than a chunk, more
             prompt = kept.tokens + [tokens[-1], *more]
             assert kept.reuses(prompt) == len(kept.tokens)
             tokens = asyncio.run(run(batcher, prompt, kept))
-            assert tokens == lone.generate(prompt, 6, stop_at_eos=False), more
+            assert tokens == gen.generate(prompt, 6, stop_at_eos=False), more
         asyncio.run(batcher.save_kept(kept, tmp_path / "kept.npz"))
         held = list(kept.tokens)
         asyncio.run(batcher.forget(kept))
         kept = asyncio.run(batcher.load_kept(tmp_path / "kept.npz", held))
         prompt = held + [tokens[-1], 40, 41]
-        assert asyncio.run(run(batcher, prompt, kept)) == lone.generate(prompt, 6, stop_at_eos=False)
+        assert asyncio.run(run(batcher, prompt, kept)) == gen.generate(prompt, 6, stop_at_eos=False)
         other = [9, 9, 9, *prompt]  # not the cache's start: fed whole from an empty cache
         assert kept.reuses(other) == 0
-        assert asyncio.run(run(batcher, other, kept)) == lone.generate(other, 6, stop_at_eos=False)
-        assert kept.tokens == other + lone.generate(other, 6, stop_at_eos=False)[:-1]
+        assert asyncio.run(run(batcher, other, kept)) == gen.generate(other, 6, stop_at_eos=False)
+        assert kept.tokens == other + gen.generate(other, 6, stop_at_eos=False)[:-1]
         with pytest.raises(StateError, match=f"its caches hold {len(held)} positions, its tokens are 2"):
             asyncio.run(batcher.load_kept(tmp_path / "kept.npz", [1, 2]))
         asyncio.run(batcher.forget(kept))
@@ -196,13 +186,13 @@ def test_a_kept_stream_feeds_only_what_its_cache_lacks(name: str, generators: di
 
 
 def test_a_tick_that_fails_ends_its_requests_and_the_batcher_goes_on(
-    generators: dict[str, Generator], monkeypatch: pytest.MonkeyPatch
+    lone: Callable[[str], Generator], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bug in a tick (not a request's own error) ends the requests running, those choices too
     that were to start on copies of a prompt fed in that tick; later requests run as before."""
     import threading
 
-    lone = _lone(generators, "llama")
+    gen = lone("llama")
     with ContinuousBatcher.from_dir(MODELS / "llama") as batcher:
         step, calls = batcher.pool.step, []
 
@@ -228,5 +218,5 @@ def test_a_tick_that_fails_ends_its_requests_and_the_batcher_goes_on(
         assert batcher.pool.streams == []
         prompts = _prompts(2)
         assert batcher.generate_many(prompts, 6, stop_at_eos=False) == [
-            lone.generate(p, 6, stop_at_eos=False) for p in prompts
+            gen.generate(p, 6, stop_at_eos=False) for p in prompts
         ]

@@ -7,6 +7,7 @@ never a running stream's rows or a kept stream."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,17 +25,6 @@ SYSTEM = [int(t) for t in np.random.default_rng(5).integers(3, 200, 40)]  # a sh
 
 def _own(i: int) -> list[int]:
     return [200 + i, 7 + i, 9]  # each prompt's own: parts from the others at its first token
-
-
-@pytest.fixture(scope="module")
-def lone() -> dict[str, Generator]:
-    return {}
-
-
-def _lone(lone: dict[str, Generator], name: str) -> Generator:
-    if name not in lone:
-        lone[name] = Generator.from_dir(MODELS / name)
-    return lone[name]
 
 
 def _logits(batcher: ContinuousBatcher, sid: int, ids: list[int], first: int) -> np.ndarray:
@@ -76,14 +66,14 @@ def test_a_state_that_is_not_kv_alone_is_never_cut() -> None:
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
-def test_prompts_sharing_a_system_prompt_feed_it_once(name: str, lone: dict[str, Generator]) -> None:
+def test_prompts_sharing_a_system_prompt_feed_it_once(name: str, lone: Callable[[str], Generator]) -> None:
     """generate_many of 4 prompts sharing a 40-token system prompt: the first feeds it, the others
     wait for it and feed only their own 3 tokens; every request's tokens are a lone Generator's
     (greedy, and sampled with a seed and 2 choices)."""
     prompts = [SYSTEM + _own(i) for i in range(4)]
-    greedy = [_lone(lone, name).generate(p, 8, stop_at_eos=False) for p in prompts]
+    greedy = [lone(name).generate(p, 8, stop_at_eos=False) for p in prompts]
     search = {"do_sample": True, "seed": 3, "top_k": 20, "n": 2}
-    sampled = _lone(lone, name).generate_batch(prompts, 8, stop_at_eos=False, **search)
+    sampled = lone(name).generate_batch(prompts, 8, stop_at_eos=False, **search)
     for cache, fed in ((True, 43 + 3 * 3), (False, 4 * 43)):
         with ContinuousBatcher.from_dir(MODELS / name, max_num_batched_tokens=16, prefix_cache=cache) as batcher:
             assert batcher.generate_many(prompts, 8, stop_at_eos=False) == greedy
@@ -100,12 +90,14 @@ async def _stream(batcher: ContinuousBatcher, prompt: list[int], new: int, **sea
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
-def test_cached_tokens_are_the_match_and_a_chat_turn_takes_the_last_one(name: str, lone: dict[str, Generator]) -> None:
+def test_cached_tokens_are_the_match_and_a_chat_turn_takes_the_last_one(
+    name: str, lone: Callable[[str], Generator]
+) -> None:
     """cached_tokens: 0 cold; the whole prompt but its last token when it was all held; a chat's
     next turn (the last prompt, its answer, a new message) holds all the last turn's stream held;
     a prompt parting from the cache holds up to where it parts. Tokens are a lone Generator's; the
     logprobs a cold batcher's within 1e-4."""
-    gen, prompt = _lone(lone, name), SYSTEM + _own(0)
+    gen, prompt = lone(name), SYSTEM + _own(0)
     with ContinuousBatcher.from_dir(MODELS / name) as batcher:
         answer, cached = asyncio.run(_stream(batcher, prompt, 6))
         assert answer == gen.generate(prompt, 6, stop_at_eos=False) and cached == 0
@@ -124,11 +116,13 @@ def test_cached_tokens_are_the_match_and_a_chat_turn_takes_the_last_one(name: st
         np.testing.assert_allclose([t[1] for t in warm.top], [t[1] for t in fresh.top], atol=1e-4, rtol=0)
 
 
-def test_the_least_recently_used_entry_is_evicted_never_a_running_or_kept_stream(lone: dict[str, Generator]) -> None:
+def test_the_least_recently_used_entry_is_evicted_never_a_running_or_kept_stream(
+    lone: Callable[[str], Generator],
+) -> None:
     """A KV budget of 130 positions, requests reaching 60 each: two cached streams and a third
     request do not fit, so the least recently used is evicted; the pool never moves a running
     request's stream out, and a kept stream continues exactly."""
-    gen = _lone(lone, "llama")
+    gen = lone("llama")
     a, b, c = ([t + k for t in SYSTEM[:20]] for k in (0, 1, 2))
     with ContinuousBatcher.from_dir(MODELS / "llama", max_context=64) as batcher:
         budget = batcher.pool.token_bytes * 130
