@@ -314,7 +314,8 @@ class KvPool:
     @property
     def inputs(self) -> list[Any]:
         """The inputs a stream feeds (onnxruntime ``NodeArg``s, batch 1 each), as a lone session's."""
-        return [i for i in self._kv.loaded.inputs if i.name in {s.name for s in self._kv.feeds}]
+        fed = {s.name for s in self._kv.feeds}
+        return [i for i in self._kv.loaded.inputs if i.name in fed]
 
     @property
     def last_logits(self) -> bool:
