@@ -22,6 +22,9 @@ few of uvicorn's httptools protocol's callbacks extended:
   one; the stream server bounds them by its streams). When every place is held so, a new request is
   answered 503 with the server's JSON body and ``Retry-After``, and its connection closed.
 
+Every answer the guard gives itself (408, 431, 503, and the 400 of a request httptools cannot parse,
+which uvicorn answers in plain text) is JSON in the server's error shape (``error_body``).
+
 So a socket that connects and sends nothing, drips its headers or its body, or sits between
 requests holds nothing another client needs for longer than a deadline, and a place no longer than
 until another client needs it. uvicorn offers no header limit for httptools
@@ -33,8 +36,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import hmac
+import json
 import math
 import resource
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,15 +47,38 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..errors import ServeError
 
-__all__ = ["MAX_HEADER_BYTES", "MAX_UNPROVEN", "RETRY_AFTER", "Deadlines", "Guard", "raise_open_files"]
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "MAX_UNPROVEN",
+    "RETRY_AFTER",
+    "Deadlines",
+    "Guard",
+    "raise_open_files",
+    "stream_error_body",
+]
 
 MAX_HEADER_BYTES = 64 * 1024  # a request line and headers (what came with them included)
 MAX_UNPROVEN = 1024  # connections yet to show a token: beyond, the oldest is closed
 RETRY_AFTER = b"1"  # seconds, on a 503: a place frees as soon as one answer ends
 _SPARE_FILES = 256  # besides connections: the model, parked states, ONNX Runtime, Python's own
-_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-_TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-_FULL = b'{"error": "server full: every connection is being answered; try again later"}'
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_SAID = {  # what the guard's own answers say
+    400: "the request is not valid HTTP/1.1",
+    408: "the request was not sent in time (its headers within {headers:g} s, its body within {body:g} s)",
+    431: f"the request line and headers are over {MAX_HEADER_BYTES} bytes",
+    503: "server full: every connection is being answered; try again later",
+}
+
+
+def stream_error_body(status: int, message: str) -> bytes:
+    """The stream server's error body: ``{"error": message}``."""
+    return json.dumps({"error": message}).encode()
+
+
+def _raw(status: int, body: bytes) -> bytes:
+    """A whole HTTP response of JSON ``body`` that closes its connection."""
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+    return head % (status, _REASONS[status], len(body)) + body
 
 
 @dataclass(frozen=True)
@@ -85,7 +113,8 @@ class Guard:
 
     Args:
         limit: proven connections at most (uvicorn's, WebSockets included).
-        full_body: the 503's JSON body when every place is held.
+        error_body: the server's JSON error body for a status and a message (the guard's own
+            answers: 400, 408, 431, 503); default :func:`stream_error_body`.
 
     Attributes:
         closed_late: connections closed at a deadline.
@@ -101,13 +130,19 @@ class Guard:
         limit: int,
         *,
         deadlines: Deadlines | None = None,
-        full_body: bytes | None = None,
+        error_body: Callable[[int, str], bytes] | None = None,
         max_unproven: int = MAX_UNPROVEN,
     ) -> None:
         self.expected = None if token is None else f"Bearer {token}".encode()
         self.limit = limit
         self.deadlines = deadlines or Deadlines()
-        self.full_body = full_body or _FULL
+        said = error_body or stream_error_body
+        d = self.deadlines
+        self.full_body = said(503, _SAID[503])
+        self.answers = {
+            status: _raw(status, said(status, _SAID[status].format(headers=d.headers, body=d.body)))
+            for status in (400, 408, 431)
+        }
         self.max_unproven = max_unproven
         self.unproven: dict[GuardedProtocol, None] = {}
         self.waiting: dict[GuardedProtocol, None] = {}
@@ -191,7 +226,7 @@ class GuardedProtocol(HttpToolsProtocol):
         super().data_received(data)
         if self._phase is _Phase.HEADERS and self._header_bytes > MAX_HEADER_BYTES:
             self.guard.closed_large += 1
-            self._refuse(_TOO_LARGE)
+            self._refuse(self.guard.answers[431])
 
     def on_message_begin(self) -> None:
         if self._phase is not _Phase.HEADERS:  # a pipelined request, begun in the data of the one before
@@ -267,7 +302,11 @@ class GuardedProtocol(HttpToolsProtocol):
         self._deadline = None
         self.guard.closed_late += 1
         begun = self._phase is _Phase.BODY or (self._phase is _Phase.HEADERS and self._header_bytes > 0)
-        self._refuse(_TIMEOUT if begun else b"")
+        self._refuse(self.guard.answers[408] if begun else b"")
+
+    def send_400_response(self, msg: str) -> None:
+        """A request httptools cannot parse: 400 in the server's JSON (uvicorn's is plain text)."""
+        self._refuse(self.guard.answers[400])
 
     def _refuse(self, response: bytes) -> None:
         self._forget()

@@ -24,7 +24,7 @@ from conftest import sockets
 from oracle import REPO
 
 from ortstate.serve import Deadlines, LlmServeConfig, serve_llm_in_thread, server
-from ortstate.serve.openai.errors import full_body
+from ortstate.serve.openai.errors import error_body
 
 LLM = REPO / "models" / "llm" / "llama"
 LONG = Deadlines(headers=120, body=120, idle=120)  # never met while a test runs
@@ -110,10 +110,23 @@ def test_stalled_second_requests_yield_their_places_to_new_clients() -> None:
         assert all(still_open(sock) for sock in held[14:])
 
 
-CASES = {  # what a kept-alive connection sends after a whole first request; what it gets, then closed
-    "a second request's body stalls": (STALLED_BODY, b"HTTP/1.1 408 "),
-    "a second request's headers stall": (b"GET /health HTTP/1.1\r\nHost: x\r\n", b"HTTP/1.1 408 "),
-    "nothing after a first request": (b"", b""),
+LATE = "the request was not sent in time (its headers within 0.5 s, its body within 0.5 s)"
+CASES = {  # what a kept-alive connection sends after a whole first request; what it gets (OpenAI's body), then closed
+    "a second request's body stalls": (STALLED_BODY, 408, LATE, "request_timeout"),
+    "a second request's headers stall": (b"GET /health HTTP/1.1\r\nHost: x\r\n", 408, LATE, "request_timeout"),
+    "nothing after a first request": (b"", None, None, None),
+    "a second request that is not HTTP": (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+        400,
+        "the request is not valid HTTP/1.1",
+        "invalid_http",
+    ),
+    "a second request's headers over 64 KiB": (
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * 70_000,
+        431,
+        "the request line and headers are over 65536 bytes",
+        "headers_too_large",
+    ),
 }
 
 
@@ -123,14 +136,25 @@ def short() -> Iterator[Any]:
         yield running
 
 
-@pytest.mark.parametrize(("then", "said"), CASES.values(), ids=CASES.keys())
-def test_every_request_on_a_connection_has_deadlines(short: Any, then: bytes, said: bytes) -> None:
+@pytest.mark.parametrize(("then", "status", "message", "code"), CASES.values(), ids=CASES.keys())
+def test_every_request_on_a_connection_has_deadlines(
+    short: Any, then: bytes, status: int | None, message: str | None, code: str | None
+) -> None:
+    """...and what the guard answers itself is JSON in OpenAI's shape (uvicorn's 400 is plain text)."""
     with contextlib.closing(connect(short.url)) as sock:
         sock.sendall(HEALTH)
         assert response(sock)[0] == 200
         sock.sendall(then)
-        got = until_closed(sock)
-    assert got.startswith(said) and (said or got == b"")
+        if status is None:
+            assert until_closed(sock) == b""
+        else:
+            got, headers, body = response(sock)
+            assert until_closed(sock) == b""
+            assert (got, headers["content-type"], json.loads(body)) == (
+                status,
+                "application/json",
+                {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}},
+            )
     with contextlib.closing(connect(short.url)) as sock:  # the server goes on
         sock.sendall(HEALTH)
         assert response(sock)[0] == 200
@@ -153,25 +177,28 @@ class _Nothing:
 class _Bare:
     """A server's config for a bare ASGI app: one stream's places (68 connections), long deadlines."""
 
-    full: bytes | None
+    errors: Any
     host: str = "127.0.0.1"
     port: int = 0
 
     def uvicorn_config(self, app: Any) -> Any:
         return server.uvicorn_config(
-            app, places=1, token=None, deadlines=LONG, max_message_bytes=1 << 16, full=self.full
+            app, places=1, token=None, deadlines=LONG, max_message_bytes=1 << 16, errors=self.errors
         )
 
 
+FULL = "server full: every connection is being answered; try again later"
+
+
 @pytest.mark.parametrize(
-    ("full", "said"),
+    ("errors", "said"),
     [
-        (full_body(), json.loads(full_body())),
-        (None, {"error": "server full: every connection is being answered; try again later"}),
+        (error_body, {"error": {"message": FULL, "type": "server_error", "param": None, "code": "server_full"}}),
+        (None, {"error": FULL}),
     ],
     ids=["OpenAI's body", "the stream server's"],
 )
-def test_a_server_whose_every_place_is_answering_refuses_in_json(full: bytes | None, said: dict) -> None:
+def test_a_server_whose_every_place_is_answering_refuses_in_json(errors: Any, said: dict) -> None:
     """68 places (``max_streams`` 1), each held by a request being answered: a new request gets
     503, JSON, ``Retry-After``, and its connection is closed; none of the 68 is closed for it."""
     release, holding = threading.Event(), []
@@ -189,7 +216,7 @@ def test_a_server_whose_every_place_is_answering_refuses_in_json(full: bytes | N
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    with server.in_thread(_Bare(full), lambda _: (_Nothing(), app), 60) as running, sockets() as held:
+    with server.in_thread(_Bare(errors), lambda _: (_Nothing(), app), 60) as running, sockets() as held:
         for _ in range(68):
             held.append(connect(running.url))
             held[-1].sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
