@@ -21,6 +21,7 @@ from conftest import openai_error
 from oracle import REPO
 
 from ortstate.errors import RunError
+from ortstate.generate import Tokenizer
 from ortstate.generate.choice_stream import TokenStream
 from ortstate.serve import LlmServeConfig, serve_llm_in_thread
 
@@ -103,6 +104,61 @@ HOSTILE = [  # (path, body, status, OpenAI's error body)
         NOT_UTF8,
         400,
         error(f"the request body is not UTF-8 (byte {NOT_UTF8.index(0xC3)} is 0xc3)"),
+    ),
+    (  # int() of over 4,300 digits raised ValueError: a 500
+        "/v1/completions",
+        completion("x", logit_bias={"0" * 5000 + "1": 1}),
+        400,
+        error(f"logit_bias keys must be token ids (integers >= 0), got '{'0' * 56}...", "logit_bias"),
+    ),
+    (  # a client's value is shown cut to 60 characters, not echoed whole
+        "/v1/completions",
+        completion("x", temperature="a" * 100_000),
+        400,
+        error(f"temperature must be a number >= 0 and <= 2, got '{'a' * 56}...", "temperature"),
+    ),
+    *(  # true or false, not 1 or 0 (which Python's `in (True, False)` took)
+        ("/v1/completions", completion("x", **{key: 1}), 400, error(f"{key} must be true or false, got 1", key))
+        for key in ("ignore_eos", "stream", "return_token_ids")
+    ),
+    (  # vLLM's continuous_usage_stats would change the chunks: refused, not ignored
+        "/v1/completions",
+        completion("x", stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True}),
+        400,
+        error(
+            "stream_options: 'continuous_usage_stats' is not supported (only include_usage)",
+            "stream_options.continuous_usage_stats",
+        ),
+    ),
+    (
+        "/v1/chat/completions",
+        json.dumps({"model": "llama", "messages": [{"role": "user", "content": "x", "refusal": "no"}]}).encode(),
+        400,
+        error(
+            "messages[0]: field 'refusal' is not supported (a message takes content, name, role, tool_call_id, "
+            "tool_calls)",
+            "messages[0].refusal",
+        ),
+    ),
+    (
+        "/v1/chat/completions",
+        json.dumps(
+            {"model": "llama", "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "cache": 1}]}]}
+        ).encode(),
+        400,
+        error(
+            'messages[0].content[0]: only text parts ({"type": "text", "text": ...}) are supported, got '
+            "{'type': 'text', 'text': 'x', 'cache': 1}",
+            "messages[0].content",
+        ),
+    ),
+    (
+        "/v1/chat/completions",
+        json.dumps(
+            {"model": "llama", "messages": [{"role": "user", "content": "x"}], "logprobs": 1, "top_logprobs": 2}
+        ).encode(),
+        400,
+        error("logprobs must be true or false, got 1", "logprobs"),
     ),
     (
         "/v1/completions",
@@ -285,3 +341,26 @@ def test_a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized(ser
     status, _, reply = post(server.url, "/v1/chat/completions", json.dumps(chat).encode())
     assert (status, json.loads(reply)["error"]["code"]) == (400, "context_length_exceeded")
     assert encoded == []
+
+
+def test_a_messages_name_reaches_the_chat_template(tmp_path: Path) -> None:
+    """vLLM gives a message's ``name`` to the chat template: so does this server (it was dropped,
+    accepted and ignored); a template that writes it gives other tokens with it than without."""
+    folder = tmp_path / "named"
+    folder.mkdir()
+    for path in (LLM / "llama").iterdir():
+        if path.name != "tokenizer_config.json":
+            (folder / path.name).symlink_to(path)
+    config = json.loads((LLM / "llama" / "tokenizer_config.json").read_text())
+    config["chat_template"] = (
+        "{% for m in messages %}{{ '<|' + m['role'] + '|>' + (m['name'] ~ ': ' if m['name'] is defined else '') "
+        "+ m['content'] + '\\n' }}{% endfor %}"
+    )
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    tokenizer = Tokenizer.from_dir(folder)
+    with serve_llm_in_thread(LlmServeConfig(folder, 2, slots=2, token=TOKEN)) as named:
+        for name, text in ((None, "<|user|>hi\n"), ("bob", "<|user|>bob: hi\n")):
+            message = {"role": "user", "content": "hi", **({"name": name} if name else {})}
+            body = {"messages": [message], "add_special_tokens": False}
+            status, _, reply = post(named.url, "/tokenize", json.dumps(body).encode())
+            assert (status, json.loads(reply)["tokens"]) == (200, tokenizer.encode(text, add_special_tokens=False))

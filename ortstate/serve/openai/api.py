@@ -140,7 +140,7 @@ def _number(body: Mapping[str, Any], key: str, default: float, lo: float, hi: fl
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value > hi or value < lo or (open_lo and value == lo):
         bound = f"{'>' if open_lo else '>='} {lo:g} and <= {hi:g}"
-        raise ApiError(f"{key} must be a number {bound}, got {value!r}", param=key)
+        raise ApiError(f"{key} must be a number {bound}, got {short(value)}", param=key)
     return float(value)
 
 
@@ -149,7 +149,7 @@ def _integer(body: Mapping[str, Any], key: str, lo: int) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ApiError(f"{key} must be an integer >= {lo}, got {value!r}", param=key)
+        raise ApiError(f"{key} must be an integer >= {lo}, got {short(value)}", param=key)
     return value
 
 
@@ -158,11 +158,11 @@ def _logprobs(body: Mapping[str, Any], chat: bool) -> int | None:
     asked, top = body.get("logprobs"), body.get("top_logprobs")
     key, value, most = ("top_logprobs", top, 20) if chat else ("logprobs", asked, 5)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most):
-        raise ApiError(f"{key} must be an integer from 0 to {most}, got {value!r}", param=key)
+        raise ApiError(f"{key} must be an integer from 0 to {most}, got {short(value)}", param=key)
     if not chat and top is not None:
         raise ApiError("top_logprobs is a chat field: a completion takes logprobs (0 to 5)", param="top_logprobs")
-    if chat and asked not in (None, True, False):
-        raise ApiError(f"logprobs must be true or false, got {asked!r}", param="logprobs")
+    if chat:
+        _flag(body, "logprobs")
     if chat and top is not None and not asked:
         raise ApiError("top_logprobs needs logprobs set to true", param="top_logprobs")
     return ((top or 0) if asked else None) if chat else asked
@@ -178,29 +178,18 @@ def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...], chat: bool) ->
         max_tokens = given if given is not None and max_tokens is None else max_tokens
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise ApiError(f"seed must be an integer >= 0, got {seed!r}", param="seed")
+        raise ApiError(f"seed must be an integer >= 0, got {short(seed)}", param="seed")
     stop = body.get("stop")
     stops = () if stop is None else (stop,) if isinstance(stop, str) else stop
     if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
-        raise ApiError(f"stop must be a non-empty string or a list of them, got {stop!r}", param="stop")
+        raise ApiError(f"stop must be a non-empty string or a list of them, got {short(stop)}", param="stop")
     if len(stops) > MAX_STOP:
         raise ApiError(f"stop takes at most {MAX_STOP} strings, got {len(stops)}", param="stop")
-    stream = body.get("stream")
-    if stream not in (None, True, False):
-        raise ApiError(f"stream must be true or false, got {stream!r}", param="stream")
+    stream = _flag(body, "stream")
     options = body.get("stream_options")
     if options is not None and not stream:
         raise ApiError("stream_options is only allowed when stream is true", param="stream_options")
-    if options is not None and (
-        not isinstance(options, Mapping) or options.get("include_usage") not in (None, True, False)
-    ):
-        raise ApiError(f"stream_options must be {{'include_usage': bool}}, got {options!r}", param="stream_options")
-    token_ids = body.get("return_token_ids")
-    if token_ids not in (None, True, False):
-        raise ApiError(f"return_token_ids must be true or false, got {token_ids!r}", param="return_token_ids")
-    ignore_eos = body.get("ignore_eos")
-    if ignore_eos not in (None, True, False):
-        raise ApiError(f"ignore_eos must be true or false, got {ignore_eos!r}", param="ignore_eos")
+    include_usage = _stream_options(options)
     return Sampling(
         model=model,
         max_tokens=max_tokens,
@@ -208,15 +197,47 @@ def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...], chat: bool) ->
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, open_lo=True),
         seed=seed,
         stop=tuple(stops),
-        stream=bool(stream),
-        include_usage=bool(options and options.get("include_usage")),
-        token_ids=bool(token_ids),
+        stream=stream,
+        include_usage=include_usage,
+        token_ids=_flag(body, "return_token_ids"),
         logprobs=_logprobs(body, chat),
         extra=tuple((key, body.get(key)) for key in SEARCH_FIELDS),
-        ignore_eos=bool(ignore_eos),
+        ignore_eos=_flag(body, "ignore_eos"),
         n=_integer(body, "n", 1) or 1,
         constraint=_constraint(body, chat),
     )
+
+
+def _flag(body: Mapping[str, Any], key: str) -> bool:
+    """A field that is true or false (absent: false); 1 and 0 are refused, as any other value."""
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(f"{key} must be true or false, got {short(value)}", param=key)
+    return bool(value)
+
+
+def _stream_options(options: Any) -> bool:
+    """Whether ``stream_options`` asks for the usage chunk; any other option (vLLM's
+    ``continuous_usage_stats``) is refused, naming it."""
+    if options is None:
+        return False
+    if not isinstance(options, Mapping):
+        raise ApiError(
+            f"stream_options must be {{'include_usage': bool}}, got {short(options)}", param="stream_options"
+        )
+    extra = next((k for k, v in options.items() if k != "include_usage" and v is not None), None)
+    if extra is not None:
+        raise ApiError(
+            f"stream_options: {short(extra)} is not supported (only include_usage)",
+            param=f"stream_options.{str(extra)[:64]}",
+        )
+    value = options.get("include_usage")
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(
+            f"stream_options.include_usage must be true or false, got {short(value)}",
+            param="stream_options.include_usage",
+        )
+    return bool(value)
 
 
 def _constraint(body: Mapping[str, Any], chat: bool) -> Constraint:
@@ -256,7 +277,9 @@ def parse_completion(body: Any) -> CompletionRequest:
 def parse_chat(body: Any) -> ChatRequest:
     """A ``/v1/chat/completions`` body: ``messages`` with a ``role`` (``developer`` read as ``system``)
     and a text ``content`` (a string, or a list of ``{"type": "text", "text": ...}`` parts, joined;
-    none on an assistant's turn with ``tool_calls``), and what tool calls carry (:func:`~.formats.message_calls`).
+    none on an assistant's turn with ``tool_calls``), a ``name`` (given to the chat template, as vLLM
+    does), and what tool calls carry (:func:`~.formats.message_calls`); any other field of a message
+    or a part is refused, naming it.
 
     Raises:
         ApiError: as :func:`parse_completion`.
@@ -285,20 +308,49 @@ def parse_messages(messages: Any) -> list[dict[str, Any]]:
             calls = message_calls(message, where)
         except GenerationError as exc:
             raise ApiError(str(exc), param=exc.field) from None
-        content = message.get("content")
+        content = _content(message.get("content"), where)
         if content is None and "tool_calls" in calls:
             content = ""  # an assistant's turn that only called tools
-        if isinstance(content, list):
-            if not all(
-                isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
-            ):
-                raise ApiError(f"{where}.content: only text parts are supported", param=f"{where}.content")
-            content = "".join(p["text"] for p in content)
         if not isinstance(content, str):
             raise ApiError(f"{where}.content must be text, got {short(content)}", param=f"{where}.content")
         role = "system" if message["role"] == "developer" else message["role"]  # OpenAI's newer name for it
-        out.append({"role": role, "content": content, **calls})
+        out.append({"role": role, "content": content, **calls, **_name(message, where)})
     return out
+
+
+_MESSAGE = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})  # what a message may carry
+
+
+def _name(message: Mapping[str, Any], where: str) -> dict[str, str]:
+    """A message's ``name`` (the template is given it, as vLLM gives it); a field a message may
+    not carry (a typo, ``refusal``, ``audio``, ...) is refused naming it."""
+    extra = next((k for k, v in message.items() if k not in _MESSAGE and v is not None), None)
+    if extra is not None:
+        raise ApiError(
+            f"{where}: field {short(extra)} is not supported (a message takes {', '.join(sorted(_MESSAGE))})",
+            param=f"{where}.{str(extra)[:64]}",
+        )
+    name = message.get("name")
+    if name is None:
+        return {}
+    if not isinstance(name, str):
+        raise ApiError(f"{where}.name must be a string, got {short(name)}", param=f"{where}.name")
+    return {"name": name}
+
+
+def _content(content: Any, where: str) -> Any:
+    """A message's content, its text parts (``{"type": "text", "text": ...}``, nothing else) joined."""
+    if not isinstance(content, list):
+        return content
+    for j, part in enumerate(content):
+        ok = isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        if not ok or any(k not in ("type", "text") and v is not None for k, v in part.items()):
+            raise ApiError(
+                f'{where}.content[{j}]: only text parts ({{"type": "text", "text": ...}}) are supported, '
+                f"got {short(part)}",
+                param=f"{where}.content",
+            )
+    return "".join(p["text"] for p in content)
 
 
 def _refuse_unsupported(body: Mapping[str, Any], own: frozenset[str]) -> None:
