@@ -364,3 +364,36 @@ def test_a_messages_name_reaches_the_chat_template(tmp_path: Path) -> None:
             body = {"messages": [message], "add_special_tokens": False}
             status, _, reply = post(named.url, "/tokenize", json.dumps(body).encode())
             assert (status, json.loads(reply)["tokens"]) == (200, tokenizer.encode(text, add_special_tokens=False))
+
+
+@pytest.mark.parametrize(
+    ("content_type", "status"),
+    [
+        ("text/plain", 415),  # what a web page can make a browser post anywhere without asking (CORS)
+        ("application/x-www-form-urlencoded", 415),  # likewise, and curl -d's
+        ("multipart/form-data; boundary=x", 415),
+        ("application/json; charset=utf-8", 200),
+        ("application/vnd.api+json", 200),
+        (None, 200),
+    ],
+)
+def test_a_body_sent_as_other_than_json_is_refused(server: Any, content_type: str | None, status: int) -> None:
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    headers = {"authorization": f"Bearer {TOKEN}", **({"content-type": content_type} if content_type else {})}
+    try:
+        for path, body in (("/v1/completions", PLAIN), ("/tokenize", b'{"prompt": "x"}')):
+            connection.request("POST", path, body=body, headers=headers)
+            response = connection.getresponse()
+            reply = json.loads(response.read())
+            if status == 415:
+                expected = error(
+                    f"content-type must be application/json, got {content_type!r}",
+                    "content-type",
+                    "unsupported_media_type",
+                )
+                assert (response.status, reply) == (415, expected)
+            else:
+                assert response.status == 200, reply
+    finally:
+        connection.close()

@@ -37,6 +37,7 @@ from .api import ApiError, parse_chat, parse_completion
 from .choices import answer_choices, choices_of
 from .conversations import HEADER
 from .errors import api_error, failed, http_error, internal_error, logged_app
+from .fields import short
 from .generation import Generation
 from .logprobs import LogprobsShaper
 from .metrics import CONTENT_TYPE as METRICS_TYPE
@@ -160,9 +161,11 @@ async def _body(request: Request, limit: int) -> Any:
     """The request's JSON body, read up to ``limit`` bytes, parsed within :mod:`ortstate.serve.json_body`'s bounds.
 
     Raises:
-        ApiError: 413 over the limit; 400 not UTF-8, not JSON, or out of those bounds (naming the
-            field of a lone surrogate); 499 the client went away (a deadline closed its connection).
+        ApiError: 415 a ``Content-Type`` other than JSON's (:func:`_check_json_type`); 413 over the
+            limit; 400 not UTF-8, not JSON, or out of those bounds (naming the field of a lone
+            surrogate); 499 the client went away (a deadline closed its connection).
     """
+    _check_json_type(request.headers.get("content-type"))
     data = bytearray()
     try:
         async for part in request.stream():
@@ -175,6 +178,28 @@ async def _body(request: Request, limit: int) -> Any:
         return read_json(data)
     except ServeError as exc:
         raise ApiError(str(exc), param=exc.field) from None
+
+
+def _check_json_type(given: str | None) -> None:
+    """A body is JSON: sent as ``application/json`` (or a ``+json`` type), or with no
+    ``Content-Type``. Any other is refused (415), as FastAPI (vLLM) does: a web page may make a
+    browser post ``text/plain`` or a form to a server on loopback without asking it first (a CORS
+    "simple request"), and a body taken whatever its type would let any page a user opens drive
+    this server.
+
+    Raises:
+        ApiError: 415 naming ``content-type``.
+    """
+    if given is None:
+        return
+    media = given.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise ApiError(
+            f"content-type must be application/json, got {short(given)}",
+            415,
+            param="content-type",
+            error_code="unsupported_media_type",
+        )
 
 
 async def _answer(
