@@ -11,7 +11,9 @@ few of uvicorn's httptools protocol's callbacks extended:
   connection idle between requests ``idle`` seconds at most. A request late with its headers or body
   is answered 408 and its connection closed (closed without an answer if nothing came, or if an
   answer had begun). A request being answered (its body whole) has no deadline here: its answer
-  takes what it takes.
+  takes what it takes, as long as the client takes it: an answer the client stops reading (the
+  server's buffer for it full, ``write`` seconds without room) is cut and its connection closed,
+  so a client that stops reading a stream holds its place no longer.
 - **Unproven connections**, those yet to send a request whose headers carry the token (without a
   token: yet to send a request's headers), are counted apart: at most :data:`MAX_UNPROVEN`, a new
   one closes the oldest.
@@ -92,9 +94,10 @@ class Deadlines:
     headers: float = 5.0  # a request's line and headers, from its first byte (a new connection: from connecting)
     body: float = 10.0  # its body, from the end of its headers
     idle: float = 5.0  # a kept-alive connection between requests
+    write: float = 30.0  # an answer the client takes nothing of, the server's buffer for it full
 
     def __post_init__(self) -> None:
-        for name in ("headers", "body", "idle"):
+        for name in ("headers", "body", "idle", "write"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ServeError(f"the {name} deadline must be a positive number of seconds, got {value!r}")
@@ -121,6 +124,7 @@ class Guard:
         closed_oldest: unproven connections closed to make room for a new one.
         closed_waiting: proven connections not being answered closed to make room for a new one.
         closed_large: connections closed for headers over :data:`MAX_HEADER_BYTES`.
+        closed_unread: connections closed for an answer their client stopped reading.
         refused_full: requests answered 503, every place held.
     """
 
@@ -147,6 +151,7 @@ class Guard:
         self.unproven: dict[GuardedProtocol, None] = {}
         self.waiting: dict[GuardedProtocol, None] = {}
         self.closed_late = self.closed_oldest = self.closed_waiting = self.closed_large = self.refused_full = 0
+        self.closed_unread = 0
 
     def protocol(self) -> type[GuardedProtocol]:
         """The protocol class uvicorn makes each connection's protocol from (``http=``)."""
@@ -204,6 +209,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
+        self._unread: asyncio.TimerHandle | None = None  # the answer's buffer is full since
         self._phase = _Phase.HEADERS
         self._header_bytes = 0
         self._answering: set[Any] = set()  # cycles whose request is whole and whose answer is not
@@ -216,7 +222,32 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._forget()
+        self._reading_again()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is full: the client has ``write`` seconds to take some of it."""
+        super().pause_writing()
+        if self._unread is None:
+            self._unread = self.loop.call_later(self.guard.deadlines.write, self._not_reading)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._reading_again()
+
+    def _reading_again(self) -> None:
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
+
+    def _not_reading(self) -> None:
+        """Cut an answer its client stopped taking: aborted, not closed (a close waits for the
+        buffer to be sent); the app sees the client gone and ends the answer, giving back its place."""
+        self._unread = None
+        self.guard.closed_unread += 1
+        self._forget()
+        self.connections.discard(self)
+        self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         if self._phase in (_Phase.IDLE, _Phase.ANSWERING):

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -178,13 +179,57 @@ class _Bare:
     """A server's config for a bare ASGI app: one stream's places (68 connections), long deadlines."""
 
     errors: Any
+    deadlines: Deadlines = LONG
     host: str = "127.0.0.1"
     port: int = 0
 
     def uvicorn_config(self, app: Any) -> Any:
         return server.uvicorn_config(
-            app, places=1, token=None, deadlines=LONG, max_message_bytes=1 << 16, errors=self.errors
+            app, places=1, token=None, deadlines=self.deadlines, max_message_bytes=1 << 16, errors=self.errors
         )
+
+
+def _lifespan_or(serve: Any) -> Any:
+    """An ASGI app: ``serve(scope, receive, send)`` for requests, the lifespan's messages answered."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await serve(scope, receive, send)
+
+    return app
+
+
+def test_an_answer_its_client_stops_reading_is_cut() -> None:
+    """A client that asks for a stream and reads none of it: once the server's buffer for it is full
+    and stays full ``write`` seconds, the connection is aborted and the app sees the client gone (it
+    waited to send forever: the answer, and its place, were held for good)."""
+    ended, sent = threading.Event(), []
+
+    async def stream(scope: Any, receive: Any, send: Any) -> None:
+        await receive()  # the request (no body)
+        gone = asyncio.ensure_future(receive())  # http.disconnect, once the client is gone
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        while not gone.done() and len(sent) < 100_000:
+            await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+            sent.append(1)
+        ended.set()
+
+    bare, made = _Bare(None, Deadlines(headers=120, body=120, idle=120, write=0.5)), []
+    config = SimpleNamespace(host=bare.host, port=0)
+    config.uvicorn_config = lambda app: made.append(bare.uvicorn_config(app)) or made[-1]
+    with server.in_thread(config, lambda _: (_Nothing(), _lifespan_or(stream)), 60) as running:
+        host, port = running.url.removeprefix("http://").split(":")
+        with contextlib.closing(socket.socket()) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, int(port)))
+            sock.sendall(HEALTH)
+            assert ended.wait(60), f"{len(sent)} chunks sent, then the server waited for the client for good"
+            assert len(sent) < 100_000
+            assert made[0].http.guard.closed_unread == 1
 
 
 FULL = "server full: every connection is being answered; try again later"
