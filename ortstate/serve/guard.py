@@ -40,7 +40,6 @@ import enum
 import hmac
 import json
 import math
-import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,14 +54,12 @@ __all__ = [
     "RETRY_AFTER",
     "Deadlines",
     "Guard",
-    "raise_open_files",
     "stream_error_body",
 ]
 
 MAX_HEADER_BYTES = 64 * 1024  # a request line and headers (what came with them included)
 MAX_UNPROVEN = 1024  # connections yet to show a token: beyond, the oldest is closed
 RETRY_AFTER = b"1"  # seconds, on a 503: a place frees as soon as one answer ends
-_SPARE_FILES = 256  # besides connections: the model, parked states, ONNX Runtime, Python's own
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 _SAID = {  # what the guard's own answers say
     400: "the request is not valid HTTP/1.1",
@@ -350,30 +347,3 @@ class GuardedProtocol(HttpToolsProtocol):
             if response and not answered:
                 self.transport.write(response)
             self.transport.close()
-
-
-def raise_open_files(connections: int) -> int:
-    """Raise this process's limit of open files (the soft limit, up to the hard one) to what
-    ``connections`` proven connections, :data:`MAX_UNPROVEN` unproven ones and a few files need;
-    the limit now.
-
-    Raises:
-        ServeError: the hard limit is below that.
-    """
-    needed = connections + MAX_UNPROVEN + _SPARE_FILES
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        raised = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
-        if raised > soft:
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-                soft = raised
-            except (ValueError, OSError):  # a system cap below the hard limit (macOS's OPEN_MAX)
-                pass
-        if soft < needed:
-            raise ServeError(
-                f"the open files limit is {soft} (ulimit -n, its hard limit {hard}): this server needs {needed} "
-                f"({connections} connections, {MAX_UNPROVEN} not yet authorised, {_SPARE_FILES} files); "
-                "raise the hard limit or lower --max-streams"
-            )
-    return soft

@@ -21,7 +21,8 @@ import uvicorn
 
 from ..errors import ServeError
 from .compat import run_with
-from .guard import Deadlines, Guard, raise_open_files
+from .guard import Deadlines, Guard
+from .open_files import raise_open_files
 
 __all__ = [
     "GRACE_SECONDS",
