@@ -117,6 +117,12 @@ HOSTILE = [  # (path, body, status, OpenAI's error body)
         400,
         error(f"temperature must be a number >= 0 and <= 2, got '{'a' * 56}...", "temperature"),
     ),
+    (  # its length times the tokens was the cost of finding it: bounded
+        "/v1/completions",
+        completion("x", stop=["a", "b" * 1025]),
+        400,
+        error("stop strings are 1024 characters at most, got one of 1025", "stop"),
+    ),
     *(  # true or false, not 1 or 0 (which Python's `in (True, False)` took)
         ("/v1/completions", completion("x", **{key: 1}), 400, error(f"{key} must be true or false, got 1", key))
         for key in ("ignore_eos", "stream", "return_token_ids")
