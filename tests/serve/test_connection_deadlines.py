@@ -248,12 +248,7 @@ def test_a_server_whose_every_place_is_answering_refuses_in_json(errors: Any, sa
     503, JSON, ``Retry-After``, and its connection is closed; none of the 68 is closed for it."""
     release, holding = threading.Event(), []
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+    async def hold(scope: Any, receive: Any, send: Any) -> None:
         if scope["path"] == "/hold":
             holding.append(1)
             while not release.is_set():
@@ -261,7 +256,7 @@ def test_a_server_whose_every_place_is_answering_refuses_in_json(errors: Any, sa
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    with server.in_thread(_Bare(errors), lambda _: (_Nothing(), app), 60) as running, sockets() as held:
+    with server.in_thread(_Bare(errors), lambda _: (_Nothing(), _lifespan_or(hold)), 60) as running, sockets() as held:
         for _ in range(68):
             held.append(connect(running.url))
             held[-1].sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -28,7 +28,8 @@ from typing import Any
 
 from ...errors import GenerationError, ServeError
 from .fields import SEARCH_FIELDS, short, unsupported
-from .formats import Constraint, constraint, message_calls
+from .formats import Constraint, constraint
+from .messages import chat_messages
 
 __all__ = [
     "ApiError",
@@ -282,11 +283,9 @@ def parse_completion(body: Any) -> CompletionRequest:
 
 
 def parse_chat(body: Any) -> ChatRequest:
-    """A ``/v1/chat/completions`` body: ``messages`` with a ``role`` (``developer`` read as ``system``)
-    and a text ``content`` (a string, or a list of ``{"type": "text", "text": ...}`` parts, joined;
-    none on an assistant's turn with ``tool_calls``), a ``name`` (given to the chat template, as vLLM
-    does), and what tool calls carry (:func:`~.formats.message_calls`); any other field of a message
-    or a part is refused, naming it.
+    """A ``/v1/chat/completions`` body: ``messages`` as :mod:`.messages` takes them (each field of a
+    message applied or refused), its own fields (``max_completion_tokens``, ``top_logprobs``,
+    ``tools``, ``tool_choice``) and both endpoints'.
 
     Raises:
         ApiError: as :func:`parse_completion`.
@@ -299,65 +298,15 @@ def parse_chat(body: Any) -> ChatRequest:
 
 
 def parse_messages(messages: Any) -> list[dict[str, Any]]:
-    """A chat's ``messages`` as its template takes them (see :func:`parse_chat`).
+    """A chat's ``messages`` as its template takes them (:func:`~.messages.chat_messages`).
 
     Raises:
         ApiError: 400 naming the message at fault.
     """
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(f"messages must be a non-empty list, got {short(messages)}", param="messages")
-    out = []
-    for i, message in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-            raise ApiError(f"{where} must be an object with a role, got {short(message)}", param=where)
-        try:
-            calls = message_calls(message, where)
-        except GenerationError as exc:
-            raise ApiError(str(exc), param=exc.field) from None
-        content = _content(message.get("content"), where)
-        if content is None and "tool_calls" in calls:
-            content = ""  # an assistant's turn that only called tools
-        if not isinstance(content, str):
-            raise ApiError(f"{where}.content must be text, got {short(content)}", param=f"{where}.content")
-        role = "system" if message["role"] == "developer" else message["role"]  # OpenAI's newer name for it
-        out.append({"role": role, "content": content, **calls, **_name(message, where)})
-    return out
-
-
-_MESSAGE = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})  # what a message may carry
-
-
-def _name(message: Mapping[str, Any], where: str) -> dict[str, str]:
-    """A message's ``name`` (the template is given it, as vLLM gives it); a field a message may
-    not carry (a typo, ``refusal``, ``audio``, ...) is refused naming it."""
-    extra = next((k for k, v in message.items() if k not in _MESSAGE and v is not None), None)
-    if extra is not None:
-        raise ApiError(
-            f"{where}: field {short(extra)} is not supported (a message takes {', '.join(sorted(_MESSAGE))})",
-            param=f"{where}.{str(extra)[:64]}",
-        )
-    name = message.get("name")
-    if name is None:
-        return {}
-    if not isinstance(name, str):
-        raise ApiError(f"{where}.name must be a string, got {short(name)}", param=f"{where}.name")
-    return {"name": name}
-
-
-def _content(content: Any, where: str) -> Any:
-    """A message's content, its text parts (``{"type": "text", "text": ...}``, nothing else) joined."""
-    if not isinstance(content, list):
-        return content
-    for j, part in enumerate(content):
-        ok = isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
-        if not ok or any(k not in ("type", "text") and v is not None for k, v in part.items()):
-            raise ApiError(
-                f'{where}.content[{j}]: only text parts ({{"type": "text", "text": ...}}) are supported, '
-                f"got {short(part)}",
-                param=f"{where}.content",
-            )
-    return "".join(p["text"] for p in content)
+    try:
+        return chat_messages(messages)
+    except GenerationError as exc:
+        raise ApiError(str(exc), param=exc.field) from None
 
 
 def _refuse_unsupported(body: Mapping[str, Any], own: frozenset[str]) -> None:
