@@ -250,11 +250,15 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._phase in (_Phase.IDLE, _Phase.ANSWERING):
             self._expect(_Phase.HEADERS)  # the next request begins (uvicorn's keep-alive timer stops)
         if self._phase is _Phase.HEADERS:
-            self._header_bytes += len(data)
+            # counted up to their end, before the parser sees them: headers that come whole in one
+            # piece leave this phase in the parser's callbacks, and were not counted once past
+            end = data.find(b"\r\n\r\n")
+            self._header_bytes += len(data) if end < 0 else end + 4
+            if self._header_bytes > MAX_HEADER_BYTES:
+                self.guard.closed_large += 1
+                self._refuse(self.guard.answers[431])
+                return
         super().data_received(data)
-        if self._phase is _Phase.HEADERS and self._header_bytes > MAX_HEADER_BYTES:
-            self.guard.closed_large += 1
-            self._refuse(self.guard.answers[431])
 
     def on_message_begin(self) -> None:
         if self._phase is not _Phase.HEADERS:  # a pipelined request, begun in the data of the one before

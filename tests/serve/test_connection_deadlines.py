@@ -122,6 +122,12 @@ CASES = {  # what a kept-alive connection sends after a whole first request; wha
         "the request is not valid HTTP/1.1",
         "invalid_http",
     ),
+    "a second request's headers over 64 KiB, whole": (
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * 70_000 + b"\r\n\r\n",
+        431,
+        "the request line and headers are over 65536 bytes",
+        "headers_too_large",
+    ),
     "a second request's headers over 64 KiB": (
         b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * 70_000,
         431,
