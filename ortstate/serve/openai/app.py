@@ -181,21 +181,19 @@ async def _body(request: Request, limit: int) -> Any:
 
 
 def _check_json_type(given: str | None) -> None:
-    """A body is JSON: sent as ``application/json`` (or a ``+json`` type), or with no
-    ``Content-Type``. Any other is refused (415), as FastAPI (vLLM) does: a web page may make a
-    browser post ``text/plain`` or a form to a server on loopback without asking it first (a CORS
-    "simple request"), and a body taken whatever its type would let any page a user opens drive
-    this server.
+    """A body is JSON, sent as ``application/json`` (or a ``+json`` type). Any other, or none, is
+    refused (415): a web page may make a browser post ``text/plain``, a form, or a body of no type
+    to a server on loopback without asking it first (a CORS "simple request"), and a body taken
+    whatever its type would let any page a user opens drive this server (FastAPI, vLLM's, takes a
+    body of no type as JSON).
 
     Raises:
         ApiError: 415 naming ``content-type``.
     """
-    if given is None:
-        return
-    media = given.split(";", 1)[0].strip().lower()
+    media = (given or "").split(";", 1)[0].strip().lower()
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         raise ApiError(
-            f"content-type must be application/json, got {short(given)}",
+            f"content-type must be application/json, got {'none' if given is None else short(given)}",
             415,
             param="content-type",
             error_code="unsupported_media_type",
