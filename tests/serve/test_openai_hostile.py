@@ -24,6 +24,8 @@ from ortstate.errors import RunError
 from ortstate.generate import Tokenizer
 from ortstate.generate.choice_stream import TokenStream
 from ortstate.serve import LlmServeConfig, serve_llm_in_thread
+from ortstate.serve.openai import app as app_module
+from ortstate.serve.openai import choices as choices_module
 
 LLM = (REPO / "models" / "llm").resolve()  # an absolute folder: no reply may name it
 TOKEN = "s3cret"
@@ -404,3 +406,32 @@ def test_a_body_sent_as_other_than_json_is_refused(server: Any, content_type: st
                 assert response.status == 200, reply
     finally:
         connection.close()
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_health_answers_while_an_answer_renders(server: Any, monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """A whole answer (one choice, or ``n``) is shaped and rendered off the event loop: every
+    token's top logprobs are megabytes for a long one (n 8, top_logprobs 20 and 110 tokens on
+    llama held ``/health`` 148 ms). With its rendering held, ``/health`` answers."""
+    entered, release = threading.Event(), threading.Event()
+    module, name = (app_module, "completion") if n == 1 else (choices_module, "response")
+    real = getattr(module, name)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, held)
+    done: list[int] = []
+    body = completion("x", n=n, temperature=1 if n > 1 else 0, logprobs=2)
+    request = threading.Thread(target=lambda: done.append(post(server.url, "/v1/completions", body)[0]))
+    request.start()
+    try:
+        assert entered.wait(60)
+        status, _, reply = post(server.url, "/health", None, timeout=30)
+        assert (status, json.loads(reply)) == (200, {"ok": True})
+    finally:
+        release.set()
+        request.join(60)
+    assert done == [200]

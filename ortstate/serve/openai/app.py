@@ -245,12 +245,17 @@ async def _answer(
     finally:
         ending = release()
     await _turn_kept(ending)
-    ids = (generation.prompt, generation.tokens) if generation.sampling.token_ids else None
-    scored = None if generation.sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat)
-    logprobs = None if scored is None else scored.shape(generation.scored)
-    finish, call = str(generation.finish_reason), generation.call
-    body = completion(rid, service.model_id, chat, generation.text, finish, _usage(generation), ids, logprobs, call)
-    return JSONResponse(body, headers=headers)
+
+    def render() -> JSONResponse:
+        ids = (generation.prompt, generation.tokens) if generation.sampling.token_ids else None
+        scored = None if generation.sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat)
+        logprobs = None if scored is None else scored.shape(generation.scored)
+        finish, call = str(generation.finish_reason), generation.call
+        body = completion(rid, service.model_id, chat, generation.text, finish, _usage(generation), ids, logprobs, call)
+        return JSONResponse(body, headers=headers)
+
+    # off the event loop: a body of every token's top logprobs is megabytes to shape and render
+    return await service.prompts.run(render)
 
 
 def _counted(service: LlmService, request: Request, choices: list[Generation], arrived: float) -> None:
