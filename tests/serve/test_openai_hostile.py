@@ -125,6 +125,15 @@ HOSTILE = [  # (path, body, status, OpenAI's error body)
         400,
         error("stop strings are 1024 characters at most, got one of 1025", "stop"),
     ),
+    (  # one of them was ignored
+        "/v1/chat/completions",
+        json.dumps(
+            {"model": "llama", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+            | {"max_completion_tokens": 3}
+        ).encode(),
+        400,
+        error("max_completion_tokens and max_tokens differ: send one", "max_tokens"),
+    ),
     *(  # true or false, not 1 or 0 (which Python's `in (True, False)` took)
         ("/v1/completions", completion("x", **{key: 1}), 400, error(f"{key} must be true or false, got 1", key))
         for key in ("ignore_eos", "stream", "return_token_ids")

@@ -177,10 +177,10 @@ def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...], chat: bool) ->
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError("model: a model id (a string) is required", param="model")
-    max_tokens = None
-    for key in max_keys:
-        given = _integer(body, key, 1)
-        max_tokens = given if given is not None and max_tokens is None else max_tokens
+    given = {key: value for key in max_keys if (value := _integer(body, key, 1)) is not None}
+    if len(set(given.values())) > 1:  # one would be ignored (vLLM takes the first)
+        raise ApiError(f"{' and '.join(given)} differ: send one", param=max_keys[-1])
+    max_tokens = next(iter(given.values()), None)
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ApiError(f"seed must be an integer >= 0, got {short(seed)}", param="seed")
