@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -115,13 +116,18 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _parse_ids(text: str) -> list[int]:
+    """ASCII integers between single commas: int() alone would also take '1_0', '+1', Arabic-Indic
+    digits, and an empty item ('1,,2') silently."""
+    items = text.replace(" ", "").split(",")
     try:
-        ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
-    except ValueError:
-        ids = []
-    if not ids:
-        raise UsageError(f"--prompt-ids expects comma-separated integers, e.g. --prompt-ids 1,2,3; got {text!r}")
-    return ids
+        if not all(re.fullmatch(r"-?[0-9]+", t) for t in items):
+            raise ValueError(text)
+        return [int(t) for t in items]
+    except ValueError:  # also an integer past Python's 4,300 digits
+        shown = repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
+        raise UsageError(
+            f"--prompt-ids expects comma-separated integers, e.g. --prompt-ids 1,2,3; got {shown}"
+        ) from None
 
 
 def load_tokenizer(model_dir: Path, why: str = "--prompt") -> Tokenizer:
