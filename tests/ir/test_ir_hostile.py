@@ -25,7 +25,7 @@ from oracle import REPO, RESET, REWRITTEN, check_model, check_steps, form_name, 
 import ortstate
 from ortstate.ir.reader import read_ir
 from ortstate.meta import NAME_PREFIX_CHARS
-from ortstate.meta.names import shown_id
+from ortstate.meta.names import shown_id, shown_name
 
 ACC = REPO / "models/accumulator/model.xml"
 
@@ -327,3 +327,18 @@ def test_a_long_layer_name_is_repeated_as_its_prefix(tmp_path: Path) -> None:
     assert split[0].output[:2] == ["s" * NAME_PREFIX_CHARS + ":Split", "s" * NAME_PREFIX_CHARS + ":Split_1"]
     assert split[0].doc_string == f"layer '{'s' * NAME_PREFIX_CHARS}' (id 2, Split-1)"
     check_model(xml, {"x": np.arange(800, dtype=np.float32).reshape(400, 2) - 400})
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=form_name)
+def test_a_run_error_naming_long_names_stays_bounded(tmp_path: Path, explicit: bool) -> None:
+    """Feeding the wrong names to a model whose inputs have 100,000 characters: the error lists at
+    most 20 names, each bounded (it held every name whole: 200,000 characters and more, as long
+    as a caller's feed made it)."""
+    xml, names, _ = long_names_ir(tmp_path, 100_000)
+    session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit))
+    feed = {f"z{k}" + "q" * 100_000: np.zeros((1, 3), np.float32) for k in range(50)}
+    with pytest.raises(ortstate.RunError) as info:
+        session.run(None, feed)
+    message = str(info.value)
+    assert message.startswith(f"missing input(s) {shown_name(names[1])}, {shown_name(names[0])}; unknown input(s) ")
+    assert " and 30 more (inputs: " in message and len(message) < 30 * 2_200, len(message)
