@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ from ..generate.prompts import FirstRow, check_context, check_prompts
 from ..generate.structured import check_schema, schema_text
 from ..generate.tokenizer import TOKENIZER_FILE
 from .args import add_form_option, add_verbose_option, load_npy
-from .command import EXIT_OK, Command
+from .command import EXIT_FAILURE, EXIT_OK, Command
 from .generate_output import IdPrinter, latency_summary, write_out
 from .generate_search import add_search_options, search_options
 from .report import progress
@@ -60,7 +61,8 @@ turn per line from standard input and answers each, continuing from the cache: a
 the last one's tokens, the reply's as generated, then only the tokens of the text the template
 adds, so only those are fed (a template that rewrites earlier turns makes the whole conversation
 fed again); each turn's summary line says how many prompt tokens came from the cache and how many
-were fed.
+were fed. A turn refused (past the context, say) is one error line and is dropped: the conversation
+goes on with the next line as it was, and the exit code is 1 at the end.
 Encoder-decoders (Whisper, T5) take --encoder-input FILE.npy (default: the folder's
 encoder_input.npy) and start from the decoder start token unless --prompt-ids says otherwise.
 
@@ -115,13 +117,18 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _parse_ids(text: str) -> list[int]:
+    """ASCII integers between single commas: int() alone would also take '1_0', '+1', Arabic-Indic
+    digits, and an empty item ('1,,2') silently."""
+    items = text.replace(" ", "").split(",")
     try:
-        ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
-    except ValueError:
-        ids = []
-    if not ids:
-        raise UsageError(f"--prompt-ids expects comma-separated integers, e.g. --prompt-ids 1,2,3; got {text!r}")
-    return ids
+        if not all(re.fullmatch(r"-?[0-9]+", t) for t in items):
+            raise ValueError(text)
+        return [int(t) for t in items]
+    except ValueError:  # also an integer past Python's 4,300 digits
+        shown = repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
+        raise UsageError(
+            f"--prompt-ids expects comma-separated integers, e.g. --prompt-ids 1,2,3; got {shown}"
+        ) from None
 
 
 def load_tokenizer(model_dir: Path, why: str = "--prompt") -> Tokenizer:
@@ -294,17 +301,27 @@ def _chat(args: argparse.Namespace, generator: Generator, tokenizer: Any, search
     chat = Chat(generator, tokenizer, system=args.system)
     turns = [args.prompt] if args.prompt is not None else _stdin_turns()
     beams = search.get("num_beams", 1) > 1
-    for turn_index, turn in enumerate(turns):
+    refused, answered = False, 0
+    for turn in turns:
         stream = None if beams else TextStreamer(tokenizer, on_text=write_out)
-        with _remedied(generator):
-            reply = chat.say(turn, args.max_new_tokens, stream=stream, stop_at_eos=not args.ignore_eos, **search)
+        try:
+            with _remedied(generator):
+                reply = chat.say(turn, args.max_new_tokens, stream=stream, stop_at_eos=not args.ignore_eos, **search)
+        except GenerationError as exc:
+            if args.prompt is not None:
+                raise
+            # the turn is refused (e.g. past the context) and the conversation is as it was: it goes on
+            print(f"ortstate: error: {exc} (turn dropped; the conversation goes on)", file=sys.stderr, flush=True)
+            refused = True
+            continue
         if beams:
             write_out(reply)
         print(flush=True)
         assert generator.last_run is not None
         summary = latency_summary(generator.last_run, generator.session.form)
-        print(f"{summary}; {_cache_use(chat, first=turn_index == 0)}", file=sys.stderr)
-    return EXIT_OK
+        print(f"{summary}; {_cache_use(chat, first=answered == 0)}", file=sys.stderr)
+        answered += 1
+    return EXIT_FAILURE if refused else EXIT_OK
 
 
 def _cache_use(chat: Chat, first: bool) -> str:

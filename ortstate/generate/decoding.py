@@ -33,7 +33,7 @@ from .beam_search import BeamSearch, Hypothesis
 from .logits_process import log_softmax, process
 from .options import SearchOptions
 from .rows import left_pad
-from .sampler import RowState, choose
+from .sampler import NO_TOKEN, RowState, choose, no_token, unpickable
 from .stepper import Stepper
 from .stopping import StopCriteria
 from .structured import Matcher, advance, mask_logits
@@ -146,7 +146,11 @@ def sample_or_greedy(stepper: Stepper, job: Job) -> None:
             beam_idx = None
             state.history, state.pending = histories, [[] for _ in range(rows)]
         real = ~finished  # rows still generating: their pick is a real token
-        picked = choose(_masked(logits, job, real), job.rows)
+        scores = _masked(logits, job, real)
+        picked = choose(scores, job.rows)
+        failed = np.flatnonzero(real & (picked == NO_TOKEN))
+        if failed.size:
+            raise no_token(scores, int(failed[0]))
         picked = np.where(real, picked, pad).astype(np.int64)
         if job.matchers:  # a pick the row's budget cannot close is replaced
             picked = np.array(advance([m if r else None for m, r in zip(job.matchers, real)], picked.tolist()))
@@ -218,6 +222,9 @@ def beam_search(stepper: Stepper, job: Job) -> None:
             state.history, state.pending = histories, [[] for _ in histories]
             if expand:
                 logits = np.repeat(logits, beams, axis=0)  # every beam of a prompt starts from its row
+        failed = unpickable(logits, logits.argmax(axis=-1))
+        if failed.size:
+            raise no_token(logits, int(failed[0]))
         scores = process(log_softmax(logits), beam_histories, options, min_tokens_to_keep=keep_at_least)
         chosen = search.step(scores, criteria.hits)
         run.step_seconds.append(time.perf_counter() - start)

@@ -21,7 +21,7 @@ from ..scheduler.requests import Plan, Scheduler
 from ..streams import KvPool
 from .delivery import Delivery
 from .request import END, Request
-from .sampler import RowState, choose
+from .sampler import NO_TOKEN, RowState, choose, no_token, unpickable
 from .scored import Scored
 from .structured import advance, mask_logits
 
@@ -225,27 +225,30 @@ class Executor:
 
     def _pick(self, runs: list[Running], logits: np.ndarray) -> None:
         """Each request's next token from its row of ``logits`` ``[requests, vocab]``, by its own
-        options: the plain greedy ones in one argmax, the others together (:func:`~.sampler.choose`)."""
-        accept = self._accept
-        if all(run.plain for run in runs):  # the common case: no per-row work at all
-            for run, token in zip(runs, logits.argmax(axis=-1).tolist()):
-                accept(run, token)
-            return
+        options: the plain greedy ones in one argmax, the others together (:func:`~.sampler.choose`);
+        a request with no token to pick (NaN logits) ends with the error saying so."""
         tokens = logits.argmax(axis=-1)
+        tokens[unpickable(logits, tokens)] = NO_TOKEN
         others = [k for k, run in enumerate(runs) if not run.plain]
-        scores = logits[others]  # a copy: a grammar masks it, logprobs read the raw logits
-        matchers = [runs[k].request.matcher for k in others]
-        constrained = any(m is not None for m in matchers)
-        if constrained:  # every constrained row's mask in one call
-            mask_logits(scores, matchers)
-        picked = choose(scores, [runs[k].row for k in others])
-        tokens[others] = advance(matchers, picked.tolist()) if constrained else picked
-        for k in others:
-            run = runs[k]
-            if run.request.logprobs is not None:
-                run.scored = Scored.of(logits[k], int(tokens[k]), run.request.logprobs)
-        for run, token in zip(runs, tokens.tolist()):
-            accept(run, token)
+        if others:
+            scores = logits[others]  # a copy: a grammar masks it, logprobs read the raw logits
+            matchers = [runs[k].request.matcher for k in others]
+            constrained = any(m is not None for m in matchers)
+            if constrained:  # every constrained row's mask in one call
+                mask_logits(scores, matchers)
+            picked = choose(scores, [runs[k].row for k in others])
+            if constrained:
+                picked = advance([m if t != NO_TOKEN else None for m, t in zip(matchers, picked)], picked.tolist())
+            tokens[others] = picked
+            for k in others:
+                run = runs[k]
+                if run.request.logprobs is not None and tokens[k] != NO_TOKEN:
+                    run.scored = Scored.of(logits[k], int(tokens[k]), run.request.logprobs)
+        for k, (run, token) in enumerate(zip(runs, tokens.tolist())):
+            if token == NO_TOKEN:
+                self.end(run.request.rid, no_token(logits, k))
+            else:
+                self._accept(run, token)
 
     def _accept(self, run: Running, token: int) -> None:
         run.tokens.append(token)

@@ -6,7 +6,9 @@ the options beam search takes: the repetition penalty first, then, for beam samp
 temperature, top-k and top-p, in that order. Each function follows the transformers class of the
 same name (``RepetitionPenaltyLogitsProcessor``, ``TemperatureLogitsWarper``, ``TopKLogitsWarper``,
 ``TopPLogitsWarper``): same thresholds, same ties kept, same tokens removed (their score set to
-``-inf``).
+``-inf``). The penalty and the temperature are applied in float64 and the result cast back to
+transformers' float32: any value in range gives its limit (a score past float32's range is
+``-inf``, removed), never NaN or a numpy warning.
 """
 
 from __future__ import annotations
@@ -28,13 +30,19 @@ def repetition_penalty(scores: np.ndarray, sequences: Sequence[Sequence[int]], p
             continue
         seen = np.unique(np.asarray(tokens, dtype=np.int64))
         seen = seen[(seen >= 0) & (seen < out.shape[1])]
-        values = out[row, seen]
-        out[row, seen] = np.where(values < 0, values * penalty, values / penalty)
+        values = out[row, seen].astype(np.float64)
+        out[row, seen] = _narrow(np.where(values < 0, values * penalty, values / penalty))
     return out
 
 
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """float64 values as float32: past its range, infinite (the limit), without a warning."""
+    with np.errstate(over="ignore", under="ignore"):
+        return values.astype(np.float32)
+
+
 def temperature(scores: np.ndarray, value: float) -> np.ndarray:
-    return (np.asarray(scores, dtype=np.float32) / np.float32(value)).astype(np.float32)
+    return _narrow(np.asarray(scores, dtype=np.float64) / value)
 
 
 def top_k(scores: np.ndarray, k: int, min_tokens_to_keep: int = 1) -> np.ndarray:
@@ -68,7 +76,11 @@ def softmax(scores: np.ndarray) -> np.ndarray:
 
 
 def log_softmax(scores: np.ndarray) -> np.ndarray:
+    """Row log-softmax; a row with ``+inf`` scores gets its limit: those tokens share the whole mass."""
     x = np.asarray(scores, dtype=np.float64)
+    infinite = np.isposinf(x.max(axis=-1, keepdims=True))
+    if infinite.any():
+        x = np.where(infinite, np.where(np.isposinf(x), 0.0, -np.inf), x)
     x = x - x.max(axis=-1, keepdims=True)
     return (x - np.log(np.exp(x).sum(axis=-1, keepdims=True))).astype(np.float32)
 

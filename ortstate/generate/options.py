@@ -27,6 +27,9 @@ __all__ = ["SearchOptions", "file_defaults"]
 
 # beam sampling sums temperature-scaled log-probabilities over steps (transformers' float32 scores)
 MIN_BEAM_TEMPERATURE = 0.01
+# n and num_beams: rows of the model's cache (and Python lists) per prompt, allocated before any
+# step; OpenAI's bound on n (a billion choices took every byte of memory)
+MAX_ROWS = 128
 # vLLM's options that beam search (transformers') does not take
 _NOT_FOR_BEAMS = ("min_p", "presence_penalty", "frequency_penalty", "logit_bias", "min_tokens", "n", "json_schema")
 
@@ -53,9 +56,9 @@ class SearchOptions:
         logit_bias: token id -> a number in [-100, 100] added to its score (a mapping, or its items).
         min_tokens: the tokens that would stop a row (eos, ``stop_token_ids``) cannot be picked, and
             stop strings do not stop it, before it has this many new tokens (>= 0).
-        n: choices per prompt (>= 1; > 1 needs ``do_sample``): one prefill, then ``n`` rows, choice
+        n: choices per prompt (1 to :data:`MAX_ROWS`; > 1 needs ``do_sample``): one prefill, then ``n`` rows, choice
             ``i`` sampled with ``seed + i``, as vLLM seeds its ``n`` children.
-        num_beams: beams per prompt (1 = no beam search).
+        num_beams: beams per prompt (1 = no beam search; at most :data:`MAX_ROWS`).
         length_penalty: a finished beam's score is its log-probability over ``length ** length_penalty``.
         early_stopping: beam search stops when ``num_beams`` beams finished (True), when no running
             beam can beat the finished ones by transformers' heuristic (False), or only at the
@@ -234,8 +237,8 @@ def _check(options: SearchOptions, where: str) -> None:
     _check_bias(options.logit_bias, fail)
     if not _is_int(options.min_tokens) or options.min_tokens < 0:
         fail("min_tokens", f"must be an integer >= 0, got {_shown(options.min_tokens)}")
-    if not _is_int(options.num_beams) or options.num_beams < 1:
-        fail("num_beams", f"must be an integer >= 1, got {_shown(options.num_beams)}")
+    if not _is_int(options.num_beams) or not 1 <= options.num_beams <= MAX_ROWS:
+        fail("num_beams", f"must be an integer in [1, {MAX_ROWS}], got {_shown(options.num_beams)}")
     if not _is_real(options.length_penalty) or abs(options.length_penalty) == float("inf"):
         fail("length_penalty", f"must be a finite number, got {_shown(options.length_penalty)}")
     if not (isinstance(options.early_stopping, bool) or options.early_stopping == "never"):
@@ -265,8 +268,8 @@ def _check_bias(bias: Any, fail: Any) -> None:
 
 
 def _check_n(options: SearchOptions, fail: Any) -> None:
-    if not _is_int(options.n) or options.n < 1:
-        fail("n", f"must be an integer >= 1, got {_shown(options.n)}")
+    if not _is_int(options.n) or not 1 <= options.n <= MAX_ROWS:
+        fail("n", f"must be an integer in [1, {MAX_ROWS}], got {_shown(options.n)}")
     if options.n > 1 and not options.do_sample:
         fail("n", f"must be 1 when decoding greedily, got {options.n}: n > 1 choices need sampling")
     if options.beam_search:

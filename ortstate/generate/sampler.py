@@ -20,8 +20,15 @@ weights underflow to 0 and the row gets greedy's token for every seed (tokens ti
 share the draw: the limit of the distribution). ``min_p`` keeps the tokens whose weight is at least
 ``min_p`` (their probability over the best one's).
 
+The adjusted scores are float64, so that no penalty in range overflows them (a repetition penalty
+of 1e-300 multiplies a score by 1e300); one that still overflows is infinite. Infinite scores are
+limits, and taken as such: a row whose best score is ``+inf`` picks among its ``+inf`` tokens only
+(greedy: the lowest id). A row with no token to pick, a NaN among its logits (a model can emit one:
+its numbers overflowed) or every score ``-inf``, gets :data:`NO_TOKEN`; its owner ends it with
+:func:`no_token`'s error, never a made-up token.
+
 Each step costs the rows' logits plus their token lists; a greedy row that adjusts nothing is its
-logits' argmax (the engine's fast path never calls this).
+logits' argmax (the engine's fast path never calls :func:`choose`: it checks :func:`unpickable`).
 """
 
 from __future__ import annotations
@@ -31,11 +38,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import GenerationError
 from .options import SearchOptions
 
-__all__ = ["RowState", "adjust", "choose", "warp"]
+__all__ = ["NO_TOKEN", "RowState", "adjust", "choose", "no_token", "unpickable", "warp"]
 
-_NEG = np.float32(-np.inf)
+NO_TOKEN = -1  # a row's pick when no token can be picked (see unpickable)
 
 
 @dataclass
@@ -62,7 +70,7 @@ class RowState:
     def __post_init__(self) -> None:
         pairs = self.options.logit_bias
         self.bias_ids = np.array([t for t, _ in pairs], np.int64)
-        self.bias = np.array([v for _, v in pairs], np.float32)
+        self.bias = np.array([v for _, v in pairs], np.float64)
 
     @classmethod
     def start(
@@ -89,26 +97,48 @@ def choose(logits: np.ndarray, rows: Sequence[RowState]) -> np.ndarray:
     """Each row's next token ``[rows]`` (int64) from its logits ``[rows, vocab]`` (see the module docstring)."""
     scores = adjust(logits, rows)
     tokens = np.asarray(scores).argmax(axis=-1).astype(np.int64)
+    failed = unpickable(scores, tokens)
+    # a failed row still draws, so that every other row's draws stay what they are alone
     sampled = [k for k, r in enumerate(rows) if r.options.do_sample]
     if sampled:
-        weights = warp(scores[sampled], [rows[k].options for k in sampled])
         draws = np.array([rows[k].rng.random() for k in sampled])  # type: ignore[union-attr]
-        tokens[sampled] = _draw(weights, draws)
+        gone = set(failed.tolist())
+        kept = [j for j, k in enumerate(sampled) if k not in gone]
+        if kept:
+            picked = [sampled[j] for j in kept]
+            weights = warp(scores[picked], [rows[k].options for k in picked])
+            tokens[picked] = _draw(weights, draws[kept])
+    tokens[failed] = NO_TOKEN
     return tokens
 
 
+def unpickable(scores: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """The rows of ``scores`` ``[rows, vocab]`` that have no token to pick, given ``tokens``, their
+    argmax: numpy's argmax is a NaN's index when a row holds one, so a row fails exactly when the
+    score at its argmax is NaN or ``-inf`` (O(rows), not a pass over the vocabulary)."""
+    at = np.asarray(scores)[np.arange(len(tokens)), tokens]
+    return np.flatnonzero(~(at > -np.inf))
+
+
+def no_token(scores: np.ndarray, row: int) -> GenerationError:
+    """The error that ends ``row``, one of :func:`unpickable`'s rows of ``scores``."""
+    if np.isnan(scores[row]).any():
+        return GenerationError("the model's logits hold NaN (its numbers overflowed?): no next token can be picked")
+    return GenerationError("every token is ruled out (every score is -inf): no next token can be picked")
+
+
 def adjust(logits: np.ndarray, rows: Sequence[RowState]) -> np.ndarray:
-    """Steps 1 and 2: the scores greedy takes the argmax of (float32; ``logits`` itself when no row
+    """Steps 1 and 2: the scores greedy takes the argmax of (float64; ``logits`` itself when no row
     adjusts anything)."""
     active = [(k, r) for k, r in enumerate(rows) if r.options.adjusts]
     if not active:
         return logits
-    out = np.array(logits, dtype=np.float32)
+    out = np.array(logits, dtype=np.float64)
     vocab = out.shape[1]
     masked = [(k, r.stops) for k, r in active if len(r.output) < r.options.min_tokens]
     if masked:
         where, ids = _flat(masked, vocab)
-        out[where, ids] = _NEG
+        out[where, ids] = -np.inf
     biased = [(k, r.bias_ids, r.bias) for k, r in active if r.bias.size]
     if biased:
         where, ids, values = _flat(biased, vocab)
@@ -117,29 +147,36 @@ def adjust(logits: np.ndarray, rows: Sequence[RowState]) -> np.ndarray:
     if repeated:
         pairs = [(k, np.union1d(r.prompt, np.asarray(r.output, np.int64))) for k, r in repeated]
         where, ids = _flat(pairs, vocab)
-        penalty = np.zeros(len(rows), np.float32)
+        penalty = np.ones(len(rows), np.float64)
         penalty[[k for k, _ in repeated]] = [r.options.repetition_penalty for _, r in repeated]
         values, factor = out[where, ids], penalty[where]
-        out[where, ids] = np.where(values > 0, values / factor, values * factor)
+        with np.errstate(over="ignore", under="ignore"):  # past float64's range: infinite, or 0
+            out[where, ids] = np.where(values > 0, values / factor, values * factor)
     counted = [(k, r) for k, r in active if r.output and (r.options.presence_penalty or r.options.frequency_penalty)]
     if counted:
         triples = [(k, *np.unique(np.asarray(r.output, np.int64), return_counts=True)) for k, r in counted]
         where, ids, counts = _flat(triples, vocab)
-        presence, frequency = np.zeros((2, len(rows)), np.float32)
+        presence, frequency = np.zeros((2, len(rows)), np.float64)
         presence[[k for k, _ in counted]] = [r.options.presence_penalty for _, r in counted]
         frequency[[k for k, _ in counted]] = [r.options.frequency_penalty for _, r in counted]
-        out[where, ids] -= frequency[where] * counts.astype(np.float32) + presence[where]
+        out[where, ids] -= frequency[where] * counts + presence[where]
     return out
 
 
 def warp(scores: np.ndarray, options: Sequence[SearchOptions]) -> np.ndarray:
-    """Step 4 but the draw: each row's weights (float64, the best token's 1, removed ones 0)."""
+    """Step 4 but the draw: each row's weights (float64, the best token's 1, removed ones 0); every
+    row has a token to pick (:func:`unpickable`)."""
     x = np.asarray(scores, dtype=np.float64)
     vocab = x.shape[1]
     t = np.array([o.temperature for o in options], np.float64)[:, None]
-    # a gap over T past float64's range, or a weight below its smallest: the weight is 0, exactly the limit
-    with np.errstate(over="ignore", under="ignore"):
-        weights = np.exp((x - x.max(axis=1, keepdims=True)) / t)
+    top = x.max(axis=1, keepdims=True)
+    # a gap over T past float64's range, or a weight below its smallest: the weight is 0, exactly the
+    # limit; a best score of +inf (inf - inf is NaN) is the limit too: its +inf tokens share the draw
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        weights = np.exp((x - top) / t)
+    infinite = np.isposinf(top[:, 0])
+    if infinite.any():
+        weights[infinite] = x[infinite] == np.inf
     min_p = np.array([o.min_p for o in options], np.float64)[:, None]
     if min_p.any():
         weights[weights < min_p] = 0.0

@@ -113,11 +113,13 @@ def _parse_ports(el: ET.Element | None, where: str) -> tuple[Port, ...]:
     return tuple(ports)
 
 
-# OpenVINO's IR reader: names are separated by commas (a literal one escaped as "\,") or newlines;
-# empty ones are dropped, and whitespace is part of a name. A name: runs of plain characters between
-# escapes ("\" and the next character), which the regex engine scans in one loop each (13x faster
-# than an alternation per character on 100,000 of them); nothing matches two ways: no backtracking.
-_NAME = re.compile(r"[^\\,\n]+(?:\\.[^\\,\n]*)*|(?:\\.[^\\,\n]*)+")
+# OpenVINO's IR reader: names are separated by commas (a literal one escaped as "\,"); empty ones
+# are dropped, and whitespace is part of a name: a newline too (written "&#10;": one the file holds
+# as such the XML parser reads as a space). A name: runs of plain characters between escapes ("\"
+# and the next character, whatever it is; a last one kept), which the regex engine scans in one
+# loop each (13x faster than an alternation per character on 100,000 of them); nothing matches two
+# ways: no backtracking.
+_NAME = re.compile(r"[^\\,]+(?:\\(?:.|\Z)[^\\,]*)*|(?:\\(?:.|\Z)[^\\,]*)+", re.DOTALL)
 
 
 def _tensor_names(text: str) -> list[str]:

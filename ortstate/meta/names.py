@@ -37,6 +37,7 @@ __all__ = [
     "state_input_name",
     "state_output_name",
     "shown_id",
+    "shown_name",
     "split_id",
     "split_rows_name",
 ]
@@ -177,10 +178,22 @@ def split_id(var_id: str) -> tuple[str, str] | None:
 
 
 def shown_id(var_id: str) -> str:
-    """A variable id as messages print it, quoted: ``'acc'``, or a glued pair split
-    (:func:`split_id`), ``'past_key_values.1.value' -> 'present.1.value'``."""
+    """A variable id as messages print it, quoted (:func:`shown_name`): ``'acc'``, or a glued pair
+    split (:func:`split_id`), ``'past_key_values.1.value' -> 'present.1.value'``."""
     pair = split_id(var_id)
-    return f"'{pair[0]}' -> '{pair[1]}'" if pair else f"'{var_id}'"
+    return f"{shown_name(pair[0])} -> {shown_name(pair[1])}" if pair else shown_name(var_id)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def shown_name(name: str) -> str:
+    """A name as a message quotes it, on one line of bounded length whatever the name: control
+    characters escaped (``'\\n'``), and a name longer than :data:`NAME_PREFIX_CHARS` shown as its
+    first ones, ``...``, its last 20 (names differing at their end stay apart) and its length."""
+    if len(name) > NAME_PREFIX_CHARS:
+        return f"{shown_name(name[:NAME_PREFIX_CHARS])[:-1]}...{shown_name(name[-20:])[1:]} ({len(name)} characters)"
+    return "'" + _CONTROL.sub(lambda m: repr(m.group())[1:-1], name) + "'"
 
 
 def _prefix_runs(text: str) -> np.ndarray:

@@ -20,7 +20,8 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import OrtStateError, PassError, RunError, RuntimeTooOldError
-from ..meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, EXPLICIT, ModelMeta, read_meta
+from ..meta import ASSIGN, CONTRIB_DOMAIN, CUSTOM_OP, EXPLICIT, NAME_PREFIX_CHARS, ModelMeta, read_meta
+from ..meta.names import shown_name
 from ..passes.pipelines import LOAD, LOAD_CUSTOM_OP, PassOptions
 from ..passes.walk import nodes
 from . import pyops, snapshot
@@ -110,12 +111,23 @@ class LoadedModel:
                 raise RunError(f"{what} names are strings, got {odd!r} ({type(odd).__name__})")
         unknown_out = [n for n in output_names if n not in outputs]
         if unknown_out:
-            raise RunError(f"unknown output(s) {', '.join(unknown_out)} (outputs: {', '.join(self.output_names)})")
+            raise RunError(f"unknown output(s) {_listed(unknown_out)} (outputs: {_listed(self.output_names)})")
         missing = [i.name for i in self.inputs if i.name not in feeds]
         unknown = [n for n in feeds if n not in inputs]
-        parts = [f"missing input(s) {', '.join(sorted(missing))}"] if missing else []
-        parts += [f"unknown input(s) {', '.join(sorted(unknown))}"] if unknown else []
-        raise RunError("; ".join(parts) + f" (inputs: {', '.join(i.name for i in self.inputs)})")
+        parts = [f"missing input(s) {_listed(sorted(missing))}"] if missing else []
+        parts += [f"unknown input(s) {_listed(sorted(unknown))}"] if unknown else []
+        raise RunError("; ".join(parts) + f" (inputs: {_listed([i.name for i in self.inputs])})")
+
+
+_LISTED = 20  # names a message lists
+
+
+def _listed(names: Sequence[str]) -> str:
+    """Names as a message lists them, bounded whatever a caller feeds or a model names: at most
+    :data:`_LISTED`, and each one long or holding a control character as :func:`shown_name` shows it."""
+    shown = [n if len(n) <= NAME_PREFIX_CHARS and n.isprintable() else shown_name(n) for n in names[:_LISTED]]
+    more = f" and {len(names) - _LISTED} more" if len(names) > _LISTED else ""
+    return ", ".join(shown) + more
 
 
 @dataclass(frozen=True)

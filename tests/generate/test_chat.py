@@ -143,6 +143,23 @@ def test_a_template_that_rewrites_the_start_feeds_it_again(
     )
 
 
+def test_a_refused_turn_is_dropped_and_the_conversation_goes_on(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line past the context is one error line; the next turn continues from the cache as if the
+    refused one had never been said (the same tokens as that conversation alone), and the exit code is 1."""
+    folder = LLM / "qwen2"
+    chat = Chat(Generator.from_dir(folder))
+    want = [chat.say(text, 3) for text in ("Hi", "again")]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hi\n" + "word " * 500 + "\nagain\n"))
+    code, out, err = run_cli(capsys, "generate", folder, "--chat", "-n", 3)
+    assert (code, out.splitlines()) == (1, want)
+    lines = err.splitlines()
+    assert len(lines) == 3 and lines[1].startswith("ortstate: error: a prompt of ")
+    assert lines[1].endswith("> 128) (turn dropped; the conversation goes on)")
+    assert lines[2].endswith(f"chat: {chat.cached} prompt tokens from the cache, {chat.fed} fed") and chat.cached
+
+
 class _Chars:
     """A tokenizer whose tokens are the characters' code points."""
 

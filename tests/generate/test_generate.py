@@ -197,6 +197,20 @@ def test_cli_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
             2,
             "--prompt-ids expects comma-separated integers, e.g. --prompt-ids 1,2,3; got '1,x'",
         ),
+        *[
+            (
+                ["generate", MAMBA, "--prompt-ids", ids],
+                2,
+                f"--prompt-ids expects comma-separated integers, e.g. --prompt-ids 1,2,3; got {shown}",
+            )
+            for ids, shown in [
+                ("1,,2", "'1,,2'"),
+                ("1,2,", "'1,2,'"),
+                ("1_0", "'1_0'"),
+                ("\u0661", "'\u0661'"),
+                ("9" * 5000, repr("9" * 57) + "..."),
+            ]
+        ],  # fmt: skip
         (["generate", MAMBA, "--prompt-ids", "1", "-n", "0"], 2, "--max-new-tokens must be at least 1, got 0"),
         (["generate", MAMBA, "--prompt-ids", "1,300"], 2, "prompt token id(s) 300 outside the vocabulary (0..255)"),
         (

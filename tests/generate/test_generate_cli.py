@@ -111,7 +111,10 @@ def test_search_argument_errors(capsys: pytest.CaptureFixture[str], tmp_path: Pa
         ([*base, "--do-sample", "--top-p", "1.5"], "--top-p: top_p must be in (0, 1], got 1.5"),
         ([*base, "--do-sample", "--top-k", "-2"],
          "--top-k: top_k must be an integer >= 1, or 0 or -1 to keep every token, got -2"),
-        ([*base, "--num-beams", "0"], "--num-beams: num_beams must be an integer >= 1, got 0"),
+        ([*base, "--num-beams", "0"], "--num-beams: num_beams must be an integer in [1, 128], got 0"),
+        ([*base, "--num-beams", "100000000"], "--num-beams: num_beams must be an integer in [1, 128], got 100000000"),
+        ([*base, "--do-sample", "--choices", "1000000000"],
+         "--choices: n must be an integer in [1, 128], got 1000000000"),
         ([*base, "--length-penalty", "2"], "--length-penalty applies to beam search: add --num-beams N (N > 1)"),
         ([*base, "--repetition-penalty", "0"], "--repetition-penalty: repetition_penalty must be a number > 0 "
          "(1 = no penalty), got 0.0"),

@@ -340,3 +340,77 @@ def test_the_command_line_takes_every_option(
         code, out, err = run_cli(capsys, *argv, *bad)
         assert (code, out) == (2, ""), bad
         assert_one_line_error(err, message)
+
+
+WARNED = {"divide": "raise", "over": "raise", "invalid": "raise"}  # what numpy warns of by default
+
+
+def _poisoned(logits: np.ndarray, poison: str) -> np.ndarray:
+    out = np.array(logits)
+    if poison == "nan":
+        out[..., 3] = np.nan
+    elif poison == "-inf":
+        out[...] = -np.inf
+    else:  # two tokens at +inf: the limit of every distribution is those two
+        out[..., [3, 9]] = np.inf
+    return out
+
+
+@pytest.mark.parametrize("poison", ["nan", "-inf", "+inf"])
+@pytest.mark.parametrize(
+    "search",
+    [{}, {"repetition_penalty": 1.3}, {"do_sample": True, "temperature": 0.5, "top_p": 0.9, "min_p": 0.1},
+     {"num_beams": 2}],
+    ids=["greedy", "penalised", "sampled", "beams"],
+)  # fmt: skip
+def test_logits_with_nan_or_inf_give_a_clear_error_or_their_limit(
+    poison: str, search: dict, generators: dict[str, Generator], batchers: dict[str, ContinuousBatcher],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A model can emit NaN or infinite logits (its numbers overflowed): a NaN, or every token at
+    -inf, ends the request with an error saying so (never a made-up token: the argmax of NaN is
+    the NaN's index); tokens at +inf are the limit, the only ones picked; never a numpy warning
+    (numpy's default state ignores underflow only). The batcher goes on serving."""
+    from ortstate.generate.executor import Executor
+
+    gen, batcher, prompts = generators["llama"], batchers["llama"], _prompts(generators["llama"])
+    feed, pick = gen.stepper.feed, Executor._pick
+    monkeypatch.setattr(gen.stepper, "feed", lambda *a: _poisoned(feed(*a), poison))
+    monkeypatch.setattr(Executor, "_pick", lambda self, runs, logits: pick(self, runs, _poisoned(logits, poison)))
+    calls = [lambda seed: gen.generate_batch(prompts, 4, stop_at_eos=False, seed=seed, **search)]
+    if "num_beams" not in search:
+        calls.append(lambda seed: batcher.generate_many(prompts, 4, stop_at_eos=False, seed=seed, **search))
+    with warnings.catch_warnings(), np.errstate(**WARNED):
+        warnings.simplefilter("error")
+        for call in calls:
+            for seed in range(3):
+                if poison == "+inf":
+                    rows = call(seed)
+                    assert {t for row in rows for t in row} <= {3, 9}
+                    if not search.get("do_sample"):
+                        assert rows == [[3] * 4] * 2  # greedy: the lowest id among the best
+                    continue
+                what = "the model's logits hold NaN" if poison == "nan" else "every token is ruled out"
+                with pytest.raises(GenerationError, match=f"^{what}.*: no next token can be picked$"):
+                    call(seed)
+    monkeypatch.undo()
+    assert batcher.generate_many(prompts, 4) == gen.generate_batch(prompts, 4)
+
+
+@pytest.mark.parametrize("penalty", [1e-300, 1e-40, 1e39, 1e300])
+@pytest.mark.parametrize("sample", [False, True])
+def test_extreme_repetition_penalties_against_the_reference(
+    penalty: float, sample: bool, generators: dict[str, Generator], batchers: dict[str, ContinuousBatcher]
+) -> None:
+    """Any penalty in range is applied exactly (float64): no overflow to a NaN, no numpy warning,
+    the reference's tokens (vLLM's float32 would make 1e-300 a division by zero), in beam search too."""
+    gen, prompts = generators["llama"], _prompts(generators["llama"])
+    options = {"repetition_penalty": penalty, "do_sample": sample, "top_k": 0}
+    with warnings.catch_warnings(), np.errstate(**WARNED):
+        warnings.simplefilter("error")
+        rows = gen.generate_batch(prompts, 8, keep_logits=True, seed=SEED, **options)
+        with np.errstate(all="ignore"):
+            assert rows == replay(gen, prompts, options, 8)
+        assert batchers["llama"].generate_many(prompts, 8, seed=SEED, **options) == rows
+        beams = gen.generate(prompts[0], 6, num_beams=2, repetition_penalty=penalty)
+    assert beams and set(beams) <= set(range(256))

@@ -23,7 +23,9 @@ from openvino import opset6
 from oracle import REPO, RESET, REWRITTEN, check_model, check_steps, form_name, save_ir, variable
 
 import ortstate
+from ortstate.ir.reader import read_ir
 from ortstate.meta import NAME_PREFIX_CHARS
+from ortstate.meta.names import shown_id, shown_name
 
 ACC = REPO / "models/accumulator/model.xml"
 
@@ -181,6 +183,23 @@ def test_tensor_names_keep_their_whitespace(tmp_path: Path) -> None:
     assert [i.name for i in session.get_inputs()] == [" "] and [o.name for o in session.get_outputs()] == [" y"]
 
 
+@pytest.mark.parametrize(
+    "names",
+    ["a&#10;b", "a\nb", "&#10;", "a\\,b&#10;,c", "a&#13;b,&#9;", "a\\&#10;b", "a\\b\\", "p/q:0.r,π🔑"],
+)
+def test_tensor_names_are_read_as_openvino_reads_them(tmp_path: Path, names: str) -> None:
+    """Only commas separate names: a newline (``&#10;``) is part of one, as OpenVINO reads it (the
+    reader split names at newlines: the input ``a&#10;b`` was named ``a``, ``&#10;`` lost)."""
+    x = ops.parameter([1, 3], np.float32, name="x")
+    _named(x, "x")
+    xml = save_ir(ov.Model([ops.result(_named(ops.relu(x), "y"))], [x], "names"), tmp_path, "names")
+    xml.write_text(xml.read_text().replace('names="x"', f'names="{names}"'))
+    want = ov.Core().read_model(xml).inputs[0].get_names()
+    (param,) = [layer for layer in read_ir(xml).layers.values() if layer.type == "Parameter"]
+    assert set(param.outputs[0].names) == want
+    check_model(xml, {min(want): np.array([[-1, 0, 2]], np.float32)})
+
+
 def wide_ir(tmp_path: Path, n: int) -> Path:
     """A Split into ``n`` outputs, each a Result and all gathered by a Concat of ``n`` inputs."""
     x = ops.parameter([n, 2], np.float32, name="x")
@@ -286,7 +305,8 @@ def test_names_of_100000_characters_cost_time_linear_in_their_length(tmp_path: P
     assert proc.returncode == 0, outcome(proc)
     smaller, larger = json.loads(proc.stdout)
     assert larger["took"] < 1.0 and larger["took"] < 6 * smaller["took"], (smaller["took"], larger["took"])
-    assert larger["refused"] == f"variable '{past}' -> '{present}': cannot set state: shape [7], expected [1,3]"
+    assert larger["refused"] == f"variable {shown_id(past + present)}: cannot set state: shape [7], expected [1,3]"
+    assert len(larger["refused"]) < 2_200  # the names bounded (shown_name)
     feeds = [{name: np.full((1, 3), k + step, np.float32) for k, name in enumerate(names)} for step in range(3)]
     check_steps(xml, [feeds[0], feeds[1], RESET, feeds[2]], forms=(explicit,))
 
@@ -307,3 +327,18 @@ def test_a_long_layer_name_is_repeated_as_its_prefix(tmp_path: Path) -> None:
     assert split[0].output[:2] == ["s" * NAME_PREFIX_CHARS + ":Split", "s" * NAME_PREFIX_CHARS + ":Split_1"]
     assert split[0].doc_string == f"layer '{'s' * NAME_PREFIX_CHARS}' (id 2, Split-1)"
     check_model(xml, {"x": np.arange(800, dtype=np.float32).reshape(400, 2) - 400})
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=form_name)
+def test_a_run_error_naming_long_names_stays_bounded(tmp_path: Path, explicit: bool) -> None:
+    """Feeding the wrong names to a model whose inputs have 100,000 characters: the error lists at
+    most 20 names, each bounded (it held every name whole: 200,000 characters and more, as long
+    as a caller's feed made it)."""
+    xml, names, _ = long_names_ir(tmp_path, 100_000)
+    session = ortstate.StatefulSession(ortstate.convert(xml, explicit_state=explicit))
+    feed = {f"z{k}" + "q" * 100_000: np.zeros((1, 3), np.float32) for k in range(50)}
+    with pytest.raises(ortstate.RunError) as info:
+        session.run(None, feed)
+    message = str(info.value)
+    assert message.startswith(f"missing input(s) {shown_name(names[1])}, {shown_name(names[0])}; unknown input(s) ")
+    assert " and 30 more (inputs: " in message and len(message) < 30 * 2_200, len(message)

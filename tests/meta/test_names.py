@@ -11,6 +11,7 @@ import pytest
 
 from ortstate.convert.builder import Names
 from ortstate.meta import NAME_PREFIX_CHARS, name_prefix, split_id
+from ortstate.meta.names import shown_id
 from ortstate.passes.build import NewNames
 
 
@@ -89,3 +90,28 @@ def test_a_name_is_repeated_up_to_its_prefix() -> None:
     ordinary = "__module.model.layers.0.self_attn/aten::scaled_dot_product_attention/ScaledDotProductAttention"
     assert name_prefix(ordinary) == ordinary
     assert name_prefix("n" * 100_000) == "n" * NAME_PREFIX_CHARS
+
+
+@pytest.mark.parametrize(
+    ("var_id", "shown"),
+    [
+        ("acc", "'acc'"),
+        ("past_key_values.1.valuepresent.1.value", "'past_key_values.1.value' -> 'present.1.value'"),
+        ("v\nx\t\x1b[31m\x7f", "'v\\nx\\t\\x1b[31m\\x7f'"),
+        ("κλειδί🔑/a:0.b", "'κλειδί🔑/a:0.b'"),
+        ("k" + "a" * 100_000 + "1", f"'k{'a' * (NAME_PREFIX_CHARS - 1)}...{'a' * 19}1' (100002 characters)"),
+        ("k" + "a" * 100_000 + "2", f"'k{'a' * (NAME_PREFIX_CHARS - 1)}...{'a' * 19}2' (100002 characters)"),
+        ("k" + "b" * 100_000 + "\n", f"'k{'b' * (NAME_PREFIX_CHARS - 1)}...{'b' * 19}\\n' (100002 characters)"),
+        (
+            "a" * 100_000,
+            f"'{'a' * NAME_PREFIX_CHARS}...{'a' * 20}' (50000 characters) -> "
+            f"'{'a' * NAME_PREFIX_CHARS}...{'a' * 20}' (50000 characters)",
+        ),
+    ],
+    ids=["plain", "glued", "control", "unicode", "long1", "long2", "long-control", "long-glued"],
+)
+def test_a_message_shows_any_id_on_one_bounded_line(var_id: str, shown: str) -> None:
+    """A message quoting a variable id of 100,000 characters was 100,000 characters long, and a
+    newline in an id broke its one line; twins differing at their end stay apart."""
+    assert shown_id(var_id) == shown
+    assert len(shown_id("x" * 10**6)) < 2 * NAME_PREFIX_CHARS + 100
