@@ -60,7 +60,8 @@ security: with --token T (or {TOKEN_VARIABLE}=T) every request and WebSocket mus
 "Authorization: Bearer T" (else 401, or close code 4401). Without a token the server listens on
 loopback only: any other --host is refused. No TLS: put a TLS proxy in front for a network.
 Every request has deadlines: its headers within 5 s of its first byte, its body within 10 s of its
-headers (408 beyond), and a connection idle between requests is closed after 5 s. Connections that
+headers (408 beyond), and a connection idle between requests is closed after 5 s; an answer the
+client reads none of for 30 s (the server's buffer for it full) is cut. Connections that
 have not shown the token (any request's headers, without one) are counted apart, 1,024 at most;
 authorised ones have 4 x --max-streams + 64 places, an idle one yielding its place to a new one;
 when every place is being answered, a new request gets 503 {{"error": ...}} with Retry-After.

@@ -38,7 +38,8 @@ names, Prometheus' text format), POST /tokenize {"prompt"} or {"messages"} -> {"
 "max_model_len", "tokens", "token_strs"}, POST /detokenize {"tokens"} -> {"prompt"}.
 Errors have OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 a bad request
 (malformed JSON, a bad field, a prompt over the context length), 401 no or a wrong token, 404
-another model, 408 a request too slow, 503 full (with Retry-After), 500 an internal error (its
+another model, 408 a request too slow, 415 a body not sent as application/json (curl -d: add
+-H 'Content-Type: application/json'), 503 full (with Retry-After), 500 an internal error (its
 message a log id; the traceback in the server's log under that id). Each request is a line on
 stderr once answered (method, path, status, prompt/cached/generated tokens, ms; --no-access-log:
 none). ONNX Runtime runs on the physical cores the process may use (--threads sets it), a request

@@ -186,7 +186,13 @@ def _bias_items(value: Any) -> tuple[tuple[Any, Any], ...]:
         raise GenerationError(
             f"logit_bias must map token ids to numbers, got {type(value).__name__}", field="logit_bias"
         ) from None
-    return tuple((int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k, v) for k, v in pairs)
+    return tuple((int(k) if _id_text(k) else k, v) for k, v in pairs)
+
+
+def _id_text(key: Any) -> bool:
+    """Whether ``key`` is a token id written in digits: at most 20 of them (no vocabulary has more
+    ids than 20 digits count, and ``int`` refuses a text of over 4,300 digits with a ValueError)."""
+    return isinstance(key, str) and len(key) <= 20 and key.isascii() and key.isdigit()
 
 
 def _shown(value: Any) -> str:

@@ -11,7 +11,9 @@ few of uvicorn's httptools protocol's callbacks extended:
   connection idle between requests ``idle`` seconds at most. A request late with its headers or body
   is answered 408 and its connection closed (closed without an answer if nothing came, or if an
   answer had begun). A request being answered (its body whole) has no deadline here: its answer
-  takes what it takes.
+  takes what it takes, as long as the client takes it: an answer the client stops reading (the
+  server's buffer for it full, ``write`` seconds without room) is cut and its connection closed,
+  so a client that stops reading a stream holds its place no longer.
 - **Unproven connections**, those yet to send a request whose headers carry the token (without a
   token: yet to send a request's headers), are counted apart: at most :data:`MAX_UNPROVEN`, a new
   one closes the oldest.
@@ -21,6 +23,9 @@ few of uvicorn's httptools protocol's callbacks extended:
   held for good only while a whole request is answered, and by a WebSocket (uvicorn never refuses
   one; the stream server bounds them by its streams). When every place is held so, a new request is
   answered 503 with the server's JSON body and ``Retry-After``, and its connection closed.
+
+Every answer the guard gives itself (408, 431, 503, and the 400 of a request httptools cannot parse,
+which uvicorn answers in plain text) is JSON in the server's error shape (``error_body``).
 
 So a socket that connects and sends nothing, drips its headers or its body, or sits between
 requests holds nothing another client needs for longer than a deadline, and a place no longer than
@@ -33,8 +38,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import hmac
+import json
 import math
-import resource
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,15 +48,36 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..errors import ServeError
 
-__all__ = ["MAX_HEADER_BYTES", "MAX_UNPROVEN", "RETRY_AFTER", "Deadlines", "Guard", "raise_open_files"]
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "MAX_UNPROVEN",
+    "RETRY_AFTER",
+    "Deadlines",
+    "Guard",
+    "stream_error_body",
+]
 
 MAX_HEADER_BYTES = 64 * 1024  # a request line and headers (what came with them included)
 MAX_UNPROVEN = 1024  # connections yet to show a token: beyond, the oldest is closed
 RETRY_AFTER = b"1"  # seconds, on a 503: a place frees as soon as one answer ends
-_SPARE_FILES = 256  # besides connections: the model, parked states, ONNX Runtime, Python's own
-_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-_TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-_FULL = b'{"error": "server full: every connection is being answered; try again later"}'
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_SAID = {  # what the guard's own answers say
+    400: "the request is not valid HTTP/1.1",
+    408: "the request was not sent in time (its headers within {headers:g} s, its body within {body:g} s)",
+    431: f"the request line and headers are over {MAX_HEADER_BYTES} bytes",
+    503: "server full: every connection is being answered; try again later",
+}
+
+
+def stream_error_body(status: int, message: str) -> bytes:
+    """The stream server's error body: ``{"error": message}``."""
+    return json.dumps({"error": message}).encode()
+
+
+def _raw(status: int, body: bytes) -> bytes:
+    """A whole HTTP response of JSON ``body`` that closes its connection."""
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+    return head % (status, _REASONS[status], len(body)) + body
 
 
 @dataclass(frozen=True)
@@ -64,9 +91,10 @@ class Deadlines:
     headers: float = 5.0  # a request's line and headers, from its first byte (a new connection: from connecting)
     body: float = 10.0  # its body, from the end of its headers
     idle: float = 5.0  # a kept-alive connection between requests
+    write: float = 30.0  # an answer the client takes nothing of, the server's buffer for it full
 
     def __post_init__(self) -> None:
-        for name in ("headers", "body", "idle"):
+        for name in ("headers", "body", "idle", "write"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ServeError(f"the {name} deadline must be a positive number of seconds, got {value!r}")
@@ -85,13 +113,15 @@ class Guard:
 
     Args:
         limit: proven connections at most (uvicorn's, WebSockets included).
-        full_body: the 503's JSON body when every place is held.
+        error_body: the server's JSON error body for a status and a message (the guard's own
+            answers: 400, 408, 431, 503); default :func:`stream_error_body`.
 
     Attributes:
         closed_late: connections closed at a deadline.
         closed_oldest: unproven connections closed to make room for a new one.
         closed_waiting: proven connections not being answered closed to make room for a new one.
         closed_large: connections closed for headers over :data:`MAX_HEADER_BYTES`.
+        closed_unread: connections closed for an answer their client stopped reading.
         refused_full: requests answered 503, every place held.
     """
 
@@ -101,17 +131,24 @@ class Guard:
         limit: int,
         *,
         deadlines: Deadlines | None = None,
-        full_body: bytes | None = None,
+        error_body: Callable[[int, str], bytes] | None = None,
         max_unproven: int = MAX_UNPROVEN,
     ) -> None:
         self.expected = None if token is None else f"Bearer {token}".encode()
         self.limit = limit
         self.deadlines = deadlines or Deadlines()
-        self.full_body = full_body or _FULL
+        said = error_body or stream_error_body
+        d = self.deadlines
+        self.full_body = said(503, _SAID[503])
+        self.answers = {
+            status: _raw(status, said(status, _SAID[status].format(headers=d.headers, body=d.body)))
+            for status in (400, 408, 431)
+        }
         self.max_unproven = max_unproven
         self.unproven: dict[GuardedProtocol, None] = {}
         self.waiting: dict[GuardedProtocol, None] = {}
         self.closed_late = self.closed_oldest = self.closed_waiting = self.closed_large = self.refused_full = 0
+        self.closed_unread = 0
 
     def protocol(self) -> type[GuardedProtocol]:
         """The protocol class uvicorn makes each connection's protocol from (``http=``)."""
@@ -169,6 +206,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
+        self._unread: asyncio.TimerHandle | None = None  # the answer's buffer is full since
         self._phase = _Phase.HEADERS
         self._header_bytes = 0
         self._answering: set[Any] = set()  # cycles whose request is whole and whose answer is not
@@ -181,17 +219,46 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._forget()
+        self._reading_again()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is full: the client has ``write`` seconds to take some of it."""
+        super().pause_writing()
+        if self._unread is None:
+            self._unread = self.loop.call_later(self.guard.deadlines.write, self._not_reading)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._reading_again()
+
+    def _reading_again(self) -> None:
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
+
+    def _not_reading(self) -> None:
+        """Cut an answer its client stopped taking: aborted, not closed (a close waits for the
+        buffer to be sent); the app sees the client gone and ends the answer, giving back its place."""
+        self._unread = None
+        self.guard.closed_unread += 1
+        self._forget()
+        self.connections.discard(self)
+        self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         if self._phase in (_Phase.IDLE, _Phase.ANSWERING):
             self._expect(_Phase.HEADERS)  # the next request begins (uvicorn's keep-alive timer stops)
         if self._phase is _Phase.HEADERS:
-            self._header_bytes += len(data)
+            # counted up to their end, before the parser sees them: headers that come whole in one
+            # piece leave this phase in the parser's callbacks, and were not counted once past
+            end = data.find(b"\r\n\r\n")
+            self._header_bytes += len(data) if end < 0 else end + 4
+            if self._header_bytes > MAX_HEADER_BYTES:
+                self.guard.closed_large += 1
+                self._refuse(self.guard.answers[431])
+                return
         super().data_received(data)
-        if self._phase is _Phase.HEADERS and self._header_bytes > MAX_HEADER_BYTES:
-            self.guard.closed_large += 1
-            self._refuse(_TOO_LARGE)
 
     def on_message_begin(self) -> None:
         if self._phase is not _Phase.HEADERS:  # a pipelined request, begun in the data of the one before
@@ -267,7 +334,11 @@ class GuardedProtocol(HttpToolsProtocol):
         self._deadline = None
         self.guard.closed_late += 1
         begun = self._phase is _Phase.BODY or (self._phase is _Phase.HEADERS and self._header_bytes > 0)
-        self._refuse(_TIMEOUT if begun else b"")
+        self._refuse(self.guard.answers[408] if begun else b"")
+
+    def send_400_response(self, msg: str) -> None:
+        """A request httptools cannot parse: 400 in the server's JSON (uvicorn's is plain text)."""
+        self._refuse(self.guard.answers[400])
 
     def _refuse(self, response: bytes) -> None:
         self._forget()
@@ -280,30 +351,3 @@ class GuardedProtocol(HttpToolsProtocol):
             if response and not answered:
                 self.transport.write(response)
             self.transport.close()
-
-
-def raise_open_files(connections: int) -> int:
-    """Raise this process's limit of open files (the soft limit, up to the hard one) to what
-    ``connections`` proven connections, :data:`MAX_UNPROVEN` unproven ones and a few files need;
-    the limit now.
-
-    Raises:
-        ServeError: the hard limit is below that.
-    """
-    needed = connections + MAX_UNPROVEN + _SPARE_FILES
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        raised = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
-        if raised > soft:
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-                soft = raised
-            except (ValueError, OSError):  # a system cap below the hard limit (macOS's OPEN_MAX)
-                pass
-        if soft < needed:
-            raise ServeError(
-                f"the open files limit is {soft} (ulimit -n, its hard limit {hard}): this server needs {needed} "
-                f"({connections} connections, {MAX_UNPROVEN} not yet authorised, {_SPARE_FILES} files); "
-                "raise the hard limit or lower --max-streams"
-            )
-    return soft

@@ -21,7 +21,8 @@ import uvicorn
 
 from ..errors import ServeError
 from .compat import run_with
-from .guard import Deadlines, Guard, raise_open_files
+from .guard import Deadlines, Guard
+from .open_files import raise_open_files
 
 __all__ = [
     "GRACE_SECONDS",
@@ -126,11 +127,12 @@ def uvicorn_config(
     token: str | None,
     deadlines: Deadlines,
     max_message_bytes: int,
-    full: bytes | None = None,
+    errors: Callable[[int, str], bytes] | None = None,
 ) -> uvicorn.Config:
     """uvicorn's settings for ``app``: quiet, bounded, every connection under :mod:`.guard`'s
-    ``deadlines`` and places (4 × ``places`` + 64 authorised connections; ``full``: the JSON body
-    of the 503 when all are held, the guard's own if None), WebSocket messages of
+    ``deadlines`` and places (4 × ``places`` + 64 authorised connections; ``errors``: the server's
+    JSON error body of a status and a message, for the guard's own 400, 408, 431 and 503; the
+    stream server's if None), WebSocket messages of
     ``max_message_bytes``, with a graceful shutdown of a few seconds. The limit of open files is
     raised to what that takes.
 
@@ -139,7 +141,7 @@ def uvicorn_config(
     """
     connections = 4 * places + 64
     raise_open_files(connections)
-    guard = Guard(token, connections, deadlines=deadlines, full_body=full)
+    guard = Guard(token, connections, deadlines=deadlines, error_body=errors)
     return uvicorn.Config(
         app,
         http=guard.protocol(),

@@ -14,7 +14,8 @@ import pytest
 from ortstate.errors import ServeError
 from ortstate.runtime.cpu import usable_cores
 from ortstate.serve import Deadlines, LlmServeConfig, ServeConfig, SettingError
-from ortstate.serve.openai.errors import full_body
+from ortstate.serve.guard import stream_error_body
+from ortstate.serve.openai.errors import error_body
 
 EXPOSED = (
     "refusing to listen on 0.0.0.0 without a token: anyone who reaches it could use the model; give --token "
@@ -134,7 +135,8 @@ def test_each_config_builds_uvicorns_settings() -> None:
     settings = streams.uvicorn_config(object())
     guard = settings.http.guard
     assert (guard.limit, guard.deadlines, settings.timeout_keep_alive) == (4 * 3 + 64, deadlines, 3)
-    assert settings.ws_max_size == 2 << 20 and guard.full_body != full_body()
+    full = "server full: every connection is being answered; try again later"
+    assert settings.ws_max_size == 2 << 20 and guard.full_body == stream_error_body(503, full)
     llm = LlmServeConfig("x", max_requests=5, token="t").uvicorn_config(object())
-    assert (llm.http.guard.limit, llm.http.guard.full_body) == (4 * 5 + 64, full_body())
+    assert (llm.http.guard.limit, llm.http.guard.full_body) == (4 * 5 + 64, error_body(503, full))
     assert llm.http.guard.expected == b"Bearer t"

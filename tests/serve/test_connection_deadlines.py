@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from conftest import sockets
 from oracle import REPO
 
 from ortstate.serve import Deadlines, LlmServeConfig, serve_llm_in_thread, server
-from ortstate.serve.openai.errors import full_body
+from ortstate.serve.openai.errors import error_body
 
 LLM = REPO / "models" / "llm" / "llama"
 LONG = Deadlines(headers=120, body=120, idle=120)  # never met while a test runs
@@ -110,10 +111,29 @@ def test_stalled_second_requests_yield_their_places_to_new_clients() -> None:
         assert all(still_open(sock) for sock in held[14:])
 
 
-CASES = {  # what a kept-alive connection sends after a whole first request; what it gets, then closed
-    "a second request's body stalls": (STALLED_BODY, b"HTTP/1.1 408 "),
-    "a second request's headers stall": (b"GET /health HTTP/1.1\r\nHost: x\r\n", b"HTTP/1.1 408 "),
-    "nothing after a first request": (b"", b""),
+LATE = "the request was not sent in time (its headers within 0.5 s, its body within 0.5 s)"
+CASES = {  # what a kept-alive connection sends after a whole first request; what it gets (OpenAI's body), then closed
+    "a second request's body stalls": (STALLED_BODY, 408, LATE, "request_timeout"),
+    "a second request's headers stall": (b"GET /health HTTP/1.1\r\nHost: x\r\n", 408, LATE, "request_timeout"),
+    "nothing after a first request": (b"", None, None, None),
+    "a second request that is not HTTP": (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+        400,
+        "the request is not valid HTTP/1.1",
+        "invalid_http",
+    ),
+    "a second request's headers over 64 KiB, whole": (
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * 70_000 + b"\r\n\r\n",
+        431,
+        "the request line and headers are over 65536 bytes",
+        "headers_too_large",
+    ),
+    "a second request's headers over 64 KiB": (
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * 70_000,
+        431,
+        "the request line and headers are over 65536 bytes",
+        "headers_too_large",
+    ),
 }
 
 
@@ -123,14 +143,25 @@ def short() -> Iterator[Any]:
         yield running
 
 
-@pytest.mark.parametrize(("then", "said"), CASES.values(), ids=CASES.keys())
-def test_every_request_on_a_connection_has_deadlines(short: Any, then: bytes, said: bytes) -> None:
+@pytest.mark.parametrize(("then", "status", "message", "code"), CASES.values(), ids=CASES.keys())
+def test_every_request_on_a_connection_has_deadlines(
+    short: Any, then: bytes, status: int | None, message: str | None, code: str | None
+) -> None:
+    """...and what the guard answers itself is JSON in OpenAI's shape (uvicorn's 400 is plain text)."""
     with contextlib.closing(connect(short.url)) as sock:
         sock.sendall(HEALTH)
         assert response(sock)[0] == 200
         sock.sendall(then)
-        got = until_closed(sock)
-    assert got.startswith(said) and (said or got == b"")
+        if status is None:
+            assert until_closed(sock) == b""
+        else:
+            got, headers, body = response(sock)
+            assert until_closed(sock) == b""
+            assert (got, headers["content-type"], json.loads(body)) == (
+                status,
+                "application/json",
+                {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}},
+            )
     with contextlib.closing(connect(short.url)) as sock:  # the server goes on
         sock.sendall(HEALTH)
         assert response(sock)[0] == 200
@@ -153,28 +184,19 @@ class _Nothing:
 class _Bare:
     """A server's config for a bare ASGI app: one stream's places (68 connections), long deadlines."""
 
-    full: bytes | None
+    errors: Any
+    deadlines: Deadlines = LONG
     host: str = "127.0.0.1"
     port: int = 0
 
     def uvicorn_config(self, app: Any) -> Any:
         return server.uvicorn_config(
-            app, places=1, token=None, deadlines=LONG, max_message_bytes=1 << 16, full=self.full
+            app, places=1, token=None, deadlines=self.deadlines, max_message_bytes=1 << 16, errors=self.errors
         )
 
 
-@pytest.mark.parametrize(
-    ("full", "said"),
-    [
-        (full_body(), json.loads(full_body())),
-        (None, {"error": "server full: every connection is being answered; try again later"}),
-    ],
-    ids=["OpenAI's body", "the stream server's"],
-)
-def test_a_server_whose_every_place_is_answering_refuses_in_json(full: bytes | None, said: dict) -> None:
-    """68 places (``max_streams`` 1), each held by a request being answered: a new request gets
-    503, JSON, ``Retry-After``, and its connection is closed; none of the 68 is closed for it."""
-    release, holding = threading.Event(), []
+def _lifespan_or(serve: Any) -> Any:
+    """An ASGI app: ``serve(scope, receive, send)`` for requests, the lifespan's messages answered."""
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -182,6 +204,57 @@ def test_a_server_whose_every_place_is_answering_refuses_in_json(full: bytes | N
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
+        await serve(scope, receive, send)
+
+    return app
+
+
+def test_an_answer_its_client_stops_reading_is_cut() -> None:
+    """A client that asks for a stream and reads none of it: once the server's buffer for it is full
+    and stays full ``write`` seconds, the connection is aborted and the app sees the client gone (it
+    waited to send forever: the answer, and its place, were held for good)."""
+    ended, sent = threading.Event(), []
+
+    async def stream(scope: Any, receive: Any, send: Any) -> None:
+        await receive()  # the request (no body)
+        gone = asyncio.ensure_future(receive())  # http.disconnect, once the client is gone
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        while not gone.done() and len(sent) < 100_000:
+            await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+            sent.append(1)
+        ended.set()
+
+    bare, made = _Bare(None, Deadlines(headers=120, body=120, idle=120, write=0.5)), []
+    config = SimpleNamespace(host=bare.host, port=0)
+    config.uvicorn_config = lambda app: made.append(bare.uvicorn_config(app)) or made[-1]
+    with server.in_thread(config, lambda _: (_Nothing(), _lifespan_or(stream)), 60) as running:
+        host, port = running.url.removeprefix("http://").split(":")
+        with contextlib.closing(socket.socket()) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, int(port)))
+            sock.sendall(HEALTH)
+            assert ended.wait(60), f"{len(sent)} chunks sent, then the server waited for the client for good"
+            assert len(sent) < 100_000
+            assert made[0].http.guard.closed_unread == 1
+
+
+FULL = "server full: every connection is being answered; try again later"
+
+
+@pytest.mark.parametrize(
+    ("errors", "said"),
+    [
+        (error_body, {"error": {"message": FULL, "type": "server_error", "param": None, "code": "server_full"}}),
+        (None, {"error": FULL}),
+    ],
+    ids=["OpenAI's body", "the stream server's"],
+)
+def test_a_server_whose_every_place_is_answering_refuses_in_json(errors: Any, said: dict) -> None:
+    """68 places (``max_streams`` 1), each held by a request being answered: a new request gets
+    503, JSON, ``Retry-After``, and its connection is closed; none of the 68 is closed for it."""
+    release, holding = threading.Event(), []
+
+    async def hold(scope: Any, receive: Any, send: Any) -> None:
         if scope["path"] == "/hold":
             holding.append(1)
             while not release.is_set():
@@ -189,7 +262,7 @@ def test_a_server_whose_every_place_is_answering_refuses_in_json(full: bytes | N
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    with server.in_thread(_Bare(full), lambda _: (_Nothing(), app), 60) as running, sockets() as held:
+    with server.in_thread(_Bare(errors), lambda _: (_Nothing(), _lifespan_or(hold)), 60) as running, sockets() as held:
         for _ in range(68):
             held.append(connect(running.url))
             held[-1].sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -21,8 +21,11 @@ from conftest import openai_error
 from oracle import REPO
 
 from ortstate.errors import RunError
+from ortstate.generate import Tokenizer
 from ortstate.generate.choice_stream import TokenStream
 from ortstate.serve import LlmServeConfig, serve_llm_in_thread
+from ortstate.serve.openai import app as app_module
+from ortstate.serve.openai import choices as choices_module
 
 LLM = (REPO / "models" / "llm").resolve()  # an absolute folder: no reply may name it
 TOKEN = "s3cret"
@@ -103,6 +106,76 @@ HOSTILE = [  # (path, body, status, OpenAI's error body)
         NOT_UTF8,
         400,
         error(f"the request body is not UTF-8 (byte {NOT_UTF8.index(0xC3)} is 0xc3)"),
+    ),
+    (  # int() of over 4,300 digits raised ValueError: a 500
+        "/v1/completions",
+        completion("x", logit_bias={"0" * 5000 + "1": 1}),
+        400,
+        error(f"logit_bias keys must be token ids (integers >= 0), got '{'0' * 56}...", "logit_bias"),
+    ),
+    (  # a client's value is shown cut to 60 characters, not echoed whole
+        "/v1/completions",
+        completion("x", temperature="a" * 100_000),
+        400,
+        error(f"temperature must be a number >= 0 and <= 2, got '{'a' * 56}...", "temperature"),
+    ),
+    (  # its length times the tokens was the cost of finding it: bounded
+        "/v1/completions",
+        completion("x", stop=["a", "b" * 1025]),
+        400,
+        error("stop strings are 1024 characters at most, got one of 1025", "stop"),
+    ),
+    (  # one of them was ignored
+        "/v1/chat/completions",
+        json.dumps(
+            {"model": "llama", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+            | {"max_completion_tokens": 3}
+        ).encode(),
+        400,
+        error("max_completion_tokens and max_tokens differ: send one", "max_tokens"),
+    ),
+    *(  # true or false, not 1 or 0 (which Python's `in (True, False)` took)
+        ("/v1/completions", completion("x", **{key: 1}), 400, error(f"{key} must be true or false, got 1", key))
+        for key in ("ignore_eos", "stream", "return_token_ids")
+    ),
+    (  # vLLM's continuous_usage_stats would change the chunks: refused, not ignored
+        "/v1/completions",
+        completion("x", stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True}),
+        400,
+        error(
+            "stream_options: 'continuous_usage_stats' is not supported (only include_usage)",
+            "stream_options.continuous_usage_stats",
+        ),
+    ),
+    (
+        "/v1/chat/completions",
+        json.dumps({"model": "llama", "messages": [{"role": "user", "content": "x", "refusal": "no"}]}).encode(),
+        400,
+        error(
+            "messages[0]: field 'refusal' is not supported (a message takes content, name, role, tool_call_id, "
+            "tool_calls)",
+            "messages[0].refusal",
+        ),
+    ),
+    (
+        "/v1/chat/completions",
+        json.dumps(
+            {"model": "llama", "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "cache": 1}]}]}
+        ).encode(),
+        400,
+        error(
+            'messages[0].content[0]: only text parts ({"type": "text", "text": ...}) are supported, got '
+            "{'type': 'text', 'text': 'x', 'cache': 1}",
+            "messages[0].content",
+        ),
+    ),
+    (
+        "/v1/chat/completions",
+        json.dumps(
+            {"model": "llama", "messages": [{"role": "user", "content": "x"}], "logprobs": 1, "top_logprobs": 2}
+        ).encode(),
+        400,
+        error("logprobs must be true or false, got 1", "logprobs"),
     ),
     (
         "/v1/completions",
@@ -285,3 +358,89 @@ def test_a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized(ser
     status, _, reply = post(server.url, "/v1/chat/completions", json.dumps(chat).encode())
     assert (status, json.loads(reply)["error"]["code"]) == (400, "context_length_exceeded")
     assert encoded == []
+
+
+def test_a_messages_name_reaches_the_chat_template(tmp_path: Path) -> None:
+    """vLLM gives a message's ``name`` to the chat template: so does this server (it was dropped,
+    accepted and ignored); a template that writes it gives other tokens with it than without."""
+    folder = tmp_path / "named"
+    folder.mkdir()
+    for path in (LLM / "llama").iterdir():
+        if path.name != "tokenizer_config.json":
+            (folder / path.name).symlink_to(path)
+    config = json.loads((LLM / "llama" / "tokenizer_config.json").read_text())
+    config["chat_template"] = (
+        "{% for m in messages %}{{ '<|' + m['role'] + '|>' + (m['name'] ~ ': ' if m['name'] is defined else '') "
+        "+ m['content'] + '\\n' }}{% endfor %}"
+    )
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    tokenizer = Tokenizer.from_dir(folder)
+    with serve_llm_in_thread(LlmServeConfig(folder, 2, slots=2, token=TOKEN)) as named:
+        for name, text in ((None, "<|user|>hi\n"), ("bob", "<|user|>bob: hi\n")):
+            message = {"role": "user", "content": "hi", **({"name": name} if name else {})}
+            body = {"messages": [message], "add_special_tokens": False}
+            status, _, reply = post(named.url, "/tokenize", json.dumps(body).encode())
+            assert (status, json.loads(reply)["tokens"]) == (200, tokenizer.encode(text, add_special_tokens=False))
+
+
+@pytest.mark.parametrize(
+    ("content_type", "status"),
+    [
+        ("text/plain", 415),  # what a web page can make a browser post anywhere without asking (CORS)
+        ("application/x-www-form-urlencoded", 415),  # likewise, and curl -d's
+        ("multipart/form-data; boundary=x", 415),
+        ("application/json; charset=utf-8", 200),
+        ("application/vnd.api+json", 200),
+        (None, 415),  # a fetch() of a Blob body sends none, and needs no preflight either
+    ],
+)
+def test_a_body_sent_as_other_than_json_is_refused(server: Any, content_type: str | None, status: int) -> None:
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    headers = {"authorization": f"Bearer {TOKEN}", **({"content-type": content_type} if content_type else {})}
+    try:
+        for path, body in (("/v1/completions", PLAIN), ("/tokenize", b'{"prompt": "x"}')):
+            connection.request("POST", path, body=body, headers=headers)
+            response = connection.getresponse()
+            reply = json.loads(response.read())
+            if status == 415:
+                shown = "none" if content_type is None else repr(content_type)
+                expected = error(
+                    f"content-type must be application/json, got {shown}",
+                    "content-type",
+                    "unsupported_media_type",
+                )
+                assert (response.status, reply) == (415, expected)
+            else:
+                assert response.status == 200, reply
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_health_answers_while_an_answer_renders(server: Any, monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """A whole answer (one choice, or ``n``) is shaped and rendered off the event loop: every
+    token's top logprobs are megabytes for a long one (n 8, top_logprobs 20 and 110 tokens on
+    llama held ``/health`` 148 ms). With its rendering held, ``/health`` answers."""
+    entered, release = threading.Event(), threading.Event()
+    module, name = (app_module, "completion") if n == 1 else (choices_module, "response")
+    real = getattr(module, name)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, held)
+    done: list[int] = []
+    body = completion("x", n=n, temperature=1 if n > 1 else 0, logprobs=2)
+    request = threading.Thread(target=lambda: done.append(post(server.url, "/v1/completions", body)[0]))
+    request.start()
+    try:
+        assert entered.wait(60)
+        status, _, reply = post(server.url, "/health", None, timeout=30)
+        assert (status, json.loads(reply)) == (200, {"ok": True})
+    finally:
+        release.set()
+        request.join(60)
+    assert done == [200]

@@ -27,6 +27,9 @@ OVERRIDDEN = {
         "on_message_complete": ["self"],
         "on_response_complete": ["self"],
         "handle_websocket_upgrade": ["self"],
+        "send_400_response": ["self", "msg"],
+        "pause_writing": ["self"],
+        "resume_writing": ["self"],
     },
 }
 

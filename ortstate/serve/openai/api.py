@@ -28,7 +28,8 @@ from typing import Any
 
 from ...errors import GenerationError, ServeError
 from .fields import SEARCH_FIELDS, short, unsupported
-from .formats import Constraint, constraint, message_calls
+from .formats import Constraint, constraint
+from .messages import chat_messages
 
 __all__ = [
     "ApiError",
@@ -41,6 +42,10 @@ __all__ = [
 ]
 
 MAX_STOP = 4  # stop strings per request, as OpenAI
+# characters of a stop string: the text held back and searched at every token is as long as the
+# longest one, so its length times the tokens is the cost (a 60,000-character one over 32,000
+# tokens took 1.3 s of the event loop's CPU)
+MAX_STOP_CHARS = 1024
 
 
 class ApiError(ServeError):
@@ -140,7 +145,7 @@ def _number(body: Mapping[str, Any], key: str, default: float, lo: float, hi: fl
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value > hi or value < lo or (open_lo and value == lo):
         bound = f"{'>' if open_lo else '>='} {lo:g} and <= {hi:g}"
-        raise ApiError(f"{key} must be a number {bound}, got {value!r}", param=key)
+        raise ApiError(f"{key} must be a number {bound}, got {short(value)}", param=key)
     return float(value)
 
 
@@ -149,7 +154,7 @@ def _integer(body: Mapping[str, Any], key: str, lo: int) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ApiError(f"{key} must be an integer >= {lo}, got {value!r}", param=key)
+        raise ApiError(f"{key} must be an integer >= {lo}, got {short(value)}", param=key)
     return value
 
 
@@ -158,11 +163,11 @@ def _logprobs(body: Mapping[str, Any], chat: bool) -> int | None:
     asked, top = body.get("logprobs"), body.get("top_logprobs")
     key, value, most = ("top_logprobs", top, 20) if chat else ("logprobs", asked, 5)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most):
-        raise ApiError(f"{key} must be an integer from 0 to {most}, got {value!r}", param=key)
+        raise ApiError(f"{key} must be an integer from 0 to {most}, got {short(value)}", param=key)
     if not chat and top is not None:
         raise ApiError("top_logprobs is a chat field: a completion takes logprobs (0 to 5)", param="top_logprobs")
-    if chat and asked not in (None, True, False):
-        raise ApiError(f"logprobs must be true or false, got {asked!r}", param="logprobs")
+    if chat:
+        _flag(body, "logprobs")
     if chat and top is not None and not asked:
         raise ApiError("top_logprobs needs logprobs set to true", param="top_logprobs")
     return ((top or 0) if asked else None) if chat else asked
@@ -172,35 +177,27 @@ def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...], chat: bool) ->
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError("model: a model id (a string) is required", param="model")
-    max_tokens = None
-    for key in max_keys:
-        given = _integer(body, key, 1)
-        max_tokens = given if given is not None and max_tokens is None else max_tokens
+    given = {key: value for key in max_keys if (value := _integer(body, key, 1)) is not None}
+    if len(set(given.values())) > 1:  # one would be ignored (vLLM takes the first)
+        raise ApiError(f"{' and '.join(given)} differ: send one", param=max_keys[-1])
+    max_tokens = next(iter(given.values()), None)
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise ApiError(f"seed must be an integer >= 0, got {seed!r}", param="seed")
+        raise ApiError(f"seed must be an integer >= 0, got {short(seed)}", param="seed")
     stop = body.get("stop")
     stops = () if stop is None else (stop,) if isinstance(stop, str) else stop
     if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
-        raise ApiError(f"stop must be a non-empty string or a list of them, got {stop!r}", param="stop")
+        raise ApiError(f"stop must be a non-empty string or a list of them, got {short(stop)}", param="stop")
     if len(stops) > MAX_STOP:
         raise ApiError(f"stop takes at most {MAX_STOP} strings, got {len(stops)}", param="stop")
-    stream = body.get("stream")
-    if stream not in (None, True, False):
-        raise ApiError(f"stream must be true or false, got {stream!r}", param="stream")
+    longest = max(map(len, stops), default=0)
+    if longest > MAX_STOP_CHARS:
+        raise ApiError(f"stop strings are {MAX_STOP_CHARS} characters at most, got one of {longest}", param="stop")
+    stream = _flag(body, "stream")
     options = body.get("stream_options")
     if options is not None and not stream:
         raise ApiError("stream_options is only allowed when stream is true", param="stream_options")
-    if options is not None and (
-        not isinstance(options, Mapping) or options.get("include_usage") not in (None, True, False)
-    ):
-        raise ApiError(f"stream_options must be {{'include_usage': bool}}, got {options!r}", param="stream_options")
-    token_ids = body.get("return_token_ids")
-    if token_ids not in (None, True, False):
-        raise ApiError(f"return_token_ids must be true or false, got {token_ids!r}", param="return_token_ids")
-    ignore_eos = body.get("ignore_eos")
-    if ignore_eos not in (None, True, False):
-        raise ApiError(f"ignore_eos must be true or false, got {ignore_eos!r}", param="ignore_eos")
+    include_usage = _stream_options(options)
     return Sampling(
         model=model,
         max_tokens=max_tokens,
@@ -208,15 +205,47 @@ def _sampling(body: Mapping[str, Any], max_keys: tuple[str, ...], chat: bool) ->
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, open_lo=True),
         seed=seed,
         stop=tuple(stops),
-        stream=bool(stream),
-        include_usage=bool(options and options.get("include_usage")),
-        token_ids=bool(token_ids),
+        stream=stream,
+        include_usage=include_usage,
+        token_ids=_flag(body, "return_token_ids"),
         logprobs=_logprobs(body, chat),
         extra=tuple((key, body.get(key)) for key in SEARCH_FIELDS),
-        ignore_eos=bool(ignore_eos),
+        ignore_eos=_flag(body, "ignore_eos"),
         n=_integer(body, "n", 1) or 1,
         constraint=_constraint(body, chat),
     )
+
+
+def _flag(body: Mapping[str, Any], key: str) -> bool:
+    """A field that is true or false (absent: false); 1 and 0 are refused, as any other value."""
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(f"{key} must be true or false, got {short(value)}", param=key)
+    return bool(value)
+
+
+def _stream_options(options: Any) -> bool:
+    """Whether ``stream_options`` asks for the usage chunk; any other option (vLLM's
+    ``continuous_usage_stats``) is refused, naming it."""
+    if options is None:
+        return False
+    if not isinstance(options, Mapping):
+        raise ApiError(
+            f"stream_options must be {{'include_usage': bool}}, got {short(options)}", param="stream_options"
+        )
+    extra = next((k for k, v in options.items() if k != "include_usage" and v is not None), None)
+    if extra is not None:
+        raise ApiError(
+            f"stream_options: {short(extra)} is not supported (only include_usage)",
+            param=f"stream_options.{str(extra)[:64]}",
+        )
+    value = options.get("include_usage")
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(
+            f"stream_options.include_usage must be true or false, got {short(value)}",
+            param="stream_options.include_usage",
+        )
+    return bool(value)
 
 
 def _constraint(body: Mapping[str, Any], chat: bool) -> Constraint:
@@ -254,9 +283,9 @@ def parse_completion(body: Any) -> CompletionRequest:
 
 
 def parse_chat(body: Any) -> ChatRequest:
-    """A ``/v1/chat/completions`` body: ``messages`` with a ``role`` (``developer`` read as ``system``)
-    and a text ``content`` (a string, or a list of ``{"type": "text", "text": ...}`` parts, joined;
-    none on an assistant's turn with ``tool_calls``), and what tool calls carry (:func:`~.formats.message_calls`).
+    """A ``/v1/chat/completions`` body: ``messages`` as :mod:`.messages` takes them (each field of a
+    message applied or refused), its own fields (``max_completion_tokens``, ``top_logprobs``,
+    ``tools``, ``tool_choice``) and both endpoints'.
 
     Raises:
         ApiError: as :func:`parse_completion`.
@@ -269,36 +298,15 @@ def parse_chat(body: Any) -> ChatRequest:
 
 
 def parse_messages(messages: Any) -> list[dict[str, Any]]:
-    """A chat's ``messages`` as its template takes them (see :func:`parse_chat`).
+    """A chat's ``messages`` as its template takes them (:func:`~.messages.chat_messages`).
 
     Raises:
         ApiError: 400 naming the message at fault.
     """
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(f"messages must be a non-empty list, got {short(messages)}", param="messages")
-    out = []
-    for i, message in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-            raise ApiError(f"{where} must be an object with a role, got {short(message)}", param=where)
-        try:
-            calls = message_calls(message, where)
-        except GenerationError as exc:
-            raise ApiError(str(exc), param=exc.field) from None
-        content = message.get("content")
-        if content is None and "tool_calls" in calls:
-            content = ""  # an assistant's turn that only called tools
-        if isinstance(content, list):
-            if not all(
-                isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
-            ):
-                raise ApiError(f"{where}.content: only text parts are supported", param=f"{where}.content")
-            content = "".join(p["text"] for p in content)
-        if not isinstance(content, str):
-            raise ApiError(f"{where}.content must be text, got {short(content)}", param=f"{where}.content")
-        role = "system" if message["role"] == "developer" else message["role"]  # OpenAI's newer name for it
-        out.append({"role": role, "content": content, **calls})
-    return out
+    try:
+        return chat_messages(messages)
+    except GenerationError as exc:
+        raise ApiError(str(exc), param=exc.field) from None
 
 
 def _refuse_unsupported(body: Mapping[str, Any], own: frozenset[str]) -> None:

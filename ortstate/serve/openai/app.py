@@ -37,6 +37,7 @@ from .api import ApiError, parse_chat, parse_completion
 from .choices import answer_choices, choices_of
 from .conversations import HEADER
 from .errors import api_error, failed, http_error, internal_error, logged_app
+from .fields import short
 from .generation import Generation
 from .logprobs import LogprobsShaper
 from .metrics import CONTENT_TYPE as METRICS_TYPE
@@ -160,9 +161,11 @@ async def _body(request: Request, limit: int) -> Any:
     """The request's JSON body, read up to ``limit`` bytes, parsed within :mod:`ortstate.serve.json_body`'s bounds.
 
     Raises:
-        ApiError: 413 over the limit; 400 not UTF-8, not JSON, or out of those bounds (naming the
-            field of a lone surrogate); 499 the client went away (a deadline closed its connection).
+        ApiError: 415 a ``Content-Type`` other than JSON's (:func:`_check_json_type`); 413 over the
+            limit; 400 not UTF-8, not JSON, or out of those bounds (naming the field of a lone
+            surrogate); 499 the client went away (a deadline closed its connection).
     """
+    _check_json_type(request.headers.get("content-type"))
     data = bytearray()
     try:
         async for part in request.stream():
@@ -175,6 +178,26 @@ async def _body(request: Request, limit: int) -> Any:
         return read_json(data)
     except ServeError as exc:
         raise ApiError(str(exc), param=exc.field) from None
+
+
+def _check_json_type(given: str | None) -> None:
+    """A body is JSON, sent as ``application/json`` (or a ``+json`` type). Any other, or none, is
+    refused (415): a web page may make a browser post ``text/plain``, a form, or a body of no type
+    to a server on loopback without asking it first (a CORS "simple request"), and a body taken
+    whatever its type would let any page a user opens drive this server (FastAPI, vLLM's, takes a
+    body of no type as JSON).
+
+    Raises:
+        ApiError: 415 naming ``content-type``.
+    """
+    media = (given or "").split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise ApiError(
+            f"content-type must be application/json, got {'none' if given is None else short(given)}",
+            415,
+            param="content-type",
+            error_code="unsupported_media_type",
+        )
 
 
 async def _answer(
@@ -222,12 +245,17 @@ async def _answer(
     finally:
         ending = release()
     await _turn_kept(ending)
-    ids = (generation.prompt, generation.tokens) if generation.sampling.token_ids else None
-    scored = None if generation.sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat)
-    logprobs = None if scored is None else scored.shape(generation.scored)
-    finish, call = str(generation.finish_reason), generation.call
-    body = completion(rid, service.model_id, chat, generation.text, finish, _usage(generation), ids, logprobs, call)
-    return JSONResponse(body, headers=headers)
+
+    def render() -> JSONResponse:
+        ids = (generation.prompt, generation.tokens) if generation.sampling.token_ids else None
+        scored = None if generation.sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat)
+        logprobs = None if scored is None else scored.shape(generation.scored)
+        finish, call = str(generation.finish_reason), generation.call
+        body = completion(rid, service.model_id, chat, generation.text, finish, _usage(generation), ids, logprobs, call)
+        return JSONResponse(body, headers=headers)
+
+    # off the event loop: a body of every token's top logprobs is megabytes to shape and render
+    return await service.prompts.run(render)
 
 
 def _counted(service: LlmService, request: Request, choices: list[Generation], arrived: float) -> None:

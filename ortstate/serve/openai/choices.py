@@ -70,12 +70,17 @@ async def answer_choices(
     finally:
         release()
     sampling = choices[0].sampling
-    bodies = []
-    for c in choices:
-        ids = (c.prompt, c.tokens) if sampling.token_ids else None
-        shaped = None if sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat).shape(c.scored)
-        bodies.append(choice(chat, c.index, c.text, str(c.finish_reason), ids, shaped, c.call))
-    return JSONResponse(response(rid, service.model_id, chat, bodies, _choices_usage(choices)))
+
+    def render() -> JSONResponse:
+        bodies = []
+        for c in choices:
+            ids = (c.prompt, c.tokens) if sampling.token_ids else None
+            shaped = None if sampling.logprobs is None else LogprobsShaper(service.tokenizer, chat).shape(c.scored)
+            bodies.append(choice(chat, c.index, c.text, str(c.finish_reason), ids, shaped, c.call))
+        return JSONResponse(response(rid, service.model_id, chat, bodies, _choices_usage(choices)))
+
+    # off the event loop: n choices' top logprobs are megabytes to shape and render
+    return await service.prompts.run(render)
 
 
 def _choices_usage(choices: list[Generation]) -> dict[str, Any]:

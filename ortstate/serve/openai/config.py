@@ -14,7 +14,7 @@ from ..config import ServerSettings, check_address, check_needs, check_positive,
 from ..guard import Deadlines
 from ..server import uvicorn_config
 from .app import DEFAULT_MAX_BODY_BYTES
-from .errors import full_body
+from .errors import error_body
 
 __all__ = ["DEFAULT_SLOTS", "LlmServeConfig"]
 
@@ -101,7 +101,7 @@ class LlmServeConfig(ServerSettings):
 
     def uvicorn_config(self, app: Any) -> uvicorn.Config:
         """uvicorn's settings for ``app`` (:func:`~ortstate.serve.server.uvicorn_config`): places
-        for ``max_requests``, a full server's 503 in OpenAI's body.
+        for ``max_requests``, the guard's own answers (a full server's 503, 408, ...) in OpenAI's body.
 
         Raises:
             ServeError: the hard limit of open files is too low for ``max_requests``.
@@ -112,5 +112,5 @@ class LlmServeConfig(ServerSettings):
             token=self.token,
             deadlines=self.deadlines,
             max_message_bytes=self.max_body_bytes,  # the app takes no WebSocket: bounded as a body
-            full=full_body(),
+            errors=error_body,
         )

@@ -21,14 +21,22 @@ from ..internal_errors import internal_handler
 from ..internal_errors import logged_app as _logged_app
 from .api import ApiError
 
-__all__ = ["api_error", "failed", "full_body", "http_error", "internal", "internal_error", "logged_app"]
+__all__ = ["api_error", "error_body", "failed", "http_error", "internal", "internal_error", "logged_app"]
 
 logger = logging.getLogger("ortstate.serve")
 
 
-def full_body() -> bytes:
-    """The body of the 503 a server whose every connection is being answered gives a new one."""
-    error = ApiError("server full: try again later", 503, kind="server_error", error_code="server_full")
+_CODES = {400: "invalid_http", 408: "request_timeout", 431: "headers_too_large"}
+
+
+def error_body(status: int, message: str) -> bytes:
+    """OpenAI's error body of what the connection guard answers itself (:mod:`ortstate.serve.guard`):
+    a request that is not HTTP (400), late (408), with headers too large (431), or a server whose
+    every connection is being answered (503)."""
+    if status == 503:
+        error = ApiError(message, 503, kind="server_error", error_code="server_full")
+    else:
+        error = ApiError(message, status, error_code=_CODES.get(status))
     return json.dumps(error.body()).encode()
 
 

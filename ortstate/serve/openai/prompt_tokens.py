@@ -46,7 +46,8 @@ class PromptTokens:
         return await loop.run_in_executor(self._threads, self._tokenize, request, conversation, least)
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
-        """``work(*args)`` in the threads that tokenize, off the event loop (``/tokenize``)."""
+        """``work(*args)`` in the threads that tokenize, off the event loop (``/tokenize``, a whole
+        answer shaped and rendered)."""
         return await asyncio.get_running_loop().run_in_executor(self._threads, work, *args)
 
     def close(self) -> None:

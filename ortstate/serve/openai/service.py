@@ -30,6 +30,7 @@ from ...runtime.cpu import usable_cores
 from .api import ApiError, ChatRequest, CompletionRequest, Sampling
 from .conversation_store import Conversation
 from .conversations import HEADER, Conversations
+from .fields import short
 from .formats import schema_error
 from .generation import Generation
 from .metrics import ServerMetrics
@@ -152,7 +153,7 @@ class LlmService:
     def check_model(self, model: str) -> None:
         if model != self.model_id:
             raise ApiError(
-                f"the model '{model}' does not exist: this server serves '{self.model_id}'",
+                f"the model {short(model)} does not exist: this server serves '{self.model_id}'",
                 404,
                 param="model",
                 error_code="model_not_found",
