@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from ortstate.errors import OutputFileError, ServeError
 from ortstate.serve import log as log_module
 from ortstate.serve.log_format import CLOSED, LIVE, PARKED
+from ortstate.serve.openai import conversation_files
 from ortstate.serve.openai.conversation_files import ConversationFiles
 from ortstate.serve.openai.conversation_log import TurnLog
 
@@ -66,7 +68,8 @@ def test_a_torn_last_record_is_dropped(tmp_path: Path, caplog: pytest.LogCapture
 
 
 def test_a_dead_servers_parks_and_claims_are_put_right(tmp_path: Path) -> None:
-    """``published``: parked (written, logged) but not yet moved into the directory; ``later``: a
+    """``published``: parked (written, logged) but not yet moved into the directory (``halfway``:
+    its ``.npz`` moved, its ``.json`` not); ``later``: a
     park written, then a turn logged after it (the park failed); ``claimed``: taken by the dead
     server, nothing logged since; ``deleted``: closed; ``stale``: a turn logged after the park in
     the directory was taken, its files not yet removed. And what was left half-written goes."""
@@ -74,12 +77,14 @@ def test_a_dead_servers_parks_and_claims_are_put_right(tmp_path: Path) -> None:
     records = [
         [("published", LIVE, 1, "p", [1]), ("later", LIVE, 1, "l", [2]), ("deleted", LIVE, 1, "d", [3])],
         [("published", PARKED, 1), ("later", LIVE, 2, "l2", [2, 2]), ("deleted", CLOSED, 1)],
-        [("stale", LIVE, 3, "s3", [4, 4, 4])],
+        [("stale", LIVE, 3, "s3", [4, 4, 4]), ("halfway", LIVE, 1, "h", [5])],
+        [("halfway", PARKED, 1)],
     ]
     logged(tmp_path, "dead-3", records)
-    for cid, turns in (("published", 1), ("later", 1)):
+    for cid, turns in (("published", 1), ("later", 1), ("halfway", 1)):
         (folder / f"{cid}.npz").write_bytes(b"cache")
         (folder / f"{cid}.json").write_text(json.dumps({"tokens": [9], "text": cid, "ids": [9], "turns": turns}))
+    os.replace(folder / "halfway.npz", tmp_path / "halfway.npz")  # stopped between the two moves of publish
     (tmp_path / "claimed.npz").write_bytes(b"cache")
     (tmp_path / "claimed.json.claimed-dead-3").write_text(json.dumps({"tokens": [8], "text": "c", "ids": [8]}))
     (tmp_path / "stale.npz").write_bytes(b"an older cache")
@@ -94,12 +99,15 @@ def test_a_dead_servers_parks_and_claims_are_put_right(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "claimed.json",
         "claimed.npz",
+        "halfway.json",
+        "halfway.npz",
         "later.json",
         "published.json",
         "published.npz",
         "stale.json",
     ]
     assert parked(tmp_path, "published")["tokens"] == [9]  # its cache kept
+    assert parked(tmp_path, "halfway")["tokens"] == [9]
     assert parked(tmp_path, "later") == {"tokens": [], "text": "l2", "ids": [2, 2], "turns": 2}
     assert parked(tmp_path, "claimed")["tokens"] == [8]
     assert parked(tmp_path, "stale") == {"tokens": [], "text": "s3", "ids": [4, 4, 4], "turns": 3}
@@ -137,3 +145,24 @@ def test_a_turn_that_cannot_be_written_fails_its_waiters_only(tmp_path: Path, mo
     log.close(remove=False)
     ConversationFiles(tmp_path, "next-5", shared=False).release(remove_log=True)
     assert parked(tmp_path, "a") == {"tokens": [], "text": "y", "ids": [2], "turns": 1}
+
+
+def test_a_log_that_cannot_be_recovered_stays(tmp_path: Path, monkeypatch) -> None:
+    """A full disk while a dead server's log is recovered: the start fails naming it, the log stays,
+    and a start with room recovers every conversation."""
+    logged(tmp_path, "dead-6", [[("a", LIVE, 1, "x", [1]), ("b", LIVE, 1, "y", [2])]])
+    real = conversation_files.write_text
+
+    def full(path: Path, text: str) -> None:
+        if Path(path).name == "b.json":
+            raise OutputFileError(f"{path}: cannot be written (No space left on device)")
+        real(path, text)
+
+    monkeypatch.setattr(conversation_files, "write_text", full)
+    with pytest.raises(ServeError, match=r"1 conversations .* cannot be recovered .* turns-dead-6, which is kept: b"):
+        ConversationFiles(tmp_path, "next-6", shared=False)
+    assert (tmp_path / "turns-dead-6").is_dir()
+    monkeypatch.setattr(conversation_files, "write_text", real)
+    ConversationFiles(tmp_path, "next-6", shared=False).release(remove_log=True)
+    assert parked(tmp_path, "b") == {"tokens": [], "text": "y", "ids": [2], "turns": 1}
+    assert parked(tmp_path, "a") == {"tokens": [], "text": "x", "ids": [1], "turns": 1}

@@ -34,6 +34,7 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ...errors import OrtStateError, ServeError
 from ...output_files import write_text
 from ..log import SEGMENT_BYTES, recover_orphans, replay, sync_dir
 from ..log_format import HEADER, LIVE, Record
@@ -216,11 +217,19 @@ class ConversationFiles:
     # -- the directory ----------------------------------------------------------------------------
     def recover_orphans(self, force: bool = False) -> list[str]:
         """Parked conversations from the logs of servers that died, their ids (at most once a second
-        unless ``force``: a server sharing the directory looks on every miss)."""
+        unless ``force``: a server sharing the directory looks on every miss).
+
+        Raises:
+            ServeError: one cannot be recovered (a full disk): its log stays, to be recovered later.
+        """
         if not force and time.monotonic() - self._orphans_at < 1.0:
             return []
         self._orphans_at = time.monotonic()
-        return recover_orphans(self.folder, TURNS_PREFIX, _recover)
+        try:
+            return recover_orphans(self.folder, TURNS_PREFIX, _recover)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise ServeError(f"--state-dir: cannot recover the log of a server that stopped ({why})") from None
 
     def release(self, remove_log: bool) -> None:
         """Let go of the directory; the log is removed with ``remove_log`` (every conversation is in
@@ -284,13 +293,19 @@ def _recover(state_dir: Path, folder: Path) -> list[str]:
     docstring); their ids."""
     name = folder.name.removeprefix(TURNS_PREFIX)
     latest = replay(folder)
-    done = []
+    done, failed = [], []
     for cid in sorted(set(latest) | {p.stem for p in folder.glob("*.json")}):
         try:
             if ID_PATTERN.fullmatch(cid) and _recover_one(state_dir, folder, name, cid, latest.get(cid)):
                 done.append(cid)
-        except OSError as exc:  # the others are recovered all the same
+        except (OSError, OrtStateError) as exc:  # the others are recovered all the same
             logger.warning("ortstate serve: conversation %s cannot be recovered from %s: %s", cid, folder, exc)
+            failed.append(f"{cid} ({getattr(exc, 'strerror', None) or exc})")
+    if failed:  # the log stays (it alone holds them): recovered at the next start
+        raise ServeError(
+            f"--state-dir: {len(failed)} conversations of a server that stopped cannot be recovered from its log "
+            f"{folder.name}, which is kept: {', '.join(failed[:3])}"
+        )
     for left in state_dir.glob(f"*.json.claimed-{glob.escape(name)}"):  # taken, nothing logged since
         cid = left.name.removesuffix(f".json.claimed-{name}")
         os.replace(left, state_dir / f"{cid}.json")
@@ -310,7 +325,8 @@ def _recover_one(state_dir: Path, folder: Path, name: str, cid: str, record: byt
     meta = state_dir / f"{cid}.json"
     private, claimed = folder / f"{cid}.json", state_dir / f"{cid}.json.claimed-{name}"
     if _turns_of(private) >= turns:
-        os.replace(folder / f"{cid}.npz", state_dir / f"{cid}.npz")
+        if (folder / f"{cid}.npz").exists():  # (not there: the park was stopped between its two moves)
+            os.replace(folder / f"{cid}.npz", state_dir / f"{cid}.npz")
         os.replace(private, meta)
         claimed.unlink(missing_ok=True)
         return True
