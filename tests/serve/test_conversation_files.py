@@ -21,6 +21,7 @@ from ortstate.serve.openai.conversation_files import ConversationFiles
 from ortstate.serve.openai.conversation_log import TurnLog
 
 TEXT = "<s>user: hi</s>assistant: hé"  # (not ASCII: the log keeps text as UTF-8)
+NONE_BEFORE = {"before_text": None, "before_ids": []}  # (a first turn continues none)
 
 
 def logged(folder: Path, name: str, records: list[tuple]) -> TurnLog:
@@ -44,13 +45,29 @@ def parked(folder: Path, cid: str) -> dict:
 
 def test_turns_that_end_together_are_written_with_one_fsync(tmp_path: Path) -> None:
     ten = [(f"c{k}", LIVE, 1, f"{TEXT} {k}", [1, 2, k]) for k in range(10)]
-    log = logged(tmp_path, "dead-1", [ten, [("c3", LIVE, 2, None, [1, 2, 3, 4])]])
+    log = logged(
+        tmp_path, "dead-1", [ten, [("c3", LIVE, 2, None, [1, 2, 3, 4]), ("c4", LIVE, 2, "t2", [7], (TEXT, [1]))]]
+    )
     assert log.writes == 2
     files = ConversationFiles(tmp_path, "next-1", shared=False)  # recovers the dead server's log
     try:
         assert files.count() == 10
-        assert parked(tmp_path, "c0") == {"tokens": [], "text": f"{TEXT} 0", "ids": [1, 2, 0], "turns": 1}
-        assert parked(tmp_path, "c3") == {"tokens": [], "text": None, "ids": [1, 2, 3, 4], "turns": 2}
+        assert parked(tmp_path, "c0") == {
+            "tokens": [],
+            "text": f"{TEXT} 0",
+            "ids": [1, 2, 0],
+            "turns": 1,
+            **NONE_BEFORE,
+        }
+        assert parked(tmp_path, "c3") == {"tokens": [], "text": None, "ids": [1, 2, 3, 4], "turns": 2, **NONE_BEFORE}
+        assert parked(tmp_path, "c4") == {
+            "tokens": [],
+            "text": "t2",
+            "ids": [7],
+            "turns": 2,
+            "before_text": TEXT,
+            "before_ids": [1],
+        }
         assert not (tmp_path / "turns-dead-1").exists() and not list(tmp_path.glob("*.npz"))
     finally:
         files.release(remove_log=True)
@@ -64,7 +81,7 @@ def test_a_torn_last_record_is_dropped(tmp_path: Path, caplog: pytest.LogCapture
     with caplog.at_level("WARNING", logger="ortstate.serve"):
         ConversationFiles(tmp_path, "next-2", shared=False).release(remove_log=True)
     assert "dropped the last record (torn by the stop; never acknowledged)" in caplog.text
-    assert parked(tmp_path, "a") == {"tokens": [], "text": TEXT, "ids": [5, 6], "turns": 1}
+    assert parked(tmp_path, "a") == {"tokens": [], "text": TEXT, "ids": [5, 6], "turns": 1, **NONE_BEFORE}
 
 
 def test_a_dead_servers_parks_and_claims_are_put_right(tmp_path: Path) -> None:
@@ -108,9 +125,9 @@ def test_a_dead_servers_parks_and_claims_are_put_right(tmp_path: Path) -> None:
     ]
     assert parked(tmp_path, "published")["tokens"] == [9]  # its cache kept
     assert parked(tmp_path, "halfway")["tokens"] == [9]
-    assert parked(tmp_path, "later") == {"tokens": [], "text": "l2", "ids": [2, 2], "turns": 2}
+    assert parked(tmp_path, "later") == {"tokens": [], "text": "l2", "ids": [2, 2], "turns": 2, **NONE_BEFORE}
     assert parked(tmp_path, "claimed")["tokens"] == [8]
-    assert parked(tmp_path, "stale") == {"tokens": [], "text": "s3", "ids": [4, 4, 4], "turns": 3}
+    assert parked(tmp_path, "stale") == {"tokens": [], "text": "s3", "ids": [4, 4, 4], "turns": 3, **NONE_BEFORE}
 
 
 def test_a_live_servers_folder_is_left_alone(tmp_path: Path) -> None:
@@ -144,7 +161,7 @@ def test_a_turn_that_cannot_be_written_fails_its_waiters_only(tmp_path: Path, mo
     assert str(failed) == "the state directory cannot be written (No space left on device)" and written is None
     log.close(remove=False)
     ConversationFiles(tmp_path, "next-5", shared=False).release(remove_log=True)
-    assert parked(tmp_path, "a") == {"tokens": [], "text": "y", "ids": [2], "turns": 1}
+    assert parked(tmp_path, "a") == {"tokens": [], "text": "y", "ids": [2], "turns": 1, **NONE_BEFORE}
 
 
 def test_a_log_that_cannot_be_recovered_stays(tmp_path: Path, monkeypatch) -> None:
@@ -164,5 +181,5 @@ def test_a_log_that_cannot_be_recovered_stays(tmp_path: Path, monkeypatch) -> No
     assert (tmp_path / "turns-dead-6").is_dir()
     monkeypatch.setattr(conversation_files, "write_text", real)
     ConversationFiles(tmp_path, "next-6", shared=False).release(remove_log=True)
-    assert parked(tmp_path, "b") == {"tokens": [], "text": "y", "ids": [2], "turns": 1}
-    assert parked(tmp_path, "a") == {"tokens": [], "text": "x", "ids": [1], "turns": 1}
+    assert parked(tmp_path, "b") == {"tokens": [], "text": "y", "ids": [2], "turns": 1, **NONE_BEFORE}
+    assert parked(tmp_path, "a") == {"tokens": [], "text": "x", "ids": [1], "turns": 1, **NONE_BEFORE}

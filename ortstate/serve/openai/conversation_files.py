@@ -31,7 +31,7 @@ import os
 import re
 import time
 from collections.abc import Collection
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ...errors import OrtStateError, ServeError
@@ -56,6 +56,12 @@ class Parked:
     text: str | None
     ids: list[int]
     turns: int = 0
+    before_text: str | None = None  # what the last turn continued (see Conversation.before)
+    before_ids: list[int] = field(default_factory=list)
+
+    @property
+    def before(self) -> tuple[str | None, list[int]]:
+        return self.before_text, self.before_ids
 
 
 def default_max_bytes(folder: Path, held: int) -> int:
@@ -140,10 +146,16 @@ class ConversationFiles:
         """
         held = json.loads(meta.read_text())
         parked = Parked(
-            [int(t) for t in held["tokens"]], held["text"], [int(t) for t in held["ids"]], int(held.get("turns", 0))
+            [int(t) for t in held["tokens"]],
+            held["text"],
+            [int(t) for t in held["ids"]],
+            int(held.get("turns", 0)),
+            held.get("before_text"),
+            [int(t) for t in held.get("before_ids", [])],
         )
-        if parked.text is not None and not isinstance(parked.text, str):
-            raise ValueError(f"text: expected a string, got {type(parked.text).__name__}")
+        for name in ("text", "before_text"):
+            if (value := getattr(parked, name)) is not None and not isinstance(value, str):
+                raise ValueError(f"{name}: expected a string, got {type(value).__name__}")
         return parked
 
     def npz(self, cid: str) -> Path:
@@ -321,7 +333,7 @@ def _recover_one(state_dir: Path, folder: Path, name: str, cid: str, record: byt
     took (``.claimed-NAME``), if one is as new as the log's last record of it; else, that record
     LIVE, a ``.json`` of its ids without a cache. Whether ``cid`` is parked now."""
     live = record is not None and Record.decode(memoryview(record)[HEADER.size :]).kind == LIVE
-    turns, text, ids = read_turn(record) if live and record is not None else (0, None, [])
+    turns, text, ids, before = read_turn(record) if live and record is not None else (0, None, [], (None, []))
     meta = state_dir / f"{cid}.json"
     private, claimed = folder / f"{cid}.json", state_dir / f"{cid}.json.claimed-{name}"
     if _turns_of(private) >= turns:
@@ -335,7 +347,7 @@ def _recover_one(state_dir: Path, folder: Path, name: str, cid: str, record: byt
         return True
     if not live:
         return False
-    write_text(private, json.dumps(asdict(Parked([], text, ids, turns))))
+    write_text(private, json.dumps(asdict(Parked([], text, ids, turns, *before))))
     (state_dir / f"{cid}.npz").unlink(missing_ok=True)  # an older cache than those ids
     claimed.unlink(missing_ok=True)
     os.replace(private, meta)

@@ -138,7 +138,9 @@ class Conversations:
             return None
         written = None
         if conversation.turns != conversation.logged[0]:  # submitted now: records go in the order turns end
-            written = files.log.submit(cid, LIVE, conversation.turns, conversation.text, conversation.ids)
+            written = files.log.submit(
+                cid, LIVE, conversation.turns, conversation.text, conversation.ids, conversation.before
+            )
         task = asyncio.get_running_loop().create_task(self._end_turn(cid, conversation, written))
         self._ending.add(task)
         task.add_done_callback(self._ended)
@@ -155,10 +157,10 @@ class Conversations:
                 try:
                     await written
                 except ServeError as exc:
-                    conversation.turns, conversation.text, conversation.ids = conversation.logged
+                    conversation.turns, conversation.text, conversation.ids, conversation.before = conversation.logged
                     logger.warning("ortstate serve: conversation %s: its turn cannot be logged, undone: %s", cid, exc)
                     raise _unwritten(cid, exc) from None
-                conversation.logged = (conversation.turns, conversation.text, conversation.ids)
+                conversation.logged = conversation.now()
         finally:
             self._claimed.discard(cid)
         if self.shared:
