@@ -11,8 +11,9 @@ holds, prefilled whole from an empty cache: a turn is never answered from a cach
 prompt's start. One request at a time per conversation (another waits a few seconds, then is
 refused with 409).
 
-At most ``limit`` conversations are kept: one more makes room by parking (with a state directory)
-or forgetting the least recently used idle one, and :meth:`Conversations.park_idle` parks those
+At most ``limit`` conversations are kept: one more makes room by parking (with a state directory:
+one that cannot be, a full disk, stays and the new one is refused 503) or forgetting the least
+recently used idle one, and :meth:`Conversations.park_idle` parks those
 idle for a while; a forgotten conversation's next turn is prefilled whole. With ``ttl``, one idle
 that long is removed (kept or parked); :meth:`Conversations.delete` removes one at once.
 
@@ -98,7 +99,8 @@ class Conversations:
 
         Raises:
             ApiError: 400 a malformed id, 409 another request on it did not end in time, 503 no
-                row of the pool is free for it, 500 the state directory cannot be written.
+                row of the pool is free for it, or (a new one) no room: the least recently used
+                conversation cannot be parked; 500 the state directory cannot be written.
         """
         if not ID_PATTERN.fullmatch(cid):
             raise ApiError(f"{HEADER}: 1 to 128 of A-Z a-z 0-9 . _ ~ -, got {cid[:40]!r}", param=HEADER)
@@ -302,14 +304,22 @@ class Conversations:
             if cid is None:
                 return
             conversation = self._kept[cid]
+            if self.files is None:
+                del self._kept[cid]
+                await self.batcher.forget(conversation.kept)
+                continue
             try:
-                if self.files is not None:
-                    await self._park(cid, conversation)
-                    continue
-            except (OrtStateError, OSError) as exc:
-                logger.warning("ortstate serve: conversation %s cannot be parked, it is forgotten: %s", cid, exc)
-            del self._kept[cid]
-            await self.batcher.forget(conversation.kept)
+                await self._park(cid, conversation)
+            except (OrtStateError, OSError) as exc:  # (forgotten, its next turn would be tokenized afresh)
+                logger.warning("ortstate serve: conversation %s cannot be parked, it stays in memory: %s", cid, exc)
+                raise ApiError(
+                    f"no room for another conversation: {self.limit} are in memory (--max-conversations) and the "
+                    "least recently used cannot be parked, the state directory cannot be written; try again later",
+                    503,
+                    kind="server_error",
+                    param=HEADER,
+                    error_code="state_not_written",
+                ) from None
 
     async def _park(self, cid: str, conversation: Conversation) -> None:
         """Park ``cid`` (see :meth:`ConversationStore.park`), then keep the directory in its bound.
