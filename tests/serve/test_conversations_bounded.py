@@ -145,21 +145,32 @@ def test_delete_removes_a_conversation_and_its_files(tmp_path) -> None:
         assert turn(s.url, "a", key="s3cret").usage.prompt_tokens_details.cached_tokens == 0  # it starts over
 
 
-def test_a_conversation_named_like_anothers_temporary_file_keeps_its_cache(llama, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("one", "other", "files"),
+    [
+        ("X.partial", "X", ["x.partial^1.json", "x.partial^1.npz", "x^1.json", "x^1.npz"]),
+        ("chat", "Chat", ["chat.json", "chat.npz", "chat^1.json", "chat^1.npz"]),
+    ],
+    ids=["temporary-file", "case"],
+)
+def test_a_conversation_named_like_anothers_file_keeps_its_cache(llama, tmp_path, one, other, files) -> None:
     """Parking ``X`` wrote ``X.partial.npz``, which is ``X.partial``'s own file: ``X.partial`` lost
-    its cache. Files being written now go to the server's own folder."""
+    its cache. Files being written now go to the server's own folder. And ``Chat``'s files were
+    ``chat``'s on a case-insensitive filesystem: an id's capitals are named apart
+    (:mod:`ortstate.serve.openai.conversation_names`), no two ids' files the same name in any case."""
     with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4, state_dir=tmp_path, max_conversations=1)) as s:
-        first = turn(s.url, "X.partial")
-        turn(s.url, "X")  # parks "X.partial"
+        first = turn(s.url, one)
+        turn(s.url, other)  # parks the one
         history = [
             {"role": "user", "content": "Hello there"},
             {"role": "assistant", "content": first.choices[0].message.content},
             {"role": "user", "content": "And then?"},
         ]
-        second = turn(s.url, "X.partial", history)  # parks "X", restores "X.partial"
+        second = turn(s.url, one, history)  # parks the other, restores the one
         assert second.usage.prompt_tokens_details.cached_tokens > 0
         assert second.choices[0].token_ids == llama.generate(second.choices[0].prompt_token_ids, 6)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["X.json", "X.npz", "X.partial.json", "X.partial.npz"]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == files and len({name.casefold() for name in names}) == 4
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """A state directory as the home of an LLM server's conversations (``--state-dir``), bounded.
 
-What a server keeps there (``ID`` a conversation's id, ``[A-Za-z0-9._~-]{1,128}``; NAME a
-server's, host-pid):
+What a server keeps there (``ID`` a conversation's id, ``[A-Za-z0-9._~-]{1,128}``, its files
+named by it as :mod:`.conversation_names` says, case apart; NAME a server's, host-pid):
 
 - ``ID.npz`` (its KV cache: the pool's snapshot) and ``ID.json`` (the tokens that cache holds, the
   last turn's text and token ids, the turns answered): a parked conversation. The ``.json`` is
@@ -28,7 +28,6 @@ import glob
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
@@ -40,11 +39,11 @@ from ..log import SEGMENT_BYTES, recover_orphans, replay, sync_dir
 from ..log_format import HEADER, LIVE, Record
 from ..state_dir import DirLock, open_state_dir
 from .conversation_log import TURNS_PREFIX, TurnLog, folder_bytes, read_turn
+from .conversation_names import ID_PATTERN, cid_of, stem
 
-__all__ = ["DEFAULT_MAX_BYTES", "ID_PATTERN", "ConversationFiles", "Parked", "default_max_bytes"]
+__all__ = ["DEFAULT_MAX_BYTES", "ConversationFiles", "Parked", "default_max_bytes"]
 
 DEFAULT_MAX_BYTES = 10 << 30
-ID_PATTERN = re.compile(r"[A-Za-z0-9._~-]{1,128}")  # a conversation's id: its files' names
 logger = logging.getLogger("ortstate.serve")
 
 
@@ -104,7 +103,7 @@ class ConversationFiles:
     # -- parking ----------------------------------------------------------------------------------
     def private(self, cid: str) -> tuple[Path, Path]:
         """Where a park of ``cid`` writes its ``.npz`` and ``.json`` before they are published."""
-        return self.log.folder / f"{cid}.npz", self.log.folder / f"{cid}.json"
+        return self.log.folder / f"{stem(cid)}.npz", self.log.folder / f"{stem(cid)}.json"
 
     def write_meta(self, cid: str, held: Parked, used: float) -> None:
         """Write ``cid``'s private ``.json`` (after its ``.npz``), dated ``used`` (its last turn's end)."""
@@ -180,7 +179,7 @@ class ConversationFiles:
         if meta is not None:
             self.remove(cid, meta)
             return "removed"
-        if self.shared and any(self.folder.glob(f"{glob.escape(cid)}.json.claimed-*")):
+        if self.shared and any(self.folder.glob(f"{glob.escape(stem(cid))}.json.claimed-*")):
             return "busy"
         return None
 
@@ -251,7 +250,7 @@ class ConversationFiles:
             self._dir_lock.release()
 
     def _file(self, cid: str, ext: str) -> Path:
-        return self.folder / f"{cid}.{ext}"
+        return self.folder / f"{stem(cid)}.{ext}"
 
     def _take(self, cid: str) -> Path | None:
         meta = self._file(cid, "json")
@@ -292,8 +291,8 @@ class ConversationFiles:
                 except OSError:  # gone meanwhile
                     continue
                 held += info.st_size
-                cid, _, ext = entry.name.rpartition(".")
-                if ext in ("json", "npz") and ID_PATTERN.fullmatch(cid):
+                name, _, ext = entry.name.rpartition(".")
+                if ext in ("json", "npz") and (cid := cid_of(name)) is not None:
                     sizes[cid] = sizes.get(cid, 0) + info.st_size
                     if ext == "json":
                         used[cid] = info.st_mtime
@@ -306,7 +305,7 @@ def _recover(state_dir: Path, folder: Path) -> list[str]:
     name = folder.name.removeprefix(TURNS_PREFIX)
     latest = replay(folder)
     done, failed = [], []
-    for cid in sorted(set(latest) | {p.stem for p in folder.glob("*.json")}):
+    for cid in sorted(set(latest) | {cid_of(p.stem) or "" for p in folder.glob("*.json")}):
         try:
             if ID_PATTERN.fullmatch(cid) and _recover_one(state_dir, folder, name, cid, latest.get(cid)):
                 done.append(cid)
@@ -319,9 +318,10 @@ def _recover(state_dir: Path, folder: Path) -> list[str]:
             f"{folder.name}, which is kept: {', '.join(failed[:3])}"
         )
     for left in state_dir.glob(f"*.json.claimed-{glob.escape(name)}"):  # taken, nothing logged since
-        cid = left.name.removesuffix(f".json.claimed-{name}")
-        os.replace(left, state_dir / f"{cid}.json")
-        done.append(cid)
+        cid = cid_of(left.name.removesuffix(f".json.claimed-{name}"))
+        if cid is not None:
+            os.replace(left, state_dir / f"{stem(cid)}.json")
+            done.append(cid)
     sync_dir(state_dir)
     if done:
         logger.info("ortstate serve: %d conversations recovered from the log of a server that stopped", len(done))
@@ -334,11 +334,12 @@ def _recover_one(state_dir: Path, folder: Path, name: str, cid: str, record: byt
     LIVE, a ``.json`` of its ids without a cache. Whether ``cid`` is parked now."""
     live = record is not None and Record.decode(memoryview(record)[HEADER.size :]).kind == LIVE
     turns, text, ids, before = read_turn(record) if live and record is not None else (0, None, [], (None, []))
-    meta = state_dir / f"{cid}.json"
-    private, claimed = folder / f"{cid}.json", state_dir / f"{cid}.json.claimed-{name}"
+    called = stem(cid)
+    meta = state_dir / f"{called}.json"
+    private, claimed = folder / f"{called}.json", state_dir / f"{called}.json.claimed-{name}"
     if _turns_of(private) >= turns:
-        if (folder / f"{cid}.npz").exists():  # (not there: the park was stopped between its two moves)
-            os.replace(folder / f"{cid}.npz", state_dir / f"{cid}.npz")
+        if (folder / f"{called}.npz").exists():  # (not there: the park was stopped between its two moves)
+            os.replace(folder / f"{called}.npz", state_dir / f"{called}.npz")
         os.replace(private, meta)
         claimed.unlink(missing_ok=True)
         return True
@@ -348,7 +349,7 @@ def _recover_one(state_dir: Path, folder: Path, name: str, cid: str, record: byt
     if not live:
         return False
     write_text(private, json.dumps(asdict(Parked([], text, ids, turns, *before))))
-    (state_dir / f"{cid}.npz").unlink(missing_ok=True)  # an older cache than those ids
+    (state_dir / f"{called}.npz").unlink(missing_ok=True)  # an older cache than those ids
     claimed.unlink(missing_ok=True)
     os.replace(private, meta)
     return True

@@ -45,7 +45,8 @@ from ...errors import OrtStateError, PoolFullError, ServeError
 from ...generate import ContinuousBatcher
 from ..log_format import LIVE
 from .api import ApiError
-from .conversation_files import ID_PATTERN, ConversationFiles
+from .conversation_files import ConversationFiles
+from .conversation_names import ID_PATTERN
 from .conversation_store import Conversation, ConversationStore
 
 __all__ = ["HEADER", "Conversations"]
