@@ -16,7 +16,7 @@ import pytest
 from ortstate.errors import OutputFileError, ServeError
 from ortstate.serve import log as log_module
 from ortstate.serve.log_format import CLOSED, LIVE, PARKED
-from ortstate.serve.openai import conversation_files
+from ortstate.serve.openai import conversation_recovery
 from ortstate.serve.openai.conversation_files import ConversationFiles
 from ortstate.serve.openai.conversation_log import TurnLog
 
@@ -168,18 +168,18 @@ def test_a_log_that_cannot_be_recovered_stays(tmp_path: Path, monkeypatch) -> No
     """A full disk while a dead server's log is recovered: the start fails naming it, the log stays,
     and a start with room recovers every conversation."""
     logged(tmp_path, "dead-6", [[("a", LIVE, 1, "x", [1]), ("b", LIVE, 1, "y", [2])]])
-    real = conversation_files.write_text
+    real = conversation_recovery.write_text
 
     def full(path: Path, text: str) -> None:
         if Path(path).name == "b.json":
             raise OutputFileError(f"{path}: cannot be written (No space left on device)")
         real(path, text)
 
-    monkeypatch.setattr(conversation_files, "write_text", full)
+    monkeypatch.setattr(conversation_recovery, "write_text", full)
     with pytest.raises(ServeError, match=r"1 conversations .* cannot be recovered .* turns-dead-6, which is kept: b"):
         ConversationFiles(tmp_path, "next-6", shared=False)
     assert (tmp_path / "turns-dead-6").is_dir()
-    monkeypatch.setattr(conversation_files, "write_text", real)
+    monkeypatch.setattr(conversation_recovery, "write_text", real)
     ConversationFiles(tmp_path, "next-6", shared=False).release(remove_log=True)
     assert parked(tmp_path, "b") == {"tokens": [], "text": "y", "ids": [2], "turns": 1, **NONE_BEFORE}
     assert parked(tmp_path, "a") == {"tokens": [], "text": "x", "ids": [1], "turns": 1, **NONE_BEFORE}

@@ -30,37 +30,21 @@ import logging
 import os
 import time
 from collections.abc import Collection
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
-from ...errors import OrtStateError, ServeError
+from ...errors import ServeError
 from ...output_files import write_text
-from ..log import SEGMENT_BYTES, recover_orphans, replay, sync_dir
-from ..log_format import HEADER, LIVE, Record
+from ..log import SEGMENT_BYTES, recover_orphans, sync_dir
 from ..state_dir import DirLock, open_state_dir
-from .conversation_log import TURNS_PREFIX, TurnLog, folder_bytes, read_turn
-from .conversation_names import ID_PATTERN, cid_of, stem
+from .conversation_log import TURNS_PREFIX, Parked, TurnLog, folder_bytes
+from .conversation_names import cid_of, stem
+from .conversation_recovery import recover
 
 __all__ = ["DEFAULT_MAX_BYTES", "ConversationFiles", "Parked", "default_max_bytes"]
 
 DEFAULT_MAX_BYTES = 10 << 30
 logger = logging.getLogger("ortstate.serve")
-
-
-@dataclass
-class Parked:
-    """What a parked conversation's ``.json`` holds."""
-
-    tokens: list[int]  # what its ``.npz`` cache holds (none: no ``.npz``)
-    text: str | None
-    ids: list[int]
-    turns: int = 0
-    before_text: str | None = None  # what the last turn continued (see Conversation.before)
-    before_ids: list[int] = field(default_factory=list)
-
-    @property
-    def before(self) -> tuple[str | None, list[int]]:
-        return self.before_text, self.before_ids
 
 
 def default_max_bytes(folder: Path, held: int) -> int:
@@ -237,7 +221,7 @@ class ConversationFiles:
             return []
         self._orphans_at = time.monotonic()
         try:
-            return recover_orphans(self.folder, TURNS_PREFIX, _recover)
+            return recover_orphans(self.folder, TURNS_PREFIX, recover)
         except OSError as exc:
             why = exc.strerror or exc
             raise ServeError(f"--state-dir: cannot recover the log of a server that stopped ({why})") from None
@@ -297,67 +281,3 @@ class ConversationFiles:
                     if ext == "json":
                         used[cid] = info.st_mtime
         return {cid: (when, sizes[cid]) for cid, when in used.items()}, held
-
-
-def _recover(state_dir: Path, folder: Path) -> list[str]:
-    """Make the conversations of a dead server's log ``folder`` parked ones (see the module
-    docstring); their ids."""
-    name = folder.name.removeprefix(TURNS_PREFIX)
-    latest = replay(folder)
-    done, failed = [], []
-    for cid in sorted(set(latest) | {cid_of(p.stem) or "" for p in folder.glob("*.json")}):
-        try:
-            if ID_PATTERN.fullmatch(cid) and _recover_one(state_dir, folder, name, cid, latest.get(cid)):
-                done.append(cid)
-        except (OSError, OrtStateError) as exc:  # the others are recovered all the same
-            logger.warning("ortstate serve: conversation %s cannot be recovered from %s: %s", cid, folder, exc)
-            failed.append(f"{cid} ({getattr(exc, 'strerror', None) or exc})")
-    if failed:  # the log stays (it alone holds them): recovered at the next start
-        raise ServeError(
-            f"--state-dir: {len(failed)} conversations of a server that stopped cannot be recovered from its log "
-            f"{folder.name}, which is kept: {', '.join(failed[:3])}"
-        )
-    for left in state_dir.glob(f"*.json.claimed-{glob.escape(name)}"):  # taken, nothing logged since
-        cid = cid_of(left.name.removesuffix(f".json.claimed-{name}"))
-        if cid is not None:
-            os.replace(left, state_dir / f"{stem(cid)}.json")
-            done.append(cid)
-    sync_dir(state_dir)
-    if done:
-        logger.info("ortstate serve: %d conversations recovered from the log of a server that stopped", len(done))
-    return done
-
-
-def _recover_one(state_dir: Path, folder: Path, name: str, cid: str, record: bytes | None) -> bool:
-    """Files for ``cid``: a park the dead server wrote (in ``folder``) or a parked conversation it
-    took (``.claimed-NAME``), if one is as new as the log's last record of it; else, that record
-    LIVE, a ``.json`` of its ids without a cache. Whether ``cid`` is parked now."""
-    live = record is not None and Record.decode(memoryview(record)[HEADER.size :]).kind == LIVE
-    turns, text, ids, before = read_turn(record) if live and record is not None else (0, None, [], (None, []))
-    called = stem(cid)
-    meta = state_dir / f"{called}.json"
-    private, claimed = folder / f"{called}.json", state_dir / f"{called}.json.claimed-{name}"
-    if _turns_of(private) >= turns:
-        if (folder / f"{called}.npz").exists():  # (not there: the park was stopped between its two moves)
-            os.replace(folder / f"{called}.npz", state_dir / f"{called}.npz")
-        os.replace(private, meta)
-        claimed.unlink(missing_ok=True)
-        return True
-    if _turns_of(claimed) >= turns:
-        os.replace(claimed, meta)
-        return True
-    if not live:
-        return False
-    write_text(private, json.dumps(asdict(Parked([], text, ids, turns, *before))))
-    (state_dir / f"{called}.npz").unlink(missing_ok=True)  # an older cache than those ids
-    claimed.unlink(missing_ok=True)
-    os.replace(private, meta)
-    return True
-
-
-def _turns_of(meta: Path) -> int:
-    """The turns a ``.json`` says it holds (-1: none there, or unreadable)."""
-    try:
-        return int(json.loads(meta.read_text()).get("turns", 0))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return -1

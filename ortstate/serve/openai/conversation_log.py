@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,16 +30,32 @@ from ...errors import ServeError
 from ..log import SEGMENT_BYTES, Log
 from ..log_format import HEADER, LIVE, Record
 
-__all__ = ["TURNS_PREFIX", "TurnLog", "folder_bytes", "read_turn"]
+__all__ = ["TURNS_PREFIX", "Parked", "TurnLog", "folder_bytes", "read_turn"]
 
 TURNS_PREFIX = "turns-"
 
 
-def read_turn(data: bytes) -> tuple[int, str | None, list[int], tuple[str | None, list[int]]]:
-    """A LIVE turn record's (turns, text, ids, (the text and ids the last turn continued))."""
+@dataclass
+class Parked:
+    """A conversation as a parked ``.json`` holds it (and, without a cache, as a LIVE record of the log)."""
+
+    tokens: list[int]  # what its ``.npz`` cache holds (none: no ``.npz``)
+    text: str | None
+    ids: list[int]
+    turns: int = 0
+    before_text: str | None = None  # what the last turn continued (see Conversation.before)
+    before_ids: list[int] = field(default_factory=list)
+
+    @property
+    def before(self) -> tuple[str | None, list[int]]:
+        return self.before_text, self.before_ids
+
+
+def read_turn(data: bytes) -> Parked:
+    """A LIVE turn record's conversation (no cache: ``tokens`` empty)."""
     record = Record.decode(memoryview(data)[HEADER.size :])
     outputs = record.outputs or {}
-    return record.steps, *_read(outputs, ""), _read(outputs, "before_")
+    return Parked([], *_read(outputs, ""), record.steps, *_read(outputs, "before_"))
 
 
 def _read(outputs: dict[str, np.ndarray], prefix: str) -> tuple[str | None, list[int]]:

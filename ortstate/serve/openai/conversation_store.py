@@ -17,7 +17,8 @@ from ...errors import OrtStateError, PoolFullError, ServeError
 from ...generate import ContinuousBatcher, KeptStream
 from ...generate.turns import continued_at
 from ..log_format import CLOSED, LIVE, PARKED
-from .conversation_files import ConversationFiles, Parked
+from .conversation_files import ConversationFiles
+from .conversation_log import Parked
 
 __all__ = ["Base", "Conversation", "ConversationStore"]
 
