@@ -215,7 +215,12 @@ class Conversations:
                 count += 1
             except (OrtStateError, OSError) as exc:
                 self.lost[cid] = str(exc)
-                logger.error("ortstate serve: conversation %s cannot be parked, it is lost: %s", cid, exc)
+                logger.error(
+                    "ortstate serve: conversation %s cannot be parked, its cache is lost (its answered turns stay "
+                    "in the log): %s",
+                    cid,
+                    exc,
+                )
         return count
 
     async def tend(self, idle_park: float | None) -> None:
