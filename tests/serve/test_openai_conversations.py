@@ -182,15 +182,23 @@ def test_a_conversation_continues_across_a_sigterm_restart(llama: Generator, tmp
     assert [r.usage.model_dump() for r in replies] == [r.usage.model_dump() for r in unbroken]
 
 
-def test_room_is_made_by_parking_or_forgetting_the_least_recently_used(llama: Generator, tmp_path: Path) -> None:
+def test_room_is_made_by_parking_or_forgetting_the_least_recently_used(
+    llama: Generator, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     for state_dir in (tmp_path, None):
         with serve_llm_in_thread(
             LlmServeConfig(LLM / "llama", 8, slots=4, state_dir=state_dir, max_conversations=2)
         ) as running:
             api = client(running.url)
             histories = {cid: [{"role": "user", "content": f"{TURNS[0]} {cid}"}] for cid in ("a", "b", "c")}
+            caplog.clear()
             for cid, messages in histories.items():  # "c" makes room: "a" goes
                 turn(api, messages, cid)
+            if state_dir is None:  # an eviction is one log line (parked: parking it is no eviction)
+                assert [r.getMessage() for r in caplog.records if "evicted" in r.getMessage()] == [
+                    "ortstate serve: conversation a evicted, the least recently used: --max-conversations 2 are kept "
+                    "and there is no --state-dir to park it in"
+                ]
             if state_dir is not None:
                 assert sorted(p.name for p in tmp_path.glob("a*")) == ["a.json", "a.npz"]
                 assert not list(tmp_path.glob("[bc]*"))

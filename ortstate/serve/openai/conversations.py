@@ -313,6 +313,12 @@ class Conversations:
             if self.files is None:
                 del self._kept[cid]
                 await self.batcher.forget(conversation.kept)
+                logger.warning(
+                    "ortstate serve: conversation %s evicted, the least recently used: --max-conversations %d are "
+                    "kept and there is no --state-dir to park it in",
+                    cid,
+                    self.limit,
+                )
                 continue
             try:
                 await self._park(cid, conversation)
