@@ -89,7 +89,8 @@ def test_a_dead_servers_parks_and_claims_are_put_right(tmp_path: Path) -> None:
     its ``.npz`` moved, its ``.json`` not); ``later``: a
     park written, then a turn logged after it (the park failed); ``claimed``: taken by the dead
     server, nothing logged since; ``deleted``: closed; ``stale``: a turn logged after the park in
-    the directory was taken, its files not yet removed. And what was left half-written goes."""
+    the directory was taken, its files not yet removed. And what was left half-written goes (a
+    cache whose ``.json`` was removed too)."""
     folder = tmp_path / "turns-dead-3"
     records = [
         [("published", LIVE, 1, "p", [1]), ("later", LIVE, 1, "l", [2]), ("deleted", LIVE, 1, "d", [3])],
@@ -110,6 +111,7 @@ def test_a_dead_servers_parks_and_claims_are_put_right(tmp_path: Path) -> None:
     )
     (folder / ".half.npz.0123abcd.tmp").write_bytes(b"half")  # a snapshot being written
     (folder / "half.npz").write_bytes(b"half")  # a park whose .json was never written
+    (tmp_path / "removed.npz").write_bytes(b"cache")  # an eviction stopped after its .json went
 
     files = ConversationFiles(tmp_path, "next-3", shared=False)
     files.release(remove_log=True)

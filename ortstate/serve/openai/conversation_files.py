@@ -72,6 +72,8 @@ class ConversationFiles:
         self._dir_lock, _ = open_state_dir(folder, name, shared)
         try:
             self.recover_orphans(force=True)
+            if not shared:  # (shared: another server's park may be between its two moves)
+                _remove_halves(folder)
             parked, held = self._scan()
             self.max_bytes = default_max_bytes(folder, held) if max_bytes is None else max_bytes
             segment = max(4 << 10, min(SEGMENT_BYTES, self.max_bytes // 16))  # the log: a few segments at most
@@ -281,3 +283,12 @@ class ConversationFiles:
                     if ext == "json":
                         used[cid] = info.st_mtime
         return {cid: (when, sizes[cid]) for cid, when in used.items()}, held
+
+
+def _remove_halves(folder: Path) -> None:
+    """Remove every ``.npz`` of a conversation whose ``.json`` is not there: a removal (eviction,
+    expiry, delete, restore) stopped between its two files; counted in the bound, never evicted."""
+    for npz in folder.glob("*.npz"):
+        if cid_of(npz.stem) is not None and not npz.with_suffix(".json").exists():
+            logger.warning("ortstate serve: %s removed: a conversation's cache without its .json", npz.name)
+            npz.unlink(missing_ok=True)
