@@ -10,7 +10,7 @@ import pytest
 
 from ortstate.serve.openai.conversation_names import ID_PATTERN, cid_of, stem
 
-IDS = ["x", "X", "Chat", "chat", "cHAT", ".", "..", "...", "X.partial", "X.npz", "X.json", "turns-x", ".lock",
+IDS = ["x", "X", "Chat", "chat", "cHAT", "...", ".x", "x.", "X.partial", "X.npz", "X.json", "turns-x", ".lock",
        "~", "-", "a" * 128, "A" * 128, "Z" * 127 + "z", "A-b.C_d~9"]  # fmt: skip
 
 
@@ -22,6 +22,10 @@ def test_every_id_has_a_name_of_its_own_in_any_case(tmp_path: Path) -> None:
     for name in names:  # with an extension, a file in the directory (and short enough for any filesystem)
         assert (tmp_path / f"{name}.json").resolve().parent == tmp_path.resolve()
         assert len(f"{name}.json.claimed-{'h' * 64}-4194304") <= 255
+
+
+def test_dot_segments_are_no_ids() -> None:  # (a client resolves them away: DELETE could not name them)
+    assert not ID_PATTERN.fullmatch(".") and not ID_PATTERN.fullmatch("..")
 
 
 @pytest.mark.parametrize("name", ["X", "x^0", "x^2", "x^01", "1^1", "x^", "^1", "a/b", "", "x^1^1", "x" * 129])

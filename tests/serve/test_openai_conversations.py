@@ -23,6 +23,7 @@ from ortstate.serve.openai import conversations
 
 LLM = REPO / "models" / "llm"
 HEADER = "X-Ortstate-Conversation"
+SYNTAX = "x-ortstate-conversation: 1 to 128 of A-Z a-z 0-9 . _ ~ -, not . or .."  # the 400 for another id
 TURNS = ["Hello there", "And then?", "Why so?"]
 
 
@@ -228,11 +229,15 @@ def test_one_request_at_a_time_per_conversation(monkeypatch: pytest.MonkeyPatch)
         }
         running.service.conversations.done("busy")
         assert turn(api, [{"role": "user", "content": "hi"}], "busy").choices[0].finish_reason in ("length", "stop")
-        with pytest.raises(openai.BadRequestError) as info:
-            turn(api, [{"role": "user", "content": "hi"}], "no spaces")
-        assert info.value.response.json()["error"]["message"] == (
-            "x-ortstate-conversation: 1 to 128 of A-Z a-z 0-9 . _ ~ -, got 'no spaces'"
-        )
+        for refused in ("no spaces", "..", ".", "", "a" * 129, "a/b", "%2F"):
+            with pytest.raises(openai.BadRequestError) as info:
+                turn(api, [{"role": "user", "content": "hi"}], refused)
+            assert info.value.response.json()["error"] == {
+                "message": f"{SYNTAX}, got {refused[:40]!r}",
+                "type": "invalid_request_error",
+                "param": "x-ortstate-conversation",
+                "code": None,
+            }
         assert running.service.in_flight == 0
 
 

@@ -1,11 +1,11 @@
 """A conversation's id, and the name its files take in a state directory.
 
-An id is 1 to 128 of ``A-Z a-z 0-9 . _ ~ -`` (``X-Ortstate-Conversation``). Its files are
+An id is 1 to 128 of ``A-Z a-z 0-9 . _ ~ -``, not ``.`` or ``..`` (``X-Ortstate-Conversation``). Its files are
 ``STEM.json`` and ``STEM.npz``, STEM the id itself when it has no capital letter. Ids that differ
 only in case would be one file on a case-insensitive filesystem (macOS's, Windows'), so an id with
 capitals is written in lower case, then ``^`` (in no id) and the positions of its capitals (a hex
-mask): ``Chat-A`` is ``chat-a^21``. Every id has one STEM and every STEM one id, and no STEM is
-``.`` or ``..`` or holds a ``/``: with its extension, a STEM names a file of the directory only.
+mask): ``Chat-A`` is ``chat-a^21``. Every id has one STEM and every STEM one id, and no STEM holds
+a ``/``: with its extension, a STEM names a file of the directory only.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import re
 
 __all__ = ["ID_PATTERN", "cid_of", "stem"]
 
-ID_PATTERN = re.compile(r"[A-Za-z0-9._~-]{1,128}")
+# (not "." or "..": URL path segments that clients resolve away, so DELETE could not name them)
+ID_PATTERN = re.compile(r"(?!\.\.?$)[A-Za-z0-9._~-]{1,128}")
 _STEM = re.compile(r"([a-z0-9._~-]{1,128})(?:\^([0-9a-f]{1,32}))?")
 
 

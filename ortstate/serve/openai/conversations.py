@@ -104,7 +104,7 @@ class Conversations:
                 conversation cannot be parked; 500 the state directory cannot be written.
         """
         if not ID_PATTERN.fullmatch(cid):
-            raise ApiError(f"{HEADER}: 1 to 128 of A-Z a-z 0-9 . _ ~ -, got {cid[:40]!r}", param=HEADER)
+            raise ApiError(f"{HEADER}: 1 to 128 of A-Z a-z 0-9 . _ ~ -, not . or .., got {cid[:40]!r}", param=HEADER)
         deadline = time.monotonic() + WAIT_SECONDS
         while cid in self._claimed or (cid in self._kept and self._kept[cid].kept.busy):
             if time.monotonic() > deadline:
