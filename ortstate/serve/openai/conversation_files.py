@@ -4,9 +4,11 @@ What a server keeps there (``ID`` a conversation's id, ``[A-Za-z0-9._~-]{1,128}`
 named by it as :mod:`.conversation_names` says, case apart; NAME a server's, host-pid):
 
 - ``ID.npz`` (its KV cache: the pool's snapshot) and ``ID.json`` (the tokens that cache holds, the
-  last turn's text and token ids, the turns answered): a parked conversation. The ``.json`` is
-  made last, so one that is there is whole. A conversation recovered from the log of a server
-  that died has a ``.json`` only, its ``tokens`` empty: no cache, its next turn prefilled whole.
+  last turn's text and token ids and those of the turn it went on from, the turns answered): a
+  parked conversation. The ``.json`` is made last, so one that is there is whole (a ``.npz``
+  without one, a removal stopped half-way, is removed at the start). A conversation recovered
+  from the log of a server that died has a ``.json`` only, its ``tokens`` empty: no cache, its
+  next turn prefilled whole.
 - ``turns-NAME/``: a server's own folder, locked while it lives: its log of turns
   (:mod:`.conversation_log`) and the files of a park being written, which are moved into the
   directory once the park is logged. Nothing is written anywhere else, so a file being written
@@ -41,7 +43,7 @@ from .conversation_log import TURNS_PREFIX, Parked, TurnLog, folder_bytes
 from .conversation_names import cid_of, stem
 from .conversation_recovery import recover
 
-__all__ = ["DEFAULT_MAX_BYTES", "ConversationFiles", "Parked", "default_max_bytes"]
+__all__ = ["DEFAULT_MAX_BYTES", "ConversationFiles", "default_max_bytes"]
 
 DEFAULT_MAX_BYTES = 10 << 30
 logger = logging.getLogger("ortstate.serve")

@@ -1,10 +1,10 @@
 """A conversation's id, and the name its files take in a state directory.
 
-An id is 1 to 128 of ``A-Z a-z 0-9 . _ ~ -``, not ``.`` or ``..`` (``X-Ortstate-Conversation``). Its files are
-``STEM.json`` and ``STEM.npz``, STEM the id itself when it has no capital letter. Ids that differ
-only in case would be one file on a case-insensitive filesystem (macOS's, Windows'), so an id with
-capitals is written in lower case, then ``^`` (in no id) and the positions of its capitals (a hex
-mask): ``Chat-A`` is ``chat-a^21``. Every id has one STEM and every STEM one id, and no STEM holds
+An id (``X-Ortstate-Conversation``) is 1 to 128 of ``A-Z a-z 0-9 . _ ~ -``, not ``.`` or ``..``.
+Its files are ``STEM.json`` and ``STEM.npz``, STEM the id itself when it has no capital letter. Ids
+that differ only in case would be one file on a case-insensitive filesystem (macOS's, Windows'),
+so an id with capitals is written in lower case, then ``^`` (in no id) and the positions of its
+capitals (a hex mask): ``Chat-A`` is ``chat-a^21``. Every id has one STEM and every STEM one id, and no STEM holds
 a ``/``: with its extension, a STEM names a file of the directory only.
 """
 
