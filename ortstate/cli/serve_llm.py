@@ -180,7 +180,11 @@ def _stopped(config: LlmServeConfig, service: LlmService) -> int:
         flush=True,
     )
     if service.lost:  # each named in the log already
-        print(f"ortstate: error: {len(service.lost)} conversations could not be parked: lost", file=sys.stderr)
+        print(
+            f"ortstate: error: {len(service.lost)} conversations could not be parked: their caches are lost, their "
+            "answered turns stay in the log of turns, recovered by the next server on the state directory",
+            file=sys.stderr,
+        )
         return EXIT_STREAMS_LOST
     return EXIT_OK
 

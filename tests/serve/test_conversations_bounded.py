@@ -7,7 +7,9 @@ conversation's files never take another's name (``X`` and ``X.partial``)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 import signal
 import time
 import urllib.error
@@ -15,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from conftest import MODEL as STREAM_MODEL
 from conftest import openai_client as client
@@ -23,6 +26,7 @@ from oracle import REPO, assert_one_line_error, run_cli
 
 from ortstate.generate import Generator
 from ortstate.serve import LlmServeConfig, serve_llm_in_thread
+from ortstate.serve.openai.conversation_files import ConversationFiles
 
 LLM = REPO / "models" / "llm" / "llama"
 HEADER = "X-Ortstate-Conversation"
@@ -141,21 +145,32 @@ def test_delete_removes_a_conversation_and_its_files(tmp_path) -> None:
         assert turn(s.url, "a", key="s3cret").usage.prompt_tokens_details.cached_tokens == 0  # it starts over
 
 
-def test_a_conversation_named_like_anothers_temporary_file_keeps_its_cache(llama, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("one", "other", "files"),
+    [
+        ("X.partial", "X", ["x.partial^1.json", "x.partial^1.npz", "x^1.json", "x^1.npz"]),
+        ("chat", "Chat", ["chat.json", "chat.npz", "chat^1.json", "chat^1.npz"]),
+    ],
+    ids=["temporary-file", "case"],
+)
+def test_a_conversation_named_like_anothers_file_keeps_its_cache(llama, tmp_path, one, other, files) -> None:
     """Parking ``X`` wrote ``X.partial.npz``, which is ``X.partial``'s own file: ``X.partial`` lost
-    its cache. Files being written now go to the server's own folder."""
+    its cache. Files being written now go to the server's own folder. And ``Chat``'s files were
+    ``chat``'s on a case-insensitive filesystem: an id's capitals are named apart
+    (:mod:`ortstate.serve.openai.conversation_names`), no two ids' files the same name in any case."""
     with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4, state_dir=tmp_path, max_conversations=1)) as s:
-        first = turn(s.url, "X.partial")
-        turn(s.url, "X")  # parks "X.partial"
+        first = turn(s.url, one)
+        turn(s.url, other)  # parks the one
         history = [
             {"role": "user", "content": "Hello there"},
             {"role": "assistant", "content": first.choices[0].message.content},
             {"role": "user", "content": "And then?"},
         ]
-        second = turn(s.url, "X.partial", history)  # parks "X", restores "X.partial"
+        second = turn(s.url, one, history)  # parks the other, restores the one
         assert second.usage.prompt_tokens_details.cached_tokens > 0
         assert second.choices[0].token_ids == llama.generate(second.choices[0].prompt_token_ids, 6)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["X.json", "X.npz", "X.partial.json", "X.partial.npz"]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == files and len({name.casefold() for name in names}) == 4
 
 
 @pytest.mark.parametrize(
@@ -191,3 +206,33 @@ def test_a_deleted_conversation_stays_deleted_after_a_sigkill(tmp_path) -> None:
                 assert parked(tmp_path) == ["kept"] and delete(url, "gone")[0] == 404
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
+
+
+def test_a_conversation_that_cannot_make_room_is_refused_not_another_forgotten(tmp_path, monkeypatch) -> None:
+    """A full disk when a new conversation needs the room of one in memory: the new one is answered
+    503 naming the header, the one that could not be parked stays as it was (its next turn continues
+    its cache), and once there is room the new one is taken."""
+    real = ConversationFiles.write_meta
+
+    def full(*args: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4, state_dir=tmp_path, max_conversations=1)) as s:
+        first = turn(s.url, "a")
+        monkeypatch.setattr(ConversationFiles, "write_meta", full)
+        with pytest.raises(openai.InternalServerError) as info:
+            turn(s.url, "b")
+        assert info.value.status_code == 503
+        assert (info.value.body["param"], info.value.body["code"]) == ("x-ortstate-conversation", "state_not_written")
+        assert "state directory cannot be written" in info.value.body["message"] and str(tmp_path) not in str(
+            info.value.body
+        )
+        history = [
+            {"role": "user", "content": "Hello there"},
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": "And then?"},
+        ]
+        assert turn(s.url, "a", history).usage.prompt_tokens_details.cached_tokens > 0  # not forgotten
+        monkeypatch.setattr(ConversationFiles, "write_meta", real)
+        turn(s.url, "b")
+        assert parked(tmp_path) == ["a"]

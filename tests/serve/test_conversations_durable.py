@@ -1,7 +1,8 @@
 """A conversation's turns survive a hard stop (``--state-dir``): every turn's token ids are logged
 before its reply ends, so a server SIGKILLed between turns (or in the middle of a reply) and
 started again on the directory answers every next turn with the tokens a server never killed gives,
-greedy or seeded; its lost cache is prefilled again from those ids. A conversation deleted before
+greedy or seeded; its lost cache is prefilled again from those ids. A turn whose reply did not reach
+the client, sent again, is answered as it was, logged or not. A conversation deleted before
 the kill stays deleted."""
 
 from __future__ import annotations
@@ -31,20 +32,26 @@ CONVERSATIONS = {  # id: sampling (seeded ones take a seed per turn)
     "seeded-a": {"temperature": 1.0, "seed": 11},
     "seeded-b": {"temperature": 0.8, "top_p": 0.9, "seed": 5},
 }
-# ``ortstate serve`` whose log write holding MARK never happens: killed then, the turn (its reply
-# streamed to the end, its [DONE] not sent) is not on disk, as a kill in the middle of a reply leaves it.
-HOLD_THE_MARKED_WRITE = f"""
+# ``ortstate serve`` whose log write holding MARK hangs before (or after) it is made: killed then,
+# the turn (its reply streamed to the end, its [DONE] not sent) is not (or is) on disk, as a kill in
+# the middle of a reply leaves it (or one after the turn was logged, before its reply ended).
+HOLD_THE_MARKED_WRITE = """
 import sys, threading
 from ortstate.serve import log as log_module
 real = log_module._write_all
 def write_all(fd, data):
-    if {MARK.encode()!r} in data:
+    if {mark!r} in data:
+        {first}
         threading.Event().wait()
     real(fd, data)
 log_module._write_all = write_all
 from ortstate.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+HOLDS = {  # the conversation killed in the middle of its marked turn: the write held before it, or after
+    "greedy-b": HOLD_THE_MARKED_WRITE.format(mark=MARK.encode(), first="pass"),
+    "greedy-a": HOLD_THE_MARKED_WRITE.format(mark=MARK.encode(), first="real(fd, data)"),
+}
 
 
 def ask(api: openai.OpenAI, cid: str, messages: list[dict[str, str]], k: int, **more: Any) -> Any:
@@ -86,14 +93,14 @@ def test_a_sigkill_between_turns_or_mid_reply_changes_no_answer(tmp_path: Path) 
             for cid in CONVERSATIONS:
                 got[cid].append(turn(client(url), cid, histories[cid], k))
             killed(proc)
-        if k == 1:  # the next turn of one conversation, its server killed before the reply ends
-            with serving(*state, model=LLM, prelude=HOLD_THE_MARKED_WRITE) as (proc, url):
-                messages = [*histories["greedy-b"], {"role": "user", "content": TURNS[2]}]
-                chunks = ask(client(url), "greedy-b", messages, 2, stream=True)
+        for cid, hold in HOLDS.items() if k == 1 else ():  # the next turn, its server killed before the reply ends
+            with serving(*state, model=LLM, prelude=hold) as (proc, url):
+                messages = [*histories[cid], {"role": "user", "content": TURNS[2]}]
+                chunks = ask(client(url), cid, messages, 2, stream=True)
                 for chunk in chunks:  # every token streamed, then the log write that ends the reply hangs
                     if chunk.choices and chunk.choices[0].finish_reason is not None:
                         break
-                killed(proc)
+                killed(proc)  # the client sends the turn again to the next server
     assert not list(tmp_path.glob("*.claimed-*")) and not list(tmp_path.glob("*.tmp"))
 
     with serve_llm_in_thread(LlmServeConfig(LLM, 8, slots=4)) as unbroken:  # never killed: the cache kept throughout

@@ -23,6 +23,7 @@ from ortstate.serve.openai import conversations
 
 LLM = REPO / "models" / "llm"
 HEADER = "X-Ortstate-Conversation"
+SYNTAX = "x-ortstate-conversation: 1 to 128 of A-Z a-z 0-9 . _ ~ -, not . or .."  # the 400 for another id
 TURNS = ["Hello there", "And then?", "Why so?"]
 
 
@@ -182,15 +183,23 @@ def test_a_conversation_continues_across_a_sigterm_restart(llama: Generator, tmp
     assert [r.usage.model_dump() for r in replies] == [r.usage.model_dump() for r in unbroken]
 
 
-def test_room_is_made_by_parking_or_forgetting_the_least_recently_used(llama: Generator, tmp_path: Path) -> None:
+def test_room_is_made_by_parking_or_forgetting_the_least_recently_used(
+    llama: Generator, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     for state_dir in (tmp_path, None):
         with serve_llm_in_thread(
             LlmServeConfig(LLM / "llama", 8, slots=4, state_dir=state_dir, max_conversations=2)
         ) as running:
             api = client(running.url)
             histories = {cid: [{"role": "user", "content": f"{TURNS[0]} {cid}"}] for cid in ("a", "b", "c")}
+            caplog.clear()
             for cid, messages in histories.items():  # "c" makes room: "a" goes
                 turn(api, messages, cid)
+            if state_dir is None:  # an eviction is one log line (parked: parking it is no eviction)
+                assert [r.getMessage() for r in caplog.records if "evicted" in r.getMessage()] == [
+                    "ortstate serve: conversation a evicted, the least recently used: --max-conversations 2 are kept "
+                    "and there is no --state-dir to park it in"
+                ]
             if state_dir is not None:
                 assert sorted(p.name for p in tmp_path.glob("a*")) == ["a.json", "a.npz"]
                 assert not list(tmp_path.glob("[bc]*"))
@@ -220,11 +229,15 @@ def test_one_request_at_a_time_per_conversation(monkeypatch: pytest.MonkeyPatch)
         }
         running.service.conversations.done("busy")
         assert turn(api, [{"role": "user", "content": "hi"}], "busy").choices[0].finish_reason in ("length", "stop")
-        with pytest.raises(openai.BadRequestError) as info:
-            turn(api, [{"role": "user", "content": "hi"}], "no spaces")
-        assert info.value.response.json()["error"]["message"] == (
-            "x-ortstate-conversation: 1 to 128 of A-Z a-z 0-9 . _ ~ -, got 'no spaces'"
-        )
+        for refused in ("no spaces", "..", ".", "", "a" * 129, "a/b", "%2F"):
+            with pytest.raises(openai.BadRequestError) as info:
+                turn(api, [{"role": "user", "content": "hi"}], refused)
+            assert info.value.response.json()["error"] == {
+                "message": f"{SYNTAX}, got {refused[:40]!r}",
+                "type": "invalid_request_error",
+                "param": "x-ortstate-conversation",
+                "code": None,
+            }
         assert running.service.in_flight == 0
 
 

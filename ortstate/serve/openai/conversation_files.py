@@ -1,12 +1,14 @@
 """A state directory as the home of an LLM server's conversations (``--state-dir``), bounded.
 
-What a server keeps there (``ID`` a conversation's id, ``[A-Za-z0-9._~-]{1,128}``; NAME a
-server's, host-pid):
+What a server keeps there (``ID`` a conversation's id, ``[A-Za-z0-9._~-]{1,128}``, its files
+named by it as :mod:`.conversation_names` says, case apart; NAME a server's, host-pid):
 
 - ``ID.npz`` (its KV cache: the pool's snapshot) and ``ID.json`` (the tokens that cache holds, the
-  last turn's text and token ids, the turns answered): a parked conversation. The ``.json`` is
-  made last, so one that is there is whole. A conversation recovered from the log of a server
-  that died has a ``.json`` only, its ``tokens`` empty: no cache, its next turn prefilled whole.
+  last turn's text and token ids and those of the turn it went on from, the turns answered): a
+  parked conversation. The ``.json`` is made last, so one that is there is whole (a ``.npz``
+  without one, a removal stopped half-way, is removed at the start). A conversation recovered
+  from the log of a server that died has a ``.json`` only, its ``tokens`` empty: no cache, its
+  next turn prefilled whole.
 - ``turns-NAME/``: a server's own folder, locked while it lives: its log of turns
   (:mod:`.conversation_log`) and the files of a park being written, which are moved into the
   directory once the park is logged. Nothing is written anywhere else, so a file being written
@@ -28,33 +30,23 @@ import glob
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Collection
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from ...errors import ServeError
 from ...output_files import write_text
-from ..log import SEGMENT_BYTES, recover_orphans, replay, sync_dir
-from ..log_format import HEADER, LIVE, Record
+from ..log import SEGMENT_BYTES, recover_orphans, sync_dir
 from ..state_dir import DirLock, open_state_dir
-from .conversation_log import TURNS_PREFIX, TurnLog, folder_bytes, read_turn
+from .conversation_log import TURNS_PREFIX, Parked, TurnLog, folder_bytes
+from .conversation_names import cid_of, stem
+from .conversation_recovery import recover
 
-__all__ = ["DEFAULT_MAX_BYTES", "ID_PATTERN", "ConversationFiles", "Parked", "default_max_bytes"]
+__all__ = ["DEFAULT_MAX_BYTES", "ConversationFiles", "default_max_bytes"]
 
 DEFAULT_MAX_BYTES = 10 << 30
-ID_PATTERN = re.compile(r"[A-Za-z0-9._~-]{1,128}")  # a conversation's id: its files' names
 logger = logging.getLogger("ortstate.serve")
-
-
-@dataclass
-class Parked:
-    """What a parked conversation's ``.json`` holds."""
-
-    tokens: list[int]  # what its ``.npz`` cache holds (none: no ``.npz``)
-    text: str | None
-    ids: list[int]
-    turns: int = 0
 
 
 def default_max_bytes(folder: Path, held: int) -> int:
@@ -82,6 +74,8 @@ class ConversationFiles:
         self._dir_lock, _ = open_state_dir(folder, name, shared)
         try:
             self.recover_orphans(force=True)
+            if not shared:  # (shared: another server's park may be between its two moves)
+                _remove_halves(folder)
             parked, held = self._scan()
             self.max_bytes = default_max_bytes(folder, held) if max_bytes is None else max_bytes
             segment = max(4 << 10, min(SEGMENT_BYTES, self.max_bytes // 16))  # the log: a few segments at most
@@ -97,7 +91,7 @@ class ConversationFiles:
     # -- parking ----------------------------------------------------------------------------------
     def private(self, cid: str) -> tuple[Path, Path]:
         """Where a park of ``cid`` writes its ``.npz`` and ``.json`` before they are published."""
-        return self.log.folder / f"{cid}.npz", self.log.folder / f"{cid}.json"
+        return self.log.folder / f"{stem(cid)}.npz", self.log.folder / f"{stem(cid)}.json"
 
     def write_meta(self, cid: str, held: Parked, used: float) -> None:
         """Write ``cid``'s private ``.json`` (after its ``.npz``), dated ``used`` (its last turn's end)."""
@@ -139,10 +133,16 @@ class ConversationFiles:
         """
         held = json.loads(meta.read_text())
         parked = Parked(
-            [int(t) for t in held["tokens"]], held["text"], [int(t) for t in held["ids"]], int(held.get("turns", 0))
+            [int(t) for t in held["tokens"]],
+            held["text"],
+            [int(t) for t in held["ids"]],
+            int(held.get("turns", 0)),
+            held.get("before_text"),
+            [int(t) for t in held.get("before_ids", [])],
         )
-        if parked.text is not None and not isinstance(parked.text, str):
-            raise ValueError(f"text: expected a string, got {type(parked.text).__name__}")
+        for name in ("text", "before_text"):
+            if (value := getattr(parked, name)) is not None and not isinstance(value, str):
+                raise ValueError(f"{name}: expected a string, got {type(value).__name__}")
         return parked
 
     def npz(self, cid: str) -> Path:
@@ -167,7 +167,7 @@ class ConversationFiles:
         if meta is not None:
             self.remove(cid, meta)
             return "removed"
-        if self.shared and any(self.folder.glob(f"{glob.escape(cid)}.json.claimed-*")):
+        if self.shared and any(self.folder.glob(f"{glob.escape(stem(cid))}.json.claimed-*")):
             return "busy"
         return None
 
@@ -216,11 +216,19 @@ class ConversationFiles:
     # -- the directory ----------------------------------------------------------------------------
     def recover_orphans(self, force: bool = False) -> list[str]:
         """Parked conversations from the logs of servers that died, their ids (at most once a second
-        unless ``force``: a server sharing the directory looks on every miss)."""
+        unless ``force``: a server sharing the directory looks on every miss).
+
+        Raises:
+            ServeError: one cannot be recovered (a full disk): its log stays, to be recovered later.
+        """
         if not force and time.monotonic() - self._orphans_at < 1.0:
             return []
         self._orphans_at = time.monotonic()
-        return recover_orphans(self.folder, TURNS_PREFIX, _recover)
+        try:
+            return recover_orphans(self.folder, TURNS_PREFIX, recover)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise ServeError(f"--state-dir: cannot recover the log of a server that stopped ({why})") from None
 
     def release(self, remove_log: bool) -> None:
         """Let go of the directory; the log is removed with ``remove_log`` (every conversation is in
@@ -230,7 +238,7 @@ class ConversationFiles:
             self._dir_lock.release()
 
     def _file(self, cid: str, ext: str) -> Path:
-        return self.folder / f"{cid}.{ext}"
+        return self.folder / f"{stem(cid)}.{ext}"
 
     def _take(self, cid: str) -> Path | None:
         meta = self._file(cid, "json")
@@ -271,64 +279,18 @@ class ConversationFiles:
                 except OSError:  # gone meanwhile
                     continue
                 held += info.st_size
-                cid, _, ext = entry.name.rpartition(".")
-                if ext in ("json", "npz") and ID_PATTERN.fullmatch(cid):
+                name, _, ext = entry.name.rpartition(".")
+                if ext in ("json", "npz") and (cid := cid_of(name)) is not None:
                     sizes[cid] = sizes.get(cid, 0) + info.st_size
                     if ext == "json":
                         used[cid] = info.st_mtime
         return {cid: (when, sizes[cid]) for cid, when in used.items()}, held
 
 
-def _recover(state_dir: Path, folder: Path) -> list[str]:
-    """Make the conversations of a dead server's log ``folder`` parked ones (see the module
-    docstring); their ids."""
-    name = folder.name.removeprefix(TURNS_PREFIX)
-    latest = replay(folder)
-    done = []
-    for cid in sorted(set(latest) | {p.stem for p in folder.glob("*.json")}):
-        try:
-            if ID_PATTERN.fullmatch(cid) and _recover_one(state_dir, folder, name, cid, latest.get(cid)):
-                done.append(cid)
-        except OSError as exc:  # the others are recovered all the same
-            logger.warning("ortstate serve: conversation %s cannot be recovered from %s: %s", cid, folder, exc)
-    for left in state_dir.glob(f"*.json.claimed-{glob.escape(name)}"):  # taken, nothing logged since
-        cid = left.name.removesuffix(f".json.claimed-{name}")
-        os.replace(left, state_dir / f"{cid}.json")
-        done.append(cid)
-    sync_dir(state_dir)
-    if done:
-        logger.info("ortstate serve: %d conversations recovered from the log of a server that stopped", len(done))
-    return done
-
-
-def _recover_one(state_dir: Path, folder: Path, name: str, cid: str, record: bytes | None) -> bool:
-    """Files for ``cid``: a park the dead server wrote (in ``folder``) or a parked conversation it
-    took (``.claimed-NAME``), if one is as new as the log's last record of it; else, that record
-    LIVE, a ``.json`` of its ids without a cache. Whether ``cid`` is parked now."""
-    live = record is not None and Record.decode(memoryview(record)[HEADER.size :]).kind == LIVE
-    turns, text, ids = read_turn(record) if live and record is not None else (0, None, [])
-    meta = state_dir / f"{cid}.json"
-    private, claimed = folder / f"{cid}.json", state_dir / f"{cid}.json.claimed-{name}"
-    if _turns_of(private) >= turns:
-        os.replace(folder / f"{cid}.npz", state_dir / f"{cid}.npz")
-        os.replace(private, meta)
-        claimed.unlink(missing_ok=True)
-        return True
-    if _turns_of(claimed) >= turns:
-        os.replace(claimed, meta)
-        return True
-    if not live:
-        return False
-    write_text(private, json.dumps(asdict(Parked([], text, ids, turns))))
-    (state_dir / f"{cid}.npz").unlink(missing_ok=True)  # an older cache than those ids
-    claimed.unlink(missing_ok=True)
-    os.replace(private, meta)
-    return True
-
-
-def _turns_of(meta: Path) -> int:
-    """The turns a ``.json`` says it holds (-1: none there, or unreadable)."""
-    try:
-        return int(json.loads(meta.read_text()).get("turns", 0))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return -1
+def _remove_halves(folder: Path) -> None:
+    """Remove every ``.npz`` of a conversation whose ``.json`` is not there: a removal (eviction,
+    expiry, delete, restore) stopped between its two files; counted in the bound, never evicted."""
+    for npz in folder.glob("*.npz"):
+        if cid_of(npz.stem) is not None and not npz.with_suffix(".json").exists():
+            logger.warning("ortstate serve: %s removed: a conversation's cache without its .json", npz.name)
+            npz.unlink(missing_ok=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,30 +30,48 @@ from ...errors import ServeError
 from ..log import SEGMENT_BYTES, Log
 from ..log_format import HEADER, LIVE, Record
 
-__all__ = ["TURNS_PREFIX", "TurnLog", "folder_bytes", "read_turn"]
+__all__ = ["TURNS_PREFIX", "Parked", "TurnLog", "folder_bytes", "read_turn"]
 
 TURNS_PREFIX = "turns-"
 
 
-def read_turn(data: bytes) -> tuple[int, str | None, list[int]]:
-    """A LIVE turn record's (turns, text, ids)."""
+@dataclass
+class Parked:
+    """A conversation as a parked ``.json`` holds it (and, without a cache, as a LIVE record of the log)."""
+
+    tokens: list[int]  # what its ``.npz`` cache holds (none: no ``.npz``)
+    text: str | None
+    ids: list[int]
+    turns: int = 0
+    before_text: str | None = None  # what the last turn continued (see Conversation.before)
+    before_ids: list[int] = field(default_factory=list)
+
+    @property
+    def before(self) -> tuple[str | None, list[int]]:
+        return self.before_text, self.before_ids
+
+
+def read_turn(data: bytes) -> Parked:
+    """A LIVE turn record's conversation (no cache: ``tokens`` empty)."""
     record = Record.decode(memoryview(data)[HEADER.size :])
     outputs = record.outputs or {}
-    text = outputs.get("text")
-    ids = outputs.get("ids")
-    return (
-        record.steps,
-        None if text is None else text.tobytes().decode("utf-8"),
-        [] if ids is None else [int(t) for t in ids],
-    )
+    return Parked([], *_read(outputs, ""), record.steps, *_read(outputs, "before_"))
 
 
-def _encode(kind: int, cid: str, turns: int, text: str | None, ids: list[int] | None) -> bytes:
+def _read(outputs: dict[str, np.ndarray], prefix: str) -> tuple[str | None, list[int]]:
+    text, ids = outputs.get(f"{prefix}text"), outputs.get(f"{prefix}ids")
+    return None if text is None else text.tobytes().decode("utf-8"), [] if ids is None else [int(t) for t in ids]
+
+
+def _encode(
+    kind: int, cid: str, turns: int, text: str | None, ids: list[int] | None, before: tuple[str | None, list[int]]
+) -> bytes:
     outputs: dict[str, np.ndarray] = {}
     if kind == LIVE:
-        outputs["ids"] = np.asarray(ids or [], np.int64)
-        if text is not None:
-            outputs["text"] = np.frombuffer(text.encode("utf-8"), np.uint8)
+        for prefix, (said, made) in (("", (text, ids)), ("before_", before)):
+            outputs[f"{prefix}ids"] = np.asarray(made or [], np.int64)
+            if said is not None:
+                outputs[f"{prefix}text"] = np.frombuffer(said.encode("utf-8"), np.uint8)
     return Record(kind, cid, turns, None, outputs or None).encode()
 
 
@@ -83,14 +102,21 @@ class TurnLog:
             raise ServeError(f"--state-dir: cannot start the log of turns in {self.folder} ({why})") from None
 
     def submit(
-        self, cid: str, kind: int, turns: int, text: str | None = None, ids: list[int] | None = None
+        self,
+        cid: str,
+        kind: int,
+        turns: int,
+        text: str | None = None,
+        ids: list[int] | None = None,
+        before: tuple[str | None, list[int]] = (None, []),
     ) -> asyncio.Future[None]:
         """Queue conversation ``cid``'s record (LIVE: after ``turns`` turns, its ``text`` and
-        ``ids``); done once it is on disk, or failed with a :class:`ServeError` naming the reason.
-        Records are written in the order they are submitted (on the event loop)."""
+        ``ids``, and ``before``: the text and ids its last turn continued); done once it is on disk,
+        or failed with a :class:`ServeError` naming the reason. Records are written in the order
+        they are submitted (on the event loop)."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        self._queue.append((cid, _encode(kind, cid, turns, text, ids), kind, done))
+        self._queue.append((cid, _encode(kind, cid, turns, text, ids, before), kind, done))
         if self._writer is None or self._writer.done():
             self._writer = loop.create_task(self._write())
         return done

@@ -15,10 +15,14 @@ from dataclasses import dataclass, field
 
 from ...errors import OrtStateError, PoolFullError, ServeError
 from ...generate import ContinuousBatcher, KeptStream
+from ...generate.turns import continued_at
 from ..log_format import CLOSED, LIVE, PARKED
-from .conversation_files import ConversationFiles, Parked
+from .conversation_files import ConversationFiles
+from .conversation_log import Parked
 
-__all__ = ["Conversation", "ConversationStore"]
+__all__ = ["Base", "Conversation", "ConversationStore"]
+
+Base = tuple[str | None, list[int]]  # a turn a next one continues: its text (prompt and reply) and token ids
 
 logger = logging.getLogger("ortstate.serve")
 
@@ -32,14 +36,30 @@ class Conversation:
             None (token ids only, or never answered).
         ids: the token ids of that: the prompt's and every generated one.
         turns: the turns answered.
-        logged: (turns, text, ids) as the state directory holds them.
+        before: the text and ids the last turn continued (none: it continued none): what a redo of
+            the last turn continues (its reply never reached the client: a hard stop, a retry), so
+            it is answered as the last turn was.
+        logged: (turns, text, ids, before) as the state directory holds them.
     """
 
     kept: KeptStream
     text: str | None = None
     ids: list[int] = field(default_factory=list)
     turns: int = 0
-    logged: tuple[int, str | None, list[int]] = (0, None, [])
+    before: Base = (None, [])
+    logged: tuple[int, str | None, list[int], Base] = (0, None, [], (None, []))
+
+    def base(self, text: str) -> Base | None:
+        """The turn a request's ``text`` continues: the last one, else the one before it (a redo of
+        the last); None: neither."""
+        for base in ((self.text, self.ids), self.before):
+            if continued_at(base[0], text) is not None:
+                return base
+        return None
+
+    def now(self) -> tuple[int, str | None, list[int], Base]:
+        """What :attr:`logged` holds once its last turn is logged."""
+        return self.turns, self.text, self.ids, self.before
 
 
 class ConversationStore:
@@ -57,7 +77,7 @@ class ConversationStore:
             OrtStateError, OSError: something could not be written; nothing is published.
         """
         files, kept = self.files, conversation.kept
-        held = Parked(list(kept.tokens), conversation.text, conversation.ids, conversation.turns)
+        held = Parked(list(kept.tokens), conversation.text, conversation.ids, conversation.turns, *conversation.before)
         try:
             await self.batcher.save_kept(kept, files.private(cid)[0])
             await asyncio.to_thread(files.write_meta, cid, held, used)
@@ -91,13 +111,15 @@ class ConversationStore:
             await asyncio.to_thread(files.remove, cid, meta)
             return None
         try:  # logged before its files go: a hard stop between the two loses nothing
-            await files.log.submit(cid, LIVE, held.turns, held.text, held.ids)
+            await files.log.submit(cid, LIVE, held.turns, held.text, held.ids, held.before)
         except ServeError:
             await self.batcher.forget(kept)
             await asyncio.to_thread(files.unclaim, cid, meta)
             raise
         await asyncio.to_thread(files.remove, cid, meta)
-        return Conversation(kept, held.text, held.ids, held.turns, (held.turns, held.text, held.ids))
+        restored = Conversation(kept, held.text, held.ids, held.turns, held.before)
+        restored.logged = restored.now()
+        return restored
 
     async def forget(self, cid: str, conversation: Conversation) -> None:
         """Close ``cid``'s kept stream, logged CLOSED.

@@ -11,8 +11,9 @@ holds, prefilled whole from an empty cache: a turn is never answered from a cach
 prompt's start. One request at a time per conversation (another waits a few seconds, then is
 refused with 409).
 
-At most ``limit`` conversations are kept: one more makes room by parking (with a state directory)
-or forgetting the least recently used idle one, and :meth:`Conversations.park_idle` parks those
+At most ``limit`` conversations are kept: one more makes room by parking (with a state directory:
+one that cannot be, a full disk, stays and the new one is refused 503) or forgetting the least
+recently used idle one, and :meth:`Conversations.park_idle` parks those
 idle for a while; a forgotten conversation's next turn is prefilled whole. With ``ttl``, one idle
 that long is removed (kept or parked); :meth:`Conversations.delete` removes one at once.
 
@@ -44,7 +45,8 @@ from ...errors import OrtStateError, PoolFullError, ServeError
 from ...generate import ContinuousBatcher
 from ..log_format import LIVE
 from .api import ApiError
-from .conversation_files import ID_PATTERN, ConversationFiles
+from .conversation_files import ConversationFiles
+from .conversation_names import ID_PATTERN
 from .conversation_store import Conversation, ConversationStore
 
 __all__ = ["HEADER", "Conversations"]
@@ -98,10 +100,11 @@ class Conversations:
 
         Raises:
             ApiError: 400 a malformed id, 409 another request on it did not end in time, 503 no
-                row of the pool is free for it, 500 the state directory cannot be written.
+                row of the pool is free for it, or (a new one) no room: the least recently used
+                conversation cannot be parked; 500 the state directory cannot be written.
         """
         if not ID_PATTERN.fullmatch(cid):
-            raise ApiError(f"{HEADER}: 1 to 128 of A-Z a-z 0-9 . _ ~ -, got {cid[:40]!r}", param=HEADER)
+            raise ApiError(f"{HEADER}: 1 to 128 of A-Z a-z 0-9 . _ ~ -, not . or .., got {cid[:40]!r}", param=HEADER)
         deadline = time.monotonic() + WAIT_SECONDS
         while cid in self._claimed or (cid in self._kept and self._kept[cid].kept.busy):
             if time.monotonic() > deadline:
@@ -138,7 +141,9 @@ class Conversations:
             return None
         written = None
         if conversation.turns != conversation.logged[0]:  # submitted now: records go in the order turns end
-            written = files.log.submit(cid, LIVE, conversation.turns, conversation.text, conversation.ids)
+            written = files.log.submit(
+                cid, LIVE, conversation.turns, conversation.text, conversation.ids, conversation.before
+            )
         task = asyncio.get_running_loop().create_task(self._end_turn(cid, conversation, written))
         self._ending.add(task)
         task.add_done_callback(self._ended)
@@ -155,10 +160,10 @@ class Conversations:
                 try:
                     await written
                 except ServeError as exc:
-                    conversation.turns, conversation.text, conversation.ids = conversation.logged
+                    conversation.turns, conversation.text, conversation.ids, conversation.before = conversation.logged
                     logger.warning("ortstate serve: conversation %s: its turn cannot be logged, undone: %s", cid, exc)
                     raise _unwritten(cid, exc) from None
-                conversation.logged = (conversation.turns, conversation.text, conversation.ids)
+                conversation.logged = conversation.now()
         finally:
             self._claimed.discard(cid)
         if self.shared:
@@ -210,7 +215,12 @@ class Conversations:
                 count += 1
             except (OrtStateError, OSError) as exc:
                 self.lost[cid] = str(exc)
-                logger.error("ortstate serve: conversation %s cannot be parked, it is lost: %s", cid, exc)
+                logger.error(
+                    "ortstate serve: conversation %s cannot be parked, its cache is lost (its answered turns stay "
+                    "in the log): %s",
+                    cid,
+                    exc,
+                )
         return count
 
     async def tend(self, idle_park: float | None) -> None:
@@ -300,14 +310,28 @@ class Conversations:
             if cid is None:
                 return
             conversation = self._kept[cid]
+            if self.files is None:
+                del self._kept[cid]
+                await self.batcher.forget(conversation.kept)
+                logger.warning(
+                    "ortstate serve: conversation %s evicted, the least recently used: --max-conversations %d are "
+                    "kept and there is no --state-dir to park it in",
+                    cid,
+                    self.limit,
+                )
+                continue
             try:
-                if self.files is not None:
-                    await self._park(cid, conversation)
-                    continue
-            except (OrtStateError, OSError) as exc:
-                logger.warning("ortstate serve: conversation %s cannot be parked, it is forgotten: %s", cid, exc)
-            del self._kept[cid]
-            await self.batcher.forget(conversation.kept)
+                await self._park(cid, conversation)
+            except (OrtStateError, OSError) as exc:  # (forgotten, its next turn would be tokenized afresh)
+                logger.warning("ortstate serve: conversation %s cannot be parked, it stays in memory: %s", cid, exc)
+                raise ApiError(
+                    f"no room for another conversation: {self.limit} are in memory (--max-conversations) and the "
+                    "least recently used cannot be parked, the state directory cannot be written; try again later",
+                    503,
+                    kind="server_error",
+                    param=HEADER,
+                    error_code="state_not_written",
+                ) from None
 
     async def _park(self, cid: str, conversation: Conversation) -> None:
         """Park ``cid`` (see :meth:`ConversationStore.park`), then keep the directory in its bound.

@@ -23,7 +23,7 @@ from ...generate import IncrementalDecoder, KeptStream
 from ...generate.scored import Scored
 from ...generate.turns import turn_ids
 from .api import Sampling
-from .conversation_store import Conversation
+from .conversation_store import Base, Conversation
 from .responses import Call, new_call_id
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ class Generation:
     search: dict[str, Any]
     prompt_text: str | None = None  # None: token ids
     conversation: Conversation | None = None
+    base: Base | None = None  # the conversation's turn its prompt continues
     kept: KeptStream | None = None  # the conversation's cache, continued
     cached: int = 0  # prompt tokens its stream held already (a conversation's, the prefix cache's)
     tokens: list[int] = field(default_factory=list)
@@ -172,6 +173,7 @@ class Generation:
             return
         self.conversation.text = None if self.prompt_text is None or cut else self.prompt_text + self.text
         self.conversation.ids = turn_ids(self.prompt, self.tokens, self.service.batcher.eos_token_ids)
+        self.conversation.before = self.base or (None, [])  # what a redo of this turn continues
         self.conversation.turns += 1  # (with a state directory: logged before the reply ends)
 
 

@@ -2,7 +2,8 @@
 in one of :data:`TOKENIZE_THREADS` threads (``tokenizers`` lets go of the GIL there, so the event
 loop answers meanwhile), and a text too long to fit the context by its length alone refused before
 it is tokenized (:mod:`ortstate.generate.token_bound`). A conversation's turn that goes on from its last
-one (:mod:`ortstate.generate.turns`) is that turn's ids, then only the text it adds tokenized.
+one (:mod:`ortstate.generate.turns`), or from the one before (a redo of the last), is that turn's
+ids, then only the text it adds tokenized.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ...errors import GenerationError
 from ...generate import Tokenizer
 from ...generate.turns import continued_at, continued_ids
 from .api import ApiError, ChatRequest, CompletionRequest
-from .conversation_store import Conversation
+from .conversation_store import Base, Conversation
 
 __all__ = ["TOKENIZE_THREADS", "PromptTokens"]
 
@@ -34,9 +35,10 @@ class PromptTokens:
 
     async def of(
         self, request: CompletionRequest | ChatRequest, conversation: Conversation | None, least: int
-    ) -> tuple[list[int], str]:
-        """A text or chat request's token ids and text (``least``: new tokens the context must
-        leave room for), off the event loop.
+    ) -> tuple[list[int], str, Base | None]:
+        """A text or chat request's token ids, text and the conversation's turn it continues
+        (:meth:`Conversation.base`) (``least``: new tokens the context must leave room for), off the
+        event loop.
 
         Raises:
             ApiError: 400 naming the prompt's field: the template or tokenizer refuses it, or its
@@ -55,7 +57,7 @@ class PromptTokens:
 
     def _tokenize(
         self, request: CompletionRequest | ChatRequest, conversation: Conversation | None, least: int
-    ) -> tuple[list[int], str]:
+    ) -> tuple[list[int], str, Base | None]:
         param = "messages" if isinstance(request, ChatRequest) else "prompt"
         try:
             if isinstance(request, ChatRequest):
@@ -63,16 +65,17 @@ class PromptTokens:
                 text, special = self.tokenizer.apply_chat_template(request.messages, tools=tools), False
             else:
                 text, special = str(request.prompt), True
-            at = continued_at(conversation.text, text) if conversation is not None else None
-            held = 0 if conversation is None or at is None else len(conversation.ids)
+            base = None if conversation is None else conversation.base(text)
+            at = None if base is None else continued_at(base[0], text)
+            held = 0 if base is None else len(base[1])
             fewest = self.tokenizer.fewest_tokens(text[at or 0 :], self.context - held - least)
             if fewest:
                 raise self._too_long(held + fewest, least, param)
-            if conversation is None or at is None:
-                return self.tokenizer.encode(text, add_special_tokens=special), text
-            ids = continued_ids(conversation.text, conversation.ids, text, self.tokenizer)
+            if base is None:
+                return self.tokenizer.encode(text, add_special_tokens=special), text, None
+            ids = continued_ids(base[0], base[1], text, self.tokenizer)
             assert ids is not None  # continued_at found where it goes on
-            return ids, text
+            return ids, text, base
         except GenerationError as exc:
             raise ApiError(str(exc), param=param) from None
 

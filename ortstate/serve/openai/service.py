@@ -214,10 +214,11 @@ class LlmService:
         param = "messages" if isinstance(request, ChatRequest) else "prompt"
         least = sampling.max_tokens or 1  # new tokens the context must leave room for
         text: str | None = None
+        base = None  # the conversation's turn it continues
         if isinstance(request, CompletionRequest) and not isinstance(request.prompt, str):
             prompt = list(request.prompt)
         else:
-            prompt, text = await self.prompts.of(request, conversation, least)
+            prompt, text, base = await self.prompts.of(request, conversation, least)
         room = self.context - len(prompt)
         wanted = sampling.max_tokens if sampling.max_tokens is not None else room
         if room < 1 or wanted > room:
@@ -234,7 +235,9 @@ class LlmService:
         except GenerationError as exc:
             raise ApiError(str(exc), param=param) from None
         search = self._search(sampling, wanted, conversation)
-        generation = Generation(self, prompt, wanted, sampling, search, prompt_text=text, conversation=conversation)
+        generation = Generation(
+            self, prompt, wanted, sampling, search, prompt_text=text, conversation=conversation, base=base
+        )
         if conversation is not None:
             generation.kept = conversation.kept  # (its stream says what it reused: cached_tokens)
         if sampling.constraint.schema is not None:
