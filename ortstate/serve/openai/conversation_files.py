@@ -40,7 +40,7 @@ from ...output_files import write_text
 from ..log import SEGMENT_BYTES, recover_orphans, sync_dir
 from ..state_dir import DirLock, open_state_dir
 from .conversation_log import TURNS_PREFIX, Parked, TurnLog, folder_bytes
-from .conversation_names import cid_of, stem
+from .conversation_names import ID_PATTERN, cid_of, stem
 from .conversation_recovery import recover
 
 __all__ = ["DEFAULT_MAX_BYTES", "ConversationFiles", "default_max_bytes"]
@@ -73,8 +73,10 @@ class ConversationFiles:
         self._dir_lock: DirLock | None
         self._dir_lock, _ = open_state_dir(folder, name, shared)
         try:
-            self.recover_orphans(force=True)
             if not shared:  # (shared: another server's park may be between its two moves)
+                _rename_earlier_names(folder)
+            self.recover_orphans(force=True)
+            if not shared:
                 _remove_halves(folder)
             parked, held = self._scan()
             self.max_bytes = default_max_bytes(folder, held) if max_bytes is None else max_bytes
@@ -285,6 +287,22 @@ class ConversationFiles:
                     if ext == "json":
                         used[cid] = info.st_mtime
         return {cid: (when, sizes[cid]) for cid, when in used.items()}, held
+
+
+def _rename_earlier_names(folder: Path) -> None:
+    """Give the files of an id with capitals, parked by a server that named them by the id itself
+    (before :mod:`.conversation_names`), their name: ``.npz`` first, so that a start stopped between
+    the two finds the ``.json`` still to rename. Where the id has a ``.json`` under its name already
+    (parked since), that is the later state, and the earlier files go."""
+    for ext in ("npz", "json"):
+        for path in folder.glob(f"*.{ext}"):
+            cid = path.stem
+            if cid_of(cid) is not None or not ID_PATTERN.fullmatch(cid):  # named as now, or no id's
+                continue
+            if (folder / f"{stem(cid)}.json").exists():
+                path.unlink(missing_ok=True)
+            else:
+                path.replace(folder / f"{stem(cid)}.{ext}")
 
 
 def _remove_halves(folder: Path) -> None:
