@@ -88,7 +88,7 @@ def serve_llm(args: argparse.Namespace, folder: Path) -> int:
         return (
             f"ortstate serve: {folder} as model '{service.model_id}' on {url} (OpenAI API at /v1, {config.slots} "
             f"requests generating at once, {service.threads} threads, max model len {service.context}, "
-            f"KV cache {budget.bytes / (1 << 30):.2f} GiB = {budget.positions:,} positions; SIGTERM or Ctrl-C stops it)"
+            f"KV cache {_size(budget.bytes)} = {budget.positions:,} positions; SIGTERM or Ctrl-C stops it)"
         )
 
     return _stopped(config, serve_here(config, build, says))
@@ -204,3 +204,8 @@ def _ray(args: argparse.Namespace, config: LlmServeConfig) -> int:
     run_on_ray(config, make_llm_app, args.replicas, ready, ROUTING_ENVIRONMENT)  # Ray's proxy reads it
     print(f"ortstate serve: stopped; conversations parked in {config.state_dir}", flush=True)
     return EXIT_OK
+
+
+def _size(nbytes: int) -> str:
+    """``nbytes`` in GiB, or MiB below one (a small --kv-cache-bytes read "0.00 GiB")."""
+    return f"{nbytes / (1 << 30):.2f} GiB" if nbytes >= 1 << 30 else f"{nbytes / (1 << 20):.2f} MiB"

@@ -204,7 +204,7 @@ def test_the_command_line_serves_a_folder_until_sigterm() -> None:
     want = gen.tokenizer.decode(gen.generate(gen.tokenizer.encode(prompt, add_special_tokens=False), 5))
     knobs = ("--max-model-len", "100", "--kv-cache-bytes", "64M")  # said at start, with the threads: the cores
     said = rf"\(OpenAI API at /v1, 64 requests generating at once, {usable_cores()} threads, max model len 100, "
-    said += r"KV cache 0\.06 GiB = 131,072 positions; SIGTERM or Ctrl-C stops it\)$"  # 64 MiB / 512 B a position
+    said += r"KV cache 64\.00 MiB = 131,072 positions; SIGTERM or Ctrl-C stops it\)$"  # 64 MiB / 512 B a position
     with serving("--token", TOKEN, "--model-name", "tiny", *knobs, model=LLM / "qwen2", then=said) as (proc, url):
         api = client(url)
         got = api.chat.completions.create(model="tiny", messages=messages, max_tokens=5, temperature=0)
