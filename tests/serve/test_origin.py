@@ -44,15 +44,18 @@ def servers(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any, Any]]:
         yield request.param, open_, guarded
 
 
-def _request(url: str, headers: dict[str, str], method: str = "GET", path: str = "/v1/health") -> tuple[int, Any]:
+def _request(
+    url: str, headers: dict[str, str], method: str = "GET", path: str = "/v1/health", body: bytes | None = None
+) -> tuple[int, Any]:
     """A raw request with exactly ``headers`` (``Host`` among them): status, JSON body."""
-    port = int(url.rsplit(":", 1)[1])
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", _port(url), timeout=30)
     try:
         connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
         for name, value in headers.items():
             connection.putheader(name, value)
-        connection.endheaders()
+        if body is not None:
+            connection.putheader("content-length", str(len(body)))
+        connection.endheaders(body)
         response = connection.getresponse()
         return response.status, json.loads(response.read())
     finally:
@@ -60,19 +63,12 @@ def _request(url: str, headers: dict[str, str], method: str = "GET", path: str =
 
 
 def _post(kind: str, url: str, headers: dict[str, str]) -> tuple[int, Any]:
-    """A POST with a body a page could send: the stream server's ``POST /v1/streams`` (none), the
-    LLM server's ``/tokenize``."""
+    """A POST a page could send: the stream server's ``POST /v1/streams`` (no body), the LLM
+    server's ``/tokenize``."""
     if kind == "streams":
         return _request(url, headers, "POST", "/v1/streams")
-    port = int(url.rsplit(":", 1)[1])
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        body = json.dumps({"prompt": "hi"})
-        connection.request("POST", "/tokenize", body, {"content-type": "application/json", **headers})
-        response = connection.getresponse()
-        return response.status, json.loads(response.read())
-    finally:
-        connection.close()
+    body = json.dumps({"prompt": "hi"}).encode()
+    return _request(url, {"content-type": "application/json", **headers}, "POST", "/tokenize", body)
 
 
 def _forbidden(kind: str, message: str) -> Any:
