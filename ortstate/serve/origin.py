@@ -29,7 +29,7 @@ from .config import SettingError, shown
 __all__ = ["OriginCheck", "check_origins"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-_ORIGIN = re.compile(r"(https?)://([^/?#@\s]+)")
+_ORIGIN = re.compile(r"(https?)://([a-z0-9._-]+|\[[0-9a-f:.]+\])(?::([0-9]{1,5}))?")
 _SHOWN = 80  # characters of a refused header a refusal repeats
 
 
@@ -54,14 +54,13 @@ def _authority(text: str) -> tuple[str, int | None] | None:
 
 
 def _origin(text: str) -> tuple[str, str, int] | None:
-    """An ``Origin`` (``scheme://host[:port]``, http or https) as (scheme, host, port: the scheme's
-    default if none); None if it is not one (``null`` included)."""
+    """An ``Origin`` (``scheme://host[:port]``, http or https, an ASCII host name or an address) as
+    (scheme, host, port: the scheme's default if none); None if it is not one (``null`` included)."""
     match = _ORIGIN.fullmatch(text.lower())
-    authority = _authority(match.group(2)) if match else None
-    if match is None or authority is None:
+    if match is None or (match.group(3) is not None and int(match.group(3)) > 65535):
         return None
-    scheme, (host, port) = match.group(1), authority
-    return scheme, host, _DEFAULT_PORTS[scheme] if port is None else port
+    scheme, host, port = match.groups()
+    return scheme, host.strip("[]"), _DEFAULT_PORTS[scheme] if port is None else int(port)
 
 
 def _serialised(origin: tuple[str, str, int]) -> str:
@@ -136,7 +135,7 @@ class OriginCheck:
         hosts = [v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"host"]
         origins = [v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"origin"]
         if len(hosts) > 1 or len(origins) > 1:
-            return "more than one Host or Origin header"
+            return "the request has more than one Host or Origin header: send one of each at most"
         host = _authority(hosts[0]) if hosts else None
         if not self.token and (host is None or not is_loopback(host[0])):
             shown_host = _cut(hosts[0]) if hosts else "missing"

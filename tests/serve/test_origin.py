@@ -45,13 +45,18 @@ def servers(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any, Any]]:
 
 
 def _request(
-    url: str, headers: dict[str, str], method: str = "GET", path: str = "/v1/health", body: bytes | None = None
+    url: str,
+    headers: dict[str, str] | list[tuple[str, str]],
+    method: str = "GET",
+    path: str = "/v1/health",
+    body: bytes | None = None,
 ) -> tuple[int, Any]:
-    """A raw request with exactly ``headers`` (``Host`` among them): status, JSON body."""
+    """A raw request with exactly ``headers`` (``Host`` among them; pairs: a name repeated): status,
+    JSON body."""
     connection = http.client.HTTPConnection("127.0.0.1", _port(url), timeout=30)
     try:
         connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-        for name, value in headers.items():
+        for name, value in headers.items() if isinstance(headers, dict) else headers:
             connection.putheader(name, value)
         if body is not None:
             connection.putheader("content-length", str(len(body)))
@@ -105,9 +110,14 @@ def test_a_host_that_is_not_loopback_is_refused_without_a_token(servers, host):
     assert _request(guarded.url, {"Host": given, "Authorization": f"Bearer {TOKEN}"}) == (200, {"ok": True})
 
 
-def test_a_request_without_a_host_is_refused_without_a_token(servers):
+def test_a_request_without_one_host_or_with_two_origins_is_refused(servers):
     kind, server, _ = servers
     assert _request(server.url, {}) == (403, _forbidden(kind, _host_refused("missing")))
+    loopback = f"127.0.0.1:{_port(server.url)}"
+    two = _forbidden(kind, "the request has more than one Host or Origin header: send one of each at most")
+    assert _request(server.url, [("Host", loopback), ("Host", "evil.example")]) == (403, two)
+    own = f"http://{loopback}"
+    assert _request(server.url, [("Host", loopback), ("Origin", own), ("Origin", EVIL)]) == (403, two)
 
 
 @pytest.mark.parametrize("host", ["localhost:{port}", "127.0.0.1:{port}", "LocalHost", "127.0.0.1", "[::1]:{port}"])
