@@ -10,7 +10,9 @@ before the app sees a request or a WebSocket handshake:
   request), and the server may be reached by any name;
 - a request carrying an ``Origin`` header (browsers send one on every cross-site request, on POSTs
   and on every WebSocket) is served only if that origin is the request's own (its host and port
-  are ``Host``'s) or one of ``allow_origins`` (exactly ``scheme://host[:port]``).
+  are ``Host``'s) or one of ``allow_origins`` (exactly ``scheme://host[:port]``). Those get CORS
+  answers too (Starlette's ``CORSMiddleware``, before the token is checked: a preflight carries
+  none), so that a web UI there can send JSON and read the replies.
 
 Anything else is answered 403 in the server's JSON error shape; a WebSocket is refused at its
 handshake (403, with that body, where the server can send one: uvicorn can). Programs (curl,
@@ -23,6 +25,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from starlette.middleware.cors import CORSMiddleware
+
 from .auth import ASGIApp, Receive, Scope, Send, is_loopback
 from .config import SettingError, shown
 
@@ -31,6 +35,8 @@ __all__ = ["OriginCheck", "check_origins"]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _ORIGIN = re.compile(r"(https?)://([a-z0-9._-]+|\[[0-9a-f:.]+\])(?::([0-9]{1,5}))?")
 _SHOWN = 80  # characters of a refused header a refusal repeats
+# What a page let in may read of a reply besides the simple headers: a conversation's server, when to retry.
+_EXPOSED = ("x-ortstate-server", "retry-after")
 
 
 def _authority(text: str) -> tuple[str, int | None] | None:
@@ -100,16 +106,27 @@ class OriginCheck:
 
     Args:
         token: the server has a token (then any ``Host`` is served).
-        allow_origins: origins let in besides the request's own (:func:`check_origins`' form).
+        allow_origins: origins let in besides the request's own (:func:`check_origins`' form), with
+            CORS answers.
         error_body: the server's JSON error body for a status and a message.
     """
 
     def __init__(
         self, app: ASGIApp, *, token: bool, allow_origins: Iterable[str], error_body: Callable[[int, str], bytes]
     ) -> None:
-        self.app = app
-        self.token = token
         self.allowed = frozenset(allow_origins)
+        self.app = (
+            app
+            if not self.allowed
+            else CORSMiddleware(
+                app,
+                allow_origins=sorted(self.allowed),
+                allow_methods=["*"],
+                allow_headers=["*"],
+                expose_headers=_EXPOSED,
+            )
+        )
+        self.token = token
         self.error_body = error_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

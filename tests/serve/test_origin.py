@@ -25,6 +25,7 @@ from ortstate.serve.streams.codec import decode_npz, encode_npz
 LLM = REPO / "models" / "llm" / "llama"
 TOKEN = "s3cret"
 UI = "http://localhost:3000"  # a local web UI let in with allow_origins
+UI_OF_GUARDED = "http://localhost:4000"  # the one the server with a token lets in
 EVIL = "http://evil.example"
 
 needs_llm = pytest.mark.skipif(sys.version_info < (3, 11), reason="LLM serving needs Python 3.11+")
@@ -40,19 +41,22 @@ def _start(kind: str, **options: Any) -> Any:
 @pytest.fixture(scope="module", params=PARAMS)
 def servers(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any, Any]]:
     """(the server's kind, one without a token that lets ``UI`` in, one with a token)."""
-    with _start(request.param, allow_origins=(UI,)) as open_, _start(request.param, token=TOKEN) as guarded:
+    with (
+        _start(request.param, allow_origins=(UI,)) as open_,
+        _start(request.param, token=TOKEN, allow_origins=(UI_OF_GUARDED,)) as guarded,
+    ):
         yield request.param, open_, guarded
 
 
-def _request(
+def _exchange(
     url: str,
     headers: dict[str, str] | list[tuple[str, str]],
     method: str = "GET",
     path: str = "/v1/health",
     body: bytes | None = None,
-) -> tuple[int, Any]:
+) -> tuple[int, dict[str, str], bytes]:
     """A raw request with exactly ``headers`` (``Host`` among them; pairs: a name repeated): status,
-    JSON body."""
+    headers (names lower-cased), body."""
     connection = http.client.HTTPConnection("127.0.0.1", _port(url), timeout=30)
     try:
         connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
@@ -62,9 +66,17 @@ def _request(
             connection.putheader("content-length", str(len(body)))
         connection.endheaders(body)
         response = connection.getresponse()
-        return response.status, json.loads(response.read())
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
     finally:
         connection.close()
+
+
+def _request(
+    url: str, headers: Any, method: str = "GET", path: str = "/v1/health", body: Any = None
+) -> tuple[int, Any]:
+    """:func:`_exchange`: status, JSON body."""
+    status, _, got = _exchange(url, headers, method, path, body)
+    return status, json.loads(got)
 
 
 def _post(kind: str, url: str, headers: dict[str, str]) -> tuple[int, Any]:
@@ -161,6 +173,31 @@ def test_the_servers_own_origin_and_an_allowed_one_are_served(servers):
     # an allowed origin is the one server's: the other was not told
     headers = {"Host": f"127.0.0.1:{_port(guarded.url)}", "Origin": UI, "Authorization": f"Bearer {TOKEN}"}
     assert _post(kind, guarded.url, headers)[0] == 403
+
+
+def test_an_allowed_origin_gets_cors_answers_the_servers_own_needs_none(servers):
+    """A web UI let in can send JSON (its preflight answered, before the token) and read the reply."""
+    _, server, guarded = servers
+    port = _port(server.url)
+    preflight = {
+        "Host": f"127.0.0.1:{port}",
+        "Origin": UI,
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type, authorization",
+    }
+    status, headers, _ = _exchange(server.url, preflight, "OPTIONS")
+    assert status == 200
+    assert headers["access-control-allow-origin"] == UI
+    assert headers["access-control-allow-headers"] == "content-type, authorization"
+    assert "POST" in headers["access-control-allow-methods"]
+    status, headers, _ = _exchange(server.url, {"Host": f"127.0.0.1:{port}", "Origin": UI})
+    assert (status, headers["access-control-allow-origin"]) == (200, UI)
+    status, headers, _ = _exchange(server.url, {"Host": f"127.0.0.1:{port}", "Origin": f"http://127.0.0.1:{port}"})
+    assert status == 200 and "access-control-allow-origin" not in headers
+    # a preflight carries no token: it is answered before the token is asked for
+    preflight.update(Host=f"127.0.0.1:{_port(guarded.url)}", Origin=UI_OF_GUARDED)
+    status, headers, _ = _exchange(guarded.url, preflight, "OPTIONS")
+    assert (status, headers["access-control-allow-origin"]) == (200, UI_OF_GUARDED)
 
 
 def _ws(url: str, path: str, **kwargs: Any) -> Any:
