@@ -64,7 +64,8 @@ made to resolve to 127.0.0.1, DNS rebinding, is refused). A request or WebSocket
 header (a web page's: browsers send one; curl, OpenAI's client and Python's websockets send none)
 is refused with 403 (a WebSocket at its handshake) unless the origin is the server's own (its host
 and port those of the Host header) or one --allow-origin names exactly (a local web UI on another
-port: --allow-origin http://localhost:3000). No TLS: put a TLS proxy in front for a network.
+port: --allow-origin http://localhost:3000; its requests get CORS answers, preflights before the
+token). No TLS: put a TLS proxy in front for a network.
 Every request has deadlines: its headers within 5 s of its first byte, its body within 10 s of its
 headers (408 beyond), and a connection idle between requests is closed after 5 s; an answer the
 client reads none of for 30 s (the server's buffer for it full) is cut. Connections that
