@@ -58,7 +58,14 @@ resumes by itself. Models with KV caches are refused (their state grows every st
 
 security: with --token T (or {TOKEN_VARIABLE}=T) every request and WebSocket must carry
 "Authorization: Bearer T" (else 401, or close code 4401). Without a token the server listens on
-loopback only: any other --host is refused. No TLS: put a TLS proxy in front for a network.
+loopback only: any other --host is refused; and it answers only requests whose Host header is
+localhost, 127.0.0.1 (127.0.0.0/8) or [::1], any port (else 403: a web page whose site's name is
+made to resolve to 127.0.0.1, DNS rebinding, is refused). A request or WebSocket with an Origin
+header (a web page's: browsers send one; curl, OpenAI's client and Python's websockets send none)
+is refused with 403 (a WebSocket at its handshake) unless the origin is the server's own (its host
+and port those of the Host header) or one --allow-origin names exactly (a local web UI on another
+port: --allow-origin http://localhost:3000; its requests get CORS answers, preflights before the
+token). No TLS: put a TLS proxy in front for a network.
 Every request has deadlines: its headers within 5 s of its first byte, its body within 10 s of its
 headers (408 beyond), and a connection idle between requests is closed after 5 s; an answer the
 client reads none of for 30 s (the server's buffer for it full) is cut. Connections that
@@ -103,6 +110,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--token",
         default=os.environ.get(TOKEN_VARIABLE),
         help=f"the bearer token every request needs (default ${TOKEN_VARIABLE}, if set)",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="let web pages of ORIGIN (scheme://host[:port], exactly as the browser sends it: a local web UI on "
+        "another port) use the server; repeatable (default: only the server's own origin; no '*')",
     )
     _add_limits(p)
     _add_state(p)
@@ -267,6 +281,7 @@ def _config(args: argparse.Namespace, path: Path) -> ServeConfig:
             max_delay=args.max_delay_ms / 1e3,
             state_dir=args.state_dir,
             token=args.token,
+            allow_origins=tuple(args.allow_origin or ()),
             max_message_bytes=args.max_message_bytes,
             idle_park=args.idle_park,
             threads=args.threads,
@@ -327,6 +342,8 @@ def _ray(args: argparse.Namespace, config: ServeConfig) -> int:
 def _bench(args: argparse.Namespace) -> int:
     if args.model is not None:
         raise UsageError("--bench drives a running server: give its URL, not a MODEL")
+    if args.allow_origin:
+        raise UsageError("--allow-origin is a server's: --bench sends no Origin")
     _positive(args, "streams", "steps")
     from ..serve.server import run_loop
     from ..serve.streams.bench import run_bench

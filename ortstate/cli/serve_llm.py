@@ -37,7 +37,8 @@ them (docs/structured-output.md). And vLLM's: GET /metrics (its figures under vL
 names, Prometheus' text format), POST /tokenize {"prompt"} or {"messages"} -> {"count",
 "max_model_len", "tokens", "token_strs"}, POST /detokenize {"tokens"} -> {"prompt"}.
 Errors have OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 a bad request
-(malformed JSON, a bad field, a prompt over the context length), 401 no or a wrong token, 404
+(malformed JSON, a bad field, a prompt over the context length), 401 no or a wrong token, 403 a
+web page's request (its Origin another site's, or a Host not loopback without a token), 404
 another model, 408 a request too slow, 415 a body not sent as application/json (curl -d: add
 -H 'Content-Type: application/json'), 503 full (with Retry-After), 500 an internal error (its
 message a log id; the traceback in the server's log under that id). Each request is a line on
@@ -45,7 +46,8 @@ stderr once answered (method, path, status, prompt/cached/generated tokens, ms; 
 none). ONNX Runtime runs on the physical cores the process may use (--threads sets it), a request
 reaches the model's context (--max-model-len sets less), all share a quarter of the machine's
 memory for KV caches (--kv-cache-bytes); the start line says all three. A
-client that goes away cancels its request. The same --token, loopback and connection rules. A body
+client that goes away cancels its request. The same --token, loopback, Host, Origin
+(--allow-origin) and connection rules. A body
 is JSON nested 64 deep at most, numbers of 100 characters at most, no lone surrogate; a request is
 tokenized once, off the event loop, and a text prompt too long for the context by its length
 alone is refused before it is tokenized (docs/openai.md).
@@ -150,6 +152,7 @@ def _config(args: argparse.Namespace, folder: Path) -> LlmServeConfig:
             max_requests=args.max_streams,
             slots=args.max_batch,
             token=args.token,
+            allow_origins=tuple(args.allow_origin or ()),
             model_name=args.model_name,
             threads=args.threads,
             kv_cache_bytes=kv,

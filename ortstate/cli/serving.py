@@ -22,6 +22,7 @@ _OPTIONS = {
     "max_delay": "--max-delay-ms / 1000",
     "max_body_bytes": "--max-message-bytes",
     "shared": "--ray",
+    "allow_origins": "--allow-origin",
 }
 
 

@@ -182,6 +182,8 @@ def _coerce(name: str, kind: str, value: Any, path: str) -> Any:
             return int(value)
         if kind.startswith("float"):
             return float(value)
+        if kind.startswith("tuple"):  # a list, or a string of items separated by commas
+            return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
         if kind.startswith("Deadlines"):
             return value if isinstance(value, Deadlines) else Deadlines(**value)
         if kind.startswith("str") or name == path:

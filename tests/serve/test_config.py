@@ -22,6 +22,9 @@ EXPOSED = (
     "(or ORTSTATE_SERVE_TOKEN), or listen on 127.0.0.1"
 )
 EMPTY_TOKEN = "the token is empty: give a secret of your own with --token or ORTSTATE_SERVE_TOKEN"
+NOT_ORIGIN = (
+    "allow_origins takes origins as browsers send them, scheme://host[:port] (http or https, no path, no '*'), got "
+)
 
 
 @pytest.mark.parametrize(
@@ -41,6 +44,8 @@ EMPTY_TOKEN = "the token is empty: give a secret of your own with --token or ORT
         ({"host": ""}, "host must be a host name or address, got ''"),
         ({"host": "0.0.0.0"}, EXPOSED),
         ({"token": ""}, EMPTY_TOKEN),
+        ({"allow_origins": ("*",)}, NOT_ORIGIN + "'*'"),
+        ({"allow_origins": "http://a:1"}, "allow_origins must be a list of origins, got 'http://a:1'"),
     ],
 )
 def test_a_stream_servers_setting_is_refused_naming_it(given: dict[str, Any], message: str) -> None:
@@ -66,6 +71,10 @@ def test_a_stream_servers_setting_is_refused_naming_it(given: dict[str, Any], me
         ({"port": -1}, "port must be 0..65535, got -1"),
         ({"host": "0.0.0.0"}, EXPOSED),
         ({"token": ""}, EMPTY_TOKEN),
+        ({"allow_origins": ["http://a:1/ui"]}, NOT_ORIGIN + "'http://a:1/ui'"),
+        ({"allow_origins": ["null"]}, NOT_ORIGIN + "'null'"),
+        ({"allow_origins": ["ws://a:1"]}, NOT_ORIGIN + "'ws://a:1'"),
+        ({"allow_origins": ["http://a:99999"]}, NOT_ORIGIN + "'http://a:99999'"),
     ],
 )
 def test_an_llm_servers_setting_is_refused_naming_it(given: dict[str, Any], message: str) -> None:
@@ -117,6 +126,17 @@ def test_a_serve_run_configs_args_are_coerced_to_each_fields_type() -> None:
         with pytest.raises(ServeError) as info:
             LlmServeConfig.from_args(args)
         assert str(info.value).startswith(message)
+
+
+def test_allowed_origins_are_kept_as_browsers_send_them() -> None:
+    """An Origin header is lower-case, without its scheme's default port: what is matched exactly."""
+    given = ["HTTP://LocalHost:80", "https://[::1]:443", "http://127.0.0.1:3000"]
+    wanted = ("http://localhost", "https://[::1]", "http://127.0.0.1:3000")
+    assert ServeConfig("x", allow_origins=given).allow_origins == wanted
+    assert LlmServeConfig("x", allow_origins=tuple(given)).allow_origins == wanted
+    args = {"model": "x", "allow_origins": "http://a:1,http://b:2"}  # a serve run config's string
+    assert ServeConfig.from_args(args).allow_origins == ("http://a:1", "http://b:2")
+    assert LlmServeConfig.from_args({"folder": "x", "allow_origins": ["http://a:1"]}).allow_origins == ("http://a:1",)
 
 
 def test_a_replica_gets_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

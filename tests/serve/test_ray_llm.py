@@ -6,6 +6,8 @@ SIGKILLed between turns continues on another exactly as it goes on a server neve
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
 import time
@@ -77,6 +79,18 @@ def retried(step: Any, deadline: float) -> Any:
             time.sleep(0.5)
 
 
+def forbidden(url: str, headers: dict[str, str]) -> bool:
+    """``GET /v1/health`` with ``headers`` is refused 403 in OpenAI's body (``code`` ``"forbidden"``)."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request("GET", "/v1/health", headers=headers)
+        response = connection.getresponse()
+        return response.status == 403 and json.loads(response.read())["error"]["code"] == "forbidden"
+    finally:
+        connection.close()
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """Ray on this machine for the module, its proxy routing by the conversation header."""
@@ -103,6 +117,9 @@ def test_a_conversation_continues_on_another_replica_after_its_own_is_killed(loc
         model="llama", prompt=prompt, max_tokens=8, temperature=0, stream=True, extra_body={"return_token_ids": True}
     )
     assert streamed_ids(streamed) == llama.generate(prompt, 8)
+    # the replicas see the client's Host and Origin through Ray's proxy: a web page is refused there too
+    for headers in ({"Host": "evil.example"}, {"Origin": "http://evil.example"}):
+        assert forbidden(local_ray, headers)
 
     histories: list[list[dict[str, str]]] = [[] for _ in range(CONVERSATIONS)]
     got: list[list[Any]] = [[] for _ in range(CONVERSATIONS)]

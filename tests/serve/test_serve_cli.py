@@ -127,6 +127,15 @@ def test_without_a_state_dir_streams_end_with_the_server():
         ([MODEL, "--ray", "--state-dir", "unused", "--handoff", "0"], "--handoff must be positive, got 0.0"),
         ([MODEL, "--ray", "--state-dir", "unused", "--replicas", "0"], "--replicas must be positive, got 0"),
         ([MODEL, "--port", "70000"], "--port must be 0..65535, got 70000"),
+        (
+            [MODEL, "--allow-origin", "http://localhost:3000", "--allow-origin", "*"],
+            "--allow-origin takes origins as browsers send them, scheme://host[:port] (http or https, no path, "
+            "no '*'), got '*'",
+        ),
+        (
+            ["--bench", "http://127.0.0.1:1", "--allow-origin", "http://a"],
+            "--allow-origin is a server's: --bench sends no Origin",
+        ),
         (["nowhere.xml"], "nowhere.xml: no such file"),
         ([MODEL, "--state-dir", MODEL], f"--state-dir {MODEL}: File exists"),
         ([MODEL, "--bench", "http://127.0.0.1:1"], "--bench drives a running server: give its URL, not a MODEL"),

@@ -32,11 +32,12 @@ from ...errors import OrtStateError, ServeError
 from ..auth import BearerAuth
 from ..json_body import read_json
 from ..lifespan import parking_lifespan
+from ..origin import OriginCheck
 from .access_log import TOKENS, AccessLog
 from .api import ApiError, parse_chat, parse_completion
 from .choices import answer_choices, choices_of
 from .conversations import HEADER
-from .errors import api_error, failed, http_error, internal_error, logged_app
+from .errors import api_error, error_body, failed, http_error, internal_error, logged_app
 from .fields import short
 from .generation import Generation
 from .logprobs import LogprobsShaper
@@ -59,6 +60,7 @@ def create_llm_app(
     service: LlmService,
     *,
     token: str | None = None,
+    allow_origins: tuple[str, ...] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     idle_park: float | None = None,
     access_log: bool = True,
@@ -68,6 +70,7 @@ def create_llm_app(
     Args:
         token: if given, every request must carry ``Authorization: Bearer TOKEN`` (OpenAI's clients
             send their ``api_key`` so).
+        allow_origins: web pages' origins let in besides the server's own (:mod:`ortstate.serve.origin`).
         max_body_bytes: the largest request body (a larger one is answered 413).
         idle_park: park conversations idle that long (seconds; needs the service's state directory).
         access_log: a line per request on ``ortstate.serve.access`` (:mod:`.access_log`).
@@ -81,6 +84,7 @@ def create_llm_app(
     app = logged_app(Starlette(routes=routes, exception_handlers=handlers, lifespan=_lifespan(service, idle_park)))
     body = json.dumps(UNAUTHORIZED.body()).encode()
     app = app if token is None else BearerAuth(app, token, error_body=body)
+    app = OriginCheck(app, token=token is not None, allow_origins=allow_origins, error_body=error_body)
     return AccessLog(app) if access_log else app
 
 

@@ -12,6 +12,7 @@ import uvicorn
 
 from ..config import ServerSettings, check_address, check_needs, check_positive, check_seconds
 from ..guard import Deadlines
+from ..origin import check_origins
 from ..server import uvicorn_config
 from .app import DEFAULT_MAX_BODY_BYTES
 from .errors import error_body
@@ -31,7 +32,10 @@ class LlmServeConfig(ServerSettings):
             is answered 503).
         slots: requests generating at once, the batcher's rows (default: 64, or ``max_requests``
             if fewer).
-        token: the bearer token every request must carry (none: loopback only).
+        token: the bearer token every request must carry (none: loopback only, and requests to a
+            loopback name only: :mod:`~ortstate.serve.origin`).
+        allow_origins: web pages' origins (``scheme://host[:port]``) whose requests are served
+            besides the server's own (a web UI on another port; :mod:`~ortstate.serve.origin`).
         model_name: the model's id in the API (default: the folder's name).
         threads: ONNX Runtime's intra-op threads (default: the physical cores this process may use).
         kv_cache_bytes: the KV memory of all requests (default: a quarter of the machine's), the
@@ -70,6 +74,7 @@ class LlmServeConfig(ServerSettings):
     max_requests: int = 1024
     slots: int | None = None
     token: str | None = None
+    allow_origins: tuple[str, ...] = ()
     model_name: str | None = None
     threads: int | None = None
     kv_cache_bytes: int | None = None
@@ -96,6 +101,7 @@ class LlmServeConfig(ServerSettings):
         check_needs(self, "idle_park", "state_dir", "parked conversations are written there")
         check_needs(self, "max_parked_bytes", "state_dir", "it bounds what is kept there")
         check_address(self.host, self.port, self.token)
+        object.__setattr__(self, "allow_origins", check_origins(self.allow_origins))
         if self.slots is None:
             object.__setattr__(self, "slots", min(DEFAULT_SLOTS, self.max_requests))
 

@@ -26,13 +26,13 @@ __all__ = ["api_error", "error_body", "failed", "http_error", "internal", "inter
 logger = logging.getLogger("ortstate.serve")
 
 
-_CODES = {400: "invalid_http", 408: "request_timeout", 431: "headers_too_large"}
+_CODES = {400: "invalid_http", 403: "forbidden", 408: "request_timeout", 431: "headers_too_large"}
 
 
 def error_body(status: int, message: str) -> bytes:
     """OpenAI's error body of what the connection guard answers itself (:mod:`ortstate.serve.guard`):
     a request that is not HTTP (400), late (408), with headers too large (431), or a server whose
-    every connection is being answered (503)."""
+    every connection is being answered (503); and of a web page refused (403, :mod:`ortstate.serve.origin`)."""
     if status == 503:
         error = ApiError(message, 503, kind="server_error", error_code="server_full")
     else:

@@ -42,7 +42,12 @@ def build(config: LlmServeConfig) -> tuple[LlmService, Any]:
         conversation_ttl=c.conversation_ttl,
     )
     app = create_llm_app(
-        service, token=c.token, max_body_bytes=c.max_body_bytes, idle_park=c.idle_park, access_log=c.access_log
+        service,
+        token=c.token,
+        allow_origins=c.allow_origins,
+        max_body_bytes=c.max_body_bytes,
+        idle_park=c.idle_park,
+        access_log=c.access_log,
     )
     return service, app
 

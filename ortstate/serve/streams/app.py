@@ -21,8 +21,10 @@ from starlette.routing import Route
 
 from ...errors import ServeError
 from ..auth import BearerAuth, Receive, Scope, Send
+from ..guard import stream_error_body
 from ..internal_errors import internal_handler, logged_app
 from ..lifespan import parking_lifespan
+from ..origin import OriginCheck
 from .ids import ID_PATTERN
 from .service import StreamService
 from .sockets import PREFIX, serve_socket
@@ -36,6 +38,7 @@ def create_app(
     service: StreamService,
     *,
     token: str | None = None,
+    allow_origins: tuple[str, ...] = (),
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     idle_park: float | None = None,
     handoff: float | None = None,
@@ -44,6 +47,7 @@ def create_app(
 
     Args:
         token: if given, every request must carry ``Authorization: Bearer TOKEN``.
+        allow_origins: web pages' origins let in besides the server's own (:mod:`ortstate.serve.origin`).
         max_message_bytes: the largest step message (and its arrays, uncompressed) a stream takes.
         idle_park: park streams idle that long (seconds; needs the service's state directory).
         handoff: park a stream and close its socket (1012: reconnect) once the socket has been
@@ -69,7 +73,8 @@ def create_app(
                 return
         await http(scope, receive, send)
 
-    return app if token is None else BearerAuth(app, token)
+    authorised = app if token is None else BearerAuth(app, token)
+    return OriginCheck(authorised, token=token is not None, allow_origins=allow_origins, error_body=stream_error_body)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -14,6 +14,7 @@ import uvicorn
 from ...runtime.cpu import usable_cores
 from ..config import ServerSettings, check_address, check_needs, check_positive, check_seconds
 from ..guard import Deadlines
+from ..origin import check_origins
 from ..server import uvicorn_config
 from .app import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -29,7 +30,10 @@ class ServeConfig(ServerSettings):
         max_streams: streams a server holds at once (its pool's slots; per replica with Ray).
         max_batch, max_delay: the pool's ticks (``max_delay`` in seconds).
         state_dir: where streams are parked (none: in memory only).
-        token: the bearer token every request must carry (none: loopback only).
+        token: the bearer token every request must carry (none: loopback only, and requests to a
+            loopback name only: :mod:`~ortstate.serve.origin`).
+        allow_origins: web pages' origins (``scheme://host[:port]``) whose requests are served
+            besides the server's own (a web UI on another port; :mod:`~ortstate.serve.origin`).
         max_message_bytes: the largest step message.
         idle_park: park streams idle that many seconds (none: never).
         threads: ONNX Runtime's intra-op threads (default: the physical cores this process may use).
@@ -53,6 +57,7 @@ class ServeConfig(ServerSettings):
     max_delay: float = 0.0005
     state_dir: str | None = None
     token: str | None = None
+    allow_origins: tuple[str, ...] = ()
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     idle_park: float | None = None
     threads: int | None = None
@@ -71,6 +76,7 @@ class ServeConfig(ServerSettings):
         check_needs(self, "idle_park", "state_dir", "parked streams are written there")
         check_needs(self, "durable", "state_dir", "its log is kept there")
         check_address(self.host, self.port, self.token)
+        object.__setattr__(self, "allow_origins", check_origins(self.allow_origins))
 
     @property
     def threads_used(self) -> int:

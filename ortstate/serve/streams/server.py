@@ -38,7 +38,12 @@ def build(config: ServeConfig) -> tuple[StreamService, Any]:
         )
     service = StreamService(pool, c.state_dir, shared=c.shared, durable=c.durable)
     app = create_app(
-        service, token=c.token, max_message_bytes=c.max_message_bytes, idle_park=c.idle_park, handoff=c.handoff
+        service,
+        token=c.token,
+        allow_origins=c.allow_origins,
+        max_message_bytes=c.max_message_bytes,
+        idle_park=c.idle_park,
+        handoff=c.handoff,
     )
     return service, app
 
