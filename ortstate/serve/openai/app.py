@@ -185,19 +185,21 @@ async def _body(request: Request, limit: int) -> Any:
 
 
 def _check_json_type(given: str | None) -> None:
-    """A body is JSON, sent as ``application/json`` (or a ``+json`` type). Any other, or none, is
-    refused (415): a web page may make a browser post ``text/plain``, a form, or a body of no type
-    to a server on loopback without asking it first (a CORS "simple request"), and a body taken
-    whatever its type would let any page a user opens drive this server (FastAPI, vLLM's, takes a
-    body of no type as JSON).
+    """A body is JSON: sent as ``application/json`` (or a ``+json`` type), or with no type, which
+    is read as JSON (FastAPI, vLLM's, does the same: scripts post JSON without saying so). Any other
+    type is refused (415; vLLM refuses it too): a form (``curl -d``) or ``text/plain`` is no JSON
+    body, and a web page can make a browser post those to a server on loopback without asking it
+    first (a browser's request carries an ``Origin``, which :mod:`..origin` refuses as well).
 
     Raises:
         ApiError: 415 naming ``content-type``.
     """
-    media = (given or "").split(";", 1)[0].strip().lower()
+    if given is None:
+        return
+    media = given.split(";", 1)[0].strip().lower()
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         raise ApiError(
-            f"content-type must be application/json, got {'none' if given is None else short(given)}",
+            f"content-type must be application/json, got {short(given)}",
             415,
             param="content-type",
             error_code="unsupported_media_type",
