@@ -290,7 +290,8 @@ class Generator:
         args = (max_new_tokens, None, None, stop_at_eos, keep_logits, True, search)
         self.cached_tokens, prompt = 0, prompt_ids
         if encoder_input is None and reset and self.prefix_cache:  # (an encoder's new output starts afresh)
-            prompt, reset = reused(self, prompt_ids, lambda: plan_job(self, [prompt_ids], *args))
+            with self.stepper.kept_in_step():
+                prompt, reset = reused(self, prompt_ids, lambda: plan_job(self, [prompt_ids], *args))
         row_stream = None if stream is None else FirstRow(stream)
         rows = self.generate_batch(
             [prompt],
@@ -338,7 +339,8 @@ class Generator:
         job = plan_job(self, prompts, max_new_tokens, stream, encoder_input, stop_at_eos, keep_logits, reset, search)
         self.last_run = job.run
         try:
-            (beam_search if job.options.beam_search else sample_or_greedy)(self.stepper, job)
+            with self.stepper.kept_in_step():
+                (beam_search if job.options.beam_search else sample_or_greedy)(self.stepper, job)
         finally:
             end = getattr(stream, "end", None)
             if callable(end):

@@ -10,12 +10,13 @@ search through ``beam_idx``, left padding, several tokens in one run after the p
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
 from ..decoders import FeedRules, StateLayout
-from ..errors import GenerationError
+from ..errors import GenerationError, OrtStateError
 from ..runtime import StatefulSession
 from .encoder_decoder import TextEmbedder
 from .rows import CacheRows
@@ -90,6 +91,21 @@ class Stepper:
         """Drop the decoder's variables and the rows' bookkeeping."""
         self.session.reset_state()
         self.rows.clear()
+
+    @contextmanager
+    def kept_in_step(self) -> Iterator[None]:
+        """A block that runs the decoder and keeps the rows' bookkeeping: an exception that is not
+        ortstate's own (those are raised where the state and the rows agree) may have landed between
+        a run and its bookkeeping, or between two variables of a cut (Ctrl-C's KeyboardInterrupt,
+        a MemoryError), so the rows are marked stale: the next generation starts from a fresh state,
+        or re-feeds the history, never goes on from a state the rows do not describe."""
+        try:
+            yield
+        except OrtStateError:
+            raise
+        except BaseException:
+            self.rows.stale = True
+            raise
 
     def cut(self, length: int) -> None:
         """Cut one row's cache to its first ``length`` positions: every variable an attention cache

@@ -66,3 +66,33 @@ def test_a_hybrids_state_is_continued_never_cut(generators: dict) -> None:
     assert warm.cached_tokens == len(PROMPT) + len(answer) - 1
     _same(warm, fresh, PROMPT[:7] + [60, 61], 4)  # parts from it: its convolution states cannot be cut
     assert warm.cached_tokens == 0
+
+
+@pytest.mark.parametrize("form", ["custom-op", "explicit"])
+def test_an_interrupt_between_a_run_and_its_rows_leaves_nothing_behind(
+    generators: dict, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    """A KeyboardInterrupt (Ctrl-C) landing after a run changed the state, before its rows are
+    committed: the next generation (of the same prompt, then a continued one) is a fresh
+    generator's, not one going on from a state its rows do not describe (tests/runtime/
+    test_interrupts.py found it by chance: one run in many)."""
+    from ortstate.generate.rows import CacheRows
+
+    warm, fresh = _pair(generators, "llama", form)
+    warm.generate([7, 7], 2, stop_at_eos=False)  # a state to reuse
+    real, raised = CacheRows.commit, []
+
+    def interrupted(self: CacheRows, *args: object) -> None:
+        if not raised:  # the run has changed the state: say the signal came here
+            raised.append(True)
+            raise KeyboardInterrupt
+        real(self, *args)
+
+    monkeypatch.setattr(CacheRows, "commit", interrupted)
+    prompt = [7] + PROMPT
+    with pytest.raises(KeyboardInterrupt):
+        warm.generate(prompt, 4, stop_at_eos=False)
+    assert raised
+    monkeypatch.undo()
+    answer = _same(warm, fresh, prompt, 4)
+    _same(warm, fresh, prompt + answer + [3], 3)

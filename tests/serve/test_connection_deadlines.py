@@ -30,9 +30,10 @@ from ortstate.serve.openai.errors import error_body
 LLM = REPO / "models" / "llm" / "llama"
 LONG = Deadlines(headers=120, body=120, idle=120)  # never met while a test runs
 SHORT = Deadlines(headers=0.5, body=0.5, idle=0.5)
-HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+HEALTH = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 STALLED_BODY = (
-    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+    b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 1000\r\n\r\n{"
 )
 
 
@@ -82,7 +83,7 @@ def test_stalled_second_requests_yield_their_places_to_new_clients() -> None:
     completion = json.dumps({"model": "llama", "prompt": "Hello", "max_tokens": 2, "temperature": 0}).encode()
     new_client = [
         HEALTH,
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(completion), completion),
     ]
     with (
@@ -114,22 +115,22 @@ def test_stalled_second_requests_yield_their_places_to_new_clients() -> None:
 LATE = "the request was not sent in time (its headers within 0.5 s, its body within 0.5 s)"
 CASES = {  # what a kept-alive connection sends after a whole first request; what it gets (OpenAI's body), then closed
     "a second request's body stalls": (STALLED_BODY, 408, LATE, "request_timeout"),
-    "a second request's headers stall": (b"GET /health HTTP/1.1\r\nHost: x\r\n", 408, LATE, "request_timeout"),
+    "a second request's headers stall": (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n", 408, LATE, "request_timeout"),
     "nothing after a first request": (b"", None, None, None),
     "a second request that is not HTTP": (
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n",
         400,
         "the request is not valid HTTP/1.1",
         "invalid_http",
     ),
     "a second request's headers over 64 KiB, whole": (
-        b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * 70_000 + b"\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: " + b"b" * 70_000 + b"\r\n\r\n",
         431,
         "the request line and headers are over 65536 bytes",
         "headers_too_large",
     ),
     "a second request's headers over 64 KiB": (
-        b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * 70_000,
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: " + b"b" * 70_000,
         431,
         "the request line and headers are over 65536 bytes",
         "headers_too_large",
@@ -265,7 +266,7 @@ def test_a_server_whose_every_place_is_answering_refuses_in_json(errors: Any, sa
     with server.in_thread(_Bare(errors), lambda _: (_Nothing(), _lifespan_or(hold)), 60) as running, sockets() as held:
         for _ in range(68):
             held.append(connect(running.url))
-            held[-1].sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+            held[-1].sendall(b"GET /hold HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         while len(holding) < 68:  # every place is being answered
             time.sleep(0.01)
         with contextlib.closing(connect(running.url)) as refused:
